@@ -1,0 +1,71 @@
+"""Slow step-by-step reference implementations of every model's head.
+
+They follow the equations literally, one time step at a time with explicit
+memories, so that the fast masked implementations can be checked against them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def reference(model, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(logits (B, T, V), attention (B, T, T) or None), one step at a time."""
+    name = type(model).__name__
+    h = model.encode(inputs)  # the recurrent part is shared; the heads differ
+    B, T, _ = h.shape
+    logits = []
+    att = torch.zeros(B, T, T, dtype=h.dtype) if name != "NGramRNN" and name != "LSTMLM" else None
+    for t in range(T):  # row t predicts from h_{t+1} (1-based), memory h_0..h_t
+        if name == "LSTMLM":
+            logits.append(model.decoder(h[:, t]))
+            continue
+        if name == "NGramRNN":
+            k = model.config.hidden_dim
+            parts = []
+            for j in range(model.config.n - 1):
+                src = t - j
+                parts.append(h[:, src, j * k : (j + 1) * k] if src >= 0 else torch.zeros(B, k, dtype=h.dtype))
+            logits.append(model.decoder(torch.tanh(model.w_n(torch.cat(parts, -1)))))
+            continue
+        logits.append(_step(model, name, h, t, att))
+    return torch.stack(logits, 1), att
+
+
+def _slots(h: torch.Tensor, t: int, first: int) -> list[torch.Tensor]:
+    """Memory slots first..t as a list; slot 0 is the zero start state h_0."""
+    return [torch.zeros_like(h[:, 0]) if i == 0 else h[:, i - 1] for i in range(first, t + 1)]
+
+
+def _step(model, name, h, t, att):
+    ht = h[:, t]
+    if name == "AMSRN":
+        g1, g2 = model.gates(ht)
+        k = model.key(ht)
+        mem = _slots(h, t, 0)
+        e = torch.stack([((m * g1) * k).sum(-1) for m in mem], -1)
+        a = e.softmax(-1)
+        r = sum(a[:, i, None] * (m * g2) for i, m in enumerate(mem))
+        att[:, t, : t + 1] = a
+        return model.decoder(ht) + model.read_proj(r)
+    if name == "SaltonLM":
+        mem = _slots(h, t, 0)
+        scores = []
+        for m in mem:
+            pre = model.w_s(m) + (model.w_q(ht) if model.w_q is not None else 0)
+            scores.append(model.v(torch.tanh(pre)).squeeze(-1))
+        a = torch.stack(scores, -1).softmax(-1)
+        c = sum(a[:, i, None] * m for i, m in enumerate(mem))
+        att[:, t, : t + 1] = a
+        return model.decoder(torch.tanh(model.w_c(torch.cat([ht, c], -1))))
+    # Daniluk: window of the L previous outputs
+    L = model.config.window
+    first = max(0, t + 1 - L)
+    key, value, pred = model.split(h)
+    keys, values = _slots(key, t, first), _slots(value, t, first)
+    kt = key[:, t]
+    scores = torch.stack([model.w(torch.tanh(model.w_y(y) + model.w_h(kt))).squeeze(-1) for y in keys], -1)
+    a = scores.softmax(-1)
+    r = sum(a[:, i, None] * v for i, v in enumerate(values))
+    att[:, t, first : t + 1] = a
+    return model.decoder(torch.tanh(model.w_r(r) + model.w_x(pred[:, t])))

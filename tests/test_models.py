@@ -1,0 +1,110 @@
+"""Every model: fast masked path == step-by-step reference, causality, attention rows."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import ATTENTION_MODELS, all_variants, tiny_model
+from reference import reference
+from vizlm.models import build_model, make_config
+from vizlm.models.base import attention_entropy, slot_mask
+from vizlm.train import lm_loss
+
+
+@pytest.mark.parametrize("name,kw", all_variants())
+def test_fast_equals_reference(name, kw, batch):
+    model = tiny_model(name, **kw)
+    with torch.no_grad():
+        out = model(batch)
+        ref_logits, ref_att = reference(model, batch)
+    torch.testing.assert_close(out.logits, ref_logits, atol=1e-5, rtol=1e-5)
+    if name in ATTENTION_MODELS:
+        torch.testing.assert_close(out.attention, ref_att, atol=1e-5, rtol=1e-5)
+    else:
+        assert out.attention is None
+
+
+@pytest.mark.parametrize("name,kw", all_variants())
+def test_no_prediction_sees_the_future(name, kw, batch):
+    model = tiny_model(name, **kw)
+    T = batch.shape[1]
+    with torch.no_grad():
+        base = model(batch)
+        for p in range(1, T):
+            changed = batch.clone()
+            changed[:, p] = (changed[:, p] + 7) % 36 + 4
+            out = model(changed)
+            # rows 0..p-1 read inputs 0..p-1 only
+            torch.testing.assert_close(out.logits[:, :p], base.logits[:, :p], atol=0, rtol=0)
+            if out.attention is not None:
+                torch.testing.assert_close(out.attention[:, :p], base.attention[:, :p], atol=0, rtol=0)
+            assert not torch.equal(out.logits[:, p:], base.logits[:, p:])
+
+
+@pytest.mark.parametrize("name,kw", all_variants(ATTENTION_MODELS))
+def test_attention_rows(name, kw, batch):
+    model = tiny_model(name, **kw)
+    with torch.no_grad():
+        att = model(batch).attention  # (B, T, S)
+    T = batch.shape[1]
+    window = kw.get("window")
+    allowed = slot_mask(T, window)
+    assert torch.isfinite(att).all()
+    assert (att >= 0).all()
+    assert (att[:, ~allowed] == 0).all(), "weight outside the memory (future slot or outside the window)"
+    torch.testing.assert_close(att.sum(-1), torch.ones(att.shape[:2], dtype=att.dtype))
+    # first step: only the start slot exists
+    torch.testing.assert_close(att[:, 0, 0], torch.ones(att.shape[0], dtype=att.dtype))
+
+
+def test_entropy_is_finite_with_zero_weights():
+    alpha = torch.tensor([[[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.0, 0.0, 1.0]]], requires_grad=True)
+    ent = attention_entropy(alpha, slot_mask(3))
+    assert torch.isfinite(ent).all()
+    torch.testing.assert_close(ent[0], torch.tensor([0.0, 0.6931471805599453, 0.0]))
+    ent.sum().backward()
+    assert torch.isfinite(alpha.grad).all()
+
+
+def test_entropy_regulariser_in_loss(batch):
+    model = build_model("amsrn", vocab_size=40, emb_dim=6, hidden_dim=5, entropy_weight=0.5)
+    plain = build_model("amsrn", vocab_size=40, emb_dim=6, hidden_dim=5)
+    plain.load_state_dict(model.state_dict())
+    targets = torch.roll(batch, -1, 1)
+    loss, nll, n = lm_loss(model, batch, targets)
+    loss0, nll0, _ = lm_loss(plain, batch, targets)
+    assert torch.isfinite(loss) and loss > loss0  # entropy is positive after step 1
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_amsrn_initialised_from_lstm_is_that_lstm(batch):
+    from vizlm.checkpoint import Checkpoint
+    from vizlm.data import SPECIALS, Vocab
+    from vizlm.train import init_from
+
+    vocab = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])
+    lstm = tiny_model("lstm")
+    amsrn = build_model("amsrn", vocab_size=40, emb_dim=6, hidden_dim=5).double()
+    copied = init_from(amsrn, Checkpoint(lstm, vocab, "lstm"), vocab)
+    assert {"embed.weight", "rnn.weight_hh_l0", "decoder.weight"} <= set(copied)
+    with torch.no_grad():
+        torch.testing.assert_close(amsrn(batch).logits, lstm(batch).logits)
+
+
+def test_registry_errors_list_valid_names():
+    with pytest.raises(ValueError, match="valid models: lstm, amsrn"):
+        build_model("transformer")
+    with pytest.raises(ValueError, match="valid: none, independent"):
+        make_config("amsrn", selection="bogus")
+    with pytest.raises(ValueError, match="no option"):
+        make_config("lstm", window=3)
+
+
+def test_kvp_parameter_budget_matches_lstm():
+    lstm = build_model("lstm", hidden_dim=50)
+    kvp = build_model("kvp", hidden_dim=50, window=5)
+    n_lstm = sum(p.numel() for p in lstm.parameters())
+    n_kvp = sum(p.numel() for p in kvp.parameters())
+    assert 0.8 <= n_kvp / n_lstm <= 1.2

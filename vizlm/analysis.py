@@ -1,0 +1,217 @@
+"""Sentence analysis: the one computation path behind the CLI, the app and the tests.
+
+:func:`analyze` runs a checkpoint on free text (or :func:`analyze_tokens` on a
+corpus sentence) and returns a :class:`SentenceAnalysis`: per predicted word its
+probability, surprisal and top predictions, the attention row over memory slots,
+and AMSRN's selection gates. Everything is plain numpy, so renderers never touch
+a model.
+
+Rows and slots. The model reads ``<s> w_1 .. w_n`` and predicts ``w_1 .. w_n </s>``:
+row ``r`` (0-based) predicts ``targets[r]``. Memory slot 0 is the start state
+``h_0`` (shown as ``<s>``); slot ``j >= 1`` is the output after reading input ``j``,
+i.e. ``<s>`` for ``j = 1`` and word ``w_{j-1}`` for ``j >= 2``. Row ``r`` may attend
+to slots ``0..r``: when predicting ``w_{r+1}`` the current word ``w_r`` is the query,
+and the memory holds the words before it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+
+from vizlm.checkpoint import Checkpoint
+from vizlm.data import BOS, EOS, UNK
+from vizlm.text import tokenize
+
+MAX_TOKENS = 400  # longer texts are cut, with a note, to keep the app responsive
+DEFAULT_THRESHOLD = 0.2
+
+
+class AnalysisError(ValueError):
+    """Input that cannot be analysed, with a message meant for the user."""
+
+
+@dataclass
+class Highlight:
+    """One memory slot above the threshold (or among the top-k) for one target."""
+
+    slot: int
+    word: str  # the slot's label ("<s>" for the start slot and slot 1)
+    token: int  # index into ``tokens`` of the attended word, -1 for <s>
+    weight: float
+
+
+@dataclass
+class SentenceAnalysis:
+    """One model on one sentence. ``n`` words; ``T = n + 1`` rows (``</s>`` last); ``S = T`` slots."""
+
+    model: str  # checkpoint label
+    text: str  # the text as given
+    tokens: list[str]  # [n] surface forms
+    norms: list[str]  # [n] what the model read (normalised)
+    offsets: list[tuple[int, int]]  # [n] character spans in ``text``
+    unk: list[bool]  # [n] outside the vocabulary (read as <unk>)
+    targets: list[str]  # [T] predicted words: norms + ["</s>"]
+    logprobs: np.ndarray  # [T] natural log P(target)
+    top_words: list[list[str]]  # [T][k] most likely next words
+    top_probs: np.ndarray  # [T, k]
+    attention: np.ndarray | None  # [T, S] rows sum to 1 over slots 0..r
+    gates: np.ndarray | None  # [T, d] AMSRN selection gate g1 (None for other models)
+    tags: list[str] | None = None  # [n] POS tags (gold for corpus sentences)
+    truncated: int = 0  # tokens dropped beyond MAX_TOKENS
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def probs(self) -> np.ndarray:
+        return np.exp(self.logprobs)
+
+    @property
+    def surprisal(self) -> np.ndarray:
+        """[T] bits."""
+        return -self.logprobs / math.log(2)
+
+    @property
+    def perplexity(self) -> float:
+        return float(np.exp(-self.logprobs.mean()))
+
+    @property
+    def slot_labels(self) -> list[str]:
+        """[S] label of each memory slot."""
+        return [BOS, BOS] + self.norms[: len(self.targets) - 2]
+
+    def slot_token(self, slot: int) -> int:
+        """Index into ``tokens`` of the word held by ``slot``; -1 for the <s> slots."""
+        return slot - 2 if slot >= 2 else -1
+
+    def highlights(self, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None) -> list[list[Highlight]]:
+        """Per target, the slots with weight >= threshold, or the ``top_k`` heaviest slots."""
+        if self.attention is None:
+            return [[] for _ in self.targets]
+        labels = self.slot_labels
+        out = []
+        for r, row in enumerate(self.attention):
+            allowed = row[: r + 1]
+            if top_k is not None:
+                slots = np.argsort(-allowed, kind="stable")[:top_k]
+            else:
+                slots = np.flatnonzero(allowed >= (threshold if threshold is not None else DEFAULT_THRESHOLD))
+                slots = slots[np.argsort(-allowed[slots], kind="stable")]
+            out.append([Highlight(int(j), labels[j], self.slot_token(int(j)), float(allowed[j])) for j in slots])
+        return out
+
+    def to_dict(self, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None, cases: bool = True) -> dict:
+        """JSON-ready dict: ``tokens`` and one entry per target (no NaN anywhere)."""
+        hl = self.highlights(threshold, top_k)
+        case_map: dict[int, list[dict]] = {}
+        if cases:
+            from vizlm.cases import label_cases
+
+            for c in label_cases(self, threshold=threshold, top_k=top_k):
+                case_map.setdefault(c.target, []).append(c.to_dict())
+        targets = []
+        for r, word in enumerate(self.targets):
+            targets.append({
+                "index": r,
+                "word": word,
+                "prob": float(self.probs[r]),
+                "surprisal_bits": float(self.surprisal[r]),
+                "top": [{"word": w, "prob": float(p)} for w, p in zip(self.top_words[r], self.top_probs[r])],
+                "attention": None if self.attention is None else [float(a) for a in self.attention[r, : r + 1]],
+                "highlights": [asdict(h) for h in hl[r]],
+                "gate_mean": None if self.gates is None else float(self.gates[r].mean()),
+                "cases": case_map.get(r, []),
+            })
+        return {
+            "model": self.model,
+            "text": self.text,
+            "tokens": list(self.tokens),
+            "normalized": list(self.norms),
+            "unk": list(self.unk),
+            "offsets": [list(o) for o in self.offsets],
+            "slots": self.slot_labels,
+            "perplexity": self.perplexity,
+            "truncated": self.truncated,
+            "notes": list(self.notes),
+            "targets": targets,
+        }
+
+
+@torch.no_grad()
+def analyze_tokens(
+    ckpt: Checkpoint,
+    norms: list[str],
+    surfaces: list[str] | None = None,
+    offsets: list[tuple[int, int]] | None = None,
+    text: str | None = None,
+    tags: list[str] | None = None,
+    top_k: int = 5,
+) -> SentenceAnalysis:
+    """Analyse an already tokenised, normalised sentence (e.g. from a corpus)."""
+    if not norms:
+        raise AnalysisError("nothing to analyse: the text has no words")
+    notes: list[str] = []
+    truncated = max(0, len(norms) - MAX_TOKENS)
+    if truncated:
+        notes.append(f"the text has {len(norms)} tokens; only the first {MAX_TOKENS} were analysed")
+        norms, tags = norms[:MAX_TOKENS], tags[:MAX_TOKENS] if tags else tags
+        surfaces = surfaces[:MAX_TOKENS] if surfaces else surfaces
+        offsets = offsets[:MAX_TOKENS] if offsets else offsets
+    surfaces = surfaces or list(norms)
+    if offsets is None:
+        offsets, pos = [], 0
+        for s in surfaces:
+            offsets.append((pos, pos + len(s)))
+            pos += len(s) + 1
+    text = text if text is not None else " ".join(surfaces)
+    vocab = ckpt.vocab
+    ids = [vocab.bos_id] + vocab.encode(norms)
+    unk = [w not in vocab for w in norms]
+    out = ckpt.model(torch.tensor([ids]))
+    logp = out.logits[0].double().log_softmax(-1)  # (T, V)
+    target_ids = torch.tensor(ids[1:] + [vocab.eos_id])
+    lp = logp.gather(1, target_ids[:, None])[:, 0].numpy()  # (T,)
+    k = min(top_k, logp.shape[1])
+    top_p, top_i = logp.exp().topk(k, dim=-1)  # (T, k)
+    targets = [UNK if u else w for w, u in zip(norms, unk)] + [EOS]
+    gates = out.extras.get("gate1")
+    if unk and any(unk):
+        notes.append(f"{sum(unk)} word(s) are not in the model's vocabulary and were read as <unk>")
+    return SentenceAnalysis(
+        model=ckpt.label,
+        text=text,
+        tokens=list(surfaces),
+        norms=list(norms),
+        offsets=[tuple(o) for o in offsets],
+        unk=unk,
+        targets=targets,
+        logprobs=lp,
+        top_words=[vocab.decode(row) for row in top_i.tolist()],
+        top_probs=top_p.numpy(),
+        attention=None if out.attention is None else out.attention[0].double().numpy(),
+        gates=None if gates is None else gates[0].double().numpy(),
+        tags=list(tags) if tags else None,
+        truncated=truncated,
+        notes=notes,
+    )
+
+
+def analyze(ckpt: Checkpoint, text: str, top_k: int = 5, tags: list[str] | None = None) -> SentenceAnalysis:
+    """Tokenise ``text`` like the corpus and analyse it with ``ckpt``.
+
+    Raises :class:`AnalysisError` with a readable message for empty input.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise AnalysisError("please type a sentence: the text is empty")
+    toks = tokenize(text)
+    if not toks:
+        raise AnalysisError("nothing to analyse: the text has no words")
+    if tags is None:
+        from vizlm.cases import tag_tokens
+
+        tags = tag_tokens([t.norm for t in toks])
+    return analyze_tokens(
+        ckpt, [t.norm for t in toks], [t.text for t in toks], [(t.start, t.end) for t in toks], text, tags, top_k
+    )

@@ -1,0 +1,137 @@
+"""The ``vizlm`` command line: prepare, train, eval (and the analysis commands)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from vizlm.models import REGISTRY
+
+MODEL_OPTIONS = {  # flag -> (config field, type, help)
+    "--emb-dim": ("emb_dim", int, "embedding size (default 50)"),
+    "--hidden-dim": ("hidden_dim", int, "LSTM output size; for kv/kvp/ngram the size of each part (default 50)"),
+    "--dropout": ("dropout", float, "dropout on embeddings and outputs (default 0)"),
+    "--selection": ("selection", str, "AMSRN gates: none | independent | shared | complementary"),
+    "--entropy-weight": ("entropy_weight", float, "AMSRN attention-entropy weight lambda (default 0)"),
+    "--window": ("window", int, "Daniluk attention window L (default 5)"),
+    "--n": ("n", int, "N of the N-gram RNN (default 4)"),
+    "--score": ("score", str, "Salton attention score: single | combined"),
+}
+
+
+def _add_train(sub) -> None:
+    p = sub.add_parser("train", help="train a model on a corpus")
+    p.add_argument("--model", required=True, choices=list(REGISTRY), help="model family")
+    p.add_argument("--corpus", default="brown", choices=["brown", "sinica"], help="training corpus")
+    p.add_argument("--out", type=Path, help="checkpoint folder (default checkpoints/MODEL; a temp dir with --dry-run)")
+    for flag, (_, typ, hlp) in MODEL_OPTIONS.items():
+        p.add_argument(flag, type=typ, default=None, help=hlp)
+    p.add_argument("--epochs", type=int, default=30, help="maximum epochs")
+    p.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate")
+    p.add_argument("--clip", type=float, default=5.0, help="gradient-norm clip")
+    p.add_argument("--patience", type=int, default=2, help="stop after this many epochs without improvement")
+    p.add_argument("--lr-decay", type=float, default=0.5, help="lr factor after an epoch without improvement")
+    p.add_argument("--seed", type=int, default=1234, help="random seed")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--init-from", default=None, help="checkpoint to copy matching weights from (AMSRN from LSTM)")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/resume")
+    p.add_argument("--dry-run", action="store_true", help="a few batches of one epoch, to check the pipeline")
+
+
+def _add_eval(sub) -> None:
+    p = sub.add_parser("eval", help="perplexity of a checkpoint on a corpus split or a text file")
+    p.add_argument("--checkpoint", required=True, help="checkpoint folder or bundled name")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--corpus", choices=["brown", "wsj", "sinica"], help="processed corpus")
+    src.add_argument("--text-file", type=Path, help="raw text, one paragraph or sentence a line")
+    p.add_argument("--split", default="test", help="corpus split (train/valid/test)")
+    p.add_argument("--batch-size", type=int, default=128, help="sentences per batch")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vizlm", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prepare", help="regenerate the processed corpora under data/")
+    p.add_argument("--shared", type=Path, default=Path("../shared/data"), help="folder with the raw corpus zips")
+    p.add_argument("--out", type=Path, default=Path("data"), help="output folder")
+    _add_train(sub)
+    _add_eval(sub)
+    from vizlm import commands
+
+    commands.add_analysis_commands(sub)
+    return parser
+
+
+def cmd_train(args) -> int:
+    from vizlm.train import TrainConfig, train
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    kwargs = {field: getattr(args, flag[2:].replace("-", "_")) for flag, (field, _, _) in MODEL_OPTIONS.items()}
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    tc = TrainConfig(
+        epochs=1 if args.dry_run else args.epochs, batch_size=args.batch_size, lr=args.lr, clip=args.clip,
+        patience=args.patience, lr_decay=args.lr_decay, seed=args.seed,
+        max_batches=3 if args.dry_run else None, eval_batches=1 if args.dry_run else None,
+        extra={"command": "vizlm " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["train"] else None},
+    )
+    out = args.out or (Path(tempfile.mkdtemp(prefix="vizlm-dry-")) if args.dry_run else Path("checkpoints") / args.model)
+    ckpt = train(args.model, kwargs, args.corpus, out, tc, init=args.init_from, resume=args.resume)
+    print(json.dumps({"checkpoint": str(out), "model": ckpt.name, **ckpt.meta["metrics"]}))
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from vizlm.checkpoint import load_checkpoint
+    from vizlm.data import encode_sentences, load_corpus, read_text_file
+    from vizlm.evaluate import score_sentences
+
+    ckpt = load_checkpoint(args.checkpoint)
+    if args.text_file:
+        sents, source = read_text_file(args.text_file), str(args.text_file)
+    else:
+        sents, source = load_corpus(args.corpus, args.split).sentences, f"{args.corpus}/{args.split}"
+    if not sents:
+        raise SystemExit("vizlm eval: no sentences to score")
+    result = score_sentences(ckpt.model, encode_sentences(sents, ckpt.vocab), args.batch_size).summary()
+    result = {"checkpoint": str(args.checkpoint), "source": source, **result}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{source}: perplexity {result['perplexity']:.2f}  (NLL {result['nll']:.4f} nats/token, "
+              f"{result['tokens']:,} tokens, {result['sentences']:,} sentences)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from vizlm.checkpoint import CheckpointError
+
+    try:
+        if args.command == "prepare":
+            from vizlm.data import prepare
+
+            counts = prepare(args.shared, args.out)
+            print(json.dumps(counts))
+            return 0
+        if args.command == "train":
+            return cmd_train(args)
+        if args.command == "eval":
+            return cmd_eval(args)
+        from vizlm import commands
+
+        return commands.run(args)
+    except (CheckpointError, FileNotFoundError, ValueError) as exc:
+        print(f"vizlm {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""AMSRN: attention-based memory selection recurrent network (Liu & Lee).
+
+Memory at step t is the whole sentence so far, ``M_t = [h_0, ..., h_{t-1}]``.
+With key ``k_t = W_k h_t + b_k`` and selection gates ``g1_t, g2_t`` in (0,1)^d:
+
+    e_ti = (h_i * g1_t) . k_t          alpha_t = softmax(e_t)
+    r_t  = sum_i alpha_ti (h_i * g2_t)
+    P(w) = softmax(W_ph h_t + W_pr r_t + b)
+
+Since ``(h_i * g1_t) . k_t = h_i . (g1_t * k_t)``, all scores are one batched
+matmul of the memory with the gated keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from vizlm.models.base import BaseConfig, LMOutput, RecurrentLM, masked_softmax, memory_of, slot_mask
+
+SELECTIONS = ("none", "independent", "shared", "complementary")
+
+
+@dataclass
+class AMSRNConfig(BaseConfig):
+    selection: str = "shared"  # none | independent | shared | complementary (paper Table 3)
+    entropy_weight: float = 0.0  # lambda of the attention-entropy regulariser
+
+    def __post_init__(self) -> None:
+        if self.selection not in SELECTIONS:
+            raise ValueError(f"unknown selection {self.selection!r}; valid: {', '.join(SELECTIONS)}")
+        if self.entropy_weight < 0:
+            raise ValueError("entropy_weight must be >= 0")
+
+
+class AMSRN(RecurrentLM):
+    def __init__(self, config: AMSRNConfig):
+        super().__init__(config)
+        d = config.hidden_dim
+        self.key = nn.Linear(d, d)  # W_k, b_k
+        self.gate1 = nn.Linear(d, d) if config.selection in ("independent", "shared") else None
+        self.gate2 = nn.Linear(d, d) if config.selection in ("independent", "complementary") else None
+        self.decoder = nn.Linear(d, config.vocab_size)  # W_ph, b (same name as the LSTM's)
+        self.read_proj = nn.Linear(d, config.vocab_size, bias=False)  # W_pr
+        self.reset_parameters()
+        # W_pr = 0: an AMSRN initialised from an LSTM starts as exactly that LSTM.
+        nn.init.zeros_(self.read_proj.weight)
+
+    def gates(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Selection gates g1, g2 for every step: (B, T, d) each."""
+        sel = self.config.selection
+        ones = torch.ones_like(h)
+        if sel == "none":
+            return ones, ones
+        if sel == "shared":
+            g = torch.sigmoid(self.gate1(h))
+            return g, g
+        if sel == "independent":
+            return torch.sigmoid(self.gate1(h)), torch.sigmoid(self.gate2(h))
+        g2 = torch.sigmoid(self.gate2(h))  # complementary
+        return 1 - g2, g2
+
+    def forward(self, inputs: torch.Tensor) -> LMOutput:
+        h = self.encode(inputs)  # (B, T, d)
+        T = h.shape[1]
+        mem = memory_of(h)  # (B, S, d)
+        g1, g2 = self.gates(h)  # (B, T, d)
+        query = g1 * self.key(h)  # (B, T, d)
+        scores = query @ mem.transpose(1, 2)  # (B, T, S)
+        mask = slot_mask(T, device=h.device)  # (T, S)
+        alpha = masked_softmax(scores, mask)  # (B, T, S)
+        read = (alpha @ mem) * g2  # (B, T, d)
+        logits = self.decoder(h) + self.read_proj(read)  # (B, T, V)
+        extras = {} if self.config.selection == "none" else {"gate1": g1, "gate2": g2}
+        return LMOutput(logits, alpha, extras)

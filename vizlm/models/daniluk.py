@@ -1,0 +1,102 @@
+"""Daniluk et al. (2017), "Frustratingly short attention spans in neural language
+modeling": Attention, Key-Value and Key-Value-Predict over a sliding window of the
+previous L outputs, and the N-gram RNN.
+
+The memory at step t is ``[y_{t-L}, ..., y_{t-1}]`` (fewer at the sentence start;
+the zero start slot ``h_0`` counts while inside the window). All steps are
+computed at once on a (B, T, L, k) band of the memory, then scattered to the full
+(B, T, S) slot axis for display.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vizlm.models.base import BaseConfig, LMOutput, RecurrentLM, band, band_mask, band_to_slots, memory_of
+
+VARIANTS = {"attention": 1, "kv": 2, "kvp": 3}  # how many parts the LSTM output is split into
+
+
+@dataclass
+class DanilukConfig(BaseConfig):
+    """``hidden_dim`` is k, the size of each part; the LSTM output is parts x k."""
+
+    variant: str = "kvp"  # attention | kv | kvp
+    window: int = 5  # L
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ValueError(f"unknown variant {self.variant!r}; valid: {', '.join(VARIANTS)}")
+        if self.window < 1:
+            raise ValueError("window must be >= 1")
+
+
+class DanilukLM(RecurrentLM):
+    def __init__(self, config: DanilukConfig):
+        k = config.hidden_dim
+        super().__init__(config, rnn_size=VARIANTS[config.variant] * k)
+        self.w_y = nn.Linear(k, k, bias=False)  # W^Y
+        self.w_h = nn.Linear(k, k, bias=False)  # W^h
+        self.w = nn.Linear(k, 1, bias=False)  # w
+        self.w_r = nn.Linear(k, k, bias=False)  # W^r
+        self.w_x = nn.Linear(k, k, bias=False)  # W^x
+        self.decoder = nn.Linear(k, config.vocab_size)  # W*, b
+        self.reset_parameters()
+
+    def split(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(key, value, predict) parts of the LSTM output, each (B, T, k)."""
+        parts = h.split(self.config.hidden_dim, dim=-1)
+        if self.config.variant == "attention":
+            return h, h, h
+        if self.config.variant == "kv":
+            return parts[0], parts[1], parts[1]
+        return parts[0], parts[1], parts[2]
+
+    def forward(self, inputs: torch.Tensor) -> LMOutput:
+        h = self.encode(inputs)  # (B, T, parts * k)
+        T, L = h.shape[1], self.config.window
+        key, value, pred = self.split(h)  # (B, T, k) each
+        keys = band(memory_of(key), L)  # (B, T, L, k)
+        values = band(memory_of(value), L)  # (B, T, L, k)
+        m = torch.tanh(self.w_y(keys) + self.w_h(key)[:, :, None, :])  # (B, T, L, k)
+        scores = self.w(m).squeeze(-1)  # (B, T, L)
+        mask = band_mask(T, L, device=h.device)  # (T, L)
+        alpha = scores.masked_fill(~mask, float("-inf")).softmax(-1)  # (B, T, L)
+        read = (alpha[..., None] * values).sum(2)  # (B, T, k)
+        h_star = torch.tanh(self.w_r(read) + self.w_x(pred))  # (B, T, k)
+        return LMOutput(self.decoder(self.drop(h_star)), band_to_slots(alpha))
+
+
+@dataclass
+class NGramConfig(BaseConfig):
+    """``hidden_dim`` is the size of each of the N-1 parts."""
+
+    n: int = 4
+
+    def __post_init__(self) -> None:
+        if self.n < 2:
+            raise ValueError("n must be >= 2")
+
+
+class NGramRNN(RecurrentLM):
+    """h*_t = tanh(W_N [h_t^1; h_{t-1}^2; ...; h_{t-N+2}^{N-1}]), zeros before the start."""
+
+    def __init__(self, config: NGramConfig):
+        k = config.hidden_dim
+        super().__init__(config, rnn_size=(config.n - 1) * k)
+        self.w_n = nn.Linear((config.n - 1) * k, k, bias=False)
+        self.decoder = nn.Linear(k, config.vocab_size)
+        self.reset_parameters()
+
+    def forward(self, inputs: torch.Tensor) -> LMOutput:
+        h = self.encode(inputs)  # (B, T, (N-1) k)
+        T = h.shape[1]
+        parts = h.split(self.config.hidden_dim, dim=-1)  # N-1 x (B, T, k)
+        # part j comes from j steps back: shift right by j, zeros before the sentence.
+        shifted = [F.pad(p, (0, 0, j, 0))[:, :T] for j, p in enumerate(parts)]
+        h_star = torch.tanh(self.w_n(torch.cat(shifted, -1)))  # (B, T, k)
+        return LMOutput(self.decoder(self.drop(h_star)))

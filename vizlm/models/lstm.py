@@ -1,0 +1,26 @@
+"""The LSTM baseline: embedding -> LSTM -> linear -> softmax."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from vizlm.models.base import BaseConfig, LMOutput, RecurrentLM
+
+
+@dataclass
+class LSTMConfig(BaseConfig):
+    pass
+
+
+class LSTMLM(RecurrentLM):
+    def __init__(self, config: LSTMConfig):
+        super().__init__(config)
+        self.decoder = nn.Linear(config.hidden_dim, config.vocab_size)
+        self.reset_parameters()
+
+    def forward(self, inputs: torch.Tensor) -> LMOutput:
+        h = self.encode(inputs)  # (B, T, d)
+        return LMOutput(self.decoder(h))  # (B, T, V)

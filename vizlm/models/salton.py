@@ -1,0 +1,51 @@
+"""Attentive LM (Salton et al., 2017).
+
+Memory ``[h_0, h_1, ..., h_{t-1}]``; context ``c_t = sum_i a_ti h_i`` with scores
+``single(h_i) = v . tanh(W_s h_i)`` or ``combined(h_i, h_t) = v . tanh(W_s h_i + W_q h_t)``;
+``h'_t = tanh(W_c [h_t; c_t] + b_c)`` and ``P = softmax(W h'_t + b)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from vizlm.models.base import BaseConfig, LMOutput, RecurrentLM, masked_softmax, memory_of, slot_mask
+
+SCORES = ("single", "combined")
+
+
+@dataclass
+class SaltonConfig(BaseConfig):
+    score: str = "combined"  # single | combined
+
+    def __post_init__(self) -> None:
+        if self.score not in SCORES:
+            raise ValueError(f"unknown score {self.score!r}; valid: {', '.join(SCORES)}")
+
+
+class SaltonLM(RecurrentLM):
+    def __init__(self, config: SaltonConfig):
+        super().__init__(config)
+        d = config.hidden_dim
+        self.w_s = nn.Linear(d, d, bias=False)
+        self.w_q = nn.Linear(d, d, bias=False) if config.score == "combined" else None
+        self.v = nn.Linear(d, 1, bias=False)
+        self.w_c = nn.Linear(2 * d, d)
+        self.decoder = nn.Linear(d, config.vocab_size)
+        self.reset_parameters()
+
+    def forward(self, inputs: torch.Tensor) -> LMOutput:
+        h = self.encode(inputs)  # (B, T, d)
+        T = h.shape[1]
+        mem = memory_of(h)  # (B, S, d)
+        pre = self.w_s(mem)[:, None, :, :]  # (B, 1, S, d)
+        if self.w_q is not None:
+            pre = pre + self.w_q(h)[:, :, None, :]  # (B, T, S, d)
+        scores = self.v(torch.tanh(pre)).squeeze(-1).expand(-1, T, -1)  # (B, T, S)
+        alpha = masked_softmax(scores, slot_mask(T, device=h.device))  # (B, T, S)
+        context = alpha @ mem  # (B, T, d)
+        h_prime = torch.tanh(self.w_c(torch.cat([h, context], -1)))  # (B, T, d)
+        return LMOutput(self.decoder(self.drop(h_prime)), alpha)

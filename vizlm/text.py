@@ -1,0 +1,133 @@
+"""Normalisation and tokenisation shared by corpora and user text.
+
+One normalisation is applied to every token the models ever see, whether it came
+from a corpus file or from a sentence typed into the app: Unicode NFKC, lowercase,
+and numbers mapped to ``N`` (as in Mikolov's Penn Treebank LM data).
+
+The free-text tokenizer splits punctuation the way the Brown corpus does: quotes
+become ````/``''``, sentence punctuation is split off, but word-internal
+apostrophes and hyphens stay (Brown keeps ``didn't`` and ``Atlanta's`` whole) and
+known abbreviations keep their period (``Mr.``, ``U.S.``). Every token keeps its
+character offsets into the original string so the app can highlight the text the
+user typed.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+NUMBER = "N"
+_NUMBER_RE = re.compile(r"[-+]?\d[\d.,:/\-]*(?:s|st|nd|rd|th)?")
+# Characters peeled off the edges of a whitespace-separated chunk.
+_EDGE_PUNCT = set("\"'`“”‘’«»()[]{}<>,;:!?.…—–")
+_SPLIT_INSIDE = re.compile(r"(--|—|–|…|\.\.\.)")
+# Runs of CJK characters have no spaces: each character is its own token.
+_CJK_RE = re.compile(
+    "[\u2e80-\u2fdf\u3000-\u303f\u3040-\u30ff\u3100-\u312f\u3400-\u4dbf"
+    "\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef\U00020000-\U0002fa1f]"
+)
+DEFAULT_ABBREVIATIONS = frozenset(
+    "mr. mrs. ms. dr. st. jr. sr. co. inc. ltd. corp. u.s. u.n. etc. vs. no. fig. "
+    "p.m. a.m. mt. gen. gov. sen. rep. rev. prof. lt. col. capt. sgt. jan. feb. "
+    "mar. apr. aug. sept. sep. oct. nov. dec. ft. e.g. i.e.".split()
+)
+
+
+def normalize(token: str) -> str:
+    """The one normalisation: NFKC, lowercase, numbers -> ``N``."""
+    token = unicodedata.normalize("NFKC", token).lower()
+    if _NUMBER_RE.fullmatch(token):
+        return NUMBER
+    return token
+
+
+@dataclass(frozen=True)
+class Token:
+    """A token of user text: its surface form, normalised form and offsets."""
+
+    text: str  # as typed (possibly rewritten quote, e.g. `` for ")
+    norm: str  # what the model reads
+    start: int  # character offset into the original string
+    end: int
+
+
+def _quote(ch: str, opening: bool) -> str:
+    if ch in "\"“”«»":
+        return "``" if opening else "''"
+    if ch in "'‘’`":
+        return "`" if opening else "'"
+    return ch
+
+
+def _split_chunk(chunk: str, start: int, abbreviations: frozenset[str]) -> list[tuple[str, int, int]]:
+    """Split one whitespace-free chunk into (surface, start, end) pieces."""
+    out: list[tuple[str, int, int]] = []
+    # CJK characters and inner dashes/ellipses break a chunk into parts first.
+    parts: list[tuple[str, int]] = []
+    pos = 0
+    for m in re.finditer(_CJK_RE.pattern + "|" + _SPLIT_INSIDE.pattern, chunk):
+        if m.start() > pos:
+            parts.append((chunk[pos : m.start()], start + pos))
+        parts.append((m.group(0), start + m.start()))
+        pos = m.end()
+    if pos < len(chunk):
+        parts.append((chunk[pos:], start + pos))
+    for text, s in parts:
+        if _CJK_RE.fullmatch(text) or _SPLIT_INSIDE.fullmatch(text):
+            out.append((text, s, s + len(text)))
+            continue
+        lead: list[tuple[str, int, int]] = []
+        trail: list[tuple[str, int, int]] = []
+        i, j = 0, len(text)
+        while i < j and text[i] in _EDGE_PUNCT:
+            lead.append((_quote(text[i], True), s + i, s + i + 1))
+            i += 1
+        while j > i and text[j - 1] in _EDGE_PUNCT:
+            core = text[i:j]
+            if text[j - 1] == "." and (core.lower() in abbreviations or re.fullmatch(r"(?:[A-Za-z]\.)+", core)):
+                break  # "Mr." and "U.S." keep their period, as in Brown
+            if text[j - 1] in "'’" and core[:-1].lower().endswith("s") and len(core) > 2 and not lead:
+                break  # plural possessive: "taxpayers'" is one Brown token
+            trail.append((_quote(text[j - 1], False), s + j - 1, s + j))
+            j -= 1
+        out.extend(lead)
+        if j > i:
+            out.append((text[i:j], s + i, s + j))
+        out.extend(reversed(trail))
+    return out
+
+
+def tokenize(text: str, abbreviations: frozenset[str] = DEFAULT_ABBREVIATIONS) -> list[Token]:
+    """Tokenise free text like the Brown corpus, keeping character offsets.
+
+    >>> [t.norm for t in tokenize('He said "it costs $5." Mr. Lee didn\\'t.')]
+    ['he', 'said', '``', 'it', 'costs', '$5', '.', "''", 'mr.', 'lee', "didn't", '.']
+    """
+    tokens: list[Token] = []
+    for m in re.finditer(r"\S+", text):
+        for surface, s, e in _split_chunk(m.group(0), m.start(), abbreviations):
+            tokens.append(Token(surface, normalize(surface), s, e))
+    return tokens
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split a paragraph into sentences at . ! ? followed by space and a capital/quote.
+
+    Deliberately simple (used for ``--text-file`` paragraphs); abbreviations such
+    as "Mr." do not end a sentence.
+    """
+    pieces: list[str] = []
+    start = 0
+    for m in re.finditer(r"[.!?]['\"”’)]*\s+(?=[\"“‘'(]?[A-Z0-9])", text):
+        candidate = text[start : m.end()].strip()
+        last_word = candidate.split()[-1].lower() if candidate.split() else ""
+        if last_word in DEFAULT_ABBREVIATIONS or re.fullmatch(r"(?:[a-z]\.)+", last_word):
+            continue
+        pieces.append(candidate)
+        start = m.end()
+    rest = text[start:].strip()
+    if rest:
+        pieces.append(rest)
+    return pieces
