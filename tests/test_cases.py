@@ -1,0 +1,290 @@
+"""Case rules on hand-built attention, the tagger, collocations, and corpus_cases on a tiny model."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from vizlm.analysis import SentenceAnalysis, analyze_tokens
+from vizlm.cases import LABELS, Case, _analyses, corpus_cases, label_cases, stem, tag_tokens
+from vizlm.checkpoint import Checkpoint
+from vizlm.data import EOS, Vocab, load_corpus
+from vizlm.models import build_model
+from vizlm.resources import Collocations, collocation_rows, load_collocations
+from vizlm.tagger import Tagger, load_tagger, simplify_tag, train_counts
+
+COLLOCATIONS = Collocations({("more", "than", 2): (166, 6.13), ("on", "the", 2): (900, 0.5), ("in", "of", 2): (3, 7.0)})
+
+
+def make_sa(sentence: str, tags: str | None, focus: dict[int, int], weight: float = 0.8) -> SentenceAnalysis:
+    """A SentenceAnalysis whose row ``t`` puts ``weight`` on the slot of token ``focus[t]``.
+
+    All other weight sits on slot 0 (``<s>``), which label_cases skips, so each row
+    has exactly one highlighted word.
+    """
+    words = sentence.split()
+    n = len(words)
+    T = n + 1
+    attention = np.zeros((T, T))
+    attention[:, 0] = 1.0
+    for t, a in focus.items():
+        assert 0 <= a <= t - 2, "row t can only see tokens up to t - 2"
+        attention[t, a + 2] = weight
+        attention[t, 0] = 1.0 - weight
+    return SentenceAnalysis(
+        model="hand-built",
+        text=sentence,
+        tokens=words,
+        norms=words,
+        offsets=[(0, 0)] * n,
+        unk=[False] * n,
+        targets=words + [EOS],
+        logprobs=np.full(T, -1.0),
+        top_words=[["the"]] * T,
+        top_probs=np.full((T, 1), 0.5),
+        attention=attention,
+        gates=None,
+        tags=tags.split() if tags else None,
+    )
+
+
+def only_case(sa: SentenceAnalysis, collocations=COLLOCATIONS) -> Case:
+    cases = label_cases(sa, collocations=collocations)
+    assert len(cases) == 1, cases
+    return cases[0]
+
+
+# --------------------------------------------------------------------------- trigger
+def test_trigger_same_word_and_same_stem():
+    c = only_case(make_sa("the market fell and the market rose", "at nn vbd cc at nn vbd", {5: 1}))
+    assert c.word == "market" and c.attended == "market" and c.slot == 3 and c.token == 1
+    assert "trigger" in c.labels and "same word" in c.evidence["trigger"]
+    c = only_case(make_sa("the tax rose and new taxes", "at nn vbd cc jj nns", {5: 1}))
+    assert c.labels == ["trigger"] and "stem 'tax-'" in c.evidence["trigger"]
+    assert stem("studies") == stem("study") and stem("stopped") == stem("stop") and stem("taxes") != stem("tan")
+
+
+def test_trigger_pronoun_refers_back():
+    c = only_case(make_sa("the workers said that they", "at nns vbd cs ppss", {4: 1}))
+    assert c.labels == ["trigger"] and "plural noun 'workers'" in c.evidence["trigger"]
+    c = only_case(make_sa("mrs. williams had a list which she", "np np hvd at nn wdt pps", {6: 1}))
+    assert "trigger" in c.labels and "williams" in c.evidence["trigger"]
+
+
+def test_no_trigger_for_function_words_or_disagreeing_pronouns():
+    assert only_case(make_sa("the market fell and the dog", "at nn vbd cc at nn", {4: 0})).labels == []
+    assert "trigger" not in only_case(make_sa("the workers said that he", "at nns vbd cs pps", {4: 1})).labels
+    assert "trigger" not in only_case(make_sa("the president said that it", "at nn vbd cs pps", {4: 1})).labels
+    assert "trigger" not in only_case(make_sa("the man met the woman and she", "at nn vbd at nn cc pps", {6: 1})).labels
+
+
+# --------------------------------------------------------------------------- grammar
+def test_grammar_agreement_determiner_and_auxiliary():
+    c = only_case(make_sa("the dogs in the yard are", "at nns in at nn ber", {5: 1}))
+    assert c.labels == ["grammar"] and "plural subject 'dogs' agrees with 'are'" in c.evidence["grammar"]
+    c = only_case(make_sa("the dog in the yard is", "at nn in at nn bez", {5: 1}))
+    assert "singular subject 'dog'" in c.evidence["grammar"]
+    c = only_case(make_sa("he saw the old red house", "pps vbd at jj jj nn", {5: 2}))
+    assert c.labels == ["grammar"] and "determiner 'the'" in c.evidence["grammar"]
+    c = only_case(make_sa("it has already gone", "pps hvz rb vbn", {3: 1}))
+    assert "past participle 'gone'" in c.evidence["grammar"]
+    c = only_case(make_sa("we could not see", "ppss md * vb", {3: 1}))
+    assert "modal 'could' takes the bare verb 'see'" in c.evidence["grammar"]
+
+
+def test_no_grammar_without_a_dependency():
+    # a singular noun when predicting "are": number disagrees
+    assert only_case(make_sa("the dog in the yard are", "at nn in at nn ber", {5: 1})).labels == []
+    # a nearer subject pronoun takes the verb
+    assert only_case(make_sa("the war , i think he is", "at nn , ppss vb pps bez", {6: 1})).labels == []
+    # "a ... dogs": number disagrees; "the man saw dogs": a verb ends the noun phrase
+    assert only_case(make_sa("he saw a big dogs", "pps vbd at jj nns", {4: 2})).labels == []
+    assert only_case(make_sa("the man saw dogs", "at nn vbd nns", {3: 0})).labels == []
+    # a modal and a bare verb, but a whole clause between them
+    assert only_case(make_sa("we could see the dogs run", "ppss md vb at nns vb", {5: 1})).labels == []
+
+
+# --------------------------------------------------------------------------- phrase
+def test_phrase_from_collocations():
+    c = only_case(make_sa("we need more time than", "ppss vb ap nn cs", {4: 2}))
+    assert c.labels == ["phrase"] and "166 times" in c.evidence["phrase"] and "'more time than'" in c.evidence["phrase"]
+
+
+def test_no_phrase_at_other_distance_low_pmi_or_rare_pair():
+    assert only_case(make_sa("we need more of the time than", "ppss vb ap in at nn cs", {6: 2})).labels == []
+    assert only_case(make_sa("he sat on a the", "pps vbd in at at", {4: 2})).labels == []  # PMI 0.5 < 4
+    assert only_case(make_sa("he was in front of", "pps bedz in nn in", {4: 2})).labels == []  # seen 3 times < 5
+    no_stats = Collocations({})
+    assert only_case(make_sa("we need more time than", "ppss vb ap nn cs", {4: 2}), collocations=no_stats).labels == []
+
+
+def test_collocation_rows_compute_pmi_and_are_sorted():
+    sents = [["a", "b", "x", "c"]] * 3 + [["d", "e", "f", ","]] * 3
+    rows = collocation_rows(sents)
+    assert rows == sorted(rows)
+    by_key = {(x, y, d): (c, float(p)) for x, y, d, c, p in rows}
+    # c(a)=c(c)=3, N=24, N_2 = 6 sentences * 2 pairs = 12, c_2(a, x)=3: PMI = log2((3/12) / (3/24)^2) = 4
+    assert by_key[("a", "x", 2)] == (3, 4.0)
+    assert ("e", ",", 2) not in by_key  # punctuation is left out
+    assert all(1 <= d <= 4 for _x, _y, d, _c, _p in rows)
+
+
+def test_bundled_collocations_file():
+    col = load_collocations()
+    assert col is not None and len(col) > 10_000
+    hit = col.get("more", "than", 2)
+    assert hit.count >= 100 and hit.pmi > 5
+    assert col.get("than", "more", 2) is None
+    c = only_case(make_sa("we had to come to grips", "ppss hvd to vb in nns", {5: 3}), collocations=None)
+    assert "phrase" in c.labels  # label_cases loads the bundled file by default
+
+
+# --------------------------------------------------------------------------- causal
+def test_causal_connective_between_or_attended():
+    sentence = "the insects were poisonous , so the task is a challenge"
+    c = only_case(make_sa(sentence, "at nns bed jj , cs at nn bez at nn", {10: 1}))
+    assert c.labels == ["causal"] and "connective 'so' lies between 'insects' and 'challenge'" in c.evidence["causal"]
+    c = only_case(make_sa("he left because the rain", "pps vbd cs at nn", {4: 2}))
+    assert "the attended 'because'" in c.evidence["causal"]
+    c = only_case(make_sa("the storm caused severe floods", "at nn vbd jj nns", {4: 1}))
+    assert "cause-effect verb 'caused'" in c.evidence["causal"]
+
+
+def test_no_causal_without_a_causal_connective():
+    # "so" as the qualifier of "so poisonous" (tag ql) is not causal
+    sa = make_sa("the insects were so poisonous that snakes", "at nns bed ql jj cs nns", {6: 1})
+    assert only_case(sa).labels == []
+    assert only_case(make_sa("the insects were there and the task", "at nns bed rb cc at nn", {6: 1})).labels == []
+    # "since" as a preposition of time (tag in) is not causal; as a conjunction (cs) it is
+    assert only_case(make_sa("he has lived here since the war", "pps hvz vbn rb in at nn", {6: 2})).labels == []
+    assert only_case(make_sa("he has lived here since the war", "pps hvz vbn rb cs at nn", {6: 2})).labels == ["causal"]
+    # the connective lies between, but the attended word is a function word
+    assert "causal" not in only_case(make_sa("the insects , so the task", "at nns , cs at nn", {5: 0})).labels
+
+
+# --------------------------------------------------------------------------- label_cases
+def test_label_cases_returns_every_highlight_and_skips_start_slots():
+    words = "the market fell and the market rose"
+    sa = make_sa(words, "at nn vbd cc at nn vbd", {5: 1, 6: 2, 7: 1}, weight=0.6)
+    cases = label_cases(sa, collocations=COLLOCATIONS)
+    assert [(c.target, c.token) for c in cases] == [(5, 1), (6, 2), (7, 1)]  # <s> slots (0.4 too) skipped
+    assert cases[1].labels == [] and cases[1].evidence == {}  # "rose" <- "fell": no rule
+    assert cases[2].word == EOS and cases[2].labels == []  # the </s> row is never labelled
+    doc = cases[0].to_dict()
+    assert {"target", "word", "slot", "token", "attended", "weight", "labels", "evidence"} <= set(doc)
+    assert json.loads(json.dumps(doc)) == doc and doc["weight"] == 0.6
+    assert label_cases(sa, threshold=0.7, collocations=COLLOCATIONS) == []
+    assert [c.token for c in label_cases(sa, top_k=1, collocations=COLLOCATIONS)] == [1, 2, 1]
+    targets = sa.to_dict()["targets"]
+    assert targets[5]["cases"][0]["labels"] == ["trigger"]
+
+
+def test_untagged_text_uses_the_tagger_and_penn_tags_are_retagged():
+    c = only_case(make_sa("he saw the old red house", None, {5: 2}))
+    assert c.labels == ["grammar"]
+    c = only_case(make_sa("he saw the old red house", "PRP VBD DT JJ JJ NN", {5: 2}))
+    assert c.labels == ["grammar"]
+
+
+# --------------------------------------------------------------------------- tagger
+def test_tagger_known_unknown_and_simplified_tags():
+    assert [simplify_tag(t) for t in ("nn-tl-hl", "np$", "md*", "fw-nns", "pps+bez", "jj-nc")] == [
+        "nn", "np$", "md*", "nns", "pps+bez", "jj",
+    ]
+    assert tag_tokens("the dogs are in the house .".split()) == ["at", "nns", "ber", "in", "at", "nn", "."]
+    tags = tag_tokens("the blorfications were zintered quickly .".split())
+    assert tags[1] == "nns" and tags[3] in ("vbn", "vbd") and tags[4] == "rb"  # suffix fallback
+    assert tag_tokens(["N", "people"])[0] == "cd"
+    assert tag_tokens(["我", "們"]) is None  # English only
+    assert tag_tokens(["the"], path="/nonexistent/tagger.json") is None
+
+
+def test_tagger_training_is_deterministic_and_learns_transitions():
+    sents = [["the", "dog", "runs"], ["a", "run", "ends"], ["the", "run"], ["dogs", "run"]]
+    tags = [["at", "nn", "vbz"], ["at", "nn", "vbz"], ["at", "nn-tl"], ["nns", "vb"]]
+    doc = train_counts(sents, tags)
+    again = train_counts(list(reversed(sents)), list(reversed(tags)))
+    assert json.dumps(doc, sort_keys=True) == json.dumps(again, sort_keys=True)
+    assert doc["lexicon"]["run"] == {"nn": 2, "vb": 1}
+    tagger = Tagger(doc)
+    assert tagger.tag(["the", "run"]) == ["at", "nn"] and tagger.tag(["dogs", "run"]) == ["nns", "vb"]
+    with pytest.raises(ValueError, match="tags"):
+        train_counts([["a", "b"]], [["at"]])
+
+
+def test_bundled_tagger_accuracy_on_valid():
+    tagger = load_tagger()
+    valid = load_corpus("brown", "valid")
+    right = total = 0
+    for words, gold in zip(valid.sentences[:300], valid.tags[:300]):
+        for p, g in zip(tagger.tag(words), gold):
+            right += p == simplify_tag(g)
+            total += 1
+    assert right / total > 0.93
+
+
+# --------------------------------------------------------------------------- corpus_cases
+@pytest.fixture(scope="module")
+def tiny_ckpt() -> Checkpoint:
+    torch.manual_seed(0)
+    vocab = Vocab.for_corpus("brown")
+    model = build_model("amsrn", vocab_size=len(vocab), emb_dim=8, hidden_dim=8)
+    return Checkpoint(model.eval(), vocab, "amsrn")
+
+
+def test_corpus_cases_on_a_tiny_model(tiny_ckpt):
+    torch.set_num_threads(1)
+    report = corpus_cases(tiny_ckpt, "brown", "test", threshold=0.05, limit=50, examples_per_label=3)
+    assert report.sentences == 50 and report.source == "brown/test"
+    assert set(report.counts) == set(LABELS) and report.pairs > report.labelled > 0
+    assert max(report.counts.values()) <= report.labelled <= sum(report.counts.values())
+    test = load_corpus("brown", "test")
+    for label, examples in report.examples.items():
+        assert len(examples) == min(3, report.counts[label])
+        weights = [e["weight"] for e in examples]
+        assert weights == sorted(weights, reverse=True)
+        for e in examples:
+            assert label in e["labels"] and isinstance(e["evidence"], str) and e["evidence"]
+            i = test.ids.index(e["sentence_id"])
+            assert i < 50 and test.sentences[i][e["token"]] == e["attended"]
+    doc = report.to_dict()
+    assert json.loads(json.dumps(doc, allow_nan=False)) == doc
+    assert math.isclose(doc["shares"]["grammar"], report.counts["grammar"] / report.pairs)
+    # the same numbers again (deterministic), and a higher threshold only removes pairs
+    assert corpus_cases(tiny_ckpt, "brown", "test", threshold=0.05, limit=50, examples_per_label=3).to_dict() == doc
+    assert corpus_cases(tiny_ckpt, "brown", "test", threshold=0.3, limit=50).pairs < report.pairs
+
+
+def test_corpus_cases_agrees_with_analyze_tokens(tiny_ckpt):
+    """The batched analyses give the labels of the one-sentence path, sentence by sentence."""
+    test = load_corpus("brown", "test")
+    expected = dict.fromkeys(LABELS, 0)
+    pairs = 0
+    for norms, tags in zip(test.sentences[:30], test.tags[:30]):
+        sa = analyze_tokens(tiny_ckpt, norms, tags=tags)
+        for case in label_cases(sa, threshold=0.1):
+            pairs += 1
+            for label in case.labels:
+                expected[label] += 1
+    report = corpus_cases(tiny_ckpt, "brown", "test", threshold=0.1, limit=30)
+    assert report.pairs == pairs and report.counts == expected and sum(expected.values()) > 0
+    batched = dict(_analyses(tiny_ckpt, test.sentences[:30], test.tags, None))
+    single = analyze_tokens(tiny_ckpt, test.sentences[7], tags=test.tags[7])
+    np.testing.assert_allclose(batched[7].attention, single.attention, atol=1e-6)
+    np.testing.assert_allclose(batched[7].logprobs, single.logprobs, atol=1e-4)
+    assert batched[7].targets == single.targets and batched[7].tags == single.tags
+
+
+def test_corpus_cases_on_given_sentences_and_without_attention(tiny_ckpt):
+    sents = [["the", "market", "fell", "and", "the", "market", "rose", "."]]
+    report = corpus_cases(tiny_ckpt, sentences=sents, ids=["line0"], threshold=0.0)
+    assert report.source == "text" and report.pairs == sum(range(1, 8))  # rows 2..8 see 1..7 word slots
+    assert report.examples["trigger"][0]["sentence_id"] == "line0"
+    vocab = tiny_ckpt.vocab
+    lstm = Checkpoint(build_model("lstm", vocab_size=len(vocab), emb_dim=8, hidden_dim=8).eval(), vocab, "lstm")
+    report = corpus_cases(lstm, "brown", "test", limit=5)
+    assert report.pairs == 0 and report.notes

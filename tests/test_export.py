@@ -1,0 +1,326 @@
+"""Figures and exports, parsed back: PNG header, SVG as XML, standalone HTML, CSV and JSON round trips.
+
+The analyses are built by hand (no model) and carry hostile tokens: a script
+payload, a spreadsheet formula, Chinese, an emoji and an out-of-vocabulary word.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import struct
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+
+import altair as alt
+import numpy as np
+import pandas as pd
+import pytest
+
+from vizlm import export, plots
+from vizlm.analysis import SentenceAnalysis
+
+PAYLOAD = "<script>alert(1)</script>"
+FORMULA = "=SUM(A1)"
+TOKENS = ["The", PAYLOAD, "猫", "🐈", FORMULA, "zyzzyva", "sat", "."]
+UNK_INDEX = 5
+
+
+def make_analysis(tokens=TOKENS, attention=True, gates=True, window=None, seed=0, model="kvp") -> SentenceAnalysis:
+    rng = np.random.default_rng(seed)
+    n = len(tokens)
+    T = n + 1
+    norms = [t.lower() for t in tokens]
+    unk = [i == UNK_INDEX for i in range(n)]
+    offsets, pos = [], 0
+    for t in tokens:
+        offsets.append((pos, pos + len(t)))
+        pos += len(t) + 1
+    att = None
+    if attention:
+        att = np.zeros((T, T))  # (T, S)
+        for r in range(T):
+            lo = 0 if window is None else max(0, r + 1 - window)
+            att[r, lo : r + 1] = rng.dirichlet(np.full(r + 1 - lo, 0.5))
+    k = 3
+    top_probs = np.sort(rng.dirichlet(np.ones(k), size=T), axis=1)[:, ::-1]
+    return SentenceAnalysis(
+        model=model,
+        text=" ".join(tokens),
+        tokens=list(tokens),
+        norms=norms,
+        offsets=offsets,
+        unk=unk,
+        targets=["<unk>" if u else w for w, u in zip(norms, unk)] + ["</s>"],
+        logprobs=np.log(rng.uniform(0.001, 0.9, size=T)),
+        top_words=[["the", "a", "<unk>"] for _ in range(T)],
+        top_probs=top_probs,
+        attention=att,
+        gates=rng.uniform(0, 1, size=(T, 6)) if gates else None,
+    )
+
+
+@pytest.fixture(scope="module")
+def sa() -> SentenceAnalysis:
+    return make_analysis()
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    assert data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+class TagCollector(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def parse_html(text: str) -> list[tuple[str, dict]]:
+    p = TagCollector()
+    p.feed(text)
+    return p.tags
+
+
+# --------------------------------------------------------------------------- charts
+
+
+def test_every_chart_builds_a_valid_spec(sa):
+    positions = pd.DataFrame({
+        "model": ["kvp"] * 3 + ["amsrn"] * 3,
+        "offset": [1, 2, 3] * 2,
+        "mean": [0.5, 0.3, 0.2, 0.4, 0.35, 0.25],
+        "lo": [0.45, 0.25, 0.15, 0.35, 0.3, 0.2],
+        "hi": [0.55, 0.35, 0.25, 0.45, 0.4, 0.3],
+        "count": [100] * 6,
+    })
+    table = pd.DataFrame({
+        "sentence_id": [0, 1, 2],
+        "text": ["a b", PAYLOAD, "c"],
+        "length": [2, 1, 1],
+        "ppl_a": [10.0, 200.0, float("inf")],
+        "ppl_b": [12.0, 150.0, 3.0],
+        "difference": [2.0, -50.0, float("nan")],
+        "log_ratio": [0.1, -0.2, float("nan")],
+    })
+    charts = [
+        plots.attention_heatmap(sa, threshold=0.3),
+        plots.attention_heatmap(sa, top_k=1),
+        plots.positions_chart(positions),
+        plots.comparison_scatter(table, "lstm", "kvp"),
+        plots.surprisal_chart([sa]),
+        plots.surprisal_chart([sa, make_analysis(seed=1, model="kvp")]),
+        plots.gates_chart(sa),
+        plots.gates_chart(sa, dims=True),
+    ]
+    for chart in charts:
+        assert isinstance(chart, alt.TopLevelMixin)
+        spec = chart.to_dict()  # validates against the Vega-Lite schema
+        assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
+    # the non-finite perplexity row cannot be drawn on a log axis and is dropped
+    scatter = charts[3].to_dict()
+    points = [d for name, d in scatter["datasets"].items() if any("sentence" in row for row in d)][0]
+    assert len(points) == 2
+    # two models with the same name stay apart
+    bars = charts[5].to_dict()
+    models = {row["model"] for rows in bars["datasets"].values() for row in rows}
+    assert models == {"kvp", "kvp (2)"}
+
+
+def test_heatmap_cells_axes_and_scale(sa):
+    spec = plots.attention_heatmap(sa, threshold=0.3).to_dict()
+    T = len(sa.targets)
+    (rows,) = spec["datasets"].values()
+    assert len(rows) == T * (T + 1) // 2  # causal: row r sees slots 0..r, future cells left out
+    rect = spec["layer"][0]["encoding"]
+    assert rect["color"]["scale"] == {"scheme": plots.SCHEME, "domain": [0.0, 1.0]}
+    assert rect["x"]["scale"]["domain"][:3] == ["0 <s>", "1 <s>", "2 the"]
+    assert rect["y"]["scale"]["domain"][0] == "2 the" and rect["y"]["scale"]["domain"][-1] == f"{T + 1} </s>"
+    assert {t["field"] for t in rect["tooltip"]} >= {"predicting", "attended", "weight"}
+    marked = [r for r in rows if r["highlighted"]]
+    assert marked and all(r["weight"] >= 0.3 for r in marked)
+    assert len(marked) == sum(1 for r in rows if r["weight"] >= 0.3)
+
+
+def test_heatmap_leaves_cells_outside_the_window_blank():
+    sa = make_analysis(window=3)
+    (rows,) = plots.attention_heatmap(sa).to_dict()["datasets"].values()
+    T = len(sa.targets)
+    assert len(rows) == sum(min(r + 1, 3) for r in range(T))
+    assert all(r["weight"] > 0 for r in rows)
+
+
+def test_charts_without_attention_or_gates_say_so():
+    lstm = make_analysis(attention=False, gates=False, model="lstm")
+    with pytest.raises(ValueError, match="no attention"):
+        plots.attention_heatmap(lstm)
+    with pytest.raises(ValueError, match="no selection gates"):
+        plots.gates_chart(lstm)
+    html_text = plots.highlighted_html(lstm, 2)
+    assert "has no attention" in html_text
+
+
+def test_html_palette_matches_the_chart_scheme():
+    """highlighted_html colours words in Python; they must match what Vega draws for the same weight."""
+    weights = [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0]
+    df = pd.DataFrame({"x": [str(w) for w in weights], "w": weights})
+    scale = alt.Scale(scheme=plots.SCHEME, domain=list(plots.WEIGHT_DOMAIN))
+    chart = alt.Chart(df).mark_rect().encode(x=alt.X("x:N", sort=None), color=alt.Color("w:Q", scale=scale, legend=None))
+    svg = export.chart_bytes(chart, "svg").decode()
+    drawn = [tuple(map(int, m)) for m in re.findall(r'fill="rgb\((\d+), (\d+), (\d+)\)"', svg)]
+    assert len(drawn) == len(weights)
+    for w, rgb in zip(weights, drawn):
+        ours = plots._rgb(plots.palette(w))
+        assert max(abs(a - b) for a, b in zip(ours, rgb)) <= 6, (w, ours, rgb)
+    assert plots.palette(5.0) == plots.palette(1.0)  # clipped
+    assert plots.text_colour(plots.palette(0.0)) == "#ffffff" and plots.text_colour(plots.palette(1.0)) == "#000000"
+
+
+# --------------------------------------------------------------------------- HTML fragments
+
+
+def test_highlighted_html_escapes_and_marks(sa):
+    target = 6  # predicting "sat": may attend to <s> and the six words before it
+    text = plots.highlighted_html(sa, target, threshold=None, top_k=2)
+    assert PAYLOAD not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    tags = parse_html(text)
+    assert "script" not in {t for t, _ in tags}
+    spans = [a for t, a in tags if t == "span" and "vz-tok" in a.get("class", "")]
+    assert len(spans) == len(sa.tokens)
+    assert "vz-target" in spans[target]["class"] and "outline" in spans[target]["style"]
+    assert "vz-unk" in spans[UNK_INDEX]["class"] and "not in vocabulary" in spans[UNK_INDEX]["title"]
+    assert "dashed" in spans[UNK_INDEX]["style"]
+    assert all("vz-future" in s["class"] for s in spans[target + 1 :])
+    # top-2: exactly the two heaviest allowed slots are coloured, with their weight in the tooltip
+    heavy = sorted(np.argsort(-sa.attention[target, : target + 1])[:2])
+    coloured = [a for t, a in tags if t == "span" and "background:" in a.get("style", "")]
+    assert len(coloured) == 2
+    for slot in heavy:
+        if slot >= 2:
+            assert "vz-attended" in spans[slot - 2]["class"]
+            assert f"attention {sa.attention[target, slot]:.3f}" in spans[slot - 2]["title"]
+    start = [a for t, a in tags if t == "span" and a.get("class") == "vz-start"]
+    assert len(start) == 1 and "sentence start" in start[0]["title"]
+    with pytest.raises(IndexError):
+        plots.highlighted_html(sa, len(sa.targets))
+
+
+def test_sentence_strip_html(sa):
+    text = plots.sentence_strip_html(sa, selected=1)
+    assert PAYLOAD not in text and "&lt;script&gt;" in text and "猫" in text and "🐈" in text
+    chips = [a for t, a in parse_html(text) if t == "span" and "vz-chip" in a.get("class", "")]
+    assert len(chips) == len(sa.targets)
+    assert "outline" in chips[1]["style"] and "not in vocabulary" in chips[UNK_INDEX]["title"]
+
+
+# --------------------------------------------------------------------------- exports
+
+
+def test_png_export_has_the_declared_size(sa):
+    chart = plots.attention_heatmap(sa, threshold=0.2)
+    w1, h1 = png_size(export.chart_bytes(chart, "png", scale=1.0))
+    assert 250 < w1 < 1200 and 250 < h1 < 1200, (w1, h1)
+    w2, h2 = png_size(export.export_analysis(sa, "png", threshold=0.2))  # the same chart at the default scale 2
+    assert (w2, h2) == (2 * w1, 2 * h1)
+
+
+def test_svg_export_is_xml_with_the_words(sa):
+    data = export.export_analysis(sa, "svg")
+    root = ET.fromstring(data)
+    assert root.tag.endswith("svg")
+    text = "".join(root.itertext())
+    for word in ["the", "猫", "🐈", FORMULA.lower(), PAYLOAD, "</s>"]:
+        assert word in text, word
+
+
+def test_html_export_is_standalone_and_safe(sa):
+    page = export.export_analysis(sa, "html").decode("utf-8")
+    assert page.startswith("<!DOCTYPE html>")
+    tags = parse_html(page)
+    scripts = [a for t, a in tags if t == "script"]
+    assert len(scripts) == 2 and not any("src" in a for a in scripts)
+    assert not any(t == "link" for t, _ in tags)
+    assert not re.search(r"<script[^>]*\bsrc\s*=", page, re.I)
+    assert page.count("</script>") == 2  # nothing in the data closes a script block early
+    assert PAYLOAD not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # in the sentence strip
+    assert "\\u003cscript\\u003ealert(1)\\u003c/script\\u003e" in page  # in the chart spec
+    assert "猫" in page and "🐈" in page and "vegaEmbed" in page
+    assert "Content-Security-Policy" in page
+
+
+def test_chart_html_without_attention_shows_surprisal():
+    lstm = make_analysis(attention=False, gates=False, model="lstm")
+    page = export.export_analysis(lstm, "html").decode()
+    assert "surprisal (bits)" in page
+    png_size(export.export_analysis(lstm, "png", scale=1.0))
+
+
+def test_csv_round_trip_neutralises_formulas(sa):
+    data = export.export_analysis(sa, "csv", threshold=0.3)
+    df = pd.read_csv(io.BytesIO(data), keep_default_na=False)
+    T = len(sa.targets)
+    assert len(df) == T * (T + 1) // 2
+    assert list(df.columns[:3]) == ["model", "target_index", "target"]
+    text_cells = [v for col in df.columns if df[col].dtype == object for v in df[col]]
+    assert not any(str(v).startswith(("=", "+", "-", "@", "\t", "\r")) for v in text_cells)
+    assert "'" + FORMULA.lower() in set(df["target"]) and "'" + FORMULA.lower() in set(df["attended"])
+    assert PAYLOAD in set(df["target"]) and "猫" in set(df["attended"])
+    assert df["weight"].between(0, 1).all()
+    assert set(df.loc[df["highlighted"], "weight"].round(9)) == set(df.loc[df["weight"] >= 0.3, "weight"].round(9))
+    row = df[(df["target_index"] == 3) & (df["slot"] == 2)].iloc[0]
+    assert row["weight"] == pytest.approx(sa.attention[3, 2]) and row["prob"] == pytest.approx(sa.probs[3])
+
+
+def test_csv_without_attention_has_one_row_per_target():
+    lstm = make_analysis(attention=False, gates=False, model="lstm")
+    df = pd.read_csv(io.BytesIO(export.export_analysis(lstm, "csv")))
+    assert len(df) == len(lstm.targets) and df["weight"].isna().all()
+
+
+def test_export_frame_neutralises_every_formula_start():
+    df = pd.DataFrame({
+        "text": ["=1+1", "+cmd|' /C calc'!A0", "-2+3", "@SUM(1)", "\tx", "\rx", "fine", "a=b"],
+        "number": [-1.5, 2, 3, 4, 5, 6, 7, float("nan")],
+    })
+    back = pd.read_csv(io.BytesIO(export.export_frame(df, "csv")))
+    assert list(back["text"][:6]) == ["'" + v for v in df["text"][:6]]
+    assert list(back["text"][6:]) == ["fine", "a=b"]
+    assert back["number"][0] == -1.5  # numbers stay numbers
+    records = json.loads(export.export_frame(df, "json"), parse_constant=_no_constants)
+    assert records[0]["text"] == "=1+1" and records[-1]["number"] is None  # JSON keeps text as is
+
+
+def _no_constants(name):
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def test_json_round_trip_has_no_nan(sa):
+    bad = make_analysis()
+    bad.logprobs = bad.logprobs.copy()
+    bad.logprobs[2] = -np.inf  # probability 0: infinite surprisal and perplexity
+    for analysis in (sa, bad):
+        data = export.export_analysis(analysis, "json", threshold=0.3)
+        d = json.loads(data.decode("utf-8"), parse_constant=_no_constants)
+        assert d["tokens"] == TOKENS and len(d["targets"]) == len(analysis.targets)
+        assert d["threshold"] == 0.3
+        t3 = d["targets"][3]
+        assert t3["attention"] == pytest.approx(list(analysis.attention[3, :4]))
+    assert d["targets"][2]["surprisal_bits"] is None and d["perplexity"] is None
+
+
+def test_formats_and_write_export(tmp_path, sa):
+    with pytest.raises(ValueError, match="png, svg, html, csv, json"):
+        export.export_analysis(sa, "pdf")
+    with pytest.raises(ValueError, match="csv, json"):
+        export.export_frame(pd.DataFrame({"a": [1]}), "png")
+    path = export.write_export(b"abc", tmp_path / "sub" / "out.csv")
+    assert path.read_bytes() == b"abc" and [p.name for p in path.parent.iterdir()] == ["out.csv"]
+    assert path.stat().st_mode & 0o644 == 0o644
+    export.write_export(b"de", path)  # overwrite in place
+    assert path.read_bytes() == b"de" and len(list(path.parent.iterdir())) == 1

@@ -1,0 +1,613 @@
+"""Why did the model look there? Rules that label attention highlights.
+
+The AMSRN paper (Liu & Lee) reads its attention maps by hand and finds four
+patterns when a word gets a large weight while another is predicted. This module
+turns them into explicit, documented rules. :func:`label_cases` takes every
+highlighted (target row, memory slot) pair of a :class:`~vizlm.analysis.SentenceAnalysis`
+(``sa.highlights(threshold, top_k)``; the two ``<s>`` slots are skipped) and returns
+one :class:`Case` per pair, **labelled or not**: ``labels`` may be empty, so the
+share of highlights the rules explain is visible. Each label comes with an
+evidence string saying which rule fired and on what.
+
+Notation: the target is ``w = tokens[t]`` (row ``t`` predicts it), the attended
+word is ``v = tokens[a]`` (slot ``a + 2``), ``d = t - a`` words apart. Because the
+current word ``tokens[t-1]`` is the query and not in memory, ``d >= 2``. The row
+that predicts ``</s>`` gets no labels. Tags are simplified Brown tags
+(:func:`vizlm.tagger.simplify_tag`): the gold tags of a Brown sentence, else the
+output of :func:`tag_tokens` (the bundled HMM tagger). Rules that need tags are
+skipped when there are none (for instance when ``data/brown/tagger.json`` is
+missing); the word-list rules still run.
+
+**trigger** -- the same information appears again.
+  (a) same word: ``v == w``, both content words (tag noun/verb/adjective/adverb,
+      or not in ``STOPWORDS`` when untagged; numbers ``N`` excluded):
+      "the *market* rose ... the *market*".
+  (b) same stem: :func:`stem` strips inflections (``-s``, ``-es``, ``-ies``,
+      ``-ed``, ``-ing``, possessive ``'s``; a doubled final consonant and a final
+      ``e`` are dropped, stems of 3+ letters): "*tax* ... *taxes*".
+  (c) same entity: a third-person pronoun target and an attended noun that
+      agrees in number and gender -- ``they/them/their`` with a plural noun
+      (``nns``, ``nps``); ``he/him/his`` or ``she/her`` with a proper noun
+      (``np``) or a person noun of that gender (``MALE``, ``FEMALE``, ``PERSON``
+      lists); ``it/its`` with a singular common noun that is not a person; or two
+      pronouns of the same family ("*he* ... *his*"). "the *workers* said
+      *they*". Two different proper nouns are not labelled: tags cannot tell
+      whether they name one entity.
+
+**causal** -- the attended word is a cause of what is predicted. A causal
+  connective from ``CONNECTIVES`` (because, so, therefore, since, thus, hence,
+  consequently, due to, as a result, ...) or a cause--effect verb from
+  ``CAUSE_VERBS`` (cause, lead to, result in, produce, bring about, trigger, give
+  rise to, causative *make*) lies in ``tokens[a:t]``, i.e. is the attended word or
+  lies between it and the target. The attended word must be a content word (or
+  the connective itself), and so must the target. Ambiguous words
+  are checked by tag: *so* counts as a conjunction (``cs``) or as a clause-initial
+  adverb, not as the qualifier of "so big" (``ql``); *since* only as a conjunction
+  (``cs``), not the preposition of "since 1960"; *make* only when an adjective or
+  bare verb follows within three words ("made the task *difficult*"). Without
+  tags, *so* and *since* always count and *make* never does.
+  "poisonous *insects* ... so the task is a *challenge*".
+
+**phrase** -- the attended word is an earlier part of a phrase that the target
+  completes: in Brown train, ``v`` is followed by ``w`` at exactly distance ``d``
+  at least ``PHRASE_MIN_COUNT`` (5) times with pointwise mutual information of at
+  least ``PHRASE_MIN_PMI`` (4 bits, i.e. 16 times more often than chance); see
+  :mod:`vizlm.resources` for the statistics (``data/brown/collocations.tsv``,
+  distances 1..4). "*more* ... than" (``more _ than``: 166 times, 6.1 bits),
+  "*come* to *grips*".
+
+**grammar** -- a grammatical dependency, by tags:
+  (a) subject--verb agreement: a plural subject (``nns``, ``nps``, *we*, *they*,
+      *you*) attended when predicting *are/were/have/do* (or a plural
+      present-tense verb ``vb``), a singular one (``nn``, ``np``, *he/she/it*)
+      for *is/was/has/does* or a ``vbz`` verb, *I* for *am/was/have/do*. Only
+      agreeing pairs are labelled, and only if no subject pronoun and no finite
+      verb lie between (they would be the nearer subject, or end the clause);
+      for *have/do/vb* no verb, modal or *to* may lie between either (else the
+      form is an infinitive: "they will *have*").
+      "the *jurors* ... *were*".
+  (b) determiner -> noun: an article or determiner (``at``, ``dt*``, ``abn``,
+      ``abx``, possessive ``pp$``/``wp$``, ``wdt``) attended when predicting a
+      noun of the noun phrase it opens: only adjectives, nouns, numbers,
+      qualifiers, adverbs and participles lie between, and the number agrees
+      (no *a ... dogs*, no *these ... dog*). "*the* grand *jury*".
+  (c) auxiliary -> verb form: a modal or infinitival *to* with a bare verb
+      ("*could* not *see*"), *have* with a past participle ("*has* already
+      *gone*"), *be* with a participle ("*was* quickly *taken*"), *do* with a bare
+      verb ("*did* they *know*"); only adverbs, *not* and subject pronouns lie
+      between.
+
+The rules are heuristics meant to make a highlight easy to read, not a parser:
+they can miss dependencies and can fire on coincidences. :func:`corpus_cases`
+counts the labels over a whole corpus split and keeps the strongest examples.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vizlm.analysis import DEFAULT_THRESHOLD, MAX_TOKENS, SentenceAnalysis
+from vizlm.checkpoint import Checkpoint
+from vizlm.data import EOS, UNK, iter_batches
+from vizlm.resources import Collocations, load_collocations
+from vizlm.tagger import simplify_tag, tag_tokens
+
+__all__ = ["LABELS", "Case", "CaseReport", "label_cases", "corpus_cases", "tag_tokens", "stem"]
+
+LABELS = ("trigger", "causal", "phrase", "grammar")
+PHRASE_MIN_PMI = 4.0  # bits
+PHRASE_MIN_COUNT = 5
+
+STOPWORDS = frozenset(
+    """a an the this that these those some any no every each either neither all both half another such
+    what which who whom whose whatever whichever i me my mine myself we us our ours ourselves you your yours
+    yourself yourselves he him his himself she her hers herself it its itself they them their theirs
+    themselves one ones there here of to in on at by for with from into onto upon about above below over
+    under after before between through during without within among against toward towards around across
+    along than as like and or but nor if so because since while when where why how though although unless
+    until whether then also not n't only just very too quite rather more most less least much many few
+    be am is are was were been being have has had having do does did done doing will would shall should
+    can could may might must ought 's 're 've 'll 'd 'm""".split()
+)
+CONTENT_TAGS = frozenset("nn nns np nps nr nrs jj jjr jjs jjt vb vbd vbg vbn vbz rb rbr rbt od".split())
+
+# --- trigger (c): pronoun families, (number, gender); gender None = any, "n" = neuter
+PRONOUNS = {
+    **dict.fromkeys(("he", "him", "his", "himself"), ("sg", "m")),
+    **dict.fromkeys(("she", "her", "hers", "herself"), ("sg", "f")),
+    **dict.fromkeys(("it", "its", "itself"), ("sg", "n")),
+    **dict.fromkeys(("they", "them", "their", "theirs", "themselves"), ("pl", None)),
+}
+MALE = frozenset(
+    "man boy father son brother husband king mr. sir gentleman uncle nephew grandfather priest monk "
+    "lord prince duke bishop fellow guy businessman chairman congressman spokesman".split()
+)
+FEMALE = frozenset(
+    "woman girl mother daughter sister wife queen mrs. miss ms. lady aunt niece grandmother nun "
+    "princess duchess actress waitress widow bride".split()
+)
+PERSON = frozenset(
+    "person child baby friend president governor senator judge doctor teacher officer student player "
+    "author writer artist leader member worker citizen owner manager director secretary minister "
+    "official lawyer soldier captain general reporter patient neighbor husband wife parent".split()
+) | MALE | FEMALE
+
+# --- causal
+CONNECTIVES: tuple[tuple[str, ...], ...] = (
+    ("because",), ("therefore",), ("thus",), ("hence",), ("consequently",), ("accordingly",),
+    ("so",), ("since",), ("due", "to"), ("owing", "to"), ("thanks", "to"), ("as", "a", "result"),
+    ("as", "a", "consequence"), ("for", "this", "reason"), ("that's", "why"), ("that", "is", "why"),
+)
+CAUSE_VERBS: tuple[tuple[str, ...], ...] = (
+    ("cause",), ("causes",), ("caused",), ("causing",),
+    ("lead", "to"), ("leads", "to"), ("led", "to"), ("leading", "to"),
+    ("result", "in"), ("results", "in"), ("resulted", "in"), ("resulting", "in"),
+    ("produce",), ("produces",), ("produced",), ("producing",),
+    ("bring", "about"), ("brings", "about"), ("brought", "about"), ("bringing", "about"),
+    ("trigger",), ("triggers",), ("triggered",), ("triggering",),
+    ("give", "rise", "to"), ("gives", "rise", "to"), ("gave", "rise", "to"), ("given", "rise", "to"),
+    ("make",), ("makes",), ("made",), ("making",),
+)
+_MAKE = frozenset(("make", "makes", "made", "making"))
+
+# --- grammar
+_SG_VERBS = frozenset("is isn't has hasn't does doesn't".split())
+_WAS = frozenset(("was", "wasn't"))
+_PL_BE = frozenset("are aren't were weren't".split())
+_BASE = frozenset("have haven't do don't".split())
+DETERMINER_TAGS = frozenset("at dt dti dts dtx abn abx pp$ wp$ wdt".split())
+NOUN_TAGS = frozenset("nn nns np nps nn$ nns$ np$ nps$".split())
+_NP_INSIDE = frozenset("jj jjr jjs jjt nn nns np nps cd od ap ql rb vbn vbg `` ''".split())
+_SG_DETERMINERS = frozenset("a an another each every this that".split())
+_PL_DETERMINERS = frozenset("these those both".split())
+_SUBJECT_PRONOUNS = frozenset("i we you they he she it".split())
+_FINITE = frozenset("vbd vbz md bez bedz ber bed bem hvz hvd doz dod".split())
+_AUX_GAP = frozenset("rb rbr rbt * ql pps ppss".split())
+_WORD = re.compile(r".*[^\W\d_].*")  # contains a letter
+
+
+# --------------------------------------------------------------------------- helpers
+def stem(word: str) -> str:
+    """A small inflectional stemmer: ``taxes``/``tax`` -> ``tax``, ``running``/``run`` -> ``run``.
+
+    >>> [stem(w) for w in ("taxes", "studies", "stopped", "making", "make", "jury's", "dogs")]
+    ['tax', 'study', 'stop', 'mak', 'mak', 'jury', 'dog']
+    """
+    w = word.lower()
+    for suffix in ("'s", "s'", "'"):
+        if w.endswith(suffix) and len(w) > len(suffix) + 1:
+            w = w[: -len(suffix)]
+            break
+    if len(w) > 4 and w.endswith(("ies", "ied")):
+        w = w[:-3] + "y"
+    elif w.endswith("sses"):
+        w = w[:-2]
+    elif len(w) > 4 and w.endswith("es") and w[:-2].endswith(("s", "x", "z", "ch", "sh")):
+        w = w[:-2]
+    elif len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):
+        w = w[:-1]
+    elif len(w) > 5 and w.endswith("ing"):
+        w = w[:-3]
+    elif len(w) > 4 and w.endswith("ed"):
+        w = w[:-2]
+    if len(w) > 3 and w[-1] == w[-2] and w[-1] not in "aeiou":
+        w = w[:-1]  # stopp -> stop, runn -> run
+    if len(w) > 3 and w.endswith("e"):
+        w = w[:-1]  # make -> mak, like making
+    return w
+
+
+def _base(tag: str | None) -> str:
+    """``np$`` -> ``np``, ``md*`` -> ``md``; the negation tag ``*`` stays ``*``."""
+    return (tag or "").rstrip("$*") or (tag or "")
+
+
+class _Sentence:
+    """Words and tags of one analysis, shared by the rules."""
+
+    def __init__(self, sa: SentenceAnalysis, collocations: Collocations | None):
+        self.words = list(sa.norms)
+        self.tags = _rule_tags(sa)
+        self.collocations = collocations
+
+    def tag(self, i: int) -> str | None:
+        return None if self.tags is None else self.tags[i]
+
+    def is_content(self, i: int) -> bool:
+        w = self.words[i]
+        if not _WORD.fullmatch(w) or w == "N":
+            return False
+        if self.tags is not None:
+            return _base(self.tags[i]) in CONTENT_TAGS and w not in STOPWORDS
+        return w not in STOPWORDS
+
+    def span(self, a: int, t: int) -> str:
+        return " ".join(self.words[a : t + 1])
+
+
+def _rule_tags(sa: SentenceAnalysis) -> list[str] | None:
+    """Simplified Brown tags for the rules: the gold tags if they are Brown tags, else the tagger's."""
+    tags = sa.tags
+    if tags and len(tags) == len(sa.norms):
+        if set(tags) == {"-"}:  # Sinica: characters, no tags
+            return None
+        if all(t == t.lower() for t in tags):
+            return [simplify_tag(t) for t in tags]
+    return tag_tokens(sa.norms)  # Penn Treebank tags (WSJ) or none: tag like typed text
+
+
+# --------------------------------------------------------------------------- rules
+def _trigger(s: _Sentence, t: int, a: int) -> str | None:
+    w, v = s.words[t], s.words[a]
+    if s.is_content(t) and s.is_content(a):
+        if w == v:
+            return f"'{w}' repeats '{v}' (same word)"
+        sw = stem(w)
+        if len(sw) >= 3 and sw == stem(v):
+            return f"'{v}' and '{w}' share the stem '{sw}-'"
+    if w not in PRONOUNS:
+        return None
+    number, gender = PRONOUNS[w]
+    if v in PRONOUNS:
+        if PRONOUNS[v] == (number, gender):
+            return f"'{v}' and '{w}' are pronouns of the same family (same referent)"
+        return None
+    tag = s.tag(a)
+    noun = tag.rstrip("$") if tag else None
+    if number == "pl":
+        if noun in ("nns", "nps"):
+            return f"plural pronoun '{w}' can refer back to the plural noun '{v}'"
+        return None
+    if gender == "n":
+        if noun == "nn" and v not in PERSON:
+            return f"pronoun '{w}' can refer back to the singular noun '{v}'"
+        return None
+    people = MALE if gender == "m" else FEMALE
+    other = FEMALE if gender == "m" else MALE
+    if v in people or (v in PERSON and v not in other):
+        return f"pronoun '{w}' can refer back to '{v}' (a person noun of matching gender)"
+    if noun == "np" and v not in other:
+        return f"pronoun '{w}' can refer back to the name '{v}' (singular proper noun)"
+    return None
+
+
+def _find(words: list[str], patterns, lo: int, hi: int):
+    """Every ``(start, pattern)`` with ``pattern`` wholly inside ``words[lo:hi]``, left to right."""
+    for i in range(lo, hi):
+        for pattern in patterns:
+            if words[i : i + len(pattern)] == list(pattern) and i + len(pattern) <= hi:
+                yield i, pattern
+
+
+def _causal_ok(s: _Sentence, i: int, pattern: tuple[str, ...], t: int) -> bool:
+    """Tag checks for ambiguous connectives (see the module docstring)."""
+    word, tag = pattern[0], s.tag(i)
+    if tag is None:
+        return word not in _MAKE  # causative make needs tags
+    if word == "so":
+        if tag == "cs":
+            return True
+        return tag == "rb" and (i == 0 or s.words[i - 1] in (",", ";", ":", "and", "--", "."))
+    if word == "since":
+        return tag == "cs"
+    if word in _MAKE:
+        return any(_base(s.tag(j)) in ("jj", "jjr", "vb") for j in range(i + 1, min(i + 4, t + 1)))
+    return True
+
+
+def _causal(s: _Sentence, t: int, a: int) -> str | None:
+    w, v = s.words[t], s.words[a]
+    if not s.is_content(t):
+        return None
+    for kind, patterns in (("causal connective", CONNECTIVES), ("cause-effect verb", CAUSE_VERBS)):
+        for i, pattern in _find(s.words, patterns, a, t):
+            if not _causal_ok(s, i, pattern, t):
+                continue
+            phrase = " ".join(pattern)
+            if i == a:
+                return f"the attended '{v}' is a {kind} ('{phrase}' ... '{w}')"
+            if s.is_content(a):
+                return f"{kind} '{phrase}' lies between '{v}' and '{w}'"
+    return None
+
+
+def _phrase(s: _Sentence, t: int, a: int) -> str | None:
+    if s.collocations is None:
+        return None
+    w, v, d = s.words[t], s.words[a], t - a
+    hit = s.collocations.get(v, w, d)
+    if hit is None or hit.count < PHRASE_MIN_COUNT or hit.pmi < PHRASE_MIN_PMI:
+        return None
+    return (
+        f"'{s.span(a, t)}': '{v}' is followed by '{w}' {d} words later {hit.count} times "
+        f"in Brown train, PMI {hit.pmi:.1f} bits"
+    )
+
+
+def _subject_number(word: str, tag: str | None) -> str | None:
+    if word == "i":
+        return "1sg"
+    if word == "you":
+        return "2" if tag in (None, "ppss") else None
+    if word in ("we", "they") or tag in ("nns", "nps"):
+        return "pl"
+    if word in ("he", "she", "it") or tag in ("nn", "np", "pn"):
+        return "sg"
+    return None
+
+
+def _no_verb_between(s: _Sentence, a: int, t: int) -> bool:
+    return all(
+        s.words[j] != "to" and not _base(s.tag(j)).startswith(("vb", "be", "hv", "do", "md", "to"))
+        for j in range(a + 1, t)
+    )
+
+
+def _agreement(s: _Sentence, t: int, a: int) -> str | None:
+    w, v, tag = s.words[t], s.words[a], s.tag(t)
+    number = _subject_number(v, s.tag(a))
+    if number is None:
+        return None
+    for j in range(a + 1, t):  # a nearer subject pronoun or a finite verb: not the subject of w
+        if s.words[j] in _SUBJECT_PRONOUNS or _base(s.tag(j)) in _FINITE:
+            return None
+    if w in _SG_VERBS or (tag or "").startswith("vbz"):
+        allowed = {"sg"}
+    elif w in _WAS:
+        allowed = {"sg", "1sg"}
+    elif w == "am":
+        allowed = {"1sg"}
+    elif w in _PL_BE:
+        allowed = {"pl", "2"}
+    elif (w in _BASE or tag == "vb") and _no_verb_between(s, a, t):
+        allowed = {"pl", "1sg", "2"}
+    else:
+        return None
+    if number not in allowed:
+        return None
+    kind = {"sg": "singular", "pl": "plural", "1sg": "first-person", "2": "second-person"}[number]
+    return f"subject-verb agreement: {kind} subject '{v}' agrees with '{w}'"
+
+
+def _determiner(s: _Sentence, t: int, a: int) -> str | None:
+    w, v = s.words[t], s.words[a]
+    dtag, ntag = s.tag(a), s.tag(t)
+    if dtag not in DETERMINER_TAGS or ntag not in NOUN_TAGS:
+        return None
+    if not all(s.tag(j) in _NP_INSIDE for j in range(a + 1, t)):
+        return None
+    plural = ntag.rstrip("$") in ("nns", "nps")
+    if (plural and v in _SG_DETERMINERS) or (not plural and v in _PL_DETERMINERS):
+        return None
+    return f"determiner '{v}' opens the noun phrase '{s.span(a, t)}' that '{w}' belongs to"
+
+
+def _auxiliary(s: _Sentence, t: int, a: int) -> str | None:
+    w, v = s.words[t], s.words[a]
+    atag, vtag = _base(s.tag(a)), _base(s.tag(t))
+    if not atag or not all(_base(s.tag(j)) in _AUX_GAP for j in range(a + 1, t)):
+        return None
+    if (atag == "md" or atag == "to") and vtag in ("vb", "be", "hv", "do"):
+        what = "modal" if atag == "md" else "infinitival"
+        return f"{what} '{v}' takes the bare verb '{w}'"
+    if atag.startswith("hv") and vtag in ("vbn", "ben"):
+        return f"auxiliary '{v}' (have) takes the past participle '{w}'"
+    if atag.startswith("be") and vtag in ("vbg", "vbn"):
+        return f"auxiliary '{v}' (be) takes the participle '{w}'"
+    if atag.startswith("do") and vtag == "vb":
+        return f"auxiliary '{v}' (do) takes the bare verb '{w}'"
+    return None
+
+
+def _grammar(s: _Sentence, t: int, a: int) -> str | None:
+    found = [ev for rule in (_agreement, _determiner, _auxiliary) if (ev := rule(s, t, a))]
+    return "; ".join(found) or None
+
+
+RULES = {"trigger": _trigger, "causal": _causal, "phrase": _phrase, "grammar": _grammar}
+assert tuple(RULES) == LABELS
+
+
+# --------------------------------------------------------------------------- cases
+@dataclass
+class Case:
+    """One highlighted (target, attended word) pair and the labels the rules gave it."""
+
+    target: int  # row index: predicts ``sa.targets[target]``
+    word: str  # the target word (normalised; "</s>" for the last row)
+    slot: int  # memory slot (>= 2)
+    token: int  # index into ``sa.tokens`` of the attended word (slot - 2)
+    attended: str  # the attended word (normalised)
+    weight: float  # attention weight
+    labels: list[str] = field(default_factory=list)  # subset of LABELS, in that order
+    evidence: dict[str, str] = field(default_factory=dict)  # label -> why
+
+    def to_dict(self) -> dict:
+        return {
+            "target": int(self.target),
+            "word": self.word,
+            "slot": int(self.slot),
+            "token": int(self.token),
+            "attended": self.attended,
+            "weight": float(self.weight),
+            "labels": list(self.labels),
+            "evidence": dict(self.evidence),
+        }
+
+
+def label_cases(
+    sa: SentenceAnalysis,
+    threshold: float | None = DEFAULT_THRESHOLD,
+    top_k: int | None = None,
+    collocations: Collocations | None = None,
+) -> list[Case]:
+    """Every highlighted pair of ``sa`` (``<s>`` slots skipped) as a :class:`Case`; labels may be empty.
+
+    ``collocations`` defaults to ``data/brown/collocations.tsv`` (no phrase labels if missing).
+    """
+    s = _Sentence(sa, collocations if collocations is not None else load_collocations())
+    n = len(s.words)
+    cases = []
+    for t, row in enumerate(sa.highlights(threshold, top_k)):
+        for h in row:
+            if h.token < 0:
+                continue
+            evidence = {}
+            if t < n:
+                for label, rule in RULES.items():
+                    why = rule(s, t, h.token)
+                    if why:
+                        evidence[label] = why
+            word = s.words[t] if t < n else sa.targets[t]
+            cases.append(Case(t, word, h.slot, h.token, s.words[h.token], h.weight, list(evidence), evidence))
+    return cases
+
+
+# --------------------------------------------------------------------------- corpus
+@dataclass
+class CaseReport:
+    """Label counts over a set of sentences and the strongest examples of each label."""
+
+    model: str
+    source: str  # "brown/test" or "text"
+    threshold: float | None
+    top_k: int | None
+    sentences: int  # sentences analysed
+    pairs: int  # highlighted (target, word slot) pairs
+    labelled: int  # pairs with at least one label
+    counts: dict[str, int]  # label -> pairs with that label
+    examples: dict[str, list[dict]]  # label -> strongest examples, heaviest first
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        doc = asdict(self)
+        doc["shares"] = {k: (v / self.pairs if self.pairs else 0.0) for k, v in self.counts.items()}
+        return doc
+
+
+@torch.no_grad()
+def _analyses(
+    ckpt: Checkpoint,
+    sentences: list[list[str]],
+    tags: list[list[str]] | None,
+    surfaces: list[list[str]] | None,
+    batch_size: int = 64,
+) -> Iterator[tuple[int, SentenceAnalysis]]:
+    """``(index, analysis)`` per non-empty sentence, from length-bucketed batched forward passes.
+
+    The same :class:`SentenceAnalysis` that :func:`~vizlm.analysis.analyze_tokens`
+    builds, minus the top predictions (``top_words`` empty), which the rules do not
+    read: one forward pass per batch instead of per sentence is what keeps a whole
+    corpus split fast. Right padding changes nothing: every model is causal, so the
+    rows of a sentence never see the padding after it.
+    """
+    vocab = ckpt.vocab
+    keep = [i for i, s in enumerate(sentences) if s]
+    cut = {i: sentences[i][:MAX_TOKENS] for i in keep}
+    seqs = [vocab.encode(cut[i]) for i in keep]
+    for idx, inputs, targets in iter_batches(seqs, batch_size):
+        out = ckpt.model(inputs)
+        logp = out.logits.log_softmax(-1).gather(2, targets[..., None])[..., 0].double()  # (B, T)
+        attention = None if out.attention is None else out.attention.double()  # (B, T, S)
+        gates = out.extras.get("gate1")  # (B, T, d) for AMSRN
+        for b, j in enumerate(idx):
+            i = keep[j]
+            norms = cut[i]
+            n = len(norms)
+            T = n + 1
+            unk = [w not in vocab for w in norms]
+            words = surfaces[i][:n] if surfaces is not None else list(norms)
+            offsets, pos = [], 0
+            for w in words:
+                offsets.append((pos, pos + len(w)))
+                pos += len(w) + 1
+            yield i, SentenceAnalysis(
+                model=ckpt.label,
+                text=" ".join(words),
+                tokens=list(words),
+                norms=list(norms),
+                offsets=offsets,
+                unk=unk,
+                targets=[UNK if u else w for w, u in zip(norms, unk)] + [EOS],
+                logprobs=logp[b, :T].numpy(),
+                top_words=[[] for _ in range(T)],
+                top_probs=np.zeros((T, 0)),
+                attention=None if attention is None else attention[b, :T, :T].numpy(),
+                gates=None if gates is None else gates[b, :T].double().numpy(),
+                tags=list(tags[i][:n]) if tags is not None else None,
+                truncated=len(sentences[i]) - n,
+            )
+
+
+def corpus_cases(
+    ckpt: Checkpoint,
+    corpus: str | None = None,
+    split: str = "test",
+    threshold: float | None = DEFAULT_THRESHOLD,
+    limit: int | None = None,
+    examples_per_label: int = 10,
+    *,
+    sentences: list[list[str]] | None = None,
+    ids: list[str] | None = None,
+    tags: list[list[str]] | None = None,
+    top_k: int | None = None,
+    data_dir: Path | None = None,
+) -> CaseReport:
+    """Label the highlights of ``ckpt`` on a corpus split (or on given ``sentences``).
+
+    Every sentence is analysed like :func:`vizlm.analysis.analyze_tokens` does (with
+    the gold tags where the corpus has them; forward passes batched) and labelled
+    by :func:`label_cases`. ``limit`` keeps the first sentences only. Examples are
+    the ``examples_per_label`` heaviest pairs of each label (ties: earlier sentence
+    first). Counts do not depend on the order sentences are processed in.
+    """
+    originals: list[list[str]] | None = None
+    if sentences is None:
+        if corpus is None:
+            raise ValueError("give a corpus name or sentences")
+        from vizlm.data import load_corpus
+
+        c = load_corpus(corpus, split, data_dir)
+        sentences, ids, tags, originals = c.sentences, c.ids, c.tags, c.originals
+        source = f"{corpus}/{split}"
+    else:
+        source = "text"
+    ids = list(ids) if ids is not None else [f"s{i}" for i in range(len(sentences))]
+    n = len(sentences) if limit is None else min(limit, len(sentences))
+    collocations = load_collocations(None if data_dir is None else str(Path(data_dir) / "brown" / "collocations.tsv"))
+    counts = dict.fromkeys(LABELS, 0)
+    heaps: dict[str, list] = {label: [] for label in LABELS}
+    pairs = labelled = analysed = 0
+    notes: list[str] = []
+    with torch.no_grad():
+        has_attention = ckpt.model(torch.tensor([[ckpt.vocab.bos_id]])).attention is not None
+    if not has_attention:
+        notes.append(f"{ckpt.label} has no attention: there are no highlights to label")
+        n = 0
+    for i, sa in _analyses(ckpt, sentences[:n], tags, originals):
+        analysed += 1
+        for k, case in enumerate(label_cases(sa, threshold, top_k, collocations=collocations)):
+            pairs += 1
+            labelled += bool(case.labels)
+            for label in case.labels:
+                counts[label] += 1
+                item = (case.weight, -i, -k, case, sa.text)  # heaviest, then earliest, kept
+                heap = heaps[label]
+                if len(heap) < examples_per_label:
+                    heapq.heappush(heap, item)
+                elif examples_per_label > 0 and item[:3] > heap[0][:3]:
+                    heapq.heapreplace(heap, item)
+    examples = {}
+    for label, heap in heaps.items():
+        examples[label] = [
+            {"sentence_id": ids[-neg_i], "sentence": text, **case.to_dict(), "evidence": case.evidence[label]}
+            for _w, neg_i, _k, case, text in sorted(heap, key=lambda x: x[:3], reverse=True)
+        ]
+    return CaseReport(ckpt.label, source, threshold, top_k, analysed, pairs, labelled, counts, examples, notes)

@@ -1,0 +1,312 @@
+"""Export figures and results: PNG / SVG / HTML through vl-convert, CSV / JSON through pandas.
+
+Everything returns ``bytes`` so the app can hand it to ``st.download_button`` and
+the CLI to :func:`write_export`; nothing needs a browser or the network.
+
+Safety. Text typed by a user ends up in every file:
+
+* HTML pages are built here rather than with ``vl_convert.vegalite_to_html``,
+  which pastes the spec into a ``<script>`` block unescaped (a token
+  ``</script><script>...`` would run). We inline vl-convert's JavaScript bundle
+  and write the spec as JSON with ``<``, ``>`` and ``&`` as ``\\u`` escapes, so the
+  page is standalone, works offline and cannot be broken out of.
+* CSV cells starting with ``= + - @``, tab or carriage return get a leading
+  ``'`` so spreadsheets don't evaluate them (OWASP "CSV injection").
+* JSON has no NaN/Infinity (``allow_nan=False``); non-finite numbers become ``null``.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import io
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import altair as alt
+import numpy as np
+import pandas as pd
+import vl_convert as vlc
+
+from vizlm import plots
+from vizlm.analysis import DEFAULT_THRESHOLD, SentenceAnalysis
+
+CHART_FORMATS = ("png", "svg", "html")
+TABLE_FORMATS = ("csv", "json")
+FORMATS = CHART_FORMATS + TABLE_FORMATS
+MIME = {
+    "png": "image/png",
+    "svg": "image/svg+xml",
+    "html": "text/html",
+    "csv": "text/csv",
+    "json": "application/json",
+}
+PNG_SCALE = 2.0  # PNG pixels per chart pixel: sharp on high-density screens and in print
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# Offline page: no request can leave it (Vega compiles expressions with Function(), hence 'unsafe-eval').
+_CSP = (
+    "default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; "
+    "img-src data: blob:; font-src data:"
+)
+
+
+def _check_format(fmt: str, allowed: tuple[str, ...]) -> str:
+    f = str(fmt).lower().lstrip(".")
+    if f not in allowed:
+        raise ValueError(f"unknown export format {fmt!r}; choose one of: {', '.join(allowed)}")
+    return f
+
+
+# --------------------------------------------------------------------------- charts
+
+
+@functools.lru_cache(maxsize=1)
+def _vl_version() -> str | None:
+    """The Vega-Lite version vl-convert should compile with: the one Altair writes specs for."""
+    want = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
+    return want if want in vlc.get_vegalite_versions() else None  # None: vl-convert's latest
+
+
+@functools.lru_cache(maxsize=1)
+def _js_bundle() -> str:
+    """vega + vega-lite + vega-embed as one script (about 0.9 MB), safe to inline in ``<script>``."""
+    return vlc.javascript_bundle(vl_version=_vl_version()).replace("</script", "<\\/script")
+
+
+def _script_json(obj: object) -> str:
+    """JSON that is also a safe JavaScript literal inside an HTML ``<script>`` element."""
+    text = json.dumps(_json_safe(obj), allow_nan=False, ensure_ascii=False)
+    return (
+        text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    )  # fmt: skip
+
+
+def chart_html(chart: alt.TopLevelMixin, title: str = "vizlm", body_html: str = "") -> str:
+    """A standalone HTML page drawing ``chart`` with the JavaScript inlined (no network needed).
+
+    ``body_html`` is inserted above the chart as is: pass escaped HTML (e.g. from
+    :mod:`vizlm.plots`).
+    """
+    spec = chart.to_dict()
+    embed_opts = {"renderer": "svg", "actions": {"export": True, "source": False, "compiled": False, "editor": False}}
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{_CSP}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(title)}</title>
+<style>
+body {{ font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5rem; color: #222; }}
+h1 {{ font-size: 1.2rem; margin: 0 0 0.5rem; }}
+.vizlm-chart {{ margin-top: 1rem; overflow-x: auto; }}
+.vizlm-note {{ color: #666; font-size: 0.85rem; }}
+</style>
+<script>{_js_bundle()}</script>
+</head>
+<body>
+<h1>{html.escape(title)}</h1>
+{body_html}
+<div class="vizlm-chart" id="vizlm-chart"></div>
+<script>
+(function () {{
+  var spec = {_script_json(spec)};
+  var target = document.getElementById("vizlm-chart");
+  vegaEmbed(target, spec, {_script_json(embed_opts)}).catch(function (err) {{
+    target.textContent = "The chart could not be drawn: " + err;
+  }});
+}})();
+</script>
+</body>
+</html>
+"""
+
+
+def chart_bytes(chart: alt.TopLevelMixin, fmt: str, scale: float = PNG_SCALE, title: str = "vizlm") -> bytes:
+    """Render an Altair chart as ``png`` (``scale`` x its pixel size), ``svg`` or standalone ``html``."""
+    fmt = _check_format(fmt, CHART_FORMATS)
+    if fmt == "html":
+        return chart_html(chart, title=title).encode("utf-8")
+    spec = chart.to_dict()
+    if fmt == "png":
+        return bytes(vlc.vegalite_to_png(spec, vl_version=_vl_version(), scale=scale))
+    return vlc.vegalite_to_svg(spec, vl_version=_vl_version()).encode("utf-8")
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def neutralise_cell(value: object) -> object:
+    """Prefix ``'`` to a string a spreadsheet would read as a formula; other values pass through."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
+def _neutralise_frame(df: pd.DataFrame) -> pd.DataFrame:
+    out = df.copy()
+    out.columns = [neutralise_cell(str(c)) for c in out.columns]
+    for col in out.columns:
+        if out[col].dtype == object or pd.api.types.is_string_dtype(out[col]):
+            out[col] = out[col].map(neutralise_cell)
+    return out
+
+
+def _json_safe(obj: object) -> object:
+    """Plain JSON types only: numpy scalars/arrays unwrapped, NaN and infinities as None."""
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return [_json_safe(v) for v in obj.tolist()]
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if math.isfinite(obj) else None
+    if obj is None or isinstance(obj, str):
+        return obj
+    if isinstance(obj, pd.Timestamp):
+        return obj.isoformat()
+    if obj is pd.NA or obj is pd.NaT:
+        return None
+    return str(obj)
+
+
+def _json_bytes(obj: object) -> bytes:
+    return json.dumps(_json_safe(obj), allow_nan=False, ensure_ascii=False, indent=2).encode("utf-8")
+
+
+def _csv_bytes(df: pd.DataFrame) -> bytes:
+    # utf-8-sig: the BOM makes Excel read Chinese / emoji tokens correctly; pandas skips it on read.
+    # CRLF line ends (RFC 4180) also make the csv writer quote cells holding a lone \r.
+    buf = io.StringIO()
+    _neutralise_frame(df).to_csv(buf, index=False, lineterminator="\r\n")
+    return buf.getvalue().encode("utf-8-sig")
+
+
+def export_frame(df: pd.DataFrame, fmt: str) -> bytes:
+    """Any table (e.g. a model comparison) as ``csv`` (formula cells neutralised) or ``json`` (records)."""
+    fmt = _check_format(fmt, TABLE_FORMATS)
+    if fmt == "csv":
+        return _csv_bytes(df)
+    return _json_bytes(df.to_dict(orient="records"))
+
+
+# --------------------------------------------------------------------------- one analysis
+
+
+def analysis_records(
+    sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None
+) -> list[dict]:
+    """One row per (target, memory slot it may attend to); one row per target without attention.
+
+    Columns: model, target_index, target (word predicted), current (word just
+    read), target_unk, prob, surprisal_bits, slot, attended (slot label),
+    attended_token (index into ``tokens``, -1 for ``<s>``), weight, highlighted
+    (above ``threshold`` or among the ``top_k``).
+    """
+    hl = sa.highlights(threshold, top_k)
+    probs, surprisal = sa.probs, sa.surprisal
+    labels = sa.slot_labels
+    mask = None if sa.attention is None else plots.attention_mask(sa.attention)
+    rows = []
+    for r, word in enumerate(sa.targets):
+        base = {
+            "model": sa.model,
+            "target_index": r,
+            "target": word,
+            "current": "<s>" if r == 0 else sa.norms[r - 1],
+            "target_unk": bool(sa.unk[r]) if r < len(sa.unk) else False,
+            "prob": float(probs[r]),
+            "surprisal_bits": float(surprisal[r]),
+        }
+        if mask is None:
+            rows.append({**base, "slot": None, "attended": None, "attended_token": None, "weight": None,
+                         "highlighted": False})
+            continue
+        lit = {h.slot for h in hl[r]}
+        for j in np.flatnonzero(mask[r]):
+            j = int(j)
+            rows.append({
+                **base,
+                "slot": j,
+                "attended": labels[j],
+                "attended_token": sa.slot_token(j),
+                "weight": float(sa.attention[r, j]),
+                "highlighted": j in lit,
+            })
+    return rows
+
+
+def analysis_dict(
+    sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None, cases: bool = True
+) -> dict:
+    """``sa.to_dict`` made JSON-safe; without :mod:`vizlm.cases` installed, exported without case labels."""
+    try:
+        d = sa.to_dict(threshold=threshold, top_k=top_k, cases=cases)
+    except ModuleNotFoundError as err:
+        if err.name != "vizlm.cases":
+            raise
+        d = sa.to_dict(threshold=threshold, top_k=top_k, cases=False)
+        d["notes"] = list(d.get("notes", [])) + ["case labels unavailable (vizlm.cases missing)"]
+    d["threshold"] = threshold
+    d["top_k"] = top_k
+    return _json_safe(d)
+
+
+def analysis_chart(
+    sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None
+) -> alt.TopLevelMixin:
+    """The figure that stands for one analysis: the attention heat map, or surprisal without attention."""
+    if sa.attention is None:
+        return plots.surprisal_chart([sa])
+    return plots.attention_heatmap(sa, threshold=threshold, top_k=top_k)
+
+
+def export_analysis(
+    sa: SentenceAnalysis,
+    fmt: str,
+    threshold: float | None = DEFAULT_THRESHOLD,
+    top_k: int | None = None,
+    scale: float = PNG_SCALE,
+    cases: bool = True,
+) -> bytes:
+    """One analysis as ``png`` / ``svg`` / ``html`` (the heat map) or ``csv`` / ``json`` (the numbers)."""
+    fmt = _check_format(fmt, FORMATS)
+    if fmt == "csv":
+        return _csv_bytes(pd.DataFrame(analysis_records(sa, threshold, top_k)))
+    if fmt == "json":
+        return _json_bytes(analysis_dict(sa, threshold, top_k, cases))
+    chart = analysis_chart(sa, threshold, top_k)
+    if fmt != "html":
+        return chart_bytes(chart, fmt, scale=scale)
+    notes = "".join(f'<p class="vizlm-note">{html.escape(n)}</p>' for n in sa.notes)
+    body = (
+        f'<p class="vizlm-note">perplexity {sa.perplexity:.1f} · probability of each word below '
+        f"(bar colour: surprisal)</p>{plots.sentence_strip_html(sa)}{notes}"
+    )
+    return chart_html(chart, title=f"vizlm: {sa.model}", body_html=body).encode("utf-8")
+
+
+def write_export(data: bytes, path: str | os.PathLike) -> Path:
+    """Write ``data`` to ``path`` atomically (a reader never sees half a file); creates parent folders."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        # mkstemp makes the file private (0600); an export should read like any other file.
+        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -1,0 +1,596 @@
+"""Figures for one sentence or one corpus: Altair charts and small HTML fragments.
+
+Every function takes plain results (:class:`~vizlm.analysis.SentenceAnalysis`,
+data frames) and returns a figure object or an HTML string. Nothing here
+displays a figure or calls a model (style.md, item 5); :mod:`vizlm.export`
+turns charts into PNG / SVG / HTML with vl-convert, without a browser.
+
+One colour scale for attention everywhere: :data:`SCHEME` over the fixed domain
+:data:`WEIGHT_DOMAIN`, so heat maps of two models side by side, and the
+highlighted text, read on the same scale. Viridis is perceptually uniform and
+stays ordered for the common colour-vision deficiencies and in greyscale.
+
+Labels. Slot ``j`` is labelled ``"j word"`` (``"0 <s>"``, ``"1 <s>"``, ``"2 the"``).
+A target row is labelled with the number its word gets once it is in memory
+(row ``r`` predicts ``w_{r+1}``, later held by slot ``r + 2``), so one word has
+one number on both axes: for "the dogs ..." the first rows read ``"2 the"``,
+``"3 dogs"``.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from vizlm.analysis import DEFAULT_THRESHOLD, SentenceAnalysis
+
+SCHEME = "viridis"  # Vega scheme name used by every attention colour scale
+WEIGHT_DOMAIN = (0.0, 1.0)  # fixed, so charts of different models share one scale
+SURPRISAL_MAX_BITS = 16.0  # top of the surprisal colour scale (clipped above); 2^16 ~ 1 in 65k
+# Viridis sampled at 0, 0.1, ..., 1 (matplotlib's table, which Vega's "viridis" also follows): colours the
+# HTML text like the charts. Change it together with SCHEME; tests/test_export.py checks that they agree.
+_VIRIDIS = (
+    "#440154", "#482475", "#414487", "#355f8d", "#2a788e", "#21918c",
+    "#22a884", "#44bf70", "#7ad151", "#bddf26", "#fde725",
+)  # fmt: skip
+# Okabe & Ito (2008) categorical palette: distinguishable under the common colour-vision deficiencies.
+CATEGORICAL = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
+UNK_TITLE = "not in vocabulary (read as <unk>)"
+_MAX_LABEL_PX = 140  # long tokens are cut with an ellipsis on axes
+
+
+# --------------------------------------------------------------------------- colours
+
+
+def palette(value: float, vmin: float = WEIGHT_DOMAIN[0], vmax: float = WEIGHT_DOMAIN[1]) -> str:
+    """Hex colour of ``value`` on the :data:`SCHEME` scale over ``[vmin, vmax]`` (clipped)."""
+    if value is None or not math.isfinite(value):
+        return "#ffffff"
+    t = min(1.0, max(0.0, (value - vmin) / (vmax - vmin) if vmax > vmin else 0.0))
+    pos = t * (len(_VIRIDIS) - 1)
+    i = min(int(pos), len(_VIRIDIS) - 2)
+    a, b = _rgb(_VIRIDIS[i]), _rgb(_VIRIDIS[i + 1])
+    f = pos - i
+    return "#" + "".join(f"{round(x + (y - x) * f):02x}" for x, y in zip(a, b))
+
+
+def text_colour(background: str) -> str:
+    """Black or white, whichever reads better on ``background`` (WCAG relative luminance)."""
+    lin = [c / 255 for c in _rgb(background)]
+    lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in lin]
+    lum = 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+    return "#000000" if lum > 0.179 else "#ffffff"
+
+
+def _rgb(hex_colour: str) -> tuple[int, int, int]:
+    h = hex_colour.lstrip("#")
+    return int(h[0:2], 16), int(h[2:4], 16), int(h[4:6], 16)
+
+
+# --------------------------------------------------------------------------- labels
+
+
+def slot_axis_labels(sa: SentenceAnalysis) -> list[str]:
+    """[S] ``"j word"`` for each memory slot."""
+    return [f"{j} {w}" for j, w in enumerate(sa.slot_labels)]
+
+
+def target_axis_labels(sa: SentenceAnalysis) -> list[str]:
+    """[T] ``"k word"`` for each target row, ``k`` being the slot the word will occupy (``r + 2``)."""
+    return [f"{r + 2} {w}" for r, w in enumerate(sa.targets)]
+
+
+def _current_word(sa: SentenceAnalysis, r: int) -> str:
+    """The word read when predicting row ``r`` (the attention query)."""
+    return "<s>" if r == 0 else sa.norms[r - 1]
+
+
+def attention_mask(attention: np.ndarray) -> np.ndarray:
+    """[T, S] True where row ``r`` could attend to slot ``j``.
+
+    Causal: ``j <= r``. Windowed models (Daniluk et al. 2017) give exact zeros to
+    slots that left the window, always a prefix of the row (``band_to_slots``), so
+    leading exact zeros are masked too; a softmax over finite scores is never 0.
+    """
+    a = np.asarray(attention, dtype=float)
+    T, S = a.shape
+    mask = np.arange(S)[None, :] <= np.arange(T)[:, None]
+    finite = np.isfinite(a)
+    nonzero = finite & (a != 0) & mask
+    for r in range(T):
+        nz = np.flatnonzero(nonzero[r])
+        if len(nz):
+            mask[r, : nz[0]] = False
+    return mask & finite
+
+
+def _sizes(n: int) -> tuple[int, int, int]:
+    """(cell px, font px, x label angle) for an ``n`` x ``n`` grid: small grids get big cells."""
+    cell = int(min(30, max(9, 640 // max(n, 1))))
+    font = int(min(12, max(8, round(cell * 0.6))))
+    angle = -45 if cell >= 1.5 * font else -90
+    return cell, font, angle
+
+
+def _x_axis(angle: int, font: int) -> alt.Axis:
+    """Word labels under a grid. At -45 degrees the cells are wide enough for every label
+    (see :func:`_sizes`), and Vega's overlap test, which uses the rotated labels' upright
+    bounding boxes, would hide most of them; at -90 degrees the test is exact."""
+    return alt.Axis(
+        labelAngle=angle,
+        labelFontSize=font,
+        labelLimit=_MAX_LABEL_PX,
+        labelOverlap=angle == -90,
+        labelAlign="right",
+        labelBaseline="middle" if angle == -90 else "top",
+    )
+
+
+def _subtitle(text: str, limit: int = 110) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --------------------------------------------------------------------------- charts
+
+
+def attention_heatmap(
+    sa: SentenceAnalysis,
+    threshold: float | None = None,
+    title: str | None = None,
+    top_k: int | None = None,
+    values: bool | None = None,
+) -> alt.LayerChart:
+    """Targets (rows, top to bottom) x memory slots (columns); colour = attention weight.
+
+    Masked cells (future slots, slots outside a window) are left blank. With
+    ``threshold`` or ``top_k``, the cells :meth:`SentenceAnalysis.highlights` picks
+    (the same ones :func:`highlighted_html` colours) get an outline. ``values``
+    writes the weight in each cell (default: only when the cells are big enough).
+    Raises ``ValueError`` for models without attention.
+    """
+    if sa.attention is None:
+        raise ValueError(f"model {sa.model!r} has no attention to plot")
+    att = np.asarray(sa.attention, dtype=float)  # (T, S)
+    T, S = att.shape
+    mask = attention_mask(att)
+    ylab, xlab = target_axis_labels(sa), slot_axis_labels(sa)
+    rows, cols = np.nonzero(mask)
+    marked = set()
+    if threshold is not None or top_k is not None:
+        marked = {(r, h.slot) for r, hs in enumerate(sa.highlights(threshold, top_k)) for h in hs}
+    df = pd.DataFrame({
+        "target": [ylab[r] for r in rows],
+        "slot": [xlab[j] for j in cols],
+        "predicting": [sa.targets[r] for r in rows],
+        "current": [_current_word(sa, r) for r in rows],
+        "attended": [sa.slot_labels[j] for j in cols],
+        "weight": att[rows, cols],
+        "highlighted": [(int(r), int(j)) in marked for r, j in zip(rows, cols)],
+    })
+    cell, font, angle = _sizes(max(T, S))
+    if values is None:
+        values = cell >= 28
+    x = alt.X(
+        "slot:N",
+        title="memory slot (attended word)",
+        scale=alt.Scale(domain=xlab),
+        axis=_x_axis(angle, font),
+    )
+    y = alt.Y(
+        "target:N",
+        title="predicted word",
+        scale=alt.Scale(domain=ylab),
+        axis=alt.Axis(labelFontSize=font, labelLimit=_MAX_LABEL_PX, labelOverlap=True),
+    )
+    tooltip = [
+        alt.Tooltip("predicting:N", title="predicting"),
+        alt.Tooltip("current:N", title="after reading"),
+        alt.Tooltip("attended:N", title="attended word"),
+        alt.Tooltip("slot:N", title="slot"),
+        alt.Tooltip("weight:Q", title="weight", format=".3f"),
+    ]
+    base = alt.Chart(df).encode(x=x, y=y)
+    rect = base.mark_rect().encode(
+        color=alt.Color(
+            "weight:Q",
+            title="attention",
+            scale=alt.Scale(scheme=SCHEME, domain=list(WEIGHT_DOMAIN)),
+            legend=alt.Legend(gradientLength=min(200, max(80, cell * T // 2)), format=".1f"),
+        ),
+        tooltip=tooltip,
+    )
+    layers: list[alt.Chart] = [rect]
+    if marked:
+        # Black outline on light (heavy) cells, white on dark ones, so the mark shows on the whole scale.
+        layers.append(
+            base.transform_filter(alt.datum.highlighted)
+            .mark_rect(filled=False, strokeWidth=max(1.5, cell / 10))
+            .encode(
+                stroke=alt.condition(alt.datum.weight >= 0.6, alt.value("#000000"), alt.value("#ffffff")),
+                tooltip=tooltip,
+            )
+        )
+    if values:
+        layers.append(
+            base.mark_text(fontSize=max(7, font - 3))
+            .encode(
+                text=alt.Text("weight:Q", format=".2f"),
+                color=alt.condition(alt.datum.weight >= 0.6, alt.value("#000000"), alt.value("#ffffff")),
+                tooltip=tooltip,
+            )
+        )
+    head = title or f"{sa.model}: attention over memory"
+    if top_k is not None:
+        head += f" (outlined: top {top_k})"
+    elif threshold is not None:
+        head += f" (outlined: weight ≥ {threshold:g})"
+    return alt.layer(*layers).properties(
+        width=alt.Step(cell),
+        height=alt.Step(cell),
+        title=alt.Title(head, subtitle=_subtitle(sa.text), anchor="start"),
+    )
+
+
+def positions_chart(frame: pd.DataFrame, title: str | None = None) -> alt.LayerChart:
+    """Mean attention weight by relative position, one line per model (Daniluk et al. 2017, Fig. 3).
+
+    ``frame`` columns: model, offset, mean, lo, hi, count; ``offset`` 1 is the most
+    recent memory slot. The x axis shows ``-offset``, so the most recent slot is
+    rightmost (``-L ... -1``), and the band spans ``lo``..``hi``.
+    """
+    _require(frame, ["model", "offset", "mean", "lo", "hi", "count"], "positions_chart")
+    df = frame.copy()
+    df["position"] = -df["offset"].astype(int)
+    models = list(dict.fromkeys(df["model"].astype(str)))
+    colour = alt.Color("model:N", title="model", scale=alt.Scale(domain=models, range=_categorical(len(models))))
+    x = alt.X("position:Q", title="position relative to the predicted word (−1 = most recent)",
+              axis=alt.Axis(tickMinStep=1, format="d"))
+    tooltip = [
+        alt.Tooltip("model:N"),
+        alt.Tooltip("offset:Q", title="words back"),
+        alt.Tooltip("mean:Q", title="mean weight", format=".3f"),
+        alt.Tooltip("lo:Q", title="band low", format=".3f"),
+        alt.Tooltip("hi:Q", title="band high", format=".3f"),
+        alt.Tooltip("count:Q", title="rows", format=","),
+    ]
+    base = alt.Chart(df).encode(x=x, color=colour)
+    band = base.mark_area(opacity=0.2).encode(y="lo:Q", y2="hi:Q")
+    line = base.mark_line(point=True, strokeWidth=2).encode(
+        y=alt.Y("mean:Q", title="mean attention weight", scale=alt.Scale(zero=True)),
+        strokeDash=alt.StrokeDash("model:N", legend=None),
+        tooltip=tooltip,
+    )
+    return alt.layer(band, line).properties(
+        width=480,
+        height=300,
+        title=alt.Title(title or "Mean attention by relative position", subtitle="cf. Daniluk et al. (2017), Fig. 3",
+                        anchor="start"),
+    )
+
+
+def comparison_scatter(table: pd.DataFrame, name_a: str, name_b: str) -> alt.LayerChart:
+    """Per-sentence perplexity of model A (x) against model B (y), log axes, with the line y = x.
+
+    ``table`` columns: sentence_id, text, length, ppl_a, ppl_b, difference, log_ratio.
+    Points below the diagonal are sentences where B is better. Rows with a
+    non-finite or non-positive perplexity cannot sit on a log axis and are dropped.
+    """
+    _require(table, ["sentence_id", "text", "length", "ppl_a", "ppl_b", "difference", "log_ratio"],
+             "comparison_scatter")
+    df = table.copy()
+    ok = np.isfinite(df["ppl_a"].astype(float)) & np.isfinite(df["ppl_b"].astype(float))
+    df = df[ok & (df["ppl_a"] > 0) & (df["ppl_b"] > 0)].copy()
+    df["sentence"] = df["text"].astype(str).map(lambda t: _subtitle(t, 120))
+    better_a, better_b = f"{name_a} lower", f"{name_b} lower"
+    df["better"] = np.where(df["ppl_a"] < df["ppl_b"], better_a, np.where(df["ppl_b"] < df["ppl_a"], better_b, "equal"))
+    if len(df):
+        lo, hi = float(min(df["ppl_a"].min(), df["ppl_b"].min())), float(max(df["ppl_a"].max(), df["ppl_b"].max()))
+    else:
+        lo, hi = 1.0, 10.0
+    diag = pd.DataFrame({"v": [lo, hi]})
+    lo, hi = lo / 1.15, hi * 1.15  # a margin so points on the edge are not cut
+    scale = alt.Scale(type="log", domain=[lo, hi], nice=False)
+    points = alt.Chart(df).mark_circle(size=36, opacity=0.7).encode(
+        x=alt.X("ppl_a:Q", title=f"perplexity: {name_a}", scale=scale),
+        y=alt.Y("ppl_b:Q", title=f"perplexity: {name_b}", scale=scale),
+        color=alt.Color("better:N", title="", scale=alt.Scale(domain=[better_a, better_b, "equal"],
+                                                                range=[CATEGORICAL[0], CATEGORICAL[1], "#999999"])),
+        tooltip=[
+            alt.Tooltip("sentence_id:N", title="sentence"),
+            alt.Tooltip("sentence:N", title="text"),
+            alt.Tooltip("length:Q", title="words"),
+            alt.Tooltip("ppl_a:Q", title=f"ppl {name_a}", format=".1f"),
+            alt.Tooltip("ppl_b:Q", title=f"ppl {name_b}", format=".1f"),
+            alt.Tooltip("difference:Q", title="difference", format=".1f"),
+            alt.Tooltip("log_ratio:Q", title="log ratio", format=".3f"),
+        ],
+    )
+    line = alt.Chart(diag).mark_line(color="#555555", strokeDash=[4, 4]).encode(x="v:Q", y="v:Q")
+    return alt.layer(line, points).properties(
+        width=420,
+        height=420,
+        title=alt.Title(f"Per-sentence perplexity: {name_a} vs {name_b}", subtitle="dashed line: equal perplexity",
+                        anchor="start"),
+    )
+
+
+def surprisal_chart(analyses: Sequence[SentenceAnalysis], title: str | None = None) -> alt.Chart:
+    """Surprisal (bits) of each predicted word, bars grouped by model (one or more analyses)."""
+    if not analyses:
+        raise ValueError("surprisal_chart needs at least one analysis")
+    first = analyses[0]
+    words = [t if r < len(first.tokens) else "</s>" for r, t in enumerate(first.tokens + ["</s>"])]
+    labels = [f"{r + 2} {w}" for r, w in enumerate(words)]
+    names = _unique([sa.model for sa in analyses])
+    frames = []
+    for name, sa in zip(names, analyses):
+        T = len(sa.targets)
+        n = min(T, len(labels))
+        unk = list(sa.unk) + [False]
+        frames.append(pd.DataFrame({
+            "model": name,
+            "word": labels[:n],
+            "predicted": sa.targets[:n],
+            "prob": sa.probs[:n],
+            "surprisal": sa.surprisal[:n],
+            "unk": ["yes" if u else "no" for u in unk[:n]],
+        }))
+    df = pd.concat(frames, ignore_index=True)
+    df["surprisal"] = df["surprisal"].where(np.isfinite(df["surprisal"]), None)
+    cell, font, angle = _sizes(len(labels))
+    # with grouped bars a plain step would size each model's bar; "for: position" sizes each word's group
+    step = max(12, min(36, cell + 4)) if len(names) == 1 else max(16, min(60, round(cell * 1.6)))
+    chart = alt.Chart(df).mark_bar().encode(
+        x=alt.X("word:N", title="predicted word", scale=alt.Scale(domain=labels),
+                axis=_x_axis(angle, font)),
+        y=alt.Y("surprisal:Q", title="surprisal (bits)"),
+        color=alt.Color("model:N", title="model", scale=alt.Scale(domain=names, range=_categorical(len(names)))),
+        tooltip=[
+            alt.Tooltip("model:N"),
+            alt.Tooltip("predicted:N", title="predicted"),
+            alt.Tooltip("prob:Q", title="probability", format=".4f"),
+            alt.Tooltip("surprisal:Q", title="surprisal (bits)", format=".2f"),
+            alt.Tooltip("unk:N", title="<unk>"),
+        ],
+    )
+    if len(names) > 1:
+        chart = chart.encode(xOffset=alt.XOffset("model:N", scale=alt.Scale(domain=names)))
+    return chart.properties(
+        width=alt.Step(step, **{"for": "position"}),
+        height=220,
+        title=alt.Title(title or "Surprisal per word", subtitle=_subtitle(first.text), anchor="start"),
+    )
+
+
+def gates_chart(sa: SentenceAnalysis, dims: bool = False) -> alt.Chart:
+    """AMSRN selection gate g1 (Liu & Lee) per predicted word.
+
+    Default: the mean gate value of each target row as bars (in [0, 1], coloured on
+    the attention scale), with the spread in the tooltip. ``dims=True`` draws the
+    full [T, d] gate matrix as a heat map instead. Raises ``ValueError`` without gates.
+    """
+    if sa.gates is None:
+        raise ValueError(f"model {sa.model!r} has no selection gates")
+    g = np.asarray(sa.gates, dtype=float)  # (T, d)
+    T, d = g.shape
+    labels = target_axis_labels(sa)[:T]
+    cell, font, angle = _sizes(T)
+    title = alt.Title(f"{sa.model}: memory selection gate", subtitle=_subtitle(sa.text), anchor="start")
+    colour_scale = alt.Scale(scheme=SCHEME, domain=list(WEIGHT_DOMAIN))
+    if dims:
+        rr, dd = np.meshgrid(np.arange(T), np.arange(d), indexing="ij")
+        df = pd.DataFrame({"target": [labels[r] for r in rr.ravel()], "dim": dd.ravel(), "gate": g.ravel()})
+        return alt.Chart(df).mark_rect().encode(
+            x=alt.X("dim:O", title="hidden unit", axis=alt.Axis(labelOverlap=True, labelFontSize=8)),
+            y=alt.Y("target:N", title="predicted word", scale=alt.Scale(domain=labels),
+                    axis=alt.Axis(labelFontSize=font, labelLimit=_MAX_LABEL_PX)),
+            color=alt.Color("gate:Q", title="gate", scale=colour_scale),
+            tooltip=[alt.Tooltip("target:N"), alt.Tooltip("dim:O", title="unit"),
+                     alt.Tooltip("gate:Q", format=".3f")],
+        ).properties(width=alt.Step(max(2, min(12, 600 // max(d, 1)))), height=alt.Step(cell), title=title)
+    df = pd.DataFrame({
+        "target": labels,
+        "mean": g.mean(1),
+        "std": g.std(1),
+        "open": (g > 0.5).mean(1),
+    })
+    return alt.Chart(df).mark_bar().encode(
+        x=alt.X("target:N", title="predicted word", scale=alt.Scale(domain=labels),
+                axis=_x_axis(angle, font)),
+        y=alt.Y("mean:Q", title="mean gate value", scale=alt.Scale(domain=list(WEIGHT_DOMAIN))),
+        color=alt.Color("mean:Q", title="gate", scale=colour_scale),
+        tooltip=[
+            alt.Tooltip("target:N", title="predicted"),
+            alt.Tooltip("mean:Q", title="mean", format=".3f"),
+            alt.Tooltip("std:Q", title="std", format=".3f"),
+            alt.Tooltip("open:Q", title="units > 0.5", format=".0%"),
+        ],
+    ).properties(width=alt.Step(max(12, cell)), height=200, title=title)
+
+
+# --------------------------------------------------------------------------- HTML fragments
+
+_SPAN = "display:inline-block;margin:1px 0;padding:0 3px;border-radius:3px;line-height:1.7;"
+_MARKER = "font-size:0.7em;color:#666;vertical-align:middle;border:1px solid #bbb;border-radius:3px;padding:0 3px;"
+
+
+def _esc(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _gaps(sa: SentenceAnalysis) -> list[str]:
+    """[n] text before each token (from ``offsets``), or single spaces if offsets don't fit ``text``."""
+    n = len(sa.tokens)
+    try:
+        spans = [(int(s), int(e)) for s, e in sa.offsets]
+        ok = len(spans) == n and all(0 <= s <= e <= len(sa.text) for s, e in spans)
+        ok = ok and all(spans[i][1] <= spans[i + 1][0] for i in range(n - 1))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        return [""] + [" "] * (n - 1) if n else []
+    gaps, prev = [], spans[0][0] if n else 0
+    for s, e in spans:
+        gap = sa.text[prev:s]  # untokenised text between two tokens, whitespace runs squashed
+        core = " ".join(gap.split())
+        lead = " " if gap[:1].isspace() else ""
+        gaps.append(lead + core + (" " if core and gap[-1:].isspace() else ""))
+        prev = e
+    return gaps
+
+
+def highlighted_html(
+    sa: SentenceAnalysis,
+    target: int,
+    threshold: float | None = DEFAULT_THRESHOLD,
+    top_k: int | None = None,
+    caption: bool = True,
+) -> str:
+    """The running text with attention for one target row as an HTML fragment (inline styles only).
+
+    Attended words (weight >= ``threshold``, or the ``top_k`` heaviest) get a
+    background on the :data:`SCHEME` scale; every word in memory has its weight in
+    a tooltip; the predicted word is outlined, words not read yet are faded, and
+    ``<unk>`` words have a dashed underline. All text is escaped.
+    """
+    T = len(sa.targets)
+    if not 0 <= target < T:
+        raise IndexError(f"target {target} out of range: the sentence has {T} predicted words (0..{T - 1})")
+    att = None if sa.attention is None else np.asarray(sa.attention, dtype=float)
+    mask = None if att is None else attention_mask(att)
+    lit = {h.slot: h.weight for h in sa.highlights(threshold, top_k)[target]}
+
+    def weight_of(slot: int) -> float | None:
+        if att is None or mask is None or slot >= att.shape[1] or not mask[target, slot]:
+            return None
+        return float(att[target, slot])
+
+    def style_for(weight: float) -> str:
+        bg = palette(weight)
+        return f"background:{bg};color:{text_colour(bg)};"
+
+    parts = []
+    # <s>: slot 0 (start state h_0) and slot 1 (after reading <s>) share one marker.
+    start_w = [weight_of(0), weight_of(1)]
+    start_tip = "; ".join(
+        f"{name}: {w:.3f}" for name, w in zip(("slot 0 (start state)", "slot 1 (<s>)"), start_w) if w is not None
+    )
+    start_lit = [lit[s] for s in (0, 1) if s in lit]
+    start_style = style_for(min(1.0, sum(start_lit))) if start_lit else ""
+    start_title = _esc("sentence start" + (": " + start_tip if start_tip else ""))
+    parts.append(f'<span class="vz-start" style="{_MARKER}{start_style}" title="{start_title}">&lt;s&gt;</span> ')
+    gaps = _gaps(sa)
+    for i, tok in enumerate(sa.tokens):
+        slot = i + 2  # word w_{i+1} is held by slot i + 2
+        w = weight_of(slot)
+        tips = []
+        style = _SPAN
+        classes = ["vz-tok"]
+        if i == target:
+            classes.append("vz-target")
+            style += "outline:2px solid #d55e00;outline-offset:1px;font-weight:600;"
+            tips.append("predicted word")
+        elif i > target:
+            classes.append("vz-future")
+            style += "opacity:0.45;"
+            tips.append("not read yet")
+        if w is not None:
+            tips.append(f"attention {w:.3f}")
+            if slot in lit:
+                classes.append("vz-attended")
+                style += style_for(w)
+        if i < len(sa.unk) and sa.unk[i]:
+            classes.append("vz-unk")
+            style += "text-decoration:underline dashed #d55e00;text-underline-offset:3px;"
+            tips.append(UNK_TITLE)
+        if i < len(sa.targets):
+            tips.append(f"P = {float(sa.probs[i]):.4f}")
+        parts.append(_esc(gaps[i]) if i else "")
+        title = _esc(" · ".join(tips))
+        parts.append(f'<span class="{" ".join(classes)}" style="{style}" title="{title}">{_esc(tok)}</span>')
+    end_style = _MARKER + ("outline:2px solid #d55e00;outline-offset:1px;" if target == T - 1 else "")
+    parts.append(f' <span class="vz-end" style="{end_style}" title="sentence end">&lt;/s&gt;</span>')
+    if sa.truncated:
+        parts.append(f' <span style="{_MARKER}" title="{_esc(f"{sa.truncated} more tokens not analysed")}">…</span>')
+    body = "".join(parts)
+    head = ""
+    if caption:
+        cut = threshold if threshold is not None else DEFAULT_THRESHOLD
+        rule = f"top {top_k}" if top_k is not None else f"weight ≥ {cut:g}"
+        if att is None:
+            what = f"{_esc(sa.model)} has no attention"
+        else:
+            what = f"highlighted: {_esc(rule)} ({len(lit)} slot{'s' if len(lit) != 1 else ''})"
+        head = (
+            f'<div style="font-size:0.85em;color:#555;margin-bottom:4px">predicting '
+            f"<b>{_esc(sa.targets[target])}</b> after “{_esc(_current_word(sa, target))}” · {what}</div>"
+        )
+    return f'<div class="vizlm-highlight" style="font-size:1.05em;line-height:2">{head}{body}</div>'
+
+
+def sentence_strip_html(sa: SentenceAnalysis, selected: int | None = None) -> str:
+    """Each predicted word as a chip with its probability; the bar under it is coloured by surprisal.
+
+    Colour: :data:`SCHEME` over ``[0, SURPRISAL_MAX_BITS]`` bits (brighter = more
+    surprising). ``selected`` (a target row) is outlined. All text is escaped.
+    """
+    words = list(sa.tokens) + ["</s>"]
+    chips = []
+    for r in range(len(sa.targets)):
+        word = words[r] if r < len(words) else sa.targets[r]
+        p, s = float(sa.probs[r]), float(sa.surprisal[r])
+        colour = palette(s, 0.0, SURPRISAL_MAX_BITS)
+        unk = r < len(sa.unk) and sa.unk[r]
+        top = ", ".join(f"{w} {float(q):.3f}" for w, q in zip(sa.top_words[r][:3], sa.top_probs[r][:3]))
+        tip = f"P({sa.targets[r]}) = {p:.4f} · surprisal {s:.2f} bits" + (f" · top: {top}" if top else "")
+        if unk:
+            tip += f" · {UNK_TITLE}"
+        style = (
+            "display:inline-flex;flex-direction:column;align-items:center;margin:2px;padding:2px 5px 0;"
+            f"border-radius:4px;background:#f6f6f6;border-bottom:5px solid {colour};"
+        )
+        if r == selected:
+            style += "outline:2px solid #d55e00;"
+        word_style = "text-decoration:underline dashed #d55e00;text-underline-offset:3px;" if unk else ""
+        if r == len(sa.targets) - 1:
+            word_style += "color:#666;font-size:0.85em;"
+        chips.append(
+            f'<span class="vz-chip{" vz-unk" if unk else ""}" data-index="{r}" style="{style}" title="{_esc(tip)}">'
+            f'<span style="{word_style}">{_esc(word)}</span>'
+            f'<span style="font-size:0.7em;color:#555">{_format_prob(p)}</span></span>'
+        )
+    return f'<div class="vizlm-strip" style="line-height:1.3">{"".join(chips)}</div>'
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _format_prob(p: float) -> str:
+    if not math.isfinite(p):
+        return "–"
+    return f"{p:.2f}" if p >= 0.01 else f"{p:.0e}"
+
+
+def _categorical(n: int) -> list[str]:
+    return [CATEGORICAL[i % len(CATEGORICAL)] for i in range(n)]
+
+
+def _unique(names: Sequence[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        out.append(name if seen[name] == 1 else f"{name} ({seen[name]})")
+    return out
+
+
+def _require(df: pd.DataFrame, columns: list[str], where: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{where}: missing column(s) {missing}; expected {columns}")
