@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from vizlm.analysis import SentenceAnalysis, analyze_tokens
-from vizlm.cases import LABELS, Case, _analyses, corpus_cases, label_cases, stem, tag_tokens
+from vizlm.analysis import analyze_batch
+from vizlm.cases import LABELS, Case, corpus_cases, label_cases, stem, tag_tokens
 from vizlm.checkpoint import Checkpoint
 from vizlm.data import EOS, Vocab, load_corpus
 from vizlm.models import build_model
@@ -272,11 +273,12 @@ def test_corpus_cases_agrees_with_analyze_tokens(tiny_ckpt):
                 expected[label] += 1
     report = corpus_cases(tiny_ckpt, "brown", "test", threshold=0.1, limit=30)
     assert report.pairs == pairs and report.counts == expected and sum(expected.values()) > 0
-    batched = dict(_analyses(tiny_ckpt, test.sentences[:30], test.tags, None))
+    batched = dict(analyze_batch(tiny_ckpt, test.sentences[:30], tags=test.tags, top_k=5))
     single = analyze_tokens(tiny_ckpt, test.sentences[7], tags=test.tags[7])
     np.testing.assert_allclose(batched[7].attention, single.attention, atol=1e-6)
     np.testing.assert_allclose(batched[7].logprobs, single.logprobs, atol=1e-4)
     assert batched[7].targets == single.targets and batched[7].tags == single.tags
+    assert batched[7].top_words == single.top_words
 
 
 def test_corpus_cases_on_given_sentences_and_without_attention(tiny_ckpt):

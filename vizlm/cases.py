@@ -86,16 +86,13 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from vizlm.analysis import DEFAULT_THRESHOLD, MAX_TOKENS, SentenceAnalysis
+from vizlm.analysis import DEFAULT_THRESHOLD, SentenceAnalysis, analyze_batch
 from vizlm.checkpoint import Checkpoint
-from vizlm.data import EOS, UNK, iter_batches
 from vizlm.resources import Collocations, load_collocations
 from vizlm.tagger import simplify_tag, tag_tokens
 
@@ -493,59 +490,6 @@ class CaseReport:
 
 
 @torch.no_grad()
-def _analyses(
-    ckpt: Checkpoint,
-    sentences: list[list[str]],
-    tags: list[list[str]] | None,
-    surfaces: list[list[str]] | None,
-    batch_size: int = 64,
-) -> Iterator[tuple[int, SentenceAnalysis]]:
-    """``(index, analysis)`` per non-empty sentence, from length-bucketed batched forward passes.
-
-    The same :class:`SentenceAnalysis` that :func:`~vizlm.analysis.analyze_tokens`
-    builds, minus the top predictions (``top_words`` empty), which the rules do not
-    read: one forward pass per batch instead of per sentence is what keeps a whole
-    corpus split fast. Right padding changes nothing: every model is causal, so the
-    rows of a sentence never see the padding after it.
-    """
-    vocab = ckpt.vocab
-    keep = [i for i, s in enumerate(sentences) if s]
-    cut = {i: sentences[i][:MAX_TOKENS] for i in keep}
-    seqs = [vocab.encode(cut[i]) for i in keep]
-    for idx, inputs, targets in iter_batches(seqs, batch_size):
-        out = ckpt.model(inputs)
-        logp = out.logits.log_softmax(-1).gather(2, targets[..., None])[..., 0].double()  # (B, T)
-        attention = None if out.attention is None else out.attention.double()  # (B, T, S)
-        gates = out.extras.get("gate1")  # (B, T, d) for AMSRN
-        for b, j in enumerate(idx):
-            i = keep[j]
-            norms = cut[i]
-            n = len(norms)
-            T = n + 1
-            unk = [w not in vocab for w in norms]
-            words = surfaces[i][:n] if surfaces is not None else list(norms)
-            offsets, pos = [], 0
-            for w in words:
-                offsets.append((pos, pos + len(w)))
-                pos += len(w) + 1
-            yield i, SentenceAnalysis(
-                model=ckpt.label,
-                text=" ".join(words),
-                tokens=list(words),
-                norms=list(norms),
-                offsets=offsets,
-                unk=unk,
-                targets=[UNK if u else w for w, u in zip(norms, unk)] + [EOS],
-                logprobs=logp[b, :T].numpy(),
-                top_words=[[] for _ in range(T)],
-                top_probs=np.zeros((T, 0)),
-                attention=None if attention is None else attention[b, :T, :T].numpy(),
-                gates=None if gates is None else gates[b, :T].double().numpy(),
-                tags=list(tags[i][:n]) if tags is not None else None,
-                truncated=len(sentences[i]) - n,
-            )
-
-
 def corpus_cases(
     ckpt: Checkpoint,
     corpus: str | None = None,
@@ -591,7 +535,7 @@ def corpus_cases(
     if not has_attention:
         notes.append(f"{ckpt.label} has no attention: there are no highlights to label")
         n = 0
-    for i, sa in _analyses(ckpt, sentences[:n], tags, originals):
+    for i, sa in analyze_batch(ckpt, sentences[:n], originals, tags):
         analysed += 1
         for k, case in enumerate(label_cases(sa, threshold, top_k, collocations=collocations)):
             pairs += 1
