@@ -38,6 +38,7 @@ def add_analysis_commands(sub) -> None:
     p.add_argument("--b", required=True, help="checkpoint compared with the baseline")
     _source(p)
     p.add_argument("--top", type=int, default=10, help="how many most improved / worsened sentences to list")
+    p.add_argument("--min-length", type=int, default=5, help="only list sentences with at least this many words")
     p.add_argument("--csv", type=Path, help="write the whole per-sentence table as CSV")
 
     p = sub.add_parser("positions", help="average attention by relative position (Daniluk et al. Fig. 3)")
@@ -122,8 +123,8 @@ def cmd_compare(args) -> int:
         args.csv.write_bytes(export_frame(result.table, "csv"))
     if args.json:
         doc = result.to_dict()
-        doc["most_improved"] = result.most_improved(args.top).to_dict("records")
-        doc["most_worsened"] = result.most_worsened(args.top).to_dict("records")
+        doc["most_improved"] = result.most_improved(args.top, args.min_length).to_dict("records")
+        doc["most_worsened"] = result.most_worsened(args.top, args.min_length).to_dict("records")
         doc.pop("table", None)
         _dump(doc)
         return 0
@@ -133,9 +134,9 @@ def cmd_compare(args) -> int:
 
     with pd.option_context("display.width", 160, "display.max_colwidth", 70):
         print(f"\nmost improved by {b.label} over {a.label}:")
-        print(result.most_improved(args.top)[["sentence_id", "length", "ppl_a", "ppl_b", "text"]].to_string(index=False))
+        print(result.most_improved(args.top, args.min_length)[["sentence_id", "length", "ppl_a", "ppl_b", "text"]].to_string(index=False))
         print("\nmost worsened:")
-        print(result.most_worsened(args.top)[["sentence_id", "length", "ppl_a", "ppl_b", "text"]].to_string(index=False))
+        print(result.most_worsened(args.top, args.min_length)[["sentence_id", "length", "ppl_a", "ppl_b", "text"]].to_string(index=False))
     return 0
 
 

@@ -1,0 +1,120 @@
+"""Corpus statistics against brute-force computations on tiny models."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import TINY
+from vizlm.analysis import analyze_tokens
+from vizlm.checkpoint import Checkpoint
+from vizlm.corpus import attention_by_position, compare, compare_corpus, sentence_positions
+from vizlm.data import SPECIALS, Vocab
+from vizlm.models import build_model
+
+VOCAB = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])
+
+
+def tiny(name, seed=0, vocab=VOCAB, **kw):
+    torch.manual_seed(seed)
+    return Checkpoint(build_model(name, **{**TINY, "vocab_size": len(vocab)}, **kw).eval(), vocab, name)
+
+
+@pytest.fixture(scope="module")
+def sentences():
+    g = torch.Generator().manual_seed(5)
+    return [[f"w{int(i)}" for i in torch.randint(0, 36, (int(n),), generator=g)]
+            for n in torch.randint(1, 14, (40,), generator=g)]
+
+
+def sentence_ppl(ckpt, words):
+    """One sentence at a time, no batching, no padding."""
+    ids = [VOCAB.bos_id] + VOCAB.encode(words)
+    with torch.no_grad():
+        logp = ckpt.model(torch.tensor([ids])).logits[0].log_softmax(-1)
+    targets = ids[1:] + [VOCAB.eos_id]
+    nll = -sum(float(logp[i, t]) for i, t in enumerate(targets))
+    return nll, len(targets)
+
+
+def test_compare_matches_brute_force(sentences):
+    a, b = tiny("lstm", 0), tiny("kvp", 1, window=3)
+    result = compare(a, b, sentences, [f"s{i}" for i in range(len(sentences))])
+    brute = {f"s{i}": (sentence_ppl(a, s), sentence_ppl(b, s)) for i, s in enumerate(sentences)}
+    for row in result.table.itertuples():
+        (na, n), (nb, _) = brute[row.sentence_id]
+        assert math.isclose(row.ppl_a, math.exp(na / n), rel_tol=1e-5)
+        assert math.isclose(row.ppl_b, math.exp(nb / n), rel_tol=1e-5)
+        assert row.length == n - 1
+    tot_a = sum(v[0][0] for v in brute.values())
+    tot_b = sum(v[1][0] for v in brute.values())
+    tok = sum(v[0][1] for v in brute.values())
+    s = result.summary
+    assert math.isclose(s["ratio"], math.exp((tot_b - tot_a) / tok), rel_tol=1e-6)
+    improved = np.mean([v[1][0] < v[0][0] for v in brute.values()])
+    assert math.isclose(s["share_improved"], improved)
+    assert s["ratio_ci_low"] <= s["ratio"] <= s["ratio_ci_high"]
+    assert list(result.table.log_ratio) == sorted(result.table.log_ratio)  # most improved first
+    assert result.most_worsened(1).log_ratio.iloc[0] == result.table.log_ratio.max()
+    assert (result.most_improved(50, min_length=5).length >= 5).all()
+
+
+def test_compare_refuses_different_vocabularies(sentences):
+    other = Vocab(list(SPECIALS) + [f"v{i}" for i in range(36)])
+    with pytest.raises(ValueError, match="vocabularies differ"):
+        compare(tiny("lstm"), tiny("lstm", vocab=other), sentences, ["x"] * len(sentences))
+
+
+def test_positions_match_brute_force(sentences):
+    ckpts = [tiny("kvp", 2, window=3), tiny("amsrn", 3), tiny("lstm")]
+    stats = attention_by_position(ckpts, sentences, window=4, batch_size=7)
+    assert stats.skipped == ["lstm"]
+    for ckpt in ckpts[:2]:
+        per_offset = {d: [] for d in range(1, 5)}
+        entropies, beyond = [], []
+        for s in sentences:
+            att = analyze_tokens(ckpt, s).attention  # (T, S)
+            for r in range(att.shape[0]):
+                row = att[r, : r + 1]
+                entropies.append(-sum(p * math.log(p) for p in row if p > 0))
+                inside = 0.0
+                for d in range(1, 5):
+                    if r + 1 - d >= 0:
+                        per_offset[d].append(att[r, r + 1 - d])
+                        inside += att[r, r + 1 - d]
+                beyond.append(1 - inside)
+        frame = stats.frame[stats.frame.model == ckpt.name].set_index("offset")
+        for d, ws in per_offset.items():
+            assert frame.loc[d, "count"] == len(ws)
+            assert math.isclose(frame.loc[d, "mean"], np.mean(ws), rel_tol=1e-6, abs_tol=1e-9)
+            assert frame.loc[d, "lo"] <= frame.loc[d, "mean"] <= frame.loc[d, "hi"]
+        assert math.isclose(stats.entropy[ckpt.name], np.mean(entropies), rel_tol=1e-6)
+        assert math.isclose(stats.beyond[ckpt.name], np.mean(beyond), rel_tol=1e-6, abs_tol=1e-9)
+    kvp = stats.frame[stats.frame.model == "kvp"].set_index("offset")
+    assert kvp.loc[4, "mean"] == 0  # outside the window of 3
+
+
+def test_sentence_positions(sentences):
+    sa = analyze_tokens(tiny("amsrn", 3), sentences[0])
+    df = sentence_positions(sa, window=3)
+    for row in df.itertuples():
+        assert row.weight == pytest.approx(sa.attention[row.target, row.target + 1 - row.offset])
+
+
+def test_corpus_results_are_cached(monkeypatch, tmp_path):
+    monkeypatch.setenv("VIZLM_CACHE", str(tmp_path))
+    vocab = Vocab.for_corpus("brown")
+    a, b = tiny("lstm", 0, vocab=vocab), tiny("amsrn", 1, vocab=vocab)
+    calls = []
+    import vizlm.corpus as corpus
+
+    real = corpus._nll
+    monkeypatch.setattr(corpus, "_nll", lambda *args, **kw: calls.append(1) or real(*args, **kw))
+    first = compare_corpus(a, b, "wsj", "test")
+    assert len(calls) == 2 and len(list(tmp_path.glob("*.json"))) == 2
+    second = compare_corpus(a, b, "wsj", "test")
+    assert len(calls) == 2  # served from the cache
+    assert first.table.equals(second.table) and first.summary == second.summary

@@ -1,0 +1,64 @@
+"""On-disk cache for corpus statistics, keyed by checkpoint and corpus checksums.
+
+Entries are JSON (never pickle) under ``$VIZLM_CACHE`` or ``<repo>/.cache/vizlm``; the
+key is the sha256 of a canonical JSON of its parts, so changing a checkpoint's
+weights, the corpus file, or any parameter gives a new entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("VIZLM_CACHE")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / ".cache" / "vizlm"
+
+
+def checkpoint_digest(ckpt) -> str:
+    """sha256 of the checkpoint's weights file, or of its tensors when it has no file."""
+    cached = ckpt.meta.get("_digest")
+    if cached:
+        return cached
+    path = ckpt.meta.get("path")
+    h = hashlib.sha256()
+    if path and (Path(path) / "model.safetensors").is_file():
+        h.update((Path(path) / "model.safetensors").read_bytes())
+    else:
+        h.update(ckpt.name.encode())
+        for k, v in sorted(ckpt.model.state_dict().items()):
+            h.update(k.encode())
+            h.update(v.detach().to(torch.float64).contiguous().numpy().tobytes())
+    ckpt.meta["_digest"] = h.hexdigest()
+    return ckpt.meta["_digest"]
+
+
+def key_of(parts: dict) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def cached(parts: dict, compute: Callable[[], dict], enabled: bool = True) -> dict:
+    """Return the JSON-able result for ``parts``, computing and storing it once."""
+    if not enabled:
+        return compute()
+    folder = cache_dir()
+    path = folder / f"{key_of(parts)}.json"
+    if path.is_file():
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))["value"]
+        except (json.JSONDecodeError, KeyError, OSError):
+            pass  # a damaged entry is recomputed
+    value = compute()
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump({"parts": parts, "value": value}, f)
+    os.replace(tmp, path)
+    return value
