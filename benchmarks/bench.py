@@ -1,0 +1,114 @@
+"""vizlm performance benchmark: prints measured figures and pass/fail ratios from one run.
+
+    python benchmarks/bench.py [--json] [--threads N]
+
+(a) masked fast attention vs the step-by-step reference (tests/reference.py) at T = 50;
+(b) interactive ``analyze`` of a 40-token sentence with lstm + amsrn + kvp (p50/p95,
+    model loading excluded); (c) per-sentence comparison of two models over the whole
+    Brown test split; (d) attention by position for all attention models over Brown
+    test; (e) peak memory. Caches are disabled so every figure is a real computation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from reference import reference  # noqa: E402
+
+from vizlm.analysis import analyze  # noqa: E402
+from vizlm.checkpoint import bundled_checkpoints, load_checkpoint  # noqa: E402
+from vizlm.corpus import compare_corpus, positions_corpus  # noqa: E402
+from vizlm.models import build_model  # noqa: E402
+
+SENTENCE = (
+    "The jury said that the city , which had spent too much money on the new schools last year , "
+    "would have to raise taxes because the state refused to pay for the roads and the bridges ."
+)
+TARGETS = {"speedup": 5.0, "analyze_p95_ms": 100.0, "compare_s": 30.0, "positions_s": 60.0, "peak_mb": 2048.0}
+
+
+def timeit(fn, repeat: int) -> list[float]:
+    fn()  # warm-up
+    out = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def bench_masked_vs_reference(T: int = 50) -> dict:
+    x = torch.randint(4, 10_000, (8, T))
+    x[:, 0] = 1
+    res = {}
+    for name, kw in (("amsrn", {}), ("kvp", {"window": 5}), ("attention", {"window": 5}), ("salton", {})):
+        model = build_model(name, vocab_size=10_000, **kw).eval()
+        with torch.no_grad():
+            fast = statistics.median(timeit(lambda: model(x), 5))
+            slow = statistics.median(timeit(lambda: reference(model, x), 3))
+        res[name] = {"fast_ms": fast * 1e3, "reference_ms": slow * 1e3, "speedup": slow / fast}
+    return res
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--runs", type=int, default=50, help="analyze() repetitions for the latency percentiles")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out: dict = {"threads": torch.get_num_threads(), "checkpoints": bundled_checkpoints()}
+    out["masked_vs_reference_T50"] = bench_masked_vs_reference()
+    ckpts = {n: load_checkpoint(n) for n in ("lstm", "amsrn", "kvp")}
+    ntok = len(analyze(ckpts["lstm"], SENTENCE).tokens)
+    times = timeit(lambda: [analyze(c, SENTENCE) for c in ckpts.values()], args.runs)
+    times.sort()
+    out["analyze_3_models"] = {"tokens": ntok, "p50_ms": times[len(times) // 2] * 1e3,
+                               "p95_ms": times[int(0.95 * (len(times) - 1))] * 1e3}
+    t = time.perf_counter()
+    cmp = compare_corpus(ckpts["lstm"], ckpts["amsrn"], "brown", "test", use_cache=False)
+    out["compare_brown_test"] = {"seconds": time.perf_counter() - t, "sentences": cmp.summary["sentences"]}
+    t = time.perf_counter()
+    positions_corpus([ckpts["amsrn"], ckpts["kvp"]], "brown", "test", window=10, use_cache=False)
+    out["positions_brown_test"] = {"seconds": time.perf_counter() - t, "models": 2}
+    out["peak_memory_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    checks = {
+        "speedup": min(v["speedup"] for v in out["masked_vs_reference_T50"].values()) / TARGETS["speedup"],
+        "analyze_p95_ms": TARGETS["analyze_p95_ms"] / out["analyze_3_models"]["p95_ms"],
+        "compare_s": TARGETS["compare_s"] / out["compare_brown_test"]["seconds"],
+        "positions_s": TARGETS["positions_s"] / out["positions_brown_test"]["seconds"],
+        "peak_mb": TARGETS["peak_mb"] / out["peak_memory_mb"],
+    }
+    out["margin_vs_target"] = checks  # > 1 means the target is met with that factor to spare
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"threads: {out['threads']}")
+    for name, v in out["masked_vs_reference_T50"].items():
+        print(f"masked vs reference, {name:9s} T=50 B=8: {v['fast_ms']:7.2f} ms vs {v['reference_ms']:8.2f} ms"
+              f"  -> {v['speedup']:.1f}x")
+    a = out["analyze_3_models"]
+    print(f"analyze, {a['tokens']} tokens, lstm+amsrn+kvp: p50 {a['p50_ms']:.1f} ms, p95 {a['p95_ms']:.1f} ms")
+    print(f"compare lstm vs amsrn, Brown test ({cmp.summary['sentences']} sentences): "
+          f"{out['compare_brown_test']['seconds']:.1f} s")
+    print(f"positions amsrn+kvp, Brown test: {out['positions_brown_test']['seconds']:.1f} s")
+    print(f"peak memory: {out['peak_memory_mb']:.0f} MB")
+    for k, ratio in checks.items():
+        print(f"{'PASS' if ratio >= 1 else 'FAIL'} {k}: {ratio:.2f}x the target ({TARGETS[k]})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""The CLI end to end on the committed checkpoints."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from vizlm import cli
+from vizlm.checkpoint import bundled_checkpoints
+
+TEXT = "The dogs in the park are barking because they are hungry ."
+PARAGRAPHS = (
+    "The committee said the plan was approved. It will start next year because the funds are ready.\n"
+    "Mr. Smith went to Washington. He met the president, and they talked about the war.\n"
+)
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("txt") / "paras.txt"
+    path.write_text(PARAGRAPHS, encoding="utf-8")
+    return path
+
+
+def test_bundled_checkpoints_present():
+    assert {"lstm", "amsrn", "kvp"} <= set(bundled_checkpoints())
+
+
+@pytest.mark.parametrize("name", ["amsrn", "kvp", "lstm"])
+def test_analyze_json(capsys, name):
+    code, out, _ = run(capsys, "analyze", "--checkpoint", name, "--text", TEXT, "--json")
+    assert code == 0
+    doc = json.loads(out, parse_constant=lambda c: pytest.fail(f"non-finite {c} in JSON"))
+    assert doc["tokens"][:3] == ["The", "dogs", "in"]
+    assert [t["word"] for t in doc["targets"]][-1] == "</s>"
+    assert len(doc["targets"]) == len(doc["tokens"]) + 1
+    for t in doc["targets"]:
+        assert 0 < t["prob"] <= 1
+        if name == "lstm":
+            assert t["attention"] is None and t["highlights"] == []
+        else:
+            assert len(t["attention"]) == t["index"] + 1
+            assert math.isclose(sum(t["attention"]), 1, rel_tol=1e-6)
+            for h in t["highlights"]:
+                assert h["weight"] >= 0.2
+        for c in t["cases"]:
+            assert {"attended", "weight", "labels", "evidence"} <= set(c)
+
+
+def test_analyze_top_k_and_table(capsys):
+    code, out, _ = run(capsys, "analyze", "--checkpoint", "amsrn", "--text", TEXT, "--top-k", "2", "--json")
+    assert code == 0
+    assert all(len(t["highlights"]) == min(2, t["index"] + 1) for t in json.loads(out)["targets"])
+    code, out, _ = run(capsys, "analyze", "--checkpoint", "amsrn", "--text", "colorless zorbleflux ideas")
+    assert code == 0 and "<unk>" in out and "perplexity" in out
+
+
+@pytest.mark.parametrize("text", ["", "   \n", "!!!"[:0]])
+def test_analyze_empty_text_is_a_clear_error(capsys, text):
+    code, _, err = run(capsys, "analyze", "--checkpoint", "lstm", "--text", text)
+    assert code == 2 and "empty" in err and "Traceback" not in err
+
+
+def test_corrupt_checkpoint_is_a_clear_error(capsys, tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"\x80\x04garbage")
+    (tmp_path / "config.json").write_text("{}")
+    code, _, err = run(capsys, "analyze", "--checkpoint", str(tmp_path), "--text", TEXT)
+    assert code == 2 and "not a vizlm checkpoint" in err
+
+
+def test_eval_corpus_and_text_file(capsys, text_file):
+    code, out, _ = run(capsys, "eval", "--checkpoint", "kvp", "--corpus", "wsj", "--split", "test", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["tokens"] == 96773 and 50 < doc["perplexity"] < 2000
+    code, out, _ = run(capsys, "eval", "--checkpoint", "lstm", "--text-file", str(text_file), "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["sentences"] == 4 and doc["perplexity"] > 1
+
+
+def test_compare_text_file(capsys, text_file, tmp_path):
+    csv = tmp_path / "cmp.csv"
+    code, out, _ = run(capsys, "compare", "--a", "lstm", "--b", "amsrn", "--text-file", str(text_file),
+                       "--top", "2", "--csv", str(csv), "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert len(doc["most_improved"]) == 2 and "summary" in doc
+    assert csv.read_bytes().count(b"\n") >= 5
+
+
+def test_positions_and_png(capsys, text_file, tmp_path):
+    png = tmp_path / "pos.png"
+    code, out, _ = run(capsys, "positions", "--checkpoint", "amsrn", "kvp", "--text-file", str(text_file),
+                       "--window", "5", "--png", str(png), "--json")
+    assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "kvp" in out and "amsrn" in out
+
+
+def test_cases_text_file(capsys, text_file):
+    code, out, _ = run(capsys, "cases", "--checkpoint", "amsrn", "--text-file", str(text_file), "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert set(doc["counts"]) == {"trigger", "causal", "phrase", "grammar"}
+
+
+@pytest.mark.parametrize("fmt,magic", [("png", b"\x89PNG"), ("svg", b"<svg"), ("html", b"<!DOCTYPE html"),
+                                       ("csv", None), ("json", b"{")])
+def test_export_formats(capsys, tmp_path, fmt, magic):
+    out = tmp_path / f"x.{fmt}"
+    code, _, _ = run(capsys, "export", "--checkpoint", "kvp", "--text", TEXT, "--format", fmt, "--out", str(out))
+    assert code == 0
+    data = out.read_bytes()
+    if magic:
+        assert magic in data[:200]
+    assert b"dogs" in data or fmt == "png"
