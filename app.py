@@ -1,28 +1,25 @@
-"""vizlm Explorer (minimal until the app issue): type a sentence, see per-word probabilities."""
+"""vizlm app: ``streamlit run app.py``.
+
+Registers the pages (``st.navigation``); the Explorer (``pages/explorer.py``) is the
+front page. Every page is thin: sidebar inputs -> validation -> one library call ->
+rendering; the shared Streamlit glue is :mod:`vizlm.app_support`.
+"""
 
 import streamlit as st
 
-from vizlm.analysis import AnalysisError, analyze
-from vizlm.checkpoint import bundled_checkpoints, load_checkpoint
 
-st.set_page_config(page_title="vizlm", layout="wide")
+def main() -> None:
+    st.set_page_config(page_title="vizlm", page_icon=":material/search:", layout="wide")
+    pages = [
+        st.Page("pages/explorer.py", title="Explorer", icon=":material/search:", default=True),
+        st.Page("pages/compare.py", title="Compare perplexity", icon=":material/scatter_plot:"),
+        st.Page("pages/positions.py", title="Attention by position", icon=":material/timeline:"),
+        st.Page("pages/cases.py", title="Cases", icon=":material/label:"),
+        st.Page("pages/models.py", title="Models", icon=":material/model_training:"),
+    ]
+    nav = st.navigation(pages)
+    st.sidebar.caption("vizlm · attention in recurrent language models")
+    nav.run()
 
 
-@st.cache_resource
-def _load(name: str):
-    return load_checkpoint(name)
-
-
-st.title("vizlm")
-names = bundled_checkpoints()
-if not names:
-    st.error("No checkpoints in checkpoints/.")
-    st.stop()
-name = st.selectbox("Model", names)
-text = st.text_input("Sentence", "the dogs in the park are barking .")
-try:
-    sa = analyze(_load(name), text)
-except AnalysisError as exc:
-    st.warning(str(exc))
-    st.stop()
-st.dataframe({"word": sa.targets, "prob": sa.probs, "surprisal (bits)": sa.surprisal})
+main()

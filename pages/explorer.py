@@ -1,0 +1,257 @@
+"""Explorer: type a sentence and see which earlier words each model attends to.
+
+The app's front page (``app.py`` registers it as the default page). Thin, like every
+page: sidebar inputs -> validation (``st.stop()``) -> one cached library call
+(:func:`vizlm.analysis.analyze`) -> rendering with :mod:`vizlm.plots` / :mod:`vizlm.export`.
+Its state lives in the URL: ``?model=amsrn&compare=lstm&text=...&threshold=0.2&target=3``
+(``topk=3`` instead of ``threshold`` for top-k mode), so a view can be shared and reopened.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import streamlit as st
+
+from vizlm import app_support as sup
+
+sup.route_through_app()
+
+DEFAULT_TEXT = "The dogs in the park are barking because they saw a cat , so the owners are running ."
+PREFERRED = ["amsrn", "kvp", "kv", "attention", "salton"]  # default model, if bundled
+
+
+def _defaults(names: list[str]) -> tuple[str, str | None]:
+    model = next((n for n in PREFERRED if n in names), next((n for n in names if sup.has_attention(n)), names[0]))
+    compare = "lstm" if "lstm" in names and model != "lstm" else None
+    return model, compare
+
+
+def _seed_from_url(names: list[str]) -> None:
+    """Copy the query string into the widgets' state when it changed outside this session."""
+    params = st.query_params.to_dict()
+    last = st.session_state.get("_qs_written")
+    if params == last:
+        return
+    if not params and last:  # back from another page via the menu: restore this session's view
+        params = last
+    model, compare = _defaults(names)
+    state, notes = sup.parse_query(params, names, model, compare, DEFAULT_TEXT)
+    st.session_state.update(
+        model=state.model,
+        compare=state.compare or "",
+        text=state.text,
+        mode="Top-k" if state.top_k else "Threshold",
+        threshold=state.threshold,
+        topk=state.top_k or 3,
+        _target_url=state.target,
+        _url_notes=notes,
+        example=None,
+    )
+
+
+def _use_example() -> None:
+    choice = st.session_state.get("example")
+    if choice:
+        st.session_state["text"] = st.session_state["_examples"][choice]
+
+
+def _example_options(model: str, compare: str) -> dict[str, str]:
+    """``{"<group> · <sentence id>": text}`` for the example picker."""
+    opts = {f"WSJ · {sid}": text for sid, text in sup.example_sentences("wsj", "test")}
+    opts |= {f"Brown · {sid}": text for sid, text in sup.example_sentences("brown", "test")}
+    improved = st.session_state.get("_improved", {}).get((compare, model))
+    if improved:
+        opts = {f"improved by {model} · {sid}": text for sid, text in improved} | opts
+    st.session_state["_examples"] = opts
+    return opts
+
+
+def _find_improved(model: str, compare: str) -> bool:
+    """Rank the Brown test sentences by how much ``model`` improves on ``compare`` (progress bar, cached)."""
+    from vizlm.corpus import compare_corpus
+
+    try:
+        result = sup.with_progress(compare_corpus, sup.get_checkpoint(compare), sup.get_checkpoint(model), "brown", "test",
+                                   text=f"Scoring Brown test with {compare} and {model}")
+    except (ValueError, sup.UserError) as exc:  # e.g. different vocabularies
+        sup.show_error(exc)
+        return False
+    rows = []
+    for sid in result.most_improved(10, min_length=8)["sentence_id"].astype(str):
+        idx = sup.sentence_index("brown", "test", sid)
+        if idx is not None:
+            rows.append((sid, sup.sentence_text("brown", "test", idx)))
+    st.session_state.setdefault("_improved", {})[(compare, model)] = rows
+    return True
+
+
+def _word_label(sa, r: int) -> str:
+    word = sa.tokens[r] if r < len(sa.tokens) else "</s>"
+    label = sup.md_escape(word)
+    return f":orange[{label} ?]" if r < len(sa.unk) and sa.unk[r] else label
+
+
+def _default_target(doc: dict) -> int:
+    """The first word with a labelled case, else the last word before ``</s>``."""
+    for t in doc["targets"]:
+        if any(c.get("labels") for c in t["cases"]):
+            return t["index"]
+    return max(0, len(doc["targets"]) - 2)
+
+
+def _model_panel(name: str, sa, doc: dict, r: int, threshold: float | None, top_k: int | None) -> None:
+    from vizlm.plots import highlighted_html, sentence_strip_html
+
+    t = doc["targets"][r]
+    ppl = sup.perplexity(name)
+    st.subheader(name, anchor=False, help=f"{sup.family(name)} checkpoint" + (f"; {ppl[0]} perplexity {ppl[1]:.1f}" if ppl else ""))
+    c1, c2, c3 = st.columns(3)
+    c1.metric("P(word)", f"{t['prob']:.3f}", help="probability the model gave the actual next word")
+    c2.metric("Surprisal", f"{t['surprisal_bits']:.1f} bits", help="−log₂ P(word); lower is better")
+    c3.metric("Sentence perplexity", f"{sa.perplexity:.0f}")
+    if sa.attention is None:
+        st.html(sentence_strip_html(sa, selected=r))
+        st.caption(f"{name} has no attention: it predicts from its recurrent state alone. Each word shows the "
+                   "probability this model gave it; the bar colour is its surprisal.")
+    else:
+        st.html(highlighted_html(sa, r, threshold=threshold, top_k=top_k))
+        cases = [c for c in t["cases"] if c.get("labels")]
+        if cases:
+            for c in cases:
+                for lab in c["labels"]:
+                    why = c["evidence"].get(lab, "") if isinstance(c["evidence"], dict) else c["evidence"]
+                    st.markdown(f":{sup.LABEL_COLOURS.get(lab, 'gray')}-badge[{lab}] **{sup.md_escape(c['attended'])}** → "
+                                f"**{sup.md_escape(t['word'])}** · weight {c['weight']:.2f}  \n"
+                                f":small[{sup.md_escape(why)}]")
+        elif t["highlights"]:
+            st.caption("The attended words above match no trigger / causal / phrase / grammar rule.")
+        else:
+            st.caption("No earlier word reaches the threshold for this word; lower it or use top-k.")
+    if sa.gates is not None:
+        st.caption(f"AMSRN selection gate g₁ for this step: mean {t['gate_mean']:.2f} over {sa.gates.shape[1]} units (see the Gates tab).")
+    st.dataframe(
+        {"next word": [x["word"] for x in t["top"]], "probability": [x["prob"] for x in t["top"]]},
+        column_config={"probability": st.column_config.ProgressColumn("probability", format="%.3f", min_value=0.0, max_value=1.0)},
+        hide_index=True, width="stretch", height=213,
+    )
+
+
+def explorer() -> None:
+    names = sup.model_names()
+    if not names:
+        st.error("No checkpoints found in `checkpoints/`. Train one with `vizlm train --model lstm`.", icon=":material/error:")
+        st.stop()
+    _seed_from_url(names)
+
+    # ---------------------------------------------------------------- sidebar inputs
+    models_box = st.sidebar.container()
+    sup.upload_widget()
+    names = sup.model_names()  # an upload may have added one
+    with models_box:
+        st.header("Models", anchor=False)
+        if st.session_state.get("model") not in names:
+            st.session_state["model"] = _defaults(names)[0]
+        model = st.selectbox("Model", names, key="model", format_func=sup.model_label,
+                             help="Bundled checkpoints with their perplexity on the Brown test split (lower is better).")
+        others = [""] + [n for n in names if n != model]
+        if st.session_state.get("compare") not in others:
+            st.session_state["compare"] = ""
+        compare = st.selectbox("Compare with", others, key="compare", format_func=sup.model_label,
+                               help="A second model shown side by side, e.g. the LSTM baseline.")
+    with st.sidebar:
+        st.header("Highlight", anchor=False)
+        mode = st.segmented_control("Mode", ["Threshold", "Top-k"], key="mode", required=True,
+                                    help="Highlight every earlier word with at least this attention weight, or the k heaviest.")
+        threshold, top_k = None, None
+        if mode == "Top-k":
+            top_k = st.slider("Words to highlight", 1, 10, key="topk")
+        else:
+            threshold = st.slider("Attention threshold", 0.0, 1.0, step=0.01, key="threshold")
+
+    # ---------------------------------------------------------------- text input
+    st.title("Explorer", anchor=False)
+    st.caption("Type a sentence. Each model reads it left to right; pick a word to see which earlier words "
+               "the model attended to while predicting it, how sure it was, and why the attention may have helped.")
+    for note in st.session_state.pop("_url_notes", []):
+        st.warning(note, icon=":material/link:")
+    left, right = st.columns([3, 1], vertical_alignment="bottom")
+    with right:
+        examples = _example_options(model, compare)
+        st.session_state.setdefault("example", None)
+        st.selectbox("Or pick an example", list(examples), key="example",
+                     placeholder="WSJ / Brown sentences…", on_change=_use_example,
+                     format_func=lambda k: f"{k.split(' · ')[0]} · {examples[k][:70]}")
+        can_rank = compare and sup.has_attention(model) and (compare, model) not in st.session_state.get("_improved", {})
+        clicked = can_rank and st.button(
+            f"Most improved by {model}", icon=":material/trending_down:", width="stretch", key="rank_improved",
+            help=f"Scores the Brown test split with both models once (cached), then lists the 10 "
+                 f"sentences whose perplexity {model} lowers most relative to {compare}.")
+        if clicked and _find_improved(model, compare):
+            st.rerun()
+    with left:
+        text = st.text_area("Sentence", key="text", max_chars=sup.MAX_TEXT_CHARS, height=96,
+                            placeholder="Type or paste English text…")
+
+    # ---------------------------------------------------------------- validation
+    if not text or not text.strip():
+        st.info("Type a sentence above (or pick an example) to see the models' attention.", icon=":material/edit:")
+        st.stop()
+    shown = [model] + ([compare] if compare else [])
+    analyses, docs = {}, {}
+    for name in shown:
+        try:
+            analyses[name] = sup.analyze_text(name, text)
+            docs[name] = sup.analysis_dict(name, text, threshold, top_k)
+        except sup.UserError as exc:
+            sup.show_error(exc)
+            st.stop()
+    sa = analyses[model]
+    for note in sa.notes:
+        st.info(note[:1].upper() + note[1:] + ".", icon=":material/info:")
+    if all(sa.unk):
+        st.warning("None of these words is in the model's vocabulary (it was trained on the English Brown corpus), "
+                   "so every word is read as <unk> and the attention says little.", icon=":material/translate:")
+
+    # ---------------------------------------------------------------- word picker
+    T = len(sa.targets)
+    tkey = "target:" + hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    old_key = st.session_state.get("_target_key")
+    if old_key != tkey:  # a new text: forget the previous text's selection
+        st.session_state.pop(old_key, None)
+        st.session_state["_target_key"] = tkey
+    wanted = st.session_state.pop("_target_url", None)
+    if wanted is not None and 0 <= wanted < T:
+        st.session_state[tkey] = wanted
+    if st.session_state.get(tkey) not in range(T):
+        st.session_state[tkey] = _default_target(docs[model])
+    # long texts: the word picker scrolls instead of pushing everything down
+    with st.container(height=220 if T > 60 else "content", border=False):
+        r = st.pills("Predicted word — click one", list(range(T)), key=tkey, required=True,
+                     format_func=lambda i: _word_label(sa, i),
+                     help="Pick the word being predicted: the model has read every word before it. "
+                          "Orange words marked ? are outside the vocabulary (read as <unk>).")
+    sup.write_explorer_query(sup.ExplorerState(model, compare or None, text, threshold if threshold is not None else 0.2, top_k, r))
+
+    # ---------------------------------------------------------------- per-model panels
+    cols = st.columns(len(shown), gap="large")
+    for col, name in zip(cols, shown):
+        with col:
+            _model_panel(name, analyses[name], docs[name], r, threshold, top_k)
+
+    # ---------------------------------------------------------------- whole-sentence views
+    st.divider()
+    # Only the open tab runs: each view costs a chart or an export, so nothing is drawn unseen.
+    views = {
+        "Attention heatmap": lambda: sup.render_heatmaps(analyses, threshold, top_k),
+        "Surprisal per word": lambda: sup.render_surprisal(analyses),
+        "AMSRN gates": lambda: sup.render_gates(analyses),
+        "Data & downloads": lambda: sup.render_data(analyses, docs, r, threshold, top_k),
+    }
+    for tab, render in zip(st.tabs(list(views), key="explorer_view", on_change="rerun"), views.values()):
+        if tab.open:
+            with tab:
+                render()
+
+
+explorer()

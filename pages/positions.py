@@ -1,0 +1,112 @@
+"""Attention by position: where in the past do the attention models look?
+
+Daniluk et al. (2017, Fig. 3) average the attention weight at each relative position
+over a whole test set and find it concentrated on the last few words. This page draws
+that plot for every attention model at once (confidence bands, mean entropy), plus the
+same view for a single sentence. Thin page: inputs -> :mod:`vizlm.corpus` -> render.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from vizlm import app_support as sup
+from vizlm.plots import positions_chart
+
+sup.route_through_app()
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def corpus_positions(models: tuple[str, ...], keys: tuple[str, ...], corpus: str, split: str, window: int, limit: int | None):
+    from vizlm import corpus as vc
+
+    ckpts = [sup.get_checkpoint(m) for m in models]
+    text = f"Averaging attention of {', '.join(models)} over {corpus}/{split}"
+    if limit is None:
+        return sup.with_progress(vc.positions_corpus, ckpts, corpus, split, window=window, text=text)
+    c = sup.load_corpus_cached(corpus, split)
+    return sup.with_progress(vc.attention_by_position, ckpts, c.sentences[:limit], window=window, text=text)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def one_sentence(models: tuple[str, ...], keys: tuple[str, ...], text: str, window: int):
+    """The corpus statistics restricted to one typed sentence, and its word-by-word offsets per model."""
+    from vizlm import corpus as vc
+
+    sas = {m: sup.analyze_text(m, text) for m in models}
+    stats = vc.attention_by_position([sup.get_checkpoint(m) for m in models], [sas[models[0]].norms], window=window)
+    return stats, {m: vc.sentence_positions(sa, window) for m, sa in sas.items()}
+
+
+attn = sup.attention_model_names()
+with st.sidebar:
+    st.header("Attention by position", anchor=False)
+    if not attn:
+        st.error("None of the checkpoints has attention.", icon=":material/error:")
+        st.stop()
+    sup.keep_choices("pos_models", attn, attn)
+    models = st.multiselect("Models", attn, key="pos_models", format_func=sup.model_label)
+    sup.keep_choice("pos_window", list(range(1, 31)), 10)
+    window = st.slider("Window (words back)", 1, 30, key="pos_window",
+                       help="How many positions before the predicted word to show. KVP's own window is "
+                            "a property of the checkpoint; beyond it its weights are zero.")
+    label, corpus, split = sup.corpus_picker("pos_corpus")
+    limit = sup.sample_picker("pos_sample")
+
+st.title("Attention by position", anchor=False)
+st.caption("Mean attention weight at each position before the predicted word (−1 = the most recent word in memory), "
+           "averaged over every prediction in the split, with a 95% confidence band — Daniluk et al. (2017), Fig. 3. "
+           "A model that only looks at the last few words has its mass on the right.")
+if not models:
+    st.info("Pick at least one attention model in the sidebar.", icon=":material/info:")
+    st.stop()
+
+
+keys = tuple(sup.model_key(m) for m in models)
+
+
+def corpus_view() -> None:
+    try:
+        stats = corpus_positions(tuple(models), keys, corpus, split, window, limit)
+    except (ValueError, sup.UserError) as exc:
+        sup.show_error(exc)
+        return
+    sup.render_position_stats(stats, positions_chart, f"positions-{corpus}-{split}-w{window}", "pos_corpus")
+    st.caption("Daniluk et al. found their models' attention concentrated on the last ~5 words. A windowed model "
+               "(kvp) has no weight beyond its window; a whole-sentence model (amsrn) can also rest on the start state.")
+
+
+def sentence_view() -> None:
+    examples = sup.example_sentences("brown", "test")
+    st.session_state.setdefault("pos_text", examples[0][1] if examples else "")
+    text = st.text_area("Sentence", key="pos_text", max_chars=sup.MAX_TEXT_CHARS,
+                        help="The same statistics for the predictions of one sentence.")
+    if not text.strip():
+        st.info("Type a sentence to see its attention by position.", icon=":material/edit:")
+        return
+    try:
+        one, per_word = one_sentence(tuple(models), keys, text, window)
+    except (ValueError, sup.UserError) as exc:
+        sup.show_error(exc)
+        return
+    sup.render_position_stats(one, positions_chart, "positions-sentence", "pos_sentence")
+    st.caption("Word by word: each row is one predicted word, each column a position back; "
+               "the plot above averages these rows.")
+    cols = st.columns(min(2, max(1, len(per_word))))
+    for i, (name, frame) in enumerate(per_word.items()):
+        if frame.empty:
+            continue
+        with cols[i % len(cols)]:
+            chart = sup.sentence_positions_chart(frame, name, text)
+            sup.show_chart(chart)
+            sup.chart_downloads(chart, f"positions-{sup.safe_filename(name)}-sentence", f"pos_words_{name}", frame)
+    st.page_link(sup.EXPLORER, label="Open this sentence in the Explorer", icon=":material/open_in_new:",
+                 query_params=sup.explorer_query(models[0], text))
+
+
+# Only the open tab runs, so the other view's work is not done unseen.
+tabs = st.tabs([f"Whole split: {label}", "One sentence"], key="pos_view", on_change="rerun")
+for tab, view in zip(tabs, (corpus_view, sentence_view)):
+    if tab.open:
+        with tab:
+            view()

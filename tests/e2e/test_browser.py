@@ -1,0 +1,236 @@
+"""The app in a real browser: ``streamlit run app.py`` driven by Debian's Chromium via Playwright.
+
+Starts the server headless on a free port, waits for ``/_stcore/health``, then types a
+sentence, moves the threshold, selects a word, downloads a PNG (checked by its magic
+bytes), opens every page and saves a screenshot of each under ``test-artifacts/``.
+Playwright only drives the browser: nothing is downloaded (``playwright install`` is
+never needed), the system Chromium at ``/usr/bin/chromium`` is used.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = os.environ.get("VIZLM_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SENTENCE = "The jurors said the taxes were too high because the city had spent too much money ."
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"Chromium not found at {CHROMIUM}: apt-get install chromium"),
+]
+sync_api = pytest.importorskip("playwright.sync_api", reason="the Python package playwright is not installed (pip install playwright)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """``streamlit run app.py`` on a free port; yields the base URL, stops the server afterwards."""
+    from vizlm.checkpoint import bundled_checkpoints
+
+    if not bundled_checkpoints():
+        pytest.skip("no bundled checkpoints in checkpoints/")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("streamlit") / "server.log"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
+           "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(base + "/_stcore/health", timeout=2) as r:
+                    if r.read().strip() == b"ok":
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"streamlit did not start:\n{log.read_text(errors='replace')[-3000:]}")
+            time.sleep(0.5)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    context = browser.new_context(viewport={"width": 1440, "height": 1800}, accept_downloads=True)
+    pg = context.new_page()
+    pg.set_default_timeout(60_000)
+    pg.base = server  # type: ignore[attr-defined]
+    yield pg
+    context.close()
+
+
+def wait_idle(pg, timeout: float = 300) -> None:
+    """Wait until the app has stopped running (no status widget, spinner or progress bar for 2 s)."""
+    busy = "[data-testid='stStatusWidget'], [data-testid='stSpinner'], [data-testid='stProgress'], [data-testid='stSkeleton']"
+    pg.wait_for_selector("[data-testid='stMain'] h1", timeout=timeout * 1000)  # every page has a title
+    quiet, deadline = 0, time.time() + timeout
+    while quiet < 4:
+        if time.time() > deadline:
+            raise AssertionError(f"the app kept running for more than {timeout:.0f} s")
+        quiet = 0 if pg.locator(busy).count() else quiet + 1
+        time.sleep(0.5)
+    exceptions = pg.locator("[data-testid='stException']")
+    assert exceptions.count() == 0, exceptions.first.inner_text()
+
+
+def query(pg) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(urlparse(pg.url).query).items()}
+
+
+def shot(pg, name: str) -> Path:
+    """Save the whole page: Streamlit scrolls inside its main pane, so grow the window to fit it first."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    size = pg.viewport_size
+    height = pg.evaluate("""() => {
+        const main = document.querySelector("[data-testid='stMain']") || document.body;
+        for (const el of document.querySelectorAll('*')) { if (el.scrollTop) el.scrollTop = 0; }
+        return Math.max(main.scrollHeight, document.body.scrollHeight);
+    }""")
+    pg.set_viewport_size({"width": size["width"], "height": min(8000, max(size["height"], int(height) + 40))})
+    time.sleep(1.0)  # charts re-layout to the new size
+    pg.screenshot(path=str(path), full_page=True)
+    pg.set_viewport_size(size)
+    return path
+
+
+def pill(pg, word: str):
+    return pg.locator("[data-testid='stButtonGroup'] button").filter(has_text=word).first
+
+
+def test_explorer_type_threshold_select_download(page):
+    page.goto(page.base + "/")
+    wait_idle(page)
+    assert page.get_by_role("heading", name="Explorer").first.is_visible()
+
+    # type a sentence (Ctrl+Enter applies a text area)
+    box = page.get_by_label("Sentence")
+    box.fill(SENTENCE)
+    box.press("Control+Enter")
+    wait_idle(page)
+    assert pill(page, "jurors").is_visible()
+    assert "jurors" in query(page)["text"]
+
+    # move the threshold slider with the keyboard: 0.20 -> 0.25
+    if query(page).get("threshold") is None:  # a link may have opened it in top-k mode
+        page.get_by_role("button", name="Threshold").click()
+        wait_idle(page)
+    slider = page.locator("[data-testid='stSidebar'] [data-testid='stSlider'] input[type='range']").first
+    slider.focus()
+    for _ in range(5):
+        slider.press("ArrowRight")
+    wait_idle(page)
+    assert float(query(page)["threshold"]) == pytest.approx(0.25)
+
+    # select a word: the Explorer outlines it and puts its row in the URL
+    pill(page, "were").click()
+    wait_idle(page)
+    assert query(page)["target"] == str(SENTENCE.split().index("were"))
+    target = page.locator(".vizlm-highlight .vz-target, .vizlm-strip .vz-chip[style*='outline']").first
+    assert "were" in target.inner_text()
+
+    # download the heat map (or the surprisal chart) as PNG; the bytes are made on click
+    button = page.locator("[data-testid='stDownloadButton'] button:visible").filter(has_text="PNG").first
+    with page.expect_download(timeout=120_000) as info:
+        button.click()
+    data = Path(info.value.path()).read_bytes()
+    assert data[:8] == PNG_MAGIC and len(data) > 1000
+    shot(page, "explorer")
+
+
+def test_script_payload_is_shown_as_text(page):
+    page.goto(page.base + "/?text=" + urllib.request.quote('<script>window.__pwned=1</script> <b>bold</b> end'))
+    wait_idle(page)
+    assert page.evaluate("window.__pwned === undefined")
+    assert page.locator("[data-testid='stMain'] b:text-is('bold')").count() == 0
+    assert pill(page, "script").is_visible()
+
+
+def test_corrupt_upload_gives_a_message(page):
+    page.goto(page.base + "/?text=the+end+.")
+    wait_idle(page)
+    page.get_by_text("Upload a checkpoint").click()
+    inputs = page.locator("[data-testid='stSidebar'] [data-testid='stFileUploaderDropzoneInput']")
+    inputs.nth(0).set_input_files({"name": "model.safetensors", "mimeType": "application/octet-stream",
+                                   "buffer": b"\x00" * 64})
+    inputs.nth(1).set_input_files({"name": "config.json", "mimeType": "application/json", "buffer": b"{not json"})
+    wait_idle(page)
+    error = page.locator("[data-testid='stSidebar'] [data-testid='stAlertContentError']").first
+    error.wait_for(timeout=30_000)
+    assert "not" in error.inner_text().lower()
+    assert pill(page, "end").is_visible(), "the rest of the page keeps working"
+    shot(page, "explorer-upload-error")
+
+
+PAGES = [  # nav title, heading, screenshot, extra query (small samples keep first runs short)
+    ("Models", "Models", "models", ""),
+    ("Compare perplexity", "Compare perplexity", "compare", "?n=200"),
+    ("Attention by position", "Attention by position", "positions", "?n=200"),
+    ("Cases", "Cases", "cases", "?n=200"),
+]
+
+
+@pytest.mark.parametrize("nav, heading, name, extra", PAGES, ids=[p[2] for p in PAGES])
+def test_each_page_opens(page, nav, heading, name, extra):
+    page.goto(page.base + "/")
+    wait_idle(page)
+    page.locator("[data-testid='stSidebarNav'] a").filter(has_text=nav).first.click()
+    page.wait_for_url(f"**/{name}*")
+    if extra:  # the same page, on a 200-sentence sample (?n=200) so the first run is short
+        page.goto(page.url.split("?")[0] + extra)
+    wait_idle(page)
+    assert page.get_by_role("heading", name=heading).first.is_visible()
+    if name == "compare":
+        # select the first row of the "most improved" table, then open it in the Explorer
+        grid = page.locator("[data-testid='stDataFrame']").first
+        grid.scroll_into_view_if_needed()
+        box = grid.bounding_box()
+        page.mouse.click(box["x"] + 12, box["y"] + 52)
+        wait_idle(page)
+        link = page.locator("[data-testid='stPageLink'] a").filter(has_text="in the Explorer").first
+        link.wait_for(timeout=30_000)
+        shot(page, name)
+        link.click()
+        page.wait_for_url(lambda url: "text=" in url)
+        wait_idle(page)
+        q = query(page)
+        assert q.get("text") and q.get("compare")
+        return
+    shot(page, name)

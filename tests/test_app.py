@@ -1,0 +1,319 @@
+"""The Streamlit app, one page at a time, with ``streamlit.testing.v1.AppTest``.
+
+Every page renders without an exception; changing the text, the model or the threshold
+changes what is shown; bad input (empty, 5,000 characters, Chinese, emoji, an HTML/script
+payload, a corrupt or foreign upload, a malformed link) gives a message, never a traceback.
+Corpus pages run on the first 200 sentences of a split to stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest
+
+from vizlm.checkpoint import bundled_checkpoints, bundled_dir, save_checkpoint
+from vizlm.data import Vocab
+from vizlm.models import build_model
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = str(ROOT / "app.py")
+TINY = "tiny_amsrn"  # an untrained AMSRN with the bundled vocabulary: gates and attention always exist
+SMALL = "first 200 sentences"
+TIMEOUT = 180  # corpus pages on a busy 2-core machine
+
+pytestmark = pytest.mark.skipif(not bundled_checkpoints(), reason="no bundled checkpoints in checkpoints/")
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory) -> Path:
+    """A small AMSRN checkpoint folder sharing the bundled vocabulary (for gates and uploads)."""
+    meta = json.loads((bundled_dir() / bundled_checkpoints()[0] / "config.json").read_text(encoding="utf-8"))
+    vocab = Vocab(meta["vocab"])
+    torch.manual_seed(0)
+    model = build_model("amsrn", vocab_size=len(vocab), emb_dim=8, hidden_dim=8).eval()
+    torch.nn.init.uniform_(model.read_proj.weight, -0.3, 0.3)
+    folder = tmp_path_factory.mktemp("ckpt") / TINY
+    save_checkpoint(folder, model, "amsrn", vocab, metrics={"valid_perplexity": 9999.0},
+                    corpus={"name": meta.get("corpus", {}).get("name", "brown")}, parameters=sum(p.numel() for p in model.parameters()))
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def extra_checkpoints(tiny_dir, monkeypatch):
+    monkeypatch.setenv("VIZLM_EXTRA_CHECKPOINTS", str(tiny_dir))
+
+
+def explorer(**params) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    for k, v in params.items():
+        at.query_params[k] = v
+    return at.run()
+
+
+def page(path: str, **state) -> AppTest:
+    """Open ``pages/<path>`` through the app's navigation, with widget state preset."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params["text"] = "a b"  # a short Explorer run first: switch_page needs one
+    at.run()
+    at.switch_page(f"pages/{path}")
+    for k, v in state.items():
+        at.session_state[k] = v
+    return at.run()
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def html_of(at: AppTest) -> str:
+    return "\n".join(h.proto.body for h in at.get("html"))
+
+
+def charts(at: AppTest) -> list:
+    return list(at.get("arrow_vega_lite_chart")) + list(at.get("vega_lite_chart"))
+
+
+def messages(at: AppTest) -> str:
+    return " ".join(m.value for kind in ("error", "warning", "info") for m in getattr(at, kind))
+
+
+def pills(at: AppTest):
+    return at.pills[0]
+
+
+# --------------------------------------------------------------------------- Explorer
+def test_explorer_renders_default_view():
+    at = explorer()
+    no_exception(at)
+    assert at.title[0].value == "Explorer"
+    assert pills(at).options, "every predicted word is selectable"
+    assert "vizlm-highlight" in html_of(at) or "vizlm-strip" in html_of(at)
+    q = at.query_params
+    assert q["model"] and q["text"] and "target" in q
+
+
+def test_state_comes_from_and_goes_to_the_url():
+    at = explorer(model="lstm", text="the jury said it was fine .", threshold="0.5", target="2")
+    no_exception(at)
+    assert at.selectbox(key="model").value == "lstm"
+    assert at.text_area(key="text").value == "the jury said it was fine ."
+    assert at.slider(key="threshold").value == pytest.approx(0.5)
+    assert pills(at).value == 2
+    assert at.query_params["target"] == ["2"] or at.query_params["target"] == "2"
+
+
+def test_changing_text_changes_the_words_and_the_url():
+    at = explorer(model=TINY, text="the dogs are barking .")
+    before = pills(at).options
+    at.text_area(key="text").input("stocks fell sharply on monday because investors worried .").run()
+    no_exception(at)
+    assert pills(at).options != before
+    assert "stocks" in " ".join(pills(at).options)
+    assert "stocks" in str(at.query_params["text"])
+
+
+def test_changing_model_changes_the_panel():
+    at = explorer(model=TINY, text="the dogs in the park are barking .")
+    first = [s.value for s in at.subheader]
+    at.selectbox(key="model").set_value("lstm").run()
+    no_exception(at)
+    assert [s.value for s in at.subheader] != first
+    assert "lstm" in str(at.query_params["model"])
+
+
+def test_threshold_and_top_k_change_the_highlights():
+    at = explorer(model=TINY, text="the dogs in the park are barking loudly today .", target="8", threshold="0")
+    low = html_of(at)
+    assert "vz-attended" in low
+    at.slider(key="threshold").set_value(1.0).run()
+    no_exception(at)
+    high = html_of(at)
+    assert low.count("vz-attended") > high.count("vz-attended")
+    at.segmented_control(key="mode").set_value("Top-k").run()
+    at.slider(key="topk").set_value(2).run()
+    no_exception(at)
+    assert "top 2" in html_of(at)
+    assert "topk" in at.query_params
+
+
+def test_selecting_a_word_changes_the_view():
+    at = explorer(model=TINY, text="the dogs in the park are barking .")
+    at.pills[0].set_value(1).run()
+    a = html_of(at)
+    at.pills[0].set_value(5).run()
+    no_exception(at)
+    assert html_of(at) != a
+    assert str(at.query_params["target"]).strip("[]'") == "5"
+
+
+def test_second_model_shows_side_by_side_and_gates():
+    at = explorer(model=TINY, compare="lstm", text="the dogs in the park are barking .")
+    no_exception(at)
+    assert {s.value for s in at.subheader} >= {TINY, "lstm"}
+    assert "vizlm-strip" in html_of(at)  # the LSTM panel: probabilities per word
+    assert charts(at), "the attention heat map"
+    for view in ("Surprisal per word", "AMSRN gates", "Data & downloads"):  # tabs run only when open
+        at.session_state["explorer_view"] = view
+        at.run()
+        no_exception(at)
+        assert charts(at) or "vizlm-strip" in html_of(at), view
+    assert len(at.get("download_button")) >= 5
+
+
+def test_example_picker_fills_the_text():
+    at = explorer(model=TINY)
+    box = at.selectbox(key="example")
+    choice = box.options[0]
+    box.select_index(0).run()
+    no_exception(at)
+    assert at.text_area(key="text").value and at.text_area(key="text").value[:20] in choice
+
+
+@pytest.mark.parametrize(
+    "text, expect",
+    [
+        ("", "type a sentence"),
+        ("   \n ", "type a sentence"),
+        ("这是一个测试句子。", "vocabulary"),
+        ("🙂🙂 🚀", "vocabulary"),
+    ],
+)
+def test_bad_text_gives_a_message(text, expect):
+    at = explorer(model=TINY, text=text)
+    no_exception(at)
+    assert expect in messages(at).lower()
+
+
+def test_long_text_is_cut_with_a_note():
+    text = ("the market rose because investors were hopeful . " * 120)[:5000]
+    at = explorer(model=TINY, text=text)
+    no_exception(at)
+    assert "only the first" in messages(at)
+
+
+def test_script_payload_is_escaped():
+    payload = '<script>alert("x")</script> <img src=x onerror=alert(1)> the end'
+    at = explorer(model=TINY, compare="lstm", text=payload)
+    no_exception(at)
+    body = html_of(at)
+    assert "<script" not in body.lower() and "<img" not in body.lower()
+    assert "&lt;" in body
+
+
+def test_malformed_link_falls_back_with_notes():
+    at = explorer(model="nonexistent", compare="nope", threshold="abc", target="x", text="the end .")
+    no_exception(at)
+    text = messages(at)
+    assert "not available" in text and "threshold" in text
+
+
+def _upload(at: AppTest, weights: tuple[str, bytes], meta: tuple[str, bytes]) -> AppTest:
+    at.file_uploader(key="up_weights").set_value((weights[0], weights[1], "application/octet-stream"))
+    at.file_uploader(key="up_meta").set_value((meta[0], meta[1], "application/json"))
+    return at.run()
+
+
+def test_upload_valid_checkpoint_becomes_selectable(tiny_dir):
+    at = explorer(model="lstm", text="the end .")
+    at = _upload(at, ("model.safetensors", (tiny_dir / "model.safetensors").read_bytes()),
+                 ("config.json", (tiny_dir / "config.json").read_bytes()))
+    no_exception(at)
+    assert at.success and "upload" in at.success[0].value and "amsrn" in at.success[0].value
+    assert any(o.startswith("upload:") for o in at.selectbox(key="model").options)
+
+
+@pytest.mark.parametrize(
+    "weights, meta, expect",
+    [
+        (("model.safetensors", b"\x00" * 64), None, "not valid safetensors"),
+        (("model.safetensors", pickle.dumps({"a": 1})), None, "pickle"),
+        (("model.pt", b"PK\x03\x04rest"), None, "not a .safetensors"),
+        (None, ("config.json", b"{not json"), "not valid json"),
+        (None, ("config.json", b'{"format": "something-else"}'), "not a vizlm checkpoint"),
+    ],
+)
+def test_upload_bad_files_give_a_message(tiny_dir, weights, meta, expect):
+    weights = weights or ("model.safetensors", (tiny_dir / "model.safetensors").read_bytes())
+    meta = meta or ("config.json", (tiny_dir / "config.json").read_bytes())
+    at = _upload(explorer(model="lstm", text="the end ."), weights, meta)
+    no_exception(at)
+    assert expect in " ".join(e.value for e in at.error).lower()
+    assert pills(at).options, "the rest of the page keeps working"
+
+
+def test_upload_too_large_is_refused(monkeypatch):
+    from vizlm import app_support
+
+    monkeypatch.setattr(app_support, "MAX_UPLOAD_MB", 0)
+    with pytest.raises(app_support.UserError, match="limited"):
+        app_support.register_upload("model.safetensors", b"x" * 2048, "config.json", b"{}")
+
+
+# --------------------------------------------------------------------------- other pages
+def test_models_page_has_a_card_per_checkpoint():
+    at = page("models.py")
+    no_exception(at)
+    names = {s.value for s in at.subheader}
+    assert set(bundled_checkpoints()) <= names and TINY in names
+    assert len(at.dataframe) >= 2  # our models and the papers'
+
+
+def test_compare_page_scatter_summary_and_tables():
+    at = page("compare.py", cmp_a="lstm", cmp_b=TINY, cmp_sample=SMALL, cmp_corpus="WSJ sample (out of domain)")
+    no_exception(at)
+    assert at.metric and len(at.dataframe) >= 3
+    before = [m.value for m in at.metric]
+    at.selectbox(key="cmp_corpus").set_value("Brown test").run()
+    no_exception(at)
+    assert [m.value for m in at.metric] != before
+
+
+def test_positions_page_window_changes_the_plot():
+    at = page("positions.py", pos_models=[TINY], pos_sample=SMALL)
+    no_exception(at)
+    spec = lambda: [c.proto.spec for c in charts(at)]
+    first = spec()
+    assert first
+    at.slider(key="pos_window").set_value(4).run()
+    no_exception(at)
+    assert spec() != first
+    at.session_state["pos_view"] = "One sentence"  # the per-sentence view
+    at.run()
+    no_exception(at)
+    assert len(spec()) >= 2 and at.text_area(key="pos_text").value
+
+
+def test_cases_page_counts_gallery_and_filter():
+    at = page("cases.py", cases_models=[TINY], cases_sample=SMALL, cases_threshold=0.05)
+    no_exception(at)
+    assert at.metric
+    n_cards = len(at.get("page_link"))
+    at.text_input(key="cases_query").input("zzzz-no-such-word").run()
+    no_exception(at)
+    assert len(at.get("page_link")) < n_cards or "no example" in messages(at).lower()
+
+
+def test_most_improved_sentences_join_the_examples(monkeypatch):
+    """The button ranks Brown test by improvement (vizlm.corpus.compare_corpus; here on 60 sentences)."""
+    from vizlm import corpus as vc
+    from vizlm.data import load_corpus
+
+    def small_compare_corpus(a, b, corpus, split, progress=None, use_cache=True):
+        c = load_corpus(corpus, split)
+        if progress:
+            progress(0.5)
+        return vc.compare(a, b, c.sentences[:60], c.ids[:60], originals=c.originals[:60])
+
+    monkeypatch.setattr(vc, "compare_corpus", small_compare_corpus)
+    at = explorer(model=TINY, compare="lstm", text="the end .")
+    at.button[0].click().run()
+    no_exception(at)
+    options = at.selectbox(key="example").options
+    assert any(o.startswith(f"improved by {TINY}") for o in options)
