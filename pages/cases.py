@@ -30,14 +30,9 @@ def case_report(name: str, key: str, corpus: str, split: str, threshold: float, 
                              examples_per_label=examples, text=f"Labelling the attention of {name} on {corpus}/{split}").to_dict()
 
 
-attn = sup.attention_model_names()
 with st.sidebar:
-    st.header("Cases", anchor=False)
-    if not attn:
-        st.error("No attention model among the checkpoints: cases label attention highlights.", icon=":material/error:")
-        st.stop()
-    sup.keep_choices("cases_models", attn, attn)
-    models = st.multiselect("Models", attn, key="cases_models", format_func=sup.model_label)
+    models = sup.attention_models_picker("Cases", "cases_models",
+                                         "No attention model among the checkpoints: cases label attention highlights.")
     label_name, corpus, split = sup.corpus_picker("cases_corpus")
     limit = sup.sample_picker("cases_sample", default="first 1,000 sentences")
     st.session_state.setdefault("cases_threshold", 0.2)

@@ -38,14 +38,8 @@ def one_sentence(models: tuple[str, ...], keys: tuple[str, ...], text: str, wind
     return stats, {m: vc.sentence_positions(sa, window) for m, sa in sas.items()}
 
 
-attn = sup.attention_model_names()
 with st.sidebar:
-    st.header("Attention by position", anchor=False)
-    if not attn:
-        st.error("None of the checkpoints has attention.", icon=":material/error:")
-        st.stop()
-    sup.keep_choices("pos_models", attn, attn)
-    models = st.multiselect("Models", attn, key="pos_models", format_func=sup.model_label)
+    models = sup.attention_models_picker("Attention by position", "pos_models", "None of the checkpoints has attention.")
     sup.keep_choice("pos_window", list(range(1, 31)), 10)
     window = st.slider("Window (words back)", 1, 30, key="pos_window",
                        help="How many positions before the predicted word to show. KVP's own window is "

@@ -717,6 +717,17 @@ def attention_model_names(names: list[str] | None = None) -> list[str]:
     return [n for n in (names if names is not None else model_names()) if has_attention(n)]
 
 
+def attention_models_picker(title: str, key: str, none_message: str) -> list[str]:
+    """Sidebar header and a multiselect of the attention models (all chosen at first); stops the page if none."""
+    attn = attention_model_names()
+    st.header(title, anchor=False)
+    if not attn:
+        st.error(none_message, icon=":material/error:")
+        st.stop()
+    keep_choices(key, attn, attn)
+    return st.multiselect("Models", attn, key=key, format_func=model_label)
+
+
 def case_counts_chart(frame):
     """Grouped bars: share of highlighted pairs per case label, one colour per model.
 
