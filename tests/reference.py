@@ -9,10 +9,14 @@ from __future__ import annotations
 import torch
 
 
-def reference(model, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(logits (B, T, V), attention (B, T, T) or None), one step at a time."""
+def reference(model, inputs: torch.Tensor | None = None, h: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(logits (B, T, V), attention (B, T, T) or None), one step at a time.
+
+    From token ids ``inputs``, or from given LSTM outputs ``h`` (to time the heads alone).
+    """
     name = type(model).__name__
-    h = model.encode(inputs)  # the recurrent part is shared; the heads differ
+    if h is None:
+        h = model.encode(inputs)  # the recurrent part is shared; the heads differ
     B, T, _ = h.shape
     logits = []
     att = torch.zeros(B, T, T, dtype=h.dtype) if name != "NGramRNN" and name != "LSTMLM" else None

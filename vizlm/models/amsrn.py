@@ -62,8 +62,8 @@ class AMSRN(RecurrentLM):
         g2 = torch.sigmoid(self.gate2(h))  # complementary
         return 1 - g2, g2
 
-    def forward(self, inputs: torch.Tensor) -> LMOutput:
-        h = self.encode(inputs)  # (B, T, d)
+    def head(self, h: torch.Tensor) -> LMOutput:
+        # h: LSTM outputs (B, T, d)
         T = h.shape[1]
         mem = memory_of(h)  # (B, S, d)
         g1, g2 = self.gates(h)  # (B, T, d)
@@ -72,6 +72,8 @@ class AMSRN(RecurrentLM):
         mask = slot_mask(T, device=h.device)  # (T, S)
         alpha = masked_softmax(scores, mask)  # (B, T, S)
         read = (alpha @ mem) * g2  # (B, T, d)
-        logits = self.decoder(h) + self.read_proj(read)  # (B, T, V)
+        # W_ph h_t + b + W_pr r_t as one fused multiply-add: no second (B, T, V) temporary.
+        logits = torch.addmm(self.decoder(h).flatten(0, 1), read.flatten(0, 1), self.read_proj.weight.t())
+        logits = logits.view(*h.shape[:2], -1)  # (B, T, V)
         extras = {} if self.config.selection == "none" else {"gate1": g1, "gate2": g2}
         return LMOutput(logits, alpha, extras)

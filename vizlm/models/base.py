@@ -118,5 +118,9 @@ class RecurrentLM(nn.Module):
         h, _ = self.rnn(x)  # (B, T, d)
         return self.drop(h)
 
-    def forward(self, inputs: torch.Tensor) -> LMOutput:  # pragma: no cover - abstract
+    def head(self, h: torch.Tensor) -> LMOutput:  # pragma: no cover - abstract
+        """Attention (if any) and the output layer over LSTM outputs ``h`` (B, T, d), all steps at once."""
         raise NotImplementedError
+
+    def forward(self, inputs: torch.Tensor) -> LMOutput:
+        return self.head(self.encode(inputs))

@@ -56,8 +56,8 @@ class DanilukLM(RecurrentLM):
             return parts[0], parts[1], parts[1]
         return parts[0], parts[1], parts[2]
 
-    def forward(self, inputs: torch.Tensor) -> LMOutput:
-        h = self.encode(inputs)  # (B, T, parts * k)
+    def head(self, h: torch.Tensor) -> LMOutput:
+        # h: LSTM outputs (B, T, parts * k)
         T, L = h.shape[1], self.config.window
         key, value, pred = self.split(h)  # (B, T, k) each
         keys = band(memory_of(key), L)  # (B, T, L, k)
@@ -92,8 +92,8 @@ class NGramRNN(RecurrentLM):
         self.decoder = nn.Linear(k, config.vocab_size)
         self.reset_parameters()
 
-    def forward(self, inputs: torch.Tensor) -> LMOutput:
-        h = self.encode(inputs)  # (B, T, (N-1) k)
+    def head(self, h: torch.Tensor) -> LMOutput:
+        # h: LSTM outputs (B, T, (N-1) k)
         T = h.shape[1]
         parts = h.split(self.config.hidden_dim, dim=-1)  # N-1 x (B, T, k)
         # part j comes from j steps back: shift right by j, zeros before the sentence.

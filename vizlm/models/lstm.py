@@ -21,6 +21,6 @@ class LSTMLM(RecurrentLM):
         self.decoder = nn.Linear(config.hidden_dim, config.vocab_size)
         self.reset_parameters()
 
-    def forward(self, inputs: torch.Tensor) -> LMOutput:
-        h = self.encode(inputs)  # (B, T, d)
+    def head(self, h: torch.Tensor) -> LMOutput:
+        # h: LSTM outputs (B, T, d)
         return LMOutput(self.decoder(h))  # (B, T, V)

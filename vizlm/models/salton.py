@@ -37,8 +37,8 @@ class SaltonLM(RecurrentLM):
         self.decoder = nn.Linear(d, config.vocab_size)
         self.reset_parameters()
 
-    def forward(self, inputs: torch.Tensor) -> LMOutput:
-        h = self.encode(inputs)  # (B, T, d)
+    def head(self, h: torch.Tensor) -> LMOutput:
+        # h: LSTM outputs (B, T, d)
         T = h.shape[1]
         mem = memory_of(h)  # (B, S, d)
         pre = self.w_s(mem)[:, None, :, :]  # (B, 1, S, d)
