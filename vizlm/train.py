@@ -93,9 +93,13 @@ def _load_resume(folder: Path, model: nn.Module, opt: torch.optim.Optimizer) -> 
 
 
 def init_from(model: nn.Module, source: Checkpoint, vocab: Vocab) -> list[str]:
-    """Copy every tensor whose name and shape match (AMSRN from a trained LSTM)."""
+    """Start from a trained checkpoint: a model's own ``init_from_lstm`` when the source is
+    an LSTM and the model has one (Daniluk models), else copy every tensor whose name and
+    shape match (AMSRN from a trained LSTM)."""
     if source.vocab.itos != vocab.itos:
         raise ValueError("--init-from checkpoint has a different vocabulary")
+    if source.name == "lstm" and hasattr(model, "init_from_lstm"):
+        return model.init_from_lstm(source.model.state_dict())
     own = model.state_dict()
     copied = [k for k, v in source.model.state_dict().items() if k in own and own[k].shape == v.shape]
     if not copied:

@@ -47,6 +47,33 @@ class DanilukLM(RecurrentLM):
         self.decoder = nn.Linear(k, config.vocab_size)  # W*, b
         self.reset_parameters()
 
+    def init_from_lstm(self, lstm: dict[str, torch.Tensor]) -> list[str]:
+        """Start from a trained LSTM LM's state dict, so that the prediction part *is* that LSTM.
+
+        The LSTM's units become the last part of this model's LSTM output (the predict
+        part for kvp, the value/predict part for kv, everything for attention), with no
+        weights into them from the other parts; embedding and output layer are copied,
+        ``W^x = I`` and ``W^r = 0``. The first step then predicts from ``tanh(h_t)`` of the
+        trained LSTM, and the attention parameters start learning once ``W^r`` moves.
+        """
+        k, parts = self.config.hidden_dim, VARIANTS[self.config.variant]
+        if lstm["rnn.weight_hh_l0"].shape != (4 * k, k) or lstm["embed.weight"].shape != self.embed.weight.shape:
+            raise ValueError(f"the LSTM's sizes do not match this model (part size {k})")
+        H, p0 = parts * k, (parts - 1) * k  # LSTM width here; first unit of the last part
+        rows = torch.cat([torch.arange(g * H + p0, g * H + H) for g in range(4)])  # gates i, f, g, o
+        with torch.no_grad():
+            self.embed.weight.copy_(lstm["embed.weight"])
+            self.decoder.weight.copy_(lstm["decoder.weight"])
+            self.decoder.bias.copy_(lstm["decoder.bias"])
+            self.rnn.weight_ih_l0[rows] = lstm["rnn.weight_ih_l0"]
+            self.rnn.weight_hh_l0[rows] = 0.0
+            self.rnn.weight_hh_l0[rows, p0:] = lstm["rnn.weight_hh_l0"]
+            for b in ("bias_ih_l0", "bias_hh_l0"):
+                getattr(self.rnn, b)[rows] = lstm[f"rnn.{b}"]
+            self.w_x.weight.copy_(torch.eye(k))
+            self.w_r.weight.zero_()
+        return ["embed.weight", "rnn.*", "decoder.weight", "decoder.bias"]
+
     def split(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(key, value, predict) parts of the LSTM output, each (B, T, k)."""
         parts = h.split(self.config.hidden_dim, dim=-1)
