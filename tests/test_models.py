@@ -93,20 +93,22 @@ def test_amsrn_initialised_from_lstm_is_that_lstm(batch):
         torch.testing.assert_close(amsrn(batch).logits, lstm(batch).logits)
 
 
-@pytest.mark.parametrize("variant", ["attention", "kv", "kvp"])
-def test_daniluk_initialised_from_lstm_predicts_from_that_lstm(variant, batch):
-    """The LSTM becomes the predict part: h*_t = tanh(h_t of the LSTM) at the first step."""
+@pytest.mark.parametrize("variant,part", [("attention", -1), ("kv", -1), ("kvp", -1), ("ngram", 0)])
+def test_daniluk_initialised_from_lstm_predicts_from_that_lstm(variant, part, batch):
+    """The LSTM becomes the predict part (N-gram: part 1): h*_t = tanh(h_t of the LSTM) at first."""
     from vizlm.checkpoint import Checkpoint
     from vizlm.data import SPECIALS, Vocab
     from vizlm.train import init_from
 
     vocab = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])
     lstm = tiny_model("lstm")
-    model = build_model(variant, vocab_size=40, emb_dim=6, hidden_dim=5, window=3).double()
+    extra = {} if variant == "ngram" else {"window": 3}
+    model = build_model(variant, vocab_size=40, emb_dim=6, hidden_dim=5, **extra).double()
     init_from(model, Checkpoint(lstm, vocab, "lstm"), vocab)
     with torch.no_grad():
         h = lstm.encode(batch)
-        torch.testing.assert_close(model.encode(batch)[..., -5:], h)  # other parts cannot disturb it
+        parts = model.encode(batch).split(5, dim=-1)
+        torch.testing.assert_close(parts[part], h)  # the other parts cannot disturb it
         torch.testing.assert_close(model(batch).logits, lstm.decoder(torch.tanh(h)))
     wrong = build_model(variant, vocab_size=40, emb_dim=6, hidden_dim=4)
     with pytest.raises(ValueError, match="sizes do not match"):

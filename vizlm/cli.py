@@ -37,7 +37,7 @@ def _add_train(sub) -> None:
     p.add_argument("--lr-decay", type=float, default=0.5, help="lr factor after an epoch without improvement")
     p.add_argument("--seed", type=int, default=1234, help="random seed")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--init-from", default=None, help="start from a trained checkpoint: AMSRN copies the LSTM; attention/kv/kvp take a trained LSTM as their predict part")
+    p.add_argument("--init-from", default=None, help="start from a trained checkpoint: AMSRN copies the LSTM; attention/kv/kvp/ngram take a trained LSTM as their predict part")
     p.add_argument("--resume", action="store_true", help="continue from OUT/resume")
     p.add_argument("--dry-run", action="store_true", help="a few batches of one epoch, to check the pipeline")
 

@@ -112,6 +112,30 @@ class RecurrentLM(nn.Module):
             self.rnn.bias_hh_l0.zero_()
             self.rnn.bias_ih_l0[d : 2 * d] = 1.0  # PyTorch gate order: i, f, g, o
 
+    def embed_lstm(self, lstm: dict[str, torch.Tensor], unit_offset: int) -> list[str]:
+        """Copy a trained LSTM LM (state dict, LSTM of ``hidden_dim`` units) into this wider one.
+
+        Its units go to ``unit_offset .. unit_offset + hidden_dim`` of this LSTM, with no
+        weights into them from the other units, so they compute exactly what they computed
+        there; embedding and output layer (``decoder``) are copied too. The other units keep
+        their random initialisation.
+        """
+        k, H = self.config.hidden_dim, self.rnn.hidden_size
+        if lstm["rnn.weight_hh_l0"].shape != (4 * k, k) or lstm["embed.weight"].shape != self.embed.weight.shape:
+            raise ValueError(f"the LSTM's sizes do not match this model (part size {k})")
+        units = slice(unit_offset, unit_offset + k)
+        rows = torch.cat([torch.arange(g * H, (g + 1) * H)[units] for g in range(4)])  # gates i, f, g, o
+        with torch.no_grad():
+            self.embed.weight.copy_(lstm["embed.weight"])
+            self.decoder.weight.copy_(lstm["decoder.weight"])
+            self.decoder.bias.copy_(lstm["decoder.bias"])
+            self.rnn.weight_ih_l0[rows] = lstm["rnn.weight_ih_l0"]
+            self.rnn.weight_hh_l0[rows] = 0.0
+            self.rnn.weight_hh_l0[rows, units] = lstm["rnn.weight_hh_l0"]
+            for b in ("bias_ih_l0", "bias_hh_l0"):
+                getattr(self.rnn, b)[rows] = lstm[f"rnn.{b}"]
+        return ["embed.weight", "rnn.*", "decoder.weight", "decoder.bias"]
+
     def encode(self, inputs: torch.Tensor) -> torch.Tensor:
         """Token ids (B, T) -> LSTM outputs h_1..h_T (B, T, d). State starts at zero."""
         x = self.drop(self.embed(inputs))  # (B, T, d_e)

@@ -48,31 +48,19 @@ class DanilukLM(RecurrentLM):
         self.reset_parameters()
 
     def init_from_lstm(self, lstm: dict[str, torch.Tensor]) -> list[str]:
-        """Start from a trained LSTM LM's state dict, so that the prediction part *is* that LSTM.
+        """Start from a trained LSTM LM so that the prediction part *is* that LSTM.
 
-        The LSTM's units become the last part of this model's LSTM output (the predict
-        part for kvp, the value/predict part for kv, everything for attention), with no
-        weights into them from the other parts; embedding and output layer are copied,
-        ``W^x = I`` and ``W^r = 0``. The first step then predicts from ``tanh(h_t)`` of the
-        trained LSTM, and the attention parameters start learning once ``W^r`` moves.
+        The LSTM's units become the last part (the predict part for kvp, value/predict
+        for kv, everything for attention); ``W^x = I`` and ``W^r = 0``, so the first step
+        predicts from ``tanh(h_t)`` of the trained LSTM, and the attention parameters
+        start learning once ``W^r`` moves.
         """
-        k, parts = self.config.hidden_dim, VARIANTS[self.config.variant]
-        if lstm["rnn.weight_hh_l0"].shape != (4 * k, k) or lstm["embed.weight"].shape != self.embed.weight.shape:
-            raise ValueError(f"the LSTM's sizes do not match this model (part size {k})")
-        H, p0 = parts * k, (parts - 1) * k  # LSTM width here; first unit of the last part
-        rows = torch.cat([torch.arange(g * H + p0, g * H + H) for g in range(4)])  # gates i, f, g, o
+        k = self.config.hidden_dim
+        copied = self.embed_lstm(lstm, unit_offset=(VARIANTS[self.config.variant] - 1) * k)
         with torch.no_grad():
-            self.embed.weight.copy_(lstm["embed.weight"])
-            self.decoder.weight.copy_(lstm["decoder.weight"])
-            self.decoder.bias.copy_(lstm["decoder.bias"])
-            self.rnn.weight_ih_l0[rows] = lstm["rnn.weight_ih_l0"]
-            self.rnn.weight_hh_l0[rows] = 0.0
-            self.rnn.weight_hh_l0[rows, p0:] = lstm["rnn.weight_hh_l0"]
-            for b in ("bias_ih_l0", "bias_hh_l0"):
-                getattr(self.rnn, b)[rows] = lstm[f"rnn.{b}"]
             self.w_x.weight.copy_(torch.eye(k))
             self.w_r.weight.zero_()
-        return ["embed.weight", "rnn.*", "decoder.weight", "decoder.bias"]
+        return copied
 
     def split(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(key, value, predict) parts of the LSTM output, each (B, T, k)."""
@@ -118,6 +106,16 @@ class NGramRNN(RecurrentLM):
         self.w_n = nn.Linear((config.n - 1) * k, k, bias=False)
         self.decoder = nn.Linear(k, config.vocab_size)
         self.reset_parameters()
+
+    def init_from_lstm(self, lstm: dict[str, torch.Tensor]) -> list[str]:
+        """Start from a trained LSTM LM: it becomes part 1 (the current step) and
+        ``W_N = [I, 0, ...]``, so the first step predicts from ``tanh(h_t)`` of that LSTM."""
+        k = self.config.hidden_dim
+        copied = self.embed_lstm(lstm, unit_offset=0)
+        with torch.no_grad():
+            self.w_n.weight.zero_()
+            self.w_n.weight[:, :k] = torch.eye(k)
+        return copied
 
     def head(self, h: torch.Tensor) -> LMOutput:
         # h: LSTM outputs (B, T, (N-1) k)
