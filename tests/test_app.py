@@ -265,6 +265,20 @@ def test_models_page_has_a_card_per_checkpoint():
     assert len(at.dataframe) >= 2  # our models and the papers'
 
 
+def test_training_curve_fits_its_axis_and_marks_a_continued_run():
+    from vizlm import app_support
+
+    log = [{"epoch": e, "train_perplexity": 150 - e, "valid_perplexity": 160 - e} for e in (1, 2, 3)]
+    log += [dict(epoch=4, train_perplexity=140, valid_perplexity=150, stage="continued")]
+    spec = app_support.training_curve_chart("lstm", log).to_dict()
+    lines, rule = spec["layer"]
+    lo, hi = lines["encoding"]["y"]["scale"]["domain"]
+    assert 130 < lo < 140 and 160 < hi < 170  # not 100..1000: a fine-tune's few points stay visible
+    assert spec["datasets"][rule["data"]["name"]] == [{"epoch": 3.5, "stage": "continued"}]
+    plain = app_support.training_curve_chart("lstm", log[:3]).to_dict()
+    assert "layer" not in plain
+
+
 def test_compare_page_scatter_summary_and_tables():
     at = page("compare.py", cmp_a="lstm", cmp_b=TINY, cmp_sample=SMALL, cmp_corpus="WSJ sample (out of domain)")
     no_exception(at)

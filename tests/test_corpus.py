@@ -97,6 +97,18 @@ def test_positions_match_brute_force(sentences):
     assert kvp.loc[4, "mean"] == 0  # outside the window of 3
 
 
+def test_two_checkpoints_of_one_family_stay_apart(sentences, tmp_path):
+    from vizlm.checkpoint import load_checkpoint, save_checkpoint
+
+    for folder, seed in (("kvp", 2), ("kvp-scratch", 4)):
+        save_checkpoint(tmp_path / folder, tiny("kvp", seed, window=3).model, "kvp", VOCAB)
+    ckpts = [load_checkpoint(tmp_path / "kvp"), load_checkpoint(tmp_path / "kvp-scratch")]
+    assert [c.label for c in ckpts] == ["kvp", "kvp-scratch"]
+    stats = attention_by_position(ckpts, sentences, window=4)
+    assert set(stats.frame.model) == set(stats.entropy) == {"kvp", "kvp-scratch"}
+    assert stats.entropy["kvp"] != stats.entropy["kvp-scratch"]
+
+
 def test_sentence_positions(sentences):
     sa = analyze_tokens(tiny("amsrn", 3), sentences[0])
     df = sentence_positions(sa, window=3)

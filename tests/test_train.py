@@ -70,6 +70,22 @@ def test_resume_continues_where_it_stopped(tmp_path, capsys):
     assert (tmp_path / "lstm" / "train_log.jsonl").read_text().count("\n") == 1
 
 
+def test_resume_keeps_the_init_from_lineage(tmp_path):
+    from vizlm.checkpoint import load_checkpoint
+    from vizlm.train import TrainConfig, train
+
+    small = {"emb_dim": 8, "hidden_dim": 8}
+    tc = TrainConfig(epochs=1, max_batches=2, eval_batches=1)
+    train("lstm", small, "brown", tmp_path / "lstm", tc)
+    train("amsrn", small, "brown", tmp_path / "amsrn", tc, init=str(tmp_path / "lstm"))
+    # the resumed epoch has a much higher lr, so it is the one that saves the checkpoint
+    tc2 = TrainConfig(epochs=2, max_batches=2, eval_batches=1, lr=0.05)
+    train("amsrn", small, "brown", tmp_path / "amsrn", tc2, resume=True)
+    meta = load_checkpoint(tmp_path / "amsrn").meta
+    assert meta["metrics"]["best_epoch"] == 2
+    assert meta["init_from"]["checkpoint"] == str(tmp_path / "lstm")
+
+
 def test_cli_rejects_options_of_other_models(tmp_path, capsys):
     assert cli.main(["train", "--model", "lstm", "--window", "3", "--dry-run", "--out", str(tmp_path)]) == 2
     assert "no option" in capsys.readouterr().err

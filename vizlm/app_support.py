@@ -608,14 +608,25 @@ def training_curve_chart(name: str, log: list[dict]):
             for e in log for split in ("train", "valid")]
     df = pd.DataFrame(rows).dropna()
     df = df.drop_duplicates(["epoch", "split"], keep="last")  # a resumed run logs an epoch again
-    return alt.Chart(df).mark_line(point=True).encode(
+    # fit the axis to the data: a run started from a trained model moves only a few points
+    domain = [float(df["perplexity"].min()) * 0.97, float(df["perplexity"].max()) * 1.03] if len(df) else None
+    lines = alt.Chart(df).mark_line(point=True).encode(
         x=alt.X("epoch:Q", title="epoch", axis=alt.Axis(tickMinStep=1, format="d")),
-        y=alt.Y("perplexity:Q", title="perplexity", scale=alt.Scale(type="log")),
+        y=alt.Y("perplexity:Q", title="perplexity", scale=alt.Scale(type="log", domain=domain, nice=False) if domain else alt.Scale(type="log")),
         color=alt.Color("split:N", title=None, scale=alt.Scale(domain=["train", "valid"], range=MODEL_COLOURS[:2]),
                         legend=alt.Legend(orient="right", title=None)),
         strokeDash=alt.StrokeDash("split:N", legend=None),
         tooltip=["epoch:Q", "split:N", alt.Tooltip("perplexity:Q", format=".1f")],
-    ).properties(width="container", height=180, title=alt.Title(f"{name}: training curve", anchor="start"))
+    )
+    # a log that continues an earlier run marks its epochs with "stage": draw where it starts
+    starts = [{"epoch": e["epoch"] - 0.5, "stage": str(e["stage"])} for prev, e in zip([{}] + log, log)
+              if e.get("stage") and e.get("stage") != prev.get("stage") and isinstance(e.get("epoch"), (int, float))]
+    if starts:
+        rule = alt.Chart(pd.DataFrame(starts)).mark_rule(strokeDash=[2, 2], color="#888").encode(
+            x="epoch:Q", tooltip=[alt.Tooltip("stage:N", title="from here")])
+        lines = lines + rule
+    return lines.properties(width="container", height=180, padding={"top": 10, "left": 5, "right": 5, "bottom": 5},
+                            title=alt.Title(f"{name}: training curve", anchor="start"))
 
 
 def models_frame(names: list[str]):

@@ -42,7 +42,9 @@ class Checkpoint:
 
     @property
     def label(self) -> str:
-        return self.meta.get("label") or self.name
+        """How results name this model: its folder (``kvp-scratch``), else the registry name."""
+        path = self.meta.get("path")
+        return self.meta.get("label") or (Path(path).name if path else self.name)
 
 
 def save_checkpoint(folder: Path, model: nn.Module, name: str, vocab: Vocab, **meta) -> Path:

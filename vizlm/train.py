@@ -140,11 +140,14 @@ def train(
     state = {"epoch": 0, "best_valid": math.inf, "bad_epochs": 0, "lr": tc.lr, "wall_time": 0.0}
     if resume and (out / "resume" / "state.json").exists():
         state = _load_resume(out / "resume", model, opt)
+        if state.get("init_from"):
+            meta["init_from"] = state["init_from"]  # keep the lineage across resumes
         _log(f"resumed {name} from epoch {state['epoch']} (best valid ppl {state['best_valid']:.2f})")
     elif init:
         src = load_checkpoint(init)
         copied = init_from(model, src, vocab)
         meta["init_from"] = {"checkpoint": str(init), "tensors": copied, "valid_perplexity": src.meta.get("metrics", {}).get("valid_perplexity")}
+        state["init_from"] = meta["init_from"]
         _log(f"initialised {len(copied)} tensors from {init}")
     _log(f"{name}: {count_parameters(model):,} parameters, {len(data['train']):,} training sentences")
     log_path = out / "train_log.jsonl"
