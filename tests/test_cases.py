@@ -290,3 +290,11 @@ def test_corpus_cases_on_given_sentences_and_without_attention(tiny_ckpt):
     lstm = Checkpoint(build_model("lstm", vocab_size=len(vocab), emb_dim=8, hidden_dim=8).eval(), vocab, "lstm")
     report = corpus_cases(lstm, "brown", "test", limit=5)
     assert report.pairs == 0 and report.notes
+
+
+def test_corpus_cases_of_a_model_without_attention(tiny_ckpt):
+    lstm = Checkpoint(build_model("lstm", vocab_size=len(tiny_ckpt.vocab), emb_dim=8, hidden_dim=8).eval(), tiny_ckpt.vocab, "lstm")
+    assert tiny_ckpt.has_attention and not lstm.has_attention
+    report = corpus_cases(lstm, "brown", "test", limit=5)
+    assert report.pairs == report.sentences == 0
+    assert report.notes == ["lstm has no attention: there are no highlights to label"]

@@ -530,9 +530,7 @@ def corpus_cases(
     heaps: dict[str, list] = {label: [] for label in LABELS}
     pairs = labelled = analysed = 0
     notes: list[str] = []
-    with torch.no_grad():
-        has_attention = ckpt.model(torch.tensor([[ckpt.vocab.bos_id]])).attention is not None
-    if not has_attention:
+    if not ckpt.has_attention:
         notes.append(f"{ckpt.label} has no attention: there are no highlights to label")
         n = 0
     for i, sa in analyze_batch(ckpt, sentences[:n], originals, tags):

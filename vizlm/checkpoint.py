@@ -46,6 +46,12 @@ class Checkpoint:
         path = self.meta.get("path")
         return self.meta.get("label") or (Path(path).name if path else self.name)
 
+    @property
+    def has_attention(self) -> bool:
+        """Whether the model returns attention weights (one forward step on ``<s>``)."""
+        with torch.no_grad():
+            return self.model(torch.tensor([[self.vocab.bos_id]])).attention is not None
+
 
 def save_checkpoint(folder: Path, model: nn.Module, name: str, vocab: Vocab, **meta) -> Path:
     """Write ``folder/model.safetensors`` and ``folder/config.json``."""
