@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from pathlib import Path
 
 import pytest
 
 from vizlm import cli
-from vizlm.checkpoint import bundled_checkpoints
+from vizlm.checkpoint import bundled_checkpoints, bundled_dir
 
 TEXT = "The dogs in the park are barking because they are hungry ."
 PARAGRAPHS = (
@@ -32,6 +34,16 @@ def text_file(tmp_path_factory):
 
 def test_bundled_checkpoints_present():
     assert {"lstm", "amsrn", "kvp"} <= set(bundled_checkpoints())
+
+
+def test_readme_table_matches_the_checkpoints():
+    """The README's perplexities are the ones stored by training (and re-checked by eval below)."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `([\w-]+)` \| [^|]+ \| ([\d.]+) \|$", readme, re.M))
+    assert set(rows) == set(bundled_checkpoints())
+    for name, ppl in rows.items():
+        meta = json.loads((bundled_dir() / name / "config.json").read_text(encoding="utf-8"))
+        assert float(ppl) == round(meta["metrics"]["test_perplexity"], 1), name
 
 
 @pytest.mark.parametrize("name", ["amsrn", "kvp", "lstm"])
@@ -79,7 +91,9 @@ def test_corrupt_checkpoint_is_a_clear_error(capsys, tmp_path):
 def test_eval_corpus_and_text_file(capsys, text_file):
     code, out, _ = run(capsys, "eval", "--checkpoint", "kvp", "--corpus", "wsj", "--split", "test", "--json")
     doc = json.loads(out)
-    assert code == 0 and doc["tokens"] == 96773 and 50 < doc["perplexity"] < 2000
+    assert code == 0 and doc["tokens"] == 96773
+    stored = json.loads((bundled_dir() / "kvp" / "config.json").read_text(encoding="utf-8"))["metrics"]
+    assert math.isclose(doc["perplexity"], stored["wsj_perplexity"], rel_tol=1e-4)  # the shipped number is real
     code, out, _ = run(capsys, "eval", "--checkpoint", "lstm", "--text-file", str(text_file), "--json")
     doc = json.loads(out)
     assert code == 0 and doc["sentences"] == 4 and doc["perplexity"] > 1
