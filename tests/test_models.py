@@ -19,6 +19,7 @@ def test_fast_equals_reference(name, kw, batch):
         out = model(batch)
         ref_logits, ref_att = reference(model, batch)
     torch.testing.assert_close(out.logits, ref_logits, atol=1e-5, rtol=1e-5)
+    assert model.has_attention == (name in ATTENTION_MODELS)  # the flag the app and the analysis read
     if name in ATTENTION_MODELS:
         torch.testing.assert_close(out.attention, ref_att, atol=1e-5, rtol=1e-5)
     else:

@@ -36,10 +36,10 @@ from vizlm.checkpoint import (
     checkpoint_from_bytes,
     load_checkpoint,
 )
+from vizlm.models import ATTENTION_MODELS
 from vizlm.plots import CATEGORICAL
 
 # Families whose models return an attention matrix (lstm and ngram do not).
-ATTENTION_FAMILIES = frozenset({"amsrn", "attention", "kv", "kvp", "salton"})
 UPLOAD_PREFIX = "upload:"
 EXPLORER = "pages/explorer.py"  # for st.page_link / st.switch_page
 MAX_UPLOAD_MB = 50  # weights; every bundled model is a few MB
@@ -168,7 +168,7 @@ def family(name: str) -> str:
 
 
 def has_attention(name: str) -> bool:
-    return family(name) in ATTENTION_FAMILIES
+    return family(name) in ATTENTION_MODELS
 
 
 def perplexity(name: str) -> tuple[str, float] | None:

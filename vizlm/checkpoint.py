@@ -48,9 +48,8 @@ class Checkpoint:
 
     @property
     def has_attention(self) -> bool:
-        """Whether the model returns attention weights (one forward step on ``<s>``)."""
-        with torch.no_grad():
-            return self.model(torch.tensor([[self.vocab.bos_id]])).attention is not None
+        """Whether the model returns attention weights."""
+        return self.model.has_attention
 
 
 def save_checkpoint(folder: Path, model: nn.Module, name: str, vocab: Vocab, **meta) -> Path:

@@ -28,6 +28,10 @@ REGISTRY: dict[str, tuple[type[BaseConfig], type[RecurrentLM], dict]] = {
 }
 
 
+# the models whose forward() returns attention weights
+ATTENTION_MODELS = frozenset(name for name, (_, cls, _) in REGISTRY.items() if cls.has_attention)
+
+
 def lookup(name: str) -> tuple[type[BaseConfig], type[RecurrentLM], dict]:
     if name not in REGISTRY:
         raise ValueError(f"unknown model {name!r}; valid models: {', '.join(REGISTRY)}")
@@ -54,4 +58,4 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-__all__ = ["REGISTRY", "LMOutput", "build_model", "make_config", "count_parameters", "lookup"]
+__all__ = ["ATTENTION_MODELS", "REGISTRY", "LMOutput", "build_model", "make_config", "count_parameters", "lookup"]

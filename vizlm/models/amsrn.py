@@ -36,6 +36,8 @@ class AMSRNConfig(BaseConfig):
 
 
 class AMSRN(RecurrentLM):
+    has_attention = True
+
     def __init__(self, config: AMSRNConfig):
         super().__init__(config)
         d = config.hidden_dim

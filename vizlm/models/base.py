@@ -93,6 +93,7 @@ class RecurrentLM(nn.Module):
     """Embedding -> one-layer LSTM; subclasses add attention and the output layer."""
 
     config: BaseConfig
+    has_attention = False  # True where forward() returns attention weights
 
     def __init__(self, config: BaseConfig, rnn_size: int | None = None):
         super().__init__()

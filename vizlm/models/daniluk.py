@@ -36,6 +36,8 @@ class DanilukConfig(BaseConfig):
 
 
 class DanilukLM(RecurrentLM):
+    has_attention = True
+
     def __init__(self, config: DanilukConfig):
         k = config.hidden_dim
         super().__init__(config, rnn_size=VARIANTS[config.variant] * k)

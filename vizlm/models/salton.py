@@ -27,6 +27,8 @@ class SaltonConfig(BaseConfig):
 
 
 class SaltonLM(RecurrentLM):
+    has_attention = True
+
     def __init__(self, config: SaltonConfig):
         super().__init__(config)
         d = config.hidden_dim
