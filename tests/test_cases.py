@@ -11,7 +11,7 @@ import torch
 
 from vizlm.analysis import SentenceAnalysis, analyze_tokens
 from vizlm.analysis import analyze_batch
-from vizlm.cases import LABELS, Case, corpus_cases, label_cases, stem, tag_tokens
+from vizlm.cases import LABELS, Case, corpus_cases, label_cases, labelled_dict, stem, tag_tokens
 from vizlm.checkpoint import Checkpoint
 from vizlm.data import EOS, Vocab, load_corpus
 from vizlm.models import build_model
@@ -180,7 +180,7 @@ def test_label_cases_returns_every_highlight_and_skips_start_slots():
     assert json.loads(json.dumps(doc)) == doc and doc["weight"] == 0.6
     assert label_cases(sa, threshold=0.7, collocations=COLLOCATIONS) == []
     assert [c.token for c in label_cases(sa, top_k=1, collocations=COLLOCATIONS)] == [1, 2, 1]
-    targets = sa.to_dict()["targets"]
+    targets = labelled_dict(sa)["targets"]
     assert targets[5]["cases"][0]["labels"] == ["trigger"]
 
 

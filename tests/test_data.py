@@ -7,7 +7,9 @@ import hashlib
 import pytest
 
 from conftest import ROOT, SHARED
-from vizlm.data import SPECIALS, Vocab, bucket_batches, collate, load_corpus, prepare, split_of
+from vizlm import paths
+from vizlm.data import SPECIALS, Vocab, bucket_batches, collate, load_corpus
+from vizlm.prepare import prepare, split_of
 from vizlm.text import normalize, split_sentences, tokenize
 
 
@@ -75,14 +77,15 @@ def test_load_corpus_errors():
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data not present")
 def test_prepare_is_byte_for_byte(tmp_path):
-    prepare(SHARED, tmp_path)
-    committed = sorted(p.relative_to(ROOT / "data") for p in (ROOT / "data").rglob("*") if p.is_file())
-    produced = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
-    assert produced == [p for p in committed if p.name != "README.md"]
-    for rel in produced:
-        a = hashlib.sha256((tmp_path / rel).read_bytes()).hexdigest()
-        b = hashlib.sha256((ROOT / "data" / rel).read_bytes()).hexdigest()
-        assert a == b, rel
+    prepare(SHARED, tmp_path / "data", assets=tmp_path / "assets")
+    for committed_root, produced_root in ((ROOT / "data", tmp_path / "data"), (paths.ASSETS, tmp_path / "assets")):
+        committed = sorted(p.relative_to(committed_root) for p in committed_root.rglob("*") if p.is_file())
+        produced = sorted(p.relative_to(produced_root) for p in produced_root.rglob("*") if p.is_file())
+        assert produced == [p for p in committed if p.name != "README.md"]
+        for rel in produced:
+            a = hashlib.sha256((produced_root / rel).read_bytes()).hexdigest()
+            b = hashlib.sha256((committed_root / rel).read_bytes()).hexdigest()
+            assert a == b, rel
 
 
 def test_batches_cover_every_sentence_once():

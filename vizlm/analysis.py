@@ -25,6 +25,7 @@ import torch
 
 from vizlm.checkpoint import Checkpoint
 from vizlm.data import BOS, EOS, UNK, iter_batches
+from vizlm.tagger import tag_tokens
 from vizlm.text import tokenize
 
 MAX_TOKENS = 400  # longer texts are cut, with a note, to keep the app responsive
@@ -103,15 +104,16 @@ class SentenceAnalysis:
             out.append([Highlight(int(j), labels[j], self.slot_token(int(j)), float(allowed[j])) for j in slots])
         return out
 
-    def to_dict(self, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None, cases: bool = True) -> dict:
-        """JSON-ready dict: ``tokens`` and one entry per target (no NaN anywhere)."""
-        hl = self.highlights(threshold, top_k)
-        case_map: dict[int, list[dict]] = {}
-        if cases:
-            from vizlm.cases import label_cases
+    def to_dict(
+        self, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None, cases: dict[int, list[dict]] | None = None
+    ) -> dict:
+        """JSON-ready dict: ``tokens`` and one entry per target (no NaN anywhere).
 
-            for c in label_cases(self, threshold=threshold, top_k=top_k):
-                case_map.setdefault(c.target, []).append(c.to_dict())
+        ``cases`` (target index -> case dicts) are the labels of :mod:`vizlm.cases`, which
+        sits above this module: :func:`vizlm.cases.labelled_dict` passes them in.
+        """
+        hl = self.highlights(threshold, top_k)
+        case_map = cases or {}
         targets = []
         for r, word in enumerate(self.targets):
             targets.append({
@@ -261,8 +263,6 @@ def analyze(ckpt: Checkpoint, text: str, top_k: int = 5, tags: list[str] | None 
     if not toks:
         raise AnalysisError("nothing to analyse: the text has no words")
     if tags is None:
-        from vizlm.cases import tag_tokens
-
         tags = tag_tokens([t.norm for t in toks])
     return analyze_tokens(
         ckpt, [t.norm for t in toks], [t.text for t in toks], [(t.start, t.end) for t in toks], text, tags, top_k

@@ -1,6 +1,6 @@
 """On-disk cache for corpus statistics, keyed by checkpoint and corpus checksums.
 
-Entries are JSON (never pickle) under ``$VIZLM_CACHE`` or ``<repo>/.cache/vizlm``; the
+Entries are JSON (never pickle) under :func:`vizlm.paths.cache_dir`; the
 key is the sha256 of a canonical JSON of its parts, so changing a checkpoint's
 weights, the corpus file, or any parameter gives a new entry.
 """
@@ -16,10 +16,7 @@ from pathlib import Path
 
 import torch
 
-
-def cache_dir() -> Path:
-    env = os.environ.get("VIZLM_CACHE")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / ".cache" / "vizlm"
+from vizlm import paths
 
 
 def checkpoint_digest(ckpt) -> str:
@@ -48,7 +45,7 @@ def cached(parts: dict, compute: Callable[[], dict], enabled: bool = True) -> di
     """Return the JSON-able result for ``parts``, computing and storing it once."""
     if not enabled:
         return compute()
-    folder = cache_dir()
+    folder = paths.cache_dir()
     path = folder / f"{key_of(parts)}.json"
     if path.is_file():
         try:

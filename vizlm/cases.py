@@ -96,9 +96,16 @@ from vizlm.checkpoint import Checkpoint
 from vizlm.resources import Collocations, load_collocations
 from vizlm.tagger import simplify_tag, tag_tokens
 
-__all__ = ["LABELS", "Case", "CaseReport", "label_cases", "corpus_cases", "tag_tokens", "stem"]
+__all__ = ["LABELS", "LABEL_DESCRIPTIONS", "Case", "CaseReport", "label_cases", "labelled_dict", "corpus_cases",
+           "tag_tokens", "stem"]
 
-LABELS = ("trigger", "causal", "phrase", "grammar")
+LABEL_DESCRIPTIONS = {  # label -> what its rule checks, in the order the rules run
+    "trigger": "the attended word comes back: same word, same stem, or a pronoun for the same entity",
+    "causal": "a causal connective (because, so, due to, …) or cause–effect verb links the two",
+    "phrase": "the attended word starts a phrase the target completes (collocation statistics of Brown train)",
+    "grammar": "a grammatical dependency: subject–verb agreement, determiner → noun, auxiliary → verb form",
+}
+LABELS = tuple(LABEL_DESCRIPTIONS)
 PHRASE_MIN_PMI = 4.0  # bits
 PHRASE_MIN_COUNT = 5
 
@@ -447,7 +454,8 @@ def label_cases(
 ) -> list[Case]:
     """Every highlighted pair of ``sa`` (``<s>`` slots skipped) as a :class:`Case`; labels may be empty.
 
-    ``collocations`` defaults to ``data/brown/collocations.tsv`` (no phrase labels if missing).
+    ``collocations`` defaults to the shipped table (:func:`vizlm.resources.load_collocations`;
+    no phrase labels if it is missing).
     """
     s = _Sentence(sa, collocations if collocations is not None else load_collocations())
     n = len(s.words)
@@ -465,6 +473,14 @@ def label_cases(
             word = s.words[t] if t < n else sa.targets[t]
             cases.append(Case(t, word, h.slot, h.token, s.words[h.token], h.weight, list(evidence), evidence))
     return cases
+
+
+def labelled_dict(sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None) -> dict:
+    """:meth:`SentenceAnalysis.to_dict` with every target's labelled cases (``"cases"``)."""
+    by_target: dict[int, list[dict]] = {}
+    for c in label_cases(sa, threshold=threshold, top_k=top_k):
+        by_target.setdefault(c.target, []).append(c.to_dict())
+    return sa.to_dict(threshold=threshold, top_k=top_k, cases=by_target)
 
 
 # --------------------------------------------------------------------------- corpus
@@ -525,7 +541,7 @@ def corpus_cases(
         source = "text"
     ids = list(ids) if ids is not None else [f"s{i}" for i in range(len(sentences))]
     n = len(sentences) if limit is None else min(limit, len(sentences))
-    collocations = load_collocations(None if data_dir is None else str(Path(data_dir) / "brown" / "collocations.tsv"))
+    collocations = load_collocations()
     counts = dict.fromkeys(LABELS, 0)
     heaps: dict[str, list] = {label: [] for label in LABELS}
     pairs = labelled = analysed = 0

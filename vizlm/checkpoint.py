@@ -19,7 +19,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import nn
 
-from vizlm import __version__
+from vizlm import __version__, paths
 from vizlm.data import Vocab
 from vizlm.models import build_model, make_config
 
@@ -165,7 +165,8 @@ def load_checkpoint(path: Path | str) -> Checkpoint:
 
 
 def bundled_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / "checkpoints"
+    """The checkpoints folder (:func:`vizlm.paths.checkpoints_dir`)."""
+    return paths.checkpoints_dir()
 
 
 def bundled_checkpoints() -> list[str]:

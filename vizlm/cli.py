@@ -8,6 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from vizlm import paths
+from vizlm.data import CORPORA, TRAINABLE
 from vizlm.models import REGISTRY
 
 MODEL_OPTIONS = {  # flag -> (config field, type, help)
@@ -25,8 +27,8 @@ MODEL_OPTIONS = {  # flag -> (config field, type, help)
 def _add_train(sub) -> None:
     p = sub.add_parser("train", help="train a model on a corpus")
     p.add_argument("--model", required=True, choices=list(REGISTRY), help="model family")
-    p.add_argument("--corpus", default="brown", choices=["brown", "sinica"], help="training corpus")
-    p.add_argument("--out", type=Path, help="checkpoint folder (default checkpoints/MODEL; a temp dir with --dry-run)")
+    p.add_argument("--corpus", default="brown", choices=TRAINABLE, help="training corpus")
+    p.add_argument("--out", type=Path, help="checkpoint folder (default CHECKPOINTS/MODEL; a temp dir with --dry-run)")
     for flag, (_, typ, hlp) in MODEL_OPTIONS.items():
         p.add_argument(flag, type=typ, default=None, help=hlp)
     p.add_argument("--epochs", type=int, default=30, help="maximum epochs")
@@ -46,7 +48,7 @@ def _add_eval(sub) -> None:
     p = sub.add_parser("eval", help="perplexity of a checkpoint on a corpus split or a text file")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or bundled name")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--corpus", choices=["brown", "wsj", "sinica"], help="processed corpus")
+    src.add_argument("--corpus", choices=list(CORPORA), help="processed corpus")
     src.add_argument("--text-file", type=Path, help="raw text, one paragraph or sentence a line")
     p.add_argument("--split", default="test", help="corpus split (train/valid/test)")
     p.add_argument("--batch-size", type=int, default=128, help="sentences per batch")
@@ -55,10 +57,16 @@ def _add_eval(sub) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vizlm", description=__doc__)
+    where = parser.add_argument_group("locations (default: $VIZLM_HOME, else the vizlm checkout, else the current folder)")
+    where.add_argument("--data", type=Path, help="processed corpora folder (default HOME/data, or $VIZLM_DATA)")
+    where.add_argument("--checkpoints", type=Path, help="checkpoints folder (default HOME/checkpoints, or $VIZLM_CHECKPOINTS)")
+    where.add_argument("--cache", type=Path, help="cache of corpus statistics (default: the user cache folder, or $VIZLM_CACHE)")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("prepare", help="regenerate the processed corpora under data/")
+    p = sub.add_parser("prepare", help="regenerate the processed corpora under data/ and the shipped analysis assets")
     p.add_argument("--shared", type=Path, default=Path("../shared/data"), help="folder with the raw corpus zips")
-    p.add_argument("--out", type=Path, default=Path("data"), help="output folder")
+    p.add_argument("--out", type=Path, default=None, help="output folder (default: the data folder)")
+    p.add_argument("--assets", type=Path, default=paths.ASSETS,
+                   help="where the tagger, collocation table and examples go (default: the package's vizlm/assets)")
     _add_train(sub)
     _add_eval(sub)
     from vizlm import commands
@@ -82,7 +90,7 @@ def cmd_train(args) -> int:
         max_batches=3 if args.dry_run else None, eval_batches=1 if args.dry_run else None,
         extra={"command": "vizlm " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["train"] else None},
     )
-    out = args.out or (Path(tempfile.mkdtemp(prefix="vizlm-dry-")) if args.dry_run else Path("checkpoints") / args.model)
+    out = args.out or (Path(tempfile.mkdtemp(prefix="vizlm-dry-")) if args.dry_run else paths.checkpoints_dir() / args.model)
     ckpt = train(args.model, kwargs, args.corpus, out, tc, init=args.init_from, resume=args.resume)
     print(json.dumps({"checkpoint": str(out), "model": ckpt.name, **ckpt.meta["metrics"]}))
     return 0
@@ -112,13 +120,14 @@ def cmd_eval(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    paths.set_overrides(data=args.data, checkpoints=args.checkpoints, cache=args.cache)
     from vizlm.checkpoint import CheckpointError
 
     try:
         if args.command == "prepare":
-            from vizlm.data import prepare
+            from vizlm.prepare import prepare
 
-            counts = prepare(args.shared, args.out)
+            counts = prepare(args.shared, args.out or paths.data_dir(), assets=args.assets)
             print(json.dumps(counts))
             return 0
         if args.command == "train":

@@ -7,14 +7,17 @@ Each command is argparse -> one library call (``vizlm.analysis``, ``vizlm.corpus
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
+from vizlm.analysis import DEFAULT_THRESHOLD
+from vizlm.cases import LABELS
+from vizlm.data import CORPORA
 
-def _source(p, corpora=("brown", "wsj", "sinica")) -> None:
+
+def _source(p) -> None:
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--corpus", choices=corpora, help="processed corpus under data/")
+    src.add_argument("--corpus", choices=list(CORPORA), help="processed corpus under data/")
     src.add_argument("--text-file", type=Path, help="raw text, one paragraph or sentence a line")
     p.add_argument("--split", default="test", help="corpus split: train / valid / test (default test)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -22,7 +25,7 @@ def _source(p, corpora=("brown", "wsj", "sinica")) -> None:
 
 def _highlight_mode(p) -> None:
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--threshold", type=float, default=None, help="highlight slots with weight >= this (default 0.2)")
+    mode.add_argument("--threshold", type=float, default=None, help=f"highlight slots with weight >= this (default {DEFAULT_THRESHOLD:g})")
     mode.add_argument("--top-k", type=int, default=None, help="highlight the k heaviest slots instead")
 
 
@@ -51,8 +54,8 @@ def add_analysis_commands(sub) -> None:
     p = sub.add_parser("cases", help="trigger / causal / phrase / grammar cases over a corpus")
     p.add_argument("--checkpoint", required=True, help="attention checkpoint")
     _source(p)
-    p.add_argument("--label", choices=["trigger", "causal", "phrase", "grammar"], help="only this label's examples")
-    p.add_argument("--threshold", type=float, default=0.2, help="attention weight that counts as a highlight")
+    p.add_argument("--label", choices=LABELS, help="only this label's examples")
+    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help="attention weight that counts as a highlight")
     p.add_argument("--examples", type=int, default=10, help="strongest examples listed per label")
 
     p = sub.add_parser("export", help="attention heatmap and data of one sentence to a file")
@@ -75,26 +78,18 @@ def _sentences(args) -> tuple[list[list[str]], list[str], str, str | None]:
 
 
 def _dump(obj) -> None:
-    print(json.dumps(_finite(obj), ensure_ascii=False, allow_nan=False))
+    from vizlm.export import json_safe
 
-
-def _finite(obj):
-    """Replace NaN/inf by None so the JSON is strict."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
+    print(json.dumps(json_safe(obj), ensure_ascii=False, allow_nan=False))
 
 
 def cmd_analyze(args) -> int:
     from vizlm.analysis import analyze
     from vizlm.checkpoint import load_checkpoint
+    from vizlm.export import analysis_dict
 
     sa = analyze(load_checkpoint(args.checkpoint), args.text)
-    doc = sa.to_dict(threshold=args.threshold, top_k=args.top_k)
+    doc = analysis_dict(sa, threshold=args.threshold, top_k=args.top_k)
     if args.json:
         _dump(doc)
         return 0

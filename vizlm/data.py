@@ -1,36 +1,35 @@
-"""Corpora, vocabulary and batching.
+"""Processed corpora, vocabulary and batching (run time).
 
-Raw corpora (NLTK data packages) live in ``../shared/data``; ``vizlm prepare``
-turns them into the processed splits committed under ``data/``: one sentence a
-line, tokens normalised with :func:`vizlm.text.normalize`, and beside each split
-its POS tags, the original (unnormalised) tokens and a sentence id
-(``document:index``).
-
-Brown is split by document, deterministically: in sorted file order, document
-index mod 10 == 8 -> valid, == 9 -> test, otherwise train.
+The processed splits under ``data/`` (see :mod:`vizlm.prepare`, which builds them) hold
+one sentence a line, tokens normalised with :func:`vizlm.text.normalize`, and beside
+each split its POS tags, the original (unnormalised) tokens and a sentence id
+(``document:index``). Their folder is :func:`vizlm.paths.data_dir`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
-import os
 import random
-import re
-import zipfile
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from vizlm.text import normalize
+from vizlm import paths
+from vizlm.text import split_sentences, tokenize
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)
 VOCAB_SIZE = 10_000
 SPLITS = ("train", "valid", "test")
-CORPORA = {"brown": SPLITS, "wsj": ("test",), "sinica": SPLITS}
+CORPORA = {"brown": SPLITS, "wsj": ("test",), "sinica": SPLITS}  # corpus -> its splits
+CORPUS_TITLES = {  # how the app and reports name each corpus
+    "brown": "Brown",
+    "wsj": "WSJ sample (out of domain)",
+    "sinica": "Sinica (Chinese characters)",
+}
+TRAINABLE = tuple(c for c, splits in CORPORA.items() if "train" in splits)
 LICENCES = {
     "brown": "Brown Corpus (Francis & Kucera 1964/1979): \"Distributed with the permission of "
     "the copyright holder, redistribution permitted.\"",
@@ -39,110 +38,6 @@ LICENCES = {
     "sinica": "Sinica Treebank sample: Creative Commons Attribution-NonCommercial-ShareAlike 2.5 "
     "(http://creativecommons.org/licenses/by-nc-sa/2.5/).",
 }
-
-
-def default_data_dir() -> Path:
-    """``$VIZLM_DATA`` or the ``data/`` folder of the repository checkout."""
-    env = os.environ.get("VIZLM_DATA")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "data"
-
-
-# --------------------------------------------------------------------------- readers
-@dataclass
-class RawSentence:
-    """A corpus sentence before normalisation."""
-
-    sid: str  # "ca01:3"
-    words: list[str]  # original surface tokens
-    tags: list[str]  # POS tags (Brown tags, PTB tags, or "-" for Sinica characters)
-
-
-def read_brown(zip_path: Path) -> list[tuple[str, list[RawSentence]]]:
-    """Brown documents in sorted file order: ``[(doc_id, sentences)]`` with POS tags kept."""
-    docs = []
-    with zipfile.ZipFile(zip_path) as zf:
-        names = sorted(n for n in zf.namelist() if re.fullmatch(r"brown/c[a-r]\d\d", n))
-        for name in names:
-            doc = name.split("/")[-1]
-            sents = []
-            for line in zf.read(name).decode("utf-8").splitlines():
-                pairs = [tok.rsplit("/", 1) for tok in line.split()]
-                if not pairs:
-                    continue
-                words = [p[0] for p in pairs]
-                tags = [p[1] if len(p) == 2 else "nil" for p in pairs]
-                sents.append(RawSentence(f"{doc}:{len(sents)}", words, tags))
-            docs.append((doc, sents))
-    return docs
-
-
-_CLITICS = {"'s", "'re", "'ve", "'ll", "'d", "'m", "n't", "'"}
-_PTB_BRACKETS = {"-LRB-": "(", "-RRB-": ")", "-LCB-": "{", "-RCB-": "}", "-LSB-": "[", "-RSB-": "]"}
-
-
-def read_wsj(zip_path: Path) -> list[RawSentence]:
-    """Penn Treebank WSJ sample from the tagged files.
-
-    Clitics split off by the Treebank (``'s``, ``n't``) are re-attached, as Brown
-    keeps them, so the Brown-trained models see familiar tokens; their tags are
-    joined with ``+``. Trace tokens (tag ``-NONE-``) are dropped.
-    """
-    sents = []
-    with zipfile.ZipFile(zip_path) as zf:
-        names = sorted(n for n in zf.namelist() if re.fullmatch(r"treebank/tagged/wsj_\d+\.pos", n))
-        for name in names:
-            doc = Path(name).stem
-            words: list[str] = []
-            tags: list[str] = []
-            count = 0
-
-            def flush() -> None:
-                nonlocal words, tags, count
-                if words:
-                    sents.append(RawSentence(f"{doc}:{count}", words, tags))
-                    count += 1
-                words, tags = [], []
-
-            for line in zf.read(name).decode("utf-8").splitlines():
-                if line.startswith("*x*") or not line.strip():
-                    continue
-                for tok in line.split():
-                    if tok in ("[", "]") or "/" not in tok:
-                        continue
-                    word, tag = tok.rsplit("/", 1)
-                    if tag == "-NONE-":
-                        continue
-                    word = _PTB_BRACKETS.get(word, word).replace("\\/", "/")
-                    if word.lower() in _CLITICS and words and tag in ("POS", "VBZ", "VBP", "RB", "MD", "VBD"):
-                        words[-1] += word
-                        tags[-1] += "+" + tag
-                    else:
-                        words.append(word)
-                        tags.append(tag)
-                    if tag == "." and word in (".", "?", "!"):
-                        flush()
-            flush()
-    return sents
-
-
-def read_sinica(zip_path: Path) -> list[RawSentence]:
-    """Sinica treebank sample, character level: one token per Chinese character."""
-    sents = []
-    with zipfile.ZipFile(zip_path) as zf:
-        text = zf.read("sinica_treebank/raw").decode("utf-8")
-    for line in text.splitlines():
-        m = re.match(r"#(\d+):\S*\s+(.*)", line)
-        if not m:
-            continue
-        chars = [c for c in m.group(2) if not c.isspace()]
-        if chars:
-            sents.append(RawSentence(f"sinica:{m.group(1)}", chars, ["-"] * len(chars)))
-    return sents
-
-
-def split_of(index: int) -> str:
-    """The deterministic split rule: index mod 10 == 8 -> valid, == 9 -> test."""
-    return {8: "valid", 9: "test"}.get(index % 10, "train")
 
 
 # --------------------------------------------------------------------------- processed data
@@ -165,59 +60,6 @@ class Corpus:
 _FILES = {"sentences": "txt", "tags": "tags", "originals": "orig", "ids": "ids"}
 
 
-def _write_split(out: Path, corpus: str, split: str, raw: list[RawSentence]) -> None:
-    folder = out / corpus
-    folder.mkdir(parents=True, exist_ok=True)
-    columns = {
-        "txt": [" ".join(normalize(w) for w in s.words) for s in raw],
-        "tags": [" ".join(s.tags) for s in raw],
-        "orig": [" ".join(w.replace(" ", "_") for w in s.words) for s in raw],
-        "ids": [s.sid for s in raw],
-    }
-    for ext, lines in columns.items():
-        (folder / f"{split}.{ext}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-
-
-def build_vocab(sentences: list[list[str]], size: int = VOCAB_SIZE) -> list[str]:
-    """The ``size`` most frequent training types, specials first; ties broken alphabetically."""
-    counts = Counter(w for s in sentences for w in s)
-    for special in SPECIALS:
-        counts.pop(special, None)
-    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    return list(SPECIALS) + [w for w, _ in ranked[: size - len(SPECIALS)]]
-
-
-def prepare(shared: Path, out: Path) -> dict[str, int]:
-    """Regenerate every processed split under ``out`` (byte-for-byte deterministic)."""
-    shared, out = Path(shared), Path(out)
-    counts: dict[str, int] = {}
-    brown = read_brown(shared / "brown.zip")
-    by_split: dict[str, list[RawSentence]] = {s: [] for s in SPLITS}
-    for index, (_doc, sents) in enumerate(brown):
-        by_split[split_of(index)].extend(sents)
-    sinica = read_sinica(shared / "sinica_treebank.zip")
-    sinica_split: dict[str, list[RawSentence]] = {s: [] for s in SPLITS}
-    for index, sent in enumerate(sinica):
-        sinica_split[split_of(index)].append(sent)
-    for corpus, splits in (("brown", by_split), ("sinica", sinica_split), ("wsj", {"test": read_wsj(shared / "treebank.zip")})):
-        for split, raw in splits.items():
-            _write_split(out, corpus, split, raw)
-            counts[f"{corpus}/{split}"] = len(raw)
-        train = [[normalize(w) for w in s.words] for s in splits.get("train", [])]
-        if train:
-            (out / corpus / "vocab.txt").write_text("\n".join(build_vocab(train)) + "\n", encoding="utf-8")
-    # Extra derived resources (tagger, collocations) register themselves here.
-    from vizlm import resources
-
-    resources.build_all(out)
-    (out / "LICENSES.md").write_text(
-        "# Licences of the processed corpora\n\n"
-        + "".join(f"- `{c}/`: {LICENCES[c]}\n" for c in CORPORA),
-        encoding="utf-8",
-    )
-    return counts
-
-
 def sha256_file(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
@@ -228,7 +70,7 @@ def load_corpus(name: str, split: str, data_dir: Path | None = None) -> Corpus:
         raise ValueError(f"unknown corpus {name!r}; valid: {', '.join(CORPORA)}")
     if split not in CORPORA[name]:
         raise ValueError(f"corpus {name!r} has no split {split!r}; valid: {', '.join(CORPORA[name])}")
-    folder = Path(data_dir or default_data_dir()) / name
+    folder = Path(data_dir or paths.data_dir()) / name
     path = folder / f"{split}.txt"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing; run `vizlm prepare --shared ../shared/data --out data/`")
@@ -271,7 +113,7 @@ class Vocab:
 
     @classmethod
     def for_corpus(cls, name: str, data_dir: Path | None = None) -> "Vocab":
-        return cls.load(Path(data_dir or default_data_dir()) / name / "vocab.txt")
+        return cls.load(Path(data_dir or paths.data_dir()) / name / "vocab.txt")
 
 
 # --------------------------------------------------------------------------- batching
@@ -319,8 +161,6 @@ def iter_batches(seqs: list[list[int]], batch_size: int, shuffle: bool = False, 
 
 def read_text_file(path: Path) -> list[list[str]]:
     """Raw text, one paragraph or sentence a line, tokenised like user input."""
-    from vizlm.text import split_sentences, tokenize
-
     out = []
     for line in io.open(path, encoding="utf-8"):
         for sent in split_sentences(line):

@@ -33,6 +33,7 @@ import vl_convert as vlc
 
 from vizlm import plots
 from vizlm.analysis import DEFAULT_THRESHOLD, SentenceAnalysis
+from vizlm.cases import labelled_dict
 
 CHART_FORMATS = ("png", "svg", "html")
 TABLE_FORMATS = ("csv", "json")
@@ -78,7 +79,7 @@ def _js_bundle() -> str:
 
 def _script_json(obj: object) -> str:
     """JSON that is also a safe JavaScript literal inside an HTML ``<script>`` element."""
-    text = json.dumps(_json_safe(obj), allow_nan=False, ensure_ascii=False)
+    text = json.dumps(json_safe(obj), allow_nan=False, ensure_ascii=False)
     return (
         text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
         .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
@@ -156,14 +157,14 @@ def _neutralise_frame(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _json_safe(obj: object) -> object:
+def json_safe(obj: object) -> object:
     """Plain JSON types only: numpy scalars/arrays unwrapped, NaN and infinities as None."""
     if isinstance(obj, dict):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
+        return {str(k): json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
+        return [json_safe(v) for v in obj]
     if isinstance(obj, np.ndarray):
-        return [_json_safe(v) for v in obj.tolist()]
+        return [json_safe(v) for v in obj.tolist()]
     if isinstance(obj, (bool, np.bool_)):
         return bool(obj)
     if isinstance(obj, (int, np.integer)):
@@ -180,7 +181,7 @@ def _json_safe(obj: object) -> object:
 
 
 def _json_bytes(obj: object) -> bytes:
-    return json.dumps(_json_safe(obj), allow_nan=False, ensure_ascii=False, indent=2).encode("utf-8")
+    return json.dumps(json_safe(obj), allow_nan=False, ensure_ascii=False, indent=2).encode("utf-8")
 
 
 def _csv_bytes(df: pd.DataFrame) -> bytes:
@@ -248,17 +249,11 @@ def analysis_records(
 def analysis_dict(
     sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None, cases: bool = True
 ) -> dict:
-    """``sa.to_dict`` made JSON-safe; without :mod:`vizlm.cases` installed, exported without case labels."""
-    try:
-        d = sa.to_dict(threshold=threshold, top_k=top_k, cases=cases)
-    except ModuleNotFoundError as err:
-        if err.name != "vizlm.cases":
-            raise
-        d = sa.to_dict(threshold=threshold, top_k=top_k, cases=False)
-        d["notes"] = list(d.get("notes", [])) + ["case labels unavailable (vizlm.cases missing)"]
+    """``sa.to_dict`` (with case labels unless ``cases=False``), made JSON-safe."""
+    d = labelled_dict(sa, threshold=threshold, top_k=top_k) if cases else sa.to_dict(threshold=threshold, top_k=top_k)
     d["threshold"] = threshold
     d["top_k"] = top_k
-    return _json_safe(d)
+    return json_safe(d)
 
 
 def analysis_chart(

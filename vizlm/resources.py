@@ -1,11 +1,11 @@
-"""Derived resources built at ``prepare`` time: the POS tagger and collocation statistics.
+"""Collocation statistics for the *phrase* rule, built at ``prepare`` time, read at run time.
 
-Both are computed from the Brown training split only (``data/brown/train.*``) and
-written as deterministic text files, so ``tests/test_data.py`` can regenerate
-``data/`` and compare it byte for byte:
+Computed from the Brown training split only (``data/brown/train.txt``) and written as a
+deterministic text file shipped in the package (``vizlm/assets/collocations.tsv``), so
+``tests/test_data.py`` can regenerate it and compare it byte for byte (the POS tagger,
+the other shipped asset, is :mod:`vizlm.tagger`).
 
-- ``brown/tagger.json``: integer counts of the bigram HMM tagger, see :mod:`vizlm.tagger`.
-- ``brown/collocations.tsv``: word pairs that occur ``distance`` words apart
+- ``collocations.tsv``: word pairs that occur ``distance`` words apart
   (1..``MAX_DISTANCE``) more often than chance, used by the *phrase* rule of
   :mod:`vizlm.cases`. For a pair (x, y) at distance d, pointwise mutual
   information (Church & Hanks 1990, "Word association norms, mutual information,
@@ -29,9 +29,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from vizlm.tagger import write_tagger
+from vizlm import paths
 
-COLLOCATIONS_FILE = "collocations.tsv"  # under data/brown/
 MAX_DISTANCE = 4
 MIN_PAIR_COUNT = 3
 MIN_STORED_PMI = 2.0
@@ -66,11 +65,10 @@ def collocation_rows(sentences: list[list[str]]) -> list[tuple[str, str, int, in
     return rows
 
 
-def write_collocations(brown_dir: Path) -> Path:
-    """Compute :func:`collocation_rows` from ``brown_dir/train.txt`` into ``collocations.tsv``."""
-    brown_dir = Path(brown_dir)
-    rows = collocation_rows(_read_sentences(brown_dir / "train.txt"))
-    path = brown_dir / COLLOCATIONS_FILE
+def write_collocations(brown_dir: Path, path: Path) -> Path:
+    """Compute :func:`collocation_rows` from ``brown_dir/train.txt`` into ``path`` (TSV)."""
+    path = Path(path)
+    rows = collocation_rows(_read_sentences(Path(brown_dir) / "train.txt"))
     body = "".join(f"{x}\t{y}\t{d}\t{c}\t{p}\n" for x, y, d, c, p in rows)
     path.write_text(_HEADER + "\n" + body, encoding="utf-8")
     return path
@@ -111,19 +109,6 @@ class Collocations:
 
 @lru_cache(maxsize=4)
 def load_collocations(path: str | None = None) -> Collocations | None:
-    """Collocations from ``path`` (default ``data/brown/collocations.tsv``); None if missing."""
-    if path is None:
-        from vizlm.data import default_data_dir
-
-        p = default_data_dir() / "brown" / COLLOCATIONS_FILE
-    else:
-        p = Path(path)
+    """Collocations from ``path`` (default: the table shipped in ``vizlm/assets``); None if missing."""
+    p = Path(path) if path is not None else paths.asset(paths.COLLOCATIONS_FILE)
     return Collocations.read(p) if p.is_file() else None
-
-
-def build_all(out: Path) -> list[Path]:
-    """Build every derived resource into ``out/brown/`` from ``out/brown/train.*``."""
-    brown = Path(out) / "brown"
-    if not (brown / "train.txt").is_file():
-        return []
-    return [write_tagger(brown), write_collocations(brown)]

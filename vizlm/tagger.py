@@ -21,7 +21,7 @@ part-of-speech tagger", ANLP), small enough to read in one sitting:
 - **Viterbi** search over the candidate tags of each word finds the best sequence.
 
 The model is nothing but integer counts, written at ``vizlm prepare`` time to
-``data/brown/tagger.json`` with sorted keys, so the file is byte-for-byte
+``vizlm/assets/tagger.json`` with sorted keys, so the file is byte-for-byte
 reproducible; probabilities are computed when it is loaded. On the Brown
 validation split it tags about 95% of the tokens correctly (simplified tags).
 """
@@ -35,9 +35,10 @@ from collections import Counter, defaultdict
 from functools import lru_cache
 from pathlib import Path
 
+from vizlm import paths
+
 FORMAT = "vizlm-tagger"
 FORMAT_VERSION = 1
-TAGGER_FILE = "tagger.json"  # under data/brown/
 MAX_SUFFIX = 5  # longest suffix used to guess the tag of an unknown word
 RARE = 5  # words seen at most this often train the suffix model (they behave like unknown words)
 START, END = "<s>", "</s>"  # pseudo-tags around every sentence
@@ -101,13 +102,12 @@ def train_counts(sentences: list[list[str]], tags: list[list[str]]) -> dict:
     }
 
 
-def write_tagger(brown_dir: Path) -> Path:
-    """Train on ``brown_dir/train.{txt,tags}`` and write ``brown_dir/tagger.json``."""
-    brown_dir = Path(brown_dir)
+def write_tagger(brown_dir: Path, path: Path) -> Path:
+    """Train on ``brown_dir/train.{txt,tags}`` and write the counts to ``path`` (JSON)."""
+    brown_dir, path = Path(brown_dir), Path(path)
     sentences = [line.split() for line in (brown_dir / "train.txt").read_text(encoding="utf-8").splitlines()]
     tags = [line.split() for line in (brown_dir / "train.tags").read_text(encoding="utf-8").splitlines()]
     doc = train_counts(sentences, tags)
-    path = brown_dir / TAGGER_FILE
     path.write_text(json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True) + "\n", encoding="utf-8")
     return path
 
@@ -202,16 +202,10 @@ class Tagger:
         return path
 
 
-def default_tagger_path() -> Path:
-    from vizlm.data import default_data_dir
-
-    return default_data_dir() / "brown" / TAGGER_FILE
-
-
 @lru_cache(maxsize=4)
 def load_tagger(path: str | None = None) -> Tagger | None:
-    """The tagger from ``path`` (default ``data/brown/tagger.json``), or None if it is missing."""
-    p = Path(path) if path else default_tagger_path()
+    """The tagger from ``path`` (default: the one shipped in ``vizlm/assets``), or None if it is missing."""
+    p = Path(path) if path else paths.asset(paths.TAGGER_FILE)
     if not p.is_file():
         return None
     return Tagger(json.loads(p.read_text(encoding="utf-8")))

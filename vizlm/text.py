@@ -131,3 +131,20 @@ def split_sentences(text: str) -> list[str]:
     if rest:
         pieces.append(rest)
     return pieces
+
+
+def detokenize(words: list[str]) -> str:
+    """A corpus sentence's original tokens as readable text that :func:`tokenize` reads back as
+    the same tokens: space-separated, spaces inside a token written ``_`` in the corpus files
+    restored, and the corpus's ````/``''`` quote tokens written as ``"`` glued to their word."""
+    out: list[str] = []
+    opening = False
+    for w in words:
+        if w == "``":
+            opening = True  # glued to the next word: "Nobody
+        elif w == "''" and out:
+            out[-1] += '"'  # glued to the previous word: evacuate."
+        else:
+            out.append(('"' if opening else "") + w.replace("_", " "))
+            opening = False
+    return " ".join(out)

@@ -1,0 +1,92 @@
+"""Where vizlm reads and writes: the one owner of every location.
+
+- **data** (processed corpora for training and corpus statistics) and **checkpoints**
+  live in a *home* folder: ``$VIZLM_HOME``; else the vizlm checkout this package is
+  imported from (an editable install); else the checkout the current directory is in;
+  else the current directory. So ``vizlm eval --checkpoint amsrn`` works from anywhere
+  inside the repository, and a wheel installed elsewhere looks beside the user's files.
+- Each can be set on its own: ``$VIZLM_DATA``, ``$VIZLM_CHECKPOINTS``, ``$VIZLM_CACHE``,
+  or the CLI's ``--data`` / ``--checkpoints`` / ``--cache`` (:func:`set_overrides`).
+- The **cache** of corpus statistics defaults to the user's cache folder
+  (``platformdirs``), never inside the installed package.
+- **Assets** (the POS tagger, the collocation table, example sentences) are what
+  analysis needs at run time; they ship inside the package (``vizlm/assets/``), so an
+  installed wheel can label cases without the repository.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib.resources import files
+from pathlib import Path
+
+import platformdirs
+
+ASSETS = Path(str(files("vizlm") / "assets"))
+TAGGER_FILE = "tagger.json"  # bigram HMM tagger counts, built from Brown train (vizlm.tagger)
+COLLOCATIONS_FILE = "collocations.tsv"  # word pairs with PMI, built from Brown train (vizlm.resources)
+EXAMPLES_FILE = "examples.json"  # example passages of the test splits (vizlm.prepare)
+
+_ENV = {"home": "VIZLM_HOME", "data": "VIZLM_DATA", "checkpoints": "VIZLM_CHECKPOINTS", "cache": "VIZLM_CACHE"}
+_overrides: dict[str, Path] = {}
+
+
+def set_overrides(data: Path | str | None = None, checkpoints: Path | str | None = None, cache: Path | str | None = None) -> None:
+    """Command-line overrides (they win over the environment); ``None`` leaves a location as it is."""
+    for key, value in (("data", data), ("checkpoints", checkpoints), ("cache", cache)):
+        if value is not None:
+            _overrides[key] = Path(value).expanduser()
+
+
+def clear_overrides() -> None:
+    _overrides.clear()
+
+
+def _is_checkout(folder: Path) -> bool:
+    """A vizlm source checkout: its pyproject names the project and it has ``checkpoints/``."""
+    try:
+        return (folder / "checkpoints").is_dir() and 'name = "vizlm"' in (folder / "pyproject.toml").read_text(encoding="utf-8")
+    except OSError:
+        return False
+
+
+def home() -> Path:
+    """The folder that holds ``data/`` and ``checkpoints/`` (see the module docstring)."""
+    env = os.environ.get(_ENV["home"])
+    if env:
+        return Path(env).expanduser()
+    package_parent = Path(__file__).resolve().parent.parent
+    if _is_checkout(package_parent):
+        return package_parent
+    cwd = Path.cwd()
+    for folder in (cwd, *cwd.parents):
+        if _is_checkout(folder):
+            return folder
+    return cwd
+
+
+def _location(key: str, default: Path) -> Path:
+    if key in _overrides:
+        return _overrides[key]
+    env = os.environ.get(_ENV[key])
+    return Path(env).expanduser() if env else default
+
+
+def data_dir() -> Path:
+    """Processed corpora (``vizlm prepare`` writes them)."""
+    return _location("data", home() / "data")
+
+
+def checkpoints_dir() -> Path:
+    """Bundled and trained checkpoints, one folder each."""
+    return _location("checkpoints", home() / "checkpoints")
+
+
+def cache_dir() -> Path:
+    """On-disk cache of corpus statistics (safe to delete)."""
+    return _location("cache", Path(platformdirs.user_cache_dir("vizlm")))
+
+
+def asset(name: str) -> Path:
+    """A file shipped inside the package (:data:`ASSETS`)."""
+    return ASSETS / name

@@ -1,0 +1,202 @@
+"""Build time: turn the raw corpora into the processed splits under ``data/`` and the
+analysis assets shipped in ``vizlm/assets/``.
+
+Raw corpora (NLTK data packages) live in ``../shared/data``; :func:`prepare` writes one
+sentence a line, tokens normalised with :func:`vizlm.text.normalize`, and beside each split
+its POS tags, the original (unnormalised) tokens and a sentence id (``document:index``).
+Everything is deterministic, so ``tests/test_data.py`` regenerates both folders and compares
+them byte for byte.
+
+Brown is split by document, deterministically: in sorted file order, document
+index mod 10 == 8 -> valid, == 9 -> test, otherwise train.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zipfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from vizlm import paths
+from vizlm.data import CORPORA, LICENCES, SPECIALS, SPLITS, VOCAB_SIZE, load_corpus
+from vizlm.resources import write_collocations
+from vizlm.tagger import write_tagger
+from vizlm.text import detokenize, normalize
+
+# --------------------------------------------------------------------------- readers
+@dataclass
+class RawSentence:
+    """A corpus sentence before normalisation."""
+
+    sid: str  # "ca01:3"
+    words: list[str]  # original surface tokens
+    tags: list[str]  # POS tags (Brown tags, PTB tags, or "-" for Sinica characters)
+
+
+def read_brown(zip_path: Path) -> list[tuple[str, list[RawSentence]]]:
+    """Brown documents in sorted file order: ``[(doc_id, sentences)]`` with POS tags kept."""
+    docs = []
+    with zipfile.ZipFile(zip_path) as zf:
+        names = sorted(n for n in zf.namelist() if re.fullmatch(r"brown/c[a-r]\d\d", n))
+        for name in names:
+            doc = name.split("/")[-1]
+            sents = []
+            for line in zf.read(name).decode("utf-8").splitlines():
+                pairs = [tok.rsplit("/", 1) for tok in line.split()]
+                if not pairs:
+                    continue
+                words = [p[0] for p in pairs]
+                tags = [p[1] if len(p) == 2 else "nil" for p in pairs]
+                sents.append(RawSentence(f"{doc}:{len(sents)}", words, tags))
+            docs.append((doc, sents))
+    return docs
+
+
+_CLITICS = {"'s", "'re", "'ve", "'ll", "'d", "'m", "n't", "'"}
+_PTB_BRACKETS = {"-LRB-": "(", "-RRB-": ")", "-LCB-": "{", "-RCB-": "}", "-LSB-": "[", "-RSB-": "]"}
+
+
+def read_wsj(zip_path: Path) -> list[RawSentence]:
+    """Penn Treebank WSJ sample from the tagged files.
+
+    Clitics split off by the Treebank (``'s``, ``n't``) are re-attached, as Brown
+    keeps them, so the Brown-trained models see familiar tokens; their tags are
+    joined with ``+``. Trace tokens (tag ``-NONE-``) are dropped.
+    """
+    sents = []
+    with zipfile.ZipFile(zip_path) as zf:
+        names = sorted(n for n in zf.namelist() if re.fullmatch(r"treebank/tagged/wsj_\d+\.pos", n))
+        for name in names:
+            doc = Path(name).stem
+            words: list[str] = []
+            tags: list[str] = []
+            count = 0
+
+            def flush() -> None:
+                nonlocal words, tags, count
+                if words:
+                    sents.append(RawSentence(f"{doc}:{count}", words, tags))
+                    count += 1
+                words, tags = [], []
+
+            for line in zf.read(name).decode("utf-8").splitlines():
+                if line.startswith("*x*") or not line.strip():
+                    continue
+                for tok in line.split():
+                    if tok in ("[", "]") or "/" not in tok:
+                        continue
+                    word, tag = tok.rsplit("/", 1)
+                    if tag == "-NONE-":
+                        continue
+                    word = _PTB_BRACKETS.get(word, word).replace("\\/", "/")
+                    if word.lower() in _CLITICS and words and tag in ("POS", "VBZ", "VBP", "RB", "MD", "VBD"):
+                        words[-1] += word
+                        tags[-1] += "+" + tag
+                    else:
+                        words.append(word)
+                        tags.append(tag)
+                    if tag == "." and word in (".", "?", "!"):
+                        flush()
+            flush()
+    return sents
+
+
+def read_sinica(zip_path: Path) -> list[RawSentence]:
+    """Sinica treebank sample, character level: one token per Chinese character."""
+    sents = []
+    with zipfile.ZipFile(zip_path) as zf:
+        text = zf.read("sinica_treebank/raw").decode("utf-8")
+    for line in text.splitlines():
+        m = re.match(r"#(\d+):\S*\s+(.*)", line)
+        if not m:
+            continue
+        chars = [c for c in m.group(2) if not c.isspace()]
+        if chars:
+            sents.append(RawSentence(f"sinica:{m.group(1)}", chars, ["-"] * len(chars)))
+    return sents
+
+
+def split_of(index: int) -> str:
+    """The deterministic split rule: index mod 10 == 8 -> valid, == 9 -> test."""
+    return {8: "valid", 9: "test"}.get(index % 10, "train")
+
+
+
+def _write_split(out: Path, corpus: str, split: str, raw: list[RawSentence]) -> None:
+    folder = out / corpus
+    folder.mkdir(parents=True, exist_ok=True)
+    columns = {
+        "txt": [" ".join(normalize(w) for w in s.words) for s in raw],
+        "tags": [" ".join(s.tags) for s in raw],
+        "orig": [" ".join(w.replace(" ", "_") for w in s.words) for s in raw],
+        "ids": [s.sid for s in raw],
+    }
+    for ext, lines in columns.items():
+        (folder / f"{split}.{ext}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def build_vocab(sentences: list[list[str]], size: int = VOCAB_SIZE) -> list[str]:
+    """The ``size`` most frequent training types, specials first; ties broken alphabetically."""
+    counts = Counter(w for s in sentences for w in s)
+    for special in SPECIALS:
+        counts.pop(special, None)
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return list(SPECIALS) + [w for w, _ in ranked[: size - len(SPECIALS)]]
+
+
+EXAMPLE_SPLITS = (("wsj", "test"), ("brown", "test"))  # where the app's example texts come from
+EXAMPLE_SENTENCES = 12  # per split: the first sentences of ...
+EXAMPLE_LENGTH = (8, 25)  # ... this many tokens
+
+
+def write_examples(data: Path, assets: Path) -> Path:
+    """``examples.json``: the first readable test sentences of each split in :data:`EXAMPLE_SPLITS`,
+    as ``{"wsj/test": [[sentence id, text], ...]}`` (text detokenised from the original tokens)."""
+    lo, hi = EXAMPLE_LENGTH
+    doc = {}
+    for corpus, split in EXAMPLE_SPLITS:
+        c = load_corpus(corpus, split, data)
+        picked = [[sid, detokenize(words)] for sid, words in zip(c.ids, c.originals) if lo <= len(words) <= hi]
+        doc[f"{corpus}/{split}"] = picked[:EXAMPLE_SENTENCES]
+    path = Path(assets) / paths.EXAMPLES_FILE
+    path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+def prepare(shared: Path, out: Path, assets: Path | None = None) -> dict[str, int]:
+    """Regenerate every processed split under ``out`` and the analysis assets under ``assets``
+    (default: the package's own ``vizlm/assets``), byte-for-byte deterministic."""
+    shared, out = Path(shared), Path(out)
+    assets = Path(assets) if assets is not None else paths.ASSETS
+    counts: dict[str, int] = {}
+    brown = read_brown(shared / "brown.zip")
+    by_split: dict[str, list[RawSentence]] = {s: [] for s in SPLITS}
+    for index, (_doc, sents) in enumerate(brown):
+        by_split[split_of(index)].extend(sents)
+    sinica = read_sinica(shared / "sinica_treebank.zip")
+    sinica_split: dict[str, list[RawSentence]] = {s: [] for s in SPLITS}
+    for index, sent in enumerate(sinica):
+        sinica_split[split_of(index)].append(sent)
+    for corpus, splits in (("brown", by_split), ("sinica", sinica_split), ("wsj", {"test": read_wsj(shared / "treebank.zip")})):
+        for split, raw in splits.items():
+            _write_split(out, corpus, split, raw)
+            counts[f"{corpus}/{split}"] = len(raw)
+        train = [[normalize(w) for w in s.words] for s in splits.get("train", [])]
+        if train:
+            (out / corpus / "vocab.txt").write_text("\n".join(build_vocab(train)) + "\n", encoding="utf-8")
+    (out / "LICENSES.md").write_text(
+        "# Licences of the processed corpora\n\n"
+        + "".join(f"- `{c}/`: {LICENCES[c]}\n" for c in CORPORA),
+        encoding="utf-8",
+    )
+    # What analysis needs at run time, built from Brown train and shipped in the package.
+    assets.mkdir(parents=True, exist_ok=True)
+    write_tagger(out / "brown", assets / paths.TAGGER_FILE)
+    write_collocations(out / "brown", assets / paths.COLLOCATIONS_FILE)
+    write_examples(out, assets)
+    return counts
+
+
