@@ -9,38 +9,42 @@ from __future__ import annotations
 
 import streamlit as st
 
-from vizlm import app_support as sup
+from vizlm import corpus as vc
+from vizlm.app import checkpoints as ck
+from vizlm.app import results
+from vizlm.app import widgets as ui
+from vizlm.app.shell import EXPLORER, page_setup
+from vizlm.export import safe_filename
+from vizlm.links import explorer_query
 from vizlm.plots import comparison_scatter
 
-sup.route_through_app()
+page_setup()
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def comparison(a: str, key_a: str, b: str, key_b: str, corpus: str, split: str, limit: int | None):
     """vizlm.corpus.compare_corpus (whole split, disk-cached) or compare (first ``limit`` sentences)."""
-    from vizlm import corpus as vc
-
-    ca, cb = sup.get_checkpoint(a), sup.get_checkpoint(b)
+    ca, cb = ck.get_checkpoint(a), ck.get_checkpoint(b)
     text = f"Scoring {corpus}/{split} with {a} and {b}"
     if limit is None:
-        return sup.with_progress(vc.compare_corpus, ca, cb, corpus, split, text=text)
-    c = sup.load_corpus_cached(corpus, split)
+        return results.with_progress(vc.compare_corpus, ca, cb, corpus, split, text=text)
+    c = results.load_corpus_cached(corpus, split)
     return vc.compare(ca, cb, c.sentences[:limit], c.ids[:limit], originals=c.originals[:limit])
 
 
-names = sup.model_names()
+names = ck.model_names()
 with st.sidebar:
     st.header("Compare", anchor=False)
     if len(names) < 2:
         st.error("Two checkpoints are needed to compare.", icon=":material/error:")
         st.stop()
-    sup.keep_choice("cmp_a", names, "lstm" if "lstm" in names else names[0])
-    a = st.selectbox("Baseline (A)", names, key="cmp_a", format_func=sup.model_label)
+    ui.keep_choice("cmp_a", names, ck.baseline_model(names) or names[0])
+    a = st.selectbox("Baseline (A)", names, key="cmp_a", format_func=ck.model_label)
     rest = [n for n in names if n != a]
-    sup.keep_choice("cmp_b", rest, next((n for n in ("amsrn", "kvp", "kv", "attention", "salton") if n in rest), rest[0]))
-    b = st.selectbox("Compared model (B)", rest, key="cmp_b", format_func=sup.model_label)
-    label, corpus, split = sup.corpus_picker("cmp_corpus")
-    limit = sup.sample_picker("cmp_sample")
+    ui.keep_choice("cmp_b", rest, ck.preferred_model(rest))
+    b = st.selectbox("Compared model (B)", rest, key="cmp_b", format_func=ck.model_label)
+    label, corpus, split = ui.corpus_picker("cmp_corpus")
+    limit = ui.sample_picker("cmp_sample")
     st.session_state.setdefault("cmp_top", 15)
     top_n = st.slider("Sentences per table", 5, 50, key="cmp_top")
     st.session_state.setdefault("cmp_min_len", 5)
@@ -48,14 +52,14 @@ with st.sidebar:
                            help="Very short sentences (headings, a lone bracket) swing most; leave them out of the rankings.")
 
 st.title("Compare perplexity", anchor=False)
-st.caption(f"Every sentence of **{sup.md_escape(label)}** scored by **{sup.md_escape(a)}** (x) and **{sup.md_escape(b)}** (y). "
+st.caption(f"Every sentence of **{ui.md_escape(label)}** scored by **{ui.md_escape(a)}** (x) and **{ui.md_escape(b)}** (y). "
            "Points below the dashed diagonal are sentences where B assigns a higher probability (lower perplexity). "
            "Hover a point for its text.")
 
 try:
-    result = comparison(a, sup.model_key(a), b, sup.model_key(b), corpus, split, limit)
-except (ValueError, sup.UserError) as exc:  # e.g. different vocabularies: the library says why
-    sup.show_error(exc)
+    result = comparison(a, ck.model_key(a), b, ck.model_key(b), corpus, split, limit)
+except (ValueError, ck.UserError) as exc:  # e.g. different vocabularies: the library says why
+    ui.show_error(exc)
     st.stop()
 
 summary = result.summary
@@ -72,18 +76,18 @@ for col, (k, title, f, why) in zip(metrics, shown):
 left, right = st.columns([3, 2], gap="large")
 with left:
     chart = comparison_scatter(result.table, a, b)
-    sup.show_chart(chart)
-    sup.chart_downloads(chart, f"compare-{sup.safe_filename(a)}-{sup.safe_filename(b)}-{corpus}-{split}", "scatter", result.table)
+    ui.show_chart(chart)
+    ui.chart_downloads(chart, f"compare-{safe_filename(a)}-{safe_filename(b)}-{corpus}-{split}", "scatter", result.table)
 with right:
     st.markdown("**How to read it**")
-    st.markdown(f"Each point is a sentence. Below the diagonal, **{sup.md_escape(b)}** found it more predictable than "
-                f"**{sup.md_escape(a)}**. Short sentences scatter most: one surprising word moves their perplexity a lot.")
+    st.markdown(f"Each point is a sentence. Below the diagonal, **{ui.md_escape(b)}** found it more predictable than "
+                f"**{ui.md_escape(a)}**. Short sentences scatter most: one surprising word moves their perplexity a lot.")
     ci = [summary.get(k) for k in ("ratio_ci_low", "ratio_ci_high")]
     if all(isinstance(v, (int, float)) for v in ci):
         verdict = "better" if ci[1] < 1 else "worse" if ci[0] > 1 else "not clearly different"
         st.markdown(f"The corpus perplexity ratio has a 95% bootstrap confidence interval of **{ci[0]:.3f} – {ci[1]:.3f}** "
                     f"over {summary.get('sentences', 0):,} sentences ({summary.get('tokens', 0):,} predicted tokens): "
-                    f"**{sup.md_escape(b)} is {verdict}** on this split.")
+                    f"**{ui.md_escape(b)} is {verdict}** on this split.")
     with st.expander("All summary numbers"):
         st.json(summary)
 
@@ -112,7 +116,7 @@ for i, (tab, frame) in enumerate(zip(tabs, frames)):
 st.caption(f"Improved / worsened: sentences of at least {min_length} words, ranked by log(B/A). "
            "Click a column header to sort; tick a row to open that sentence in the Explorer.")
 if picked is not None:
-    idx = sup.sentence_index(corpus, split, str(picked["sentence_id"]))
-    text = sup.sentence_text(corpus, split, idx) if idx is not None else str(picked["text"])
-    st.page_link(sup.EXPLORER, label=f"Open “{text[:80]}{'…' if len(text) > 80 else ''}” in the Explorer",
-                 icon=":material/open_in_new:", query_params=sup.explorer_query(b, text, compare=a))
+    idx = results.sentence_index(corpus, split, str(picked["sentence_id"]))
+    text = results.sentence_text(corpus, split, idx) if idx is not None else str(picked["text"])
+    st.page_link(EXPLORER, label=f"Open “{text[:80]}{'…' if len(text) > 80 else ''}” in the Explorer",
+                 icon=":material/open_in_new:", query_params=explorer_query(b, text, compare=a))

@@ -13,18 +13,26 @@ import hashlib
 
 import streamlit as st
 
-from vizlm import app_support as sup
+from vizlm.analysis import DEFAULT_THRESHOLD
+from vizlm.app import checkpoints as ck
+from vizlm.app import results
+from vizlm.app import widgets as ui
+from vizlm.app.shell import page_setup
+from vizlm.app.views import render_data, render_gates, render_heatmaps, render_surprisal
+from vizlm.corpus import compare_corpus
+from vizlm.data import example_sentences
+from vizlm.links import MAX_TEXT_CHARS, MAX_TOP_K, ExplorerState, parse_query
+from vizlm.plots import highlighted_html, sentence_strip_html
 
-sup.route_through_app()
+page_setup()
 
 DEFAULT_TEXT = "The dogs in the park are barking because they saw a cat , so the owners are running ."
-PREFERRED = ["amsrn", "kvp", "kv", "attention", "salton"]  # default model, if bundled
 
 
 def _defaults(names: list[str]) -> tuple[str, str | None]:
-    model = next((n for n in PREFERRED if n in names), next((n for n in names if sup.has_attention(n)), names[0]))
-    compare = "lstm" if "lstm" in names and model != "lstm" else None
-    return model, compare
+    model = ck.preferred_model(names)
+    compare = ck.baseline_model(names)
+    return model, compare if compare != model else None
 
 
 def _seed_from_url(names: list[str]) -> None:
@@ -36,7 +44,7 @@ def _seed_from_url(names: list[str]) -> None:
     if not params and last:  # back from another page via the menu: restore this session's view
         params = last
     model, compare = _defaults(names)
-    state, notes = sup.parse_query(params, names, model, compare, DEFAULT_TEXT)
+    state, notes = parse_query(params, names, model, compare, DEFAULT_TEXT)
     st.session_state.update(
         model=state.model,
         compare=state.compare or "",
@@ -58,8 +66,8 @@ def _use_example() -> None:
 
 def _example_options(model: str, compare: str) -> dict[str, str]:
     """``{"<group> · <sentence id>": text}`` for the example picker."""
-    opts = {f"WSJ · {sid}": text for sid, text in sup.example_sentences("wsj", "test")}
-    opts |= {f"Brown · {sid}": text for sid, text in sup.example_sentences("brown", "test")}
+    opts = {f"WSJ · {sid}": text for sid, text in example_sentences("wsj", "test")}
+    opts |= {f"Brown · {sid}": text for sid, text in example_sentences("brown", "test")}
     improved = st.session_state.get("_improved", {}).get((compare, model))
     if improved:
         opts = {f"improved by {model} · {sid}": text for sid, text in improved} | opts
@@ -69,26 +77,24 @@ def _example_options(model: str, compare: str) -> dict[str, str]:
 
 def _find_improved(model: str, compare: str) -> bool:
     """Rank the Brown test sentences by how much ``model`` improves on ``compare`` (progress bar, cached)."""
-    from vizlm.corpus import compare_corpus
-
     try:
-        result = sup.with_progress(compare_corpus, sup.get_checkpoint(compare), sup.get_checkpoint(model), "brown", "test",
+        result = results.with_progress(compare_corpus, ck.get_checkpoint(compare), ck.get_checkpoint(model), "brown", "test",
                                    text=f"Scoring Brown test with {compare} and {model}")
-    except (ValueError, sup.UserError) as exc:  # e.g. different vocabularies
-        sup.show_error(exc)
+    except (ValueError, ck.UserError) as exc:  # e.g. different vocabularies
+        ui.show_error(exc)
         return False
     rows = []
     for sid in result.most_improved(10, min_length=8)["sentence_id"].astype(str):
-        idx = sup.sentence_index("brown", "test", sid)
+        idx = results.sentence_index("brown", "test", sid)
         if idx is not None:
-            rows.append((sid, sup.sentence_text("brown", "test", idx)))
+            rows.append((sid, results.sentence_text("brown", "test", idx)))
     st.session_state.setdefault("_improved", {})[(compare, model)] = rows
     return True
 
 
 def _word_label(sa, r: int) -> str:
     word = sa.tokens[r] if r < len(sa.tokens) else "</s>"
-    label = sup.md_escape(word)
+    label = ui.md_escape(word)
     return f":orange[{label} ?]" if r < len(sa.unk) and sa.unk[r] else label
 
 
@@ -101,11 +107,9 @@ def _default_target(doc: dict) -> int:
 
 
 def _model_panel(name: str, sa, doc: dict, r: int, threshold: float | None, top_k: int | None) -> None:
-    from vizlm.plots import highlighted_html, sentence_strip_html
-
     t = doc["targets"][r]
-    ppl = sup.perplexity(name)
-    st.subheader(name, anchor=False, help=f"{sup.family(name)} checkpoint" + (f"; {ppl[0]} perplexity {ppl[1]:.1f}" if ppl else ""))
+    ppl = ck.perplexity(name)
+    st.subheader(name, anchor=False, help=f"{ck.family(name)} checkpoint" + (f"; {ppl[0]} perplexity {ppl[1]:.1f}" if ppl else ""))
     c1, c2, c3 = st.columns(3)
     c1.metric("P(word)", f"{t['prob']:.3f}", help="probability the model gave the actual next word")
     c2.metric("Surprisal", f"{t['surprisal_bits']:.1f} bits", help="−log₂ P(word); lower is better")
@@ -121,9 +125,9 @@ def _model_panel(name: str, sa, doc: dict, r: int, threshold: float | None, top_
             for c in cases:
                 for lab in c["labels"]:
                     why = c["evidence"].get(lab, "") if isinstance(c["evidence"], dict) else c["evidence"]
-                    st.markdown(f":{sup.LABEL_COLOURS.get(lab, 'gray')}-badge[{lab}] **{sup.md_escape(c['attended'])}** → "
-                                f"**{sup.md_escape(t['word'])}** · weight {c['weight']:.2f}  \n"
-                                f":small[{sup.md_escape(why)}]")
+                    st.markdown(f"{ui.label_badge(lab)} **{ui.md_escape(c['attended'])}** → "
+                                f"**{ui.md_escape(t['word'])}** · weight {c['weight']:.2f}  \n"
+                                f":small[{ui.md_escape(why)}]")
         elif t["highlights"]:
             st.caption("The attended words above match no trigger / causal / phrase / grammar rule.")
         else:
@@ -138,7 +142,7 @@ def _model_panel(name: str, sa, doc: dict, r: int, threshold: float | None, top_
 
 
 def explorer() -> None:
-    names = sup.model_names()
+    names = ck.model_names()
     if not names:
         st.error("No checkpoints found in `checkpoints/`. Train one with `vizlm train --model lstm`.", icon=":material/error:")
         st.stop()
@@ -146,18 +150,18 @@ def explorer() -> None:
 
     # ---------------------------------------------------------------- sidebar inputs
     models_box = st.sidebar.container()
-    sup.upload_widget()
-    names = sup.model_names()  # an upload may have added one
+    ui.upload_widget()
+    names = ck.model_names()  # an upload may have added one
     with models_box:
         st.header("Models", anchor=False)
         if st.session_state.get("model") not in names:
             st.session_state["model"] = _defaults(names)[0]
-        model = st.selectbox("Model", names, key="model", format_func=sup.model_label,
+        model = st.selectbox("Model", names, key="model", format_func=ck.model_label,
                              help="Bundled checkpoints with their perplexity on the Brown test split (lower is better).")
         others = [""] + [n for n in names if n != model]
         if st.session_state.get("compare") not in others:
             st.session_state["compare"] = ""
-        compare = st.selectbox("Compare with", others, key="compare", format_func=sup.model_label,
+        compare = st.selectbox("Compare with", others, key="compare", format_func=ck.model_label,
                                help="A second model shown side by side, e.g. the LSTM baseline.")
     with st.sidebar:
         st.header("Highlight", anchor=False)
@@ -165,7 +169,7 @@ def explorer() -> None:
                                     help="Highlight every earlier word with at least this attention weight, or the k heaviest.")
         threshold, top_k = None, None
         if mode == "Top-k":
-            top_k = st.slider("Words to highlight", 1, 10, key="topk")
+            top_k = st.slider("Words to highlight", 1, MAX_TOP_K, key="topk")
         else:
             threshold = st.slider("Attention threshold", 0.0, 1.0, step=0.01, key="threshold")
 
@@ -182,7 +186,7 @@ def explorer() -> None:
         st.selectbox("Or pick an example", list(examples), key="example",
                      placeholder="WSJ / Brown sentences…", on_change=_use_example,
                      format_func=lambda k: f"{k.split(' · ')[0]} · {examples[k][:70]}")
-        can_rank = compare and sup.has_attention(model) and (compare, model) not in st.session_state.get("_improved", {})
+        can_rank = compare and ck.has_attention(model) and (compare, model) not in st.session_state.get("_improved", {})
         clicked = can_rank and st.button(
             f"Most improved by {model}", icon=":material/trending_down:", width="stretch", key="rank_improved",
             help=f"Scores the Brown test split with both models once (cached), then lists the 10 "
@@ -190,7 +194,7 @@ def explorer() -> None:
         if clicked and _find_improved(model, compare):
             st.rerun()
     with left:
-        text = st.text_area("Sentence", key="text", max_chars=sup.MAX_TEXT_CHARS, height=96,
+        text = st.text_area("Sentence", key="text", max_chars=MAX_TEXT_CHARS, height=96,
                             placeholder="Type or paste English text…")
 
     # ---------------------------------------------------------------- validation
@@ -201,10 +205,10 @@ def explorer() -> None:
     analyses, docs = {}, {}
     for name in shown:
         try:
-            analyses[name] = sup.analyze_text(name, text)
-            docs[name] = sup.analysis_dict(name, text, threshold, top_k)
-        except sup.UserError as exc:
-            sup.show_error(exc)
+            analyses[name] = results.analyze_text(name, text)
+            docs[name] = results.analysis_dict(name, text, threshold, top_k)
+        except ck.UserError as exc:
+            ui.show_error(exc)
             st.stop()
     sa = analyses[model]
     for note in sa.notes:
@@ -231,7 +235,7 @@ def explorer() -> None:
                      format_func=lambda i: _word_label(sa, i),
                      help="Pick the word being predicted: the model has read every word before it. "
                           "Orange words marked ? are outside the vocabulary (read as <unk>).")
-    sup.write_explorer_query(sup.ExplorerState(model, compare or None, text, threshold if threshold is not None else 0.2, top_k, r))
+    ui.write_explorer_query(ExplorerState(model, compare or None, text, threshold if threshold is not None else DEFAULT_THRESHOLD, top_k, r))
 
     # ---------------------------------------------------------------- per-model panels
     cols = st.columns(len(shown), gap="large")
@@ -243,10 +247,10 @@ def explorer() -> None:
     st.divider()
     # Only the open tab runs: each view costs a chart or an export, so nothing is drawn unseen.
     views = {
-        "Attention heatmap": lambda: sup.render_heatmaps(analyses, threshold, top_k),
-        "Surprisal per word": lambda: sup.render_surprisal(analyses),
-        "AMSRN gates": lambda: sup.render_gates(analyses),
-        "Data & downloads": lambda: sup.render_data(analyses, docs, r, threshold, top_k),
+        "Attention heatmap": lambda: render_heatmaps(analyses, threshold, top_k),
+        "Surprisal per word": lambda: render_surprisal(analyses),
+        "AMSRN gates": lambda: render_gates(analyses),
+        "Data & downloads": lambda: render_data(analyses, r, threshold, top_k),
     }
     for tab, render in zip(st.tabs(list(views), key="explorer_view", on_change="rerun"), views.values()):
         if tab.open:

@@ -3,22 +3,27 @@ then every model in one table next to the numbers published in the papers."""
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
-from vizlm import app_support as sup
-from vizlm.export import export_frame
+from vizlm.app import checkpoints as ck
+from vizlm.app import widgets as ui
+from vizlm.app.shell import page_setup
+from vizlm.export import export_frame, safe_filename
+from vizlm.plots import training_curve_chart
+from vizlm.tables import models_frame, paper_frame
 
-sup.route_through_app()
+page_setup()
 st.title("Models", anchor=False)
 st.caption("The checkpoints this app can show. Perplexity: lower is better; test = Brown test split, "
            "WSJ = the Penn Treebank sample, out of domain for models trained on Brown.")
 
-names = sup.model_names()
+names = ck.model_names()
 if not names:
     st.error("No checkpoints found in `checkpoints/`. Train one with `vizlm train --model lstm`.", icon=":material/error:")
     st.stop()
 
-table = sup.models_frame(names)
+table = models_frame({name: ck.model_meta(name) for name in names})
 fmt = {c: st.column_config.NumberColumn(c, format="%.1f") for c in ("valid ppl", "test ppl", "WSJ ppl")}
 fmt["parameters"] = st.column_config.NumberColumn("parameters", format="localized")
 fmt["test ppl vs LSTM"] = st.column_config.NumberColumn("test ppl vs LSTM", format="percent", help="negative = better than the LSTM baseline")
@@ -26,12 +31,12 @@ fmt["test ppl vs LSTM"] = st.column_config.NumberColumn("test ppl vs LSTM", form
 per_row = 2
 cols = st.columns(per_row, gap="medium")
 for i, name in enumerate(names):
-    meta = sup.model_meta(name)
+    meta = ck.model_meta(name)
     metrics = meta.get("metrics", {})
     with cols[i % per_row].container(border=True):
         head, badge = st.columns([3, 1], vertical_alignment="center")
         head.subheader(name, anchor=False)
-        badge.markdown(f":blue-badge[{sup.md_escape(meta.get('model', '?'))}]" + (" :orange-badge[uploaded]" if name.startswith(sup.UPLOAD_PREFIX) else ""))
+        badge.markdown(f":blue-badge[{ui.md_escape(meta.get('model', '?'))}]" + (" :orange-badge[uploaded]" if name.startswith(ck.UPLOAD_PREFIX) else ""))
         m = st.columns(4)
         n_params = meta.get("parameters")
         m[0].metric("Parameters", f"{n_params / 1e6:.2f} M" if isinstance(n_params, int) else "—",
@@ -42,17 +47,15 @@ for i, name in enumerate(names):
                        help=None if v is not None else "not measured yet (training still running?)")
         config = meta.get("config", {})
         corpus = (meta.get("corpus") or {}).get("name", "?")
-        st.caption(f"Trained on **{sup.md_escape(corpus)}** · vocabulary {meta.get('vocab_size', 0):,} words · "
+        st.caption(f"Trained on **{ui.md_escape(corpus)}** · vocabulary {meta.get('vocab_size', 0):,} words · "
                    f"{metrics.get('epochs_trained', '?')} epochs (best {metrics.get('best_epoch', '?')}) · "
-                   + " · ".join(f"{sup.md_escape(k)} {sup.md_escape(v)}" for k, v in config.items() if k != "vocab_size"))
+                   + " · ".join(f"{ui.md_escape(k)} {ui.md_escape(v)}" for k, v in config.items() if k != "vocab_size"))
         log = meta.get("train_log", [])
         if log:
-            chart = sup.training_curve_chart(name, log)
-            sup.show_chart(chart, width="stretch")
+            chart = training_curve_chart(name, log)
+            ui.show_chart(chart, width="stretch")
             with st.popover("Download curve", icon=":material/download:"):
-                import pandas as pd
-
-                sup.chart_downloads(chart, f"training-{sup.safe_filename(name)}", f"curve_{name}", pd.DataFrame(log))
+                ui.chart_downloads(chart, f"training-{safe_filename(name)}", f"curve_{name}", pd.DataFrame(log))
         else:
             st.caption("No training log beside this checkpoint.")
         command = (meta.get("train") or {}).get("command")
@@ -63,10 +66,10 @@ st.subheader("All models and the papers", anchor=False)
 st.caption("This app's checkpoints (Brown corpus, 10k-word vocabulary). The last column is the change in test perplexity "
            "relative to the LSTM baseline — the number to hold against the papers' own.")
 st.dataframe(table, hide_index=True, column_config=fmt, width="stretch")
-sup.download_row([("CSV", lambda: export_frame(table, "csv"), "models.csv", "text/csv"),
+ui.download_row([("CSV", lambda: export_frame(table, "csv"), "models.csv", "text/csv"),
                   ("JSON", lambda: export_frame(table, "json"), "models.json", "application/json")], "models_table")
 st.caption("Published test perplexities. Other corpora and model sizes, so compare the change relative to each paper's LSTM.")
-papers = sup.paper_frame()
+papers = paper_frame()
 st.dataframe(papers.drop(columns=["family"]), hide_index=True, width="stretch",
              column_config={"test_perplexity": st.column_config.NumberColumn("test ppl", format="%.2f"),
                             "vs LSTM": st.column_config.NumberColumn("vs LSTM", format="percent")})

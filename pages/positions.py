@@ -10,42 +10,45 @@ from __future__ import annotations
 
 import streamlit as st
 
-from vizlm import app_support as sup
-from vizlm.plots import positions_chart
+from vizlm import corpus as vc
+from vizlm.app import checkpoints as ck
+from vizlm.app import results, views
+from vizlm.app import widgets as ui
+from vizlm.app.shell import EXPLORER, page_setup
+from vizlm.data import example_sentences
+from vizlm.export import safe_filename
+from vizlm.links import MAX_TEXT_CHARS, explorer_query
+from vizlm.plots import positions_chart, sentence_positions_chart
 
-sup.route_through_app()
+page_setup()
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def corpus_positions(models: tuple[str, ...], keys: tuple[str, ...], corpus: str, split: str, window: int, limit: int | None):
-    from vizlm import corpus as vc
-
-    ckpts = [sup.get_checkpoint(m) for m in models]
+    ckpts = [ck.get_checkpoint(m) for m in models]
     text = f"Averaging attention of {', '.join(models)} over {corpus}/{split}"
     if limit is None:
-        return sup.with_progress(vc.positions_corpus, ckpts, corpus, split, window=window, text=text)
-    c = sup.load_corpus_cached(corpus, split)
-    return sup.with_progress(vc.attention_by_position, ckpts, c.sentences[:limit], window=window, text=text)
+        return results.with_progress(vc.positions_corpus, ckpts, corpus, split, window=window, text=text)
+    c = results.load_corpus_cached(corpus, split)
+    return results.with_progress(vc.attention_by_position, ckpts, c.sentences[:limit], window=window, text=text)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def one_sentence(models: tuple[str, ...], keys: tuple[str, ...], text: str, window: int):
     """The corpus statistics restricted to one typed sentence, and its word-by-word offsets per model."""
-    from vizlm import corpus as vc
-
-    sas = {m: sup.analyze_text(m, text) for m in models}
-    stats = vc.attention_by_position([sup.get_checkpoint(m) for m in models], [sas[models[0]].norms], window=window)
+    sas = {m: results.analyze_text(m, text) for m in models}
+    stats = vc.attention_by_position([ck.get_checkpoint(m) for m in models], [sas[models[0]].norms], window=window)
     return stats, {m: vc.sentence_positions(sa, window) for m, sa in sas.items()}
 
 
 with st.sidebar:
-    models = sup.attention_models_picker("Attention by position", "pos_models", "None of the checkpoints has attention.")
-    sup.keep_choice("pos_window", list(range(1, 31)), 10)
+    models = ui.attention_models_picker("Attention by position", "pos_models", "None of the checkpoints has attention.")
+    ui.keep_choice("pos_window", list(range(1, 31)), 10)
     window = st.slider("Window (words back)", 1, 30, key="pos_window",
                        help="How many positions before the predicted word to show. KVP's own window is "
                             "a property of the checkpoint; beyond it its weights are zero.")
-    label, corpus, split = sup.corpus_picker("pos_corpus")
-    limit = sup.sample_picker("pos_sample")
+    label, corpus, split = ui.corpus_picker("pos_corpus")
+    limit = ui.sample_picker("pos_sample")
 
 st.title("Attention by position", anchor=False)
 st.caption("Mean attention weight at each position before the predicted word (−1 = the most recent word in memory), "
@@ -56,34 +59,34 @@ if not models:
     st.stop()
 
 
-keys = tuple(sup.model_key(m) for m in models)
+keys = tuple(ck.model_key(m) for m in models)
 
 
 def corpus_view() -> None:
     try:
         stats = corpus_positions(tuple(models), keys, corpus, split, window, limit)
-    except (ValueError, sup.UserError) as exc:
-        sup.show_error(exc)
+    except (ValueError, ck.UserError) as exc:
+        ui.show_error(exc)
         return
-    sup.render_position_stats(stats, positions_chart, f"positions-{corpus}-{split}-w{window}", "pos_corpus")
+    views.render_position_stats(stats, positions_chart, f"positions-{corpus}-{split}-w{window}", "pos_corpus")
     st.caption("Daniluk et al. found their models' attention concentrated on the last ~5 words. A windowed model "
                "(kvp) has no weight beyond its window; a whole-sentence model (amsrn) can also rest on the start state.")
 
 
 def sentence_view() -> None:
-    examples = sup.example_sentences("brown", "test")
+    examples = example_sentences("brown", "test")
     st.session_state.setdefault("pos_text", examples[0][1] if examples else "")
-    text = st.text_area("Sentence", key="pos_text", max_chars=sup.MAX_TEXT_CHARS,
+    text = st.text_area("Sentence", key="pos_text", max_chars=MAX_TEXT_CHARS,
                         help="The same statistics for the predictions of one sentence.")
     if not text.strip():
         st.info("Type a sentence to see its attention by position.", icon=":material/edit:")
         return
     try:
         one, per_word = one_sentence(tuple(models), keys, text, window)
-    except (ValueError, sup.UserError) as exc:
-        sup.show_error(exc)
+    except (ValueError, ck.UserError) as exc:
+        ui.show_error(exc)
         return
-    sup.render_position_stats(one, positions_chart, "positions-sentence", "pos_sentence")
+    views.render_position_stats(one, positions_chart, "positions-sentence", "pos_sentence")
     st.caption("Word by word: each row is one predicted word, each column a position back; "
                "the plot above averages these rows.")
     cols = st.columns(min(2, max(1, len(per_word))))
@@ -91,11 +94,11 @@ def sentence_view() -> None:
         if frame.empty:
             continue
         with cols[i % len(cols)]:
-            chart = sup.sentence_positions_chart(frame, name, text)
-            sup.show_chart(chart)
-            sup.chart_downloads(chart, f"positions-{sup.safe_filename(name)}-sentence", f"pos_words_{name}", frame)
-    st.page_link(sup.EXPLORER, label="Open this sentence in the Explorer", icon=":material/open_in_new:",
-                 query_params=sup.explorer_query(models[0], text))
+            chart = sentence_positions_chart(frame, name, text)
+            ui.show_chart(chart)
+            ui.chart_downloads(chart, f"positions-{safe_filename(name)}-sentence", f"pos_words_{name}", frame)
+    st.page_link(EXPLORER, label="Open this sentence in the Explorer", icon=":material/open_in_new:",
+                 query_params=explorer_query(models[0], text))
 
 
 # Only the open tab runs, so the other view's work is not done unseen.

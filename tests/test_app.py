@@ -249,11 +249,11 @@ def test_upload_bad_files_give_a_message(tiny_dir, weights, meta, expect):
 
 
 def test_upload_too_large_is_refused(monkeypatch):
-    from vizlm import app_support
+    from vizlm.app import checkpoints
 
-    monkeypatch.setattr(app_support, "MAX_UPLOAD_MB", 0)
-    with pytest.raises(app_support.UserError, match="limited"):
-        app_support.register_upload("model.safetensors", b"x" * 2048, "config.json", b"{}")
+    monkeypatch.setattr(checkpoints, "MAX_UPLOAD_MB", 0)
+    with pytest.raises(checkpoints.UserError, match="limited"):
+        checkpoints.register_upload("model.safetensors", b"x" * 2048, "config.json", b"{}")
 
 
 # --------------------------------------------------------------------------- other pages
@@ -266,16 +266,16 @@ def test_models_page_has_a_card_per_checkpoint():
 
 
 def test_training_curve_fits_its_axis_and_marks_a_continued_run():
-    from vizlm import app_support
+    from vizlm.plots import training_curve_chart
 
     log = [{"epoch": e, "train_perplexity": 150 - e, "valid_perplexity": 160 - e} for e in (1, 2, 3)]
     log += [dict(epoch=4, train_perplexity=140, valid_perplexity=150, stage="continued")]
-    spec = app_support.training_curve_chart("lstm", log).to_dict()
+    spec = training_curve_chart("lstm", log).to_dict()
     lines, rule = spec["layer"]
     lo, hi = lines["encoding"]["y"]["scale"]["domain"]
     assert 130 < lo < 140 and 160 < hi < 170  # not 100..1000: a fine-tune's few points stay visible
     assert spec["datasets"][rule["data"]["name"]] == [{"epoch": 3.5, "stage": "continued"}]
-    plain = app_support.training_curve_chart("lstm", log[:3]).to_dict()
+    plain = training_curve_chart("lstm", log[:3]).to_dict()
     assert "layer" not in plain
 
 

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from vizlm.analysis import SentenceAnalysis, analyze_tokens
-from vizlm.analysis import analyze_batch
+from vizlm.analysis import SentenceAnalysis, analyze_batch, analyze_tokens
 from vizlm.cases import LABELS, Case, corpus_cases, label_cases, labelled_dict, stem, tag_tokens
 from vizlm.checkpoint import Checkpoint
 from vizlm.data import EOS, Vocab, load_corpus

@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 import torch
+from conftest import TINY
 from safetensors.torch import save_file
 
-from conftest import TINY
 from vizlm.checkpoint import CheckpointError, checkpoint_from_bytes, load_checkpoint, save_checkpoint
 from vizlm.data import SPECIALS, Vocab
 from vizlm.models import build_model

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from conftest import TINY
+
 from vizlm.analysis import analyze_tokens
 from vizlm.checkpoint import Checkpoint
 from vizlm.corpus import attention_by_position, compare, compare_corpus, sentence_positions

@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-
 from conftest import ROOT, SHARED
+
 from vizlm import paths
 from vizlm.data import SPECIALS, Vocab, bucket_batches, collate, load_corpus
 from vizlm.prepare import prepare, split_of

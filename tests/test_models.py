@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import ATTENTION_MODELS, all_variants, tiny_model
 from reference import reference
+
 from vizlm.models import build_model, make_config
 from vizlm.models.base import attention_entropy, slot_mask
 from vizlm.train import lm_loss

@@ -8,8 +8,10 @@ each split its POS tags, the original (unnormalised) tokens and a sentence id
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
+import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +81,18 @@ def load_corpus(name: str, split: str, data_dir: Path | None = None) -> Corpus:
         lines = (folder / f"{split}.{ext}").read_text(encoding="utf-8").splitlines()
         cols[field] = lines if field == "ids" else [line.split() for line in lines]
     return Corpus(name, split, checksum=sha256_file(path), **cols)
+
+
+@functools.lru_cache(maxsize=1)
+def _examples() -> dict[str, list[list[str]]]:
+    path = paths.asset(paths.EXAMPLES_FILE)
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def example_sentences(corpus: str, split: str) -> list[tuple[str, str]]:
+    """Readable example sentences of a split, ``[(sentence id, text)]``, from the shipped
+    ``examples.json`` (:func:`vizlm.prepare.write_examples`); empty for other splits."""
+    return [(sid, text) for sid, text in _examples().get(f"{corpus}/{split}", [])]
 
 
 # --------------------------------------------------------------------------- vocabulary

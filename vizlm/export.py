@@ -23,6 +23,7 @@ import io
 import json
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -155,6 +156,12 @@ def _neutralise_frame(df: pd.DataFrame) -> pd.DataFrame:
         if out[col].dtype == object or pd.api.types.is_string_dtype(out[col]):
             out[col] = out[col].map(neutralise_cell)
     return out
+
+
+def safe_filename(text: str, default: str = "vizlm") -> str:
+    """A download's file stem from free text: ASCII letters and digits joined by ``-``, at most 40."""
+    stem = re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()[:40]
+    return stem or default
 
 
 def json_safe(obj: object) -> object:

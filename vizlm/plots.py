@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from vizlm.analysis import DEFAULT_THRESHOLD, SentenceAnalysis
+from vizlm.cases import LABELS
 
 SCHEME = "viridis"  # Vega scheme name used by every attention colour scale
 WEIGHT_DOMAIN = (0.0, 1.0)  # fixed, so charts of different models share one scale
@@ -569,6 +570,80 @@ def sentence_strip_html(sa: SentenceAnalysis, selected: int | None = None) -> st
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def training_curve_chart(name: str, log: list[dict]) -> alt.LayerChart | alt.Chart:
+    """Train and validation perplexity per epoch from ``train_log.jsonl`` (log scale)."""
+    rows = [{"epoch": e.get("epoch"), "split": split, "perplexity": e.get(f"{split}_perplexity")}
+            for e in log for split in ("train", "valid")]
+    df = pd.DataFrame(rows, columns=["epoch", "split", "perplexity"]).dropna()
+    df = df.drop_duplicates(["epoch", "split"], keep="last")  # a resumed run logs an epoch again
+    # fit the axis to the data: a run started from a trained model moves only a few points
+    domain = [float(df["perplexity"].min()) * 0.97, float(df["perplexity"].max()) * 1.03] if len(df) else None
+    lines = alt.Chart(df).mark_line(point=True).encode(
+        x=alt.X("epoch:Q", title="epoch", axis=alt.Axis(tickMinStep=1, format="d")),
+        y=alt.Y("perplexity:Q", title="perplexity", scale=alt.Scale(type="log", domain=domain, nice=False) if domain else alt.Scale(type="log")),
+        color=alt.Color("split:N", title=None, scale=alt.Scale(domain=["train", "valid"], range=list(CATEGORICAL[:2])),
+                        legend=alt.Legend(orient="right", title=None)),
+        strokeDash=alt.StrokeDash("split:N", legend=None),
+        tooltip=["epoch:Q", "split:N", alt.Tooltip("perplexity:Q", format=".1f")],
+    )
+    # a log that continues an earlier run marks its epochs with "stage": draw where it starts
+    starts = [{"epoch": e["epoch"] - 0.5, "stage": str(e["stage"])} for prev, e in zip([{}] + log, log)
+              if e.get("stage") and e.get("stage") != prev.get("stage") and isinstance(e.get("epoch"), (int, float))]
+    if starts:
+        rule = alt.Chart(pd.DataFrame(starts)).mark_rule(strokeDash=[2, 2], color="#888").encode(
+            x="epoch:Q", tooltip=[alt.Tooltip("stage:N", title="from here")])
+        lines = lines + rule
+    return lines.properties(width="container", height=180, padding={"top": 10, "left": 5, "right": 5, "bottom": 5},
+                            title=alt.Title(f"{name}: training curve", anchor="start"))
+
+
+def case_counts_chart(frame: pd.DataFrame) -> alt.Chart:
+    """Grouped bars: share of highlighted pairs per case label, one colour per model.
+
+    ``frame``: model, label, count, share (rows labelled ``unlabelled`` are left out).
+    """
+    frame = frame[frame["label"] != "unlabelled"]
+    models = list(dict.fromkeys(frame["model"].astype(str)))
+    return alt.Chart(frame).mark_bar().encode(
+        x=alt.X("label:N", title=None, sort=list(LABELS), axis=alt.Axis(labelAngle=0, labelFontSize=12, labelOverlap=False)),
+        xOffset=alt.XOffset("model:N", sort=models),
+        y=alt.Y("share:Q", title="share of highlighted pairs", axis=alt.Axis(format="%")),
+        color=alt.Color("model:N", scale=alt.Scale(domain=models, range=_categorical(len(models))), title="model"),
+        tooltip=["model:N", "label:N", alt.Tooltip("count:Q", format=",", title="pairs"),
+                 alt.Tooltip("share:Q", format=".1%", title="share of pairs")],
+    ).properties(width=alt.Step(max(64, 28 * len(models)), **{"for": "position"}), height=260,
+                 title=alt.Title("Case labels per model", subtitle="share of each model's highlighted pairs", anchor="start"))
+
+
+def sentence_positions_chart(frame: pd.DataFrame, name: str, text: str) -> alt.Chart:
+    """One sentence: attention weight at each offset back (x, most recent right) for every predicted word (y).
+
+    ``frame`` is :func:`vizlm.corpus.sentence_positions` (target, word, offset, weight, attended),
+    coloured on the attention scale.
+    """
+    df = frame.copy()
+    df["position"] = -df["offset"].astype(int)
+    df["row"] = [f"{t + 2} {w}" for t, w in zip(df["target"], df["word"])]
+    rows = list(dict.fromkeys(df["row"]))
+    return alt.Chart(df).mark_rect().encode(
+        x=alt.X("position:O", title="position relative to the predicted word (−1 = most recent)"),
+        y=alt.Y("row:N", title="predicted word", sort=rows),
+        color=alt.Color("weight:Q", title="attention", scale=alt.Scale(scheme=SCHEME, domain=list(WEIGHT_DOMAIN))),
+        tooltip=[alt.Tooltip("word:N", title="predicting"), alt.Tooltip("attended:N", title="attended word"),
+                 alt.Tooltip("offset:Q", title="words back"), alt.Tooltip("weight:Q", format=".3f")],
+    ).properties(width=alt.Step(28), height=alt.Step(16),
+                 title=alt.Title(f"{name}: attention by position, word by word", subtitle=_subtitle(text, 60), anchor="start"))
+
+
+def legend_html(models: list[str]) -> str:
+    """A one-line colour key for charts that colour models in order (:data:`CATEGORICAL`)."""
+    items = "".join(
+        f'<span style="margin-right:1.2em"><span style="display:inline-block;width:.8em;height:.8em;border-radius:50%;'
+        f'background:{colour};margin-right:.35em;vertical-align:middle"></span>{_esc(m)}</span>'
+        for m, colour in zip(models, _categorical(len(models))))
+    return f'<div style="font-size:.9em;color:#444">{items}</div>'
 
 
 def _format_prob(p: float) -> str:

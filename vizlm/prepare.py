@@ -26,6 +26,7 @@ from vizlm.resources import write_collocations
 from vizlm.tagger import write_tagger
 from vizlm.text import detokenize, normalize
 
+
 # --------------------------------------------------------------------------- readers
 @dataclass
 class RawSentence:

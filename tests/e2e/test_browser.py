@@ -9,6 +9,7 @@ never needed), the system Chromium at ``/usr/bin/chromium`` is used.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -42,15 +43,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
+@contextlib.contextmanager
+def serve(log: Path):
     """``streamlit run app.py`` on a free port; yields the base URL, stops the server afterwards."""
-    from vizlm.checkpoint import bundled_checkpoints
-
-    if not bundled_checkpoints():
-        pytest.skip("no bundled checkpoints in checkpoints/")
     port = _free_port()
-    log = tmp_path_factory.mktemp("streamlit") / "server.log"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
            "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
@@ -76,6 +72,16 @@ def server(tmp_path_factory):
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from vizlm.checkpoint import bundled_checkpoints
+
+    if not bundled_checkpoints():
+        pytest.skip("no bundled checkpoints in checkpoints/")
+    with serve(tmp_path_factory.mktemp("streamlit") / "server.log") as base:
+        yield base
 
 
 @pytest.fixture(scope="module")
@@ -248,3 +254,23 @@ def test_each_page_opens(page, nav, heading, name, extra):
         assert q.get("text") and q.get("compare")
         return
     shot(page, name)
+
+
+def test_deep_link_is_the_first_request_of_a_fresh_server(browser, tmp_path):
+    """A shared link to a page, opened before anyone visited ``/``, shows that page inside the app's
+    own navigation (not Streamlit's legacy ``pages/`` menu, which lists the files as ``app``, ``cases``...)."""
+    with serve(tmp_path / "server.log") as base:
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        pg = context.new_page()
+        pg.set_default_timeout(60_000)
+        try:
+            pg.goto(base + "/models")
+            wait_idle(pg)
+            assert pg.get_by_role("heading", name="Models").first.is_visible()
+            nav = pg.locator("[data-testid='stSidebarNav'] a")
+            titles = [nav.nth(i).inner_text().strip().split("\n")[-1] for i in range(nav.count())]  # after the icon
+            assert "Attention by position" in titles and "Explorer" in titles, titles
+            assert not any(t in ("app", "explorer", "compare") for t in titles), titles
+            assert pg.title().endswith("vizlm") or "vizlm" in pg.title(), pg.title()
+        finally:
+            context.close()

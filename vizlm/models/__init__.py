@@ -13,7 +13,7 @@ from torch import nn
 from vizlm.models.amsrn import AMSRN, AMSRNConfig
 from vizlm.models.base import BaseConfig, LMOutput, RecurrentLM
 from vizlm.models.daniluk import DanilukConfig, DanilukLM, NGramConfig, NGramRNN
-from vizlm.models.lstm import LSTMConfig, LSTMLM
+from vizlm.models.lstm import LSTMLM, LSTMConfig
 from vizlm.models.salton import SaltonConfig, SaltonLM
 
 # name -> (config class, model class, fixed config fields)

@@ -1,0 +1,66 @@
+"""The layers of docs/ARCHITECTURE.md hold: import-linter's contracts in pyproject.toml, run here,
+fail on an upward import or a cycle (imports inside functions count), and every module is in a layer."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+from conftest import ROOT
+
+tomllib = pytest.importorskip("tomllib", reason="Python 3.11+ reads pyproject.toml")
+importlinter_cli = pytest.importorskip("importlinter.cli", reason="pip install import-linter (in the [test] extra)")
+PACKAGE = ROOT / "vizlm"
+
+
+def _contracts() -> list[dict]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]["contracts"]
+
+
+def test_import_contracts_are_kept():
+    code = importlinter_cli.lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True, no_logo=True)
+    assert code == 0, "an import breaks a layer of docs/ARCHITECTURE.md: run `lint-imports` for the details"
+
+
+def test_every_module_has_a_layer_and_is_described():
+    """A new module must be placed in the layers (else no contract would look at it) and in ARCHITECTURE.md."""
+    layers = next(c for c in _contracts() if c["type"] == "layers")["layers"]
+    placed = {name.strip() for layer in layers for name in layer.split("|")}
+    actual = {f"vizlm.{p.stem}" for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    actual |= {f"vizlm.{p.parent.name}" for p in PACKAGE.glob("*/__init__.py")}
+    assert placed == actual, f"not in a layer: {sorted(actual - placed)}; no such module: {sorted(placed - actual)}"
+    doc = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    missing = [m for m in sorted(actual) if f"`{m.replace('.', '/')}" not in doc]
+    assert not missing, f"docs/ARCHITECTURE.md does not describe {missing}"
+
+
+def _imports(path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+    return out
+
+
+def test_pages_are_thin_and_start_inside_the_app():
+    """Pages import the library and the app package (never torch or a model) and call page_setup() first."""
+    pages = sorted((ROOT / "pages").glob("*.py"))
+    assert pages
+    for page in pages:
+        mods = _imports(page)
+        assert "vizlm.app.shell" in mods, page.name
+        assert not {m for m in mods if m.split(".")[0] == "torch" or m.startswith("vizlm.models")}, page.name
+        tree = ast.parse(page.read_text(encoding="utf-8"))
+        calls = [n for n in tree.body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)]
+        assert calls and getattr(calls[0].value.func, "id", None) == "page_setup", f"{page.name}: page_setup() is not its first call"
+
+
+def test_no_private_streamlit_api():
+    """No ``streamlit.runtime`` internals (or any other private module) anywhere in the app."""
+    for path in [ROOT / "app.py", *(ROOT / "pages").glob("*.py"), *PACKAGE.rglob("*.py")]:
+        for mod in _imports(path):
+            if mod.startswith("streamlit"):
+                assert mod in ("streamlit", "streamlit.testing.v1"), f"{path.relative_to(ROOT)} imports {mod}"

@@ -1,0 +1,12 @@
+"""The Streamlit app's glue: the only package of vizlm that imports ``streamlit``.
+
+- :mod:`vizlm.app.shell`: the page list, ``st.navigation`` and :func:`~vizlm.app.shell.page_setup`.
+- :mod:`vizlm.app.checkpoints`: which models are selectable (folders and uploads), loaded once per process.
+- :mod:`vizlm.app.results`: library calls cached per input (``st.cache_data``), corpora, progress bars.
+- :mod:`vizlm.app.widgets`: sidebar pickers, widget defaults, messages, charts and download buttons.
+- :mod:`vizlm.app.views`: the Explorer's tabs and the position-statistics view.
+
+Every number the app shows comes from the library (:mod:`vizlm.analysis`, :mod:`vizlm.corpus`,
+:mod:`vizlm.cases`, :mod:`vizlm.plots`, :mod:`vizlm.export`); pages under ``pages/`` are thin:
+inputs -> validation -> one call -> rendering.
+"""

@@ -1,0 +1,196 @@
+"""Which models the app can show, their metadata, and loading them once per process.
+
+Models are named as in the URL: a checkpoint folder's name (``amsrn``) under
+:func:`vizlm.paths.checkpoints_dir`, a folder from ``$VIZLM_EXTRA_CHECKPOINTS``
+(``os.pathsep``-separated checkpoint folders, for development), or ``upload:<label>``
+for a checkpoint uploaded in this browser session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+from pathlib import Path
+
+import streamlit as st
+
+from vizlm.checkpoint import (
+    META,
+    WEIGHTS,
+    Checkpoint,
+    CheckpointError,
+    bundled_checkpoints,
+    bundled_dir,
+    checkpoint_from_bytes,
+    load_checkpoint,
+)
+from vizlm.models import ATTENTION_MODELS
+from vizlm.tables import BASELINE_FAMILY
+
+UPLOAD_PREFIX = "upload:"
+MAX_UPLOAD_MB = 50  # weights; every bundled model is a few MB
+MAX_META_MB = 5  # config.json holds the 10k-word vocabulary (~150 kB)
+# The model a page opens with, when bundled: the first of these (attention models, most telling first).
+PREFERRED = ("amsrn", "kvp", "kv", "attention", "salton")
+
+
+class UserError(ValueError):
+    """Something the user can fix; shown as a message, never as a traceback."""
+
+
+def checkpoint_folders() -> dict[str, Path]:
+    """Selectable checkpoints on disk: the checkpoints folder, then ``$VIZLM_EXTRA_CHECKPOINTS``."""
+    folders = {name: bundled_dir() / name for name in bundled_checkpoints()}
+    for entry in os.environ.get("VIZLM_EXTRA_CHECKPOINTS", "").split(os.pathsep):
+        p = Path(entry) if entry else None
+        if p and (p / WEIGHTS).is_file() and (p / META).is_file():
+            folders.setdefault(p.name, p)
+    return folders
+
+
+def _uploads() -> dict[str, dict]:
+    return st.session_state.setdefault("_uploads", {})
+
+
+def model_names() -> list[str]:
+    """Every selectable model: checkpoints on disk, then this session's uploads."""
+    return list(checkpoint_folders()) + list(_uploads())
+
+
+def preferred_model(names: list[str]) -> str:
+    """The model to open with: a preferred attention model, else any attention model, else the first."""
+    return next((n for n in PREFERRED if n in names), next((n for n in names if has_attention(n)), names[0]))
+
+
+def baseline_model(names: list[str]) -> str | None:
+    """The LSTM baseline to compare against, if there is one."""
+    return BASELINE_FAMILY if BASELINE_FAMILY in names else None
+
+
+def _version(path: Path) -> int:
+    """Changes whenever a checkpoint is rewritten (training saves the best epoch in place)."""
+    try:
+        return (path / WEIGHTS).stat().st_mtime_ns ^ (path / META).stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
+def model_key(name: str) -> str:
+    """A cache key that changes when the model's files change."""
+    if name in _uploads():
+        return name + "@" + _uploads()[name]["digest"]
+    folder = checkpoint_folders().get(name)
+    return f"{name}@{folder}@{_version(folder)}" if folder else name
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _read_meta(folder: str, version: int) -> dict:
+    doc = json.loads((Path(folder) / META).read_text(encoding="utf-8"))
+    doc["vocab_size"] = len(doc.pop("vocab", []))
+    log = Path(folder) / "train_log.jsonl"
+    doc["train_log"] = []
+    if log.is_file():
+        for line in log.read_text(encoding="utf-8").splitlines():
+            try:
+                doc["train_log"].append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line being written right now
+    return doc
+
+
+def model_meta(name: str) -> dict:
+    """``config.json`` without the vocabulary (plus ``vocab_size`` and ``train_log``); {} if unreadable."""
+    if name in _uploads():
+        return _uploads()[name]["meta"]
+    folder = checkpoint_folders().get(name)
+    if folder is None:
+        return {}
+    try:
+        return _read_meta(str(folder), _version(folder))
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def family(name: str) -> str:
+    return model_meta(name).get("model", "?")
+
+
+def has_attention(name: str) -> bool:
+    return family(name) in ATTENTION_MODELS
+
+
+def attention_model_names(names: list[str] | None = None) -> list[str]:
+    return [n for n in (names if names is not None else model_names()) if has_attention(n)]
+
+
+def perplexity(name: str) -> tuple[str, float] | None:
+    """The headline perplexity of a checkpoint: (split, value), test preferred."""
+    metrics = model_meta(name).get("metrics", {})
+    for key in ("test_perplexity", "valid_perplexity"):
+        v = metrics.get(key)
+        if isinstance(v, (int, float)) and math.isfinite(v):
+            return key.split("_")[0], float(v)
+    return None
+
+
+def model_label(name: str) -> str:
+    """``amsrn · test ppl 140.3`` for select boxes."""
+    if not name:
+        return "— none —"
+    ppl = perplexity(name)
+    tag = " (uploaded)" if name.startswith(UPLOAD_PREFIX) else ""
+    return f"{name}{tag} · {ppl[0]} ppl {ppl[1]:.1f}" if ppl else f"{name}{tag}"
+
+
+@st.cache_resource(show_spinner="Loading model…", max_entries=12)
+def _load_folder(folder: str, version: int) -> Checkpoint:
+    return load_checkpoint(folder)  # eval mode; never mutated per request
+
+
+@st.cache_resource(show_spinner="Loading uploaded model…", max_entries=4)
+def _load_upload(digest: str, _weights: bytes, _meta: bytes) -> Checkpoint:
+    return checkpoint_from_bytes(_weights, _meta)
+
+
+def get_checkpoint(name: str) -> Checkpoint:
+    """The loaded model ``name`` (once per process); :class:`UserError` if it cannot be loaded."""
+    uploads = _uploads()
+    if name in uploads:
+        up = uploads[name]
+        return _load_upload(up["digest"], up["weights"], up["meta_raw"])
+    folder = checkpoint_folders().get(name)
+    if folder is None:
+        raise UserError(f"there is no model called {name!r}; available: {', '.join(model_names()) or 'none'}")
+    try:
+        return _load_folder(str(folder), _version(folder))
+    except CheckpointError as exc:
+        raise UserError(f"the {name} checkpoint cannot be loaded: {exc} (if it is being retrained, try again in a minute)") from None
+
+
+def register_upload(weights_name: str, weights: bytes, meta_name: str, meta_raw: bytes) -> str:
+    """Validate an uploaded ``.safetensors`` + ``config.json`` pair and make it selectable.
+
+    Returns the model's name (``upload:<label>``); raises :class:`UserError` with the reason.
+    """
+    if not weights_name.lower().endswith(".safetensors"):
+        raise UserError(f"{weights_name!r} is not a .safetensors file; vizlm loads weights only in that format")
+    if not meta_name.lower().endswith(".json"):
+        raise UserError(f"{meta_name!r} is not a .json file; upload the checkpoint's config.json")
+    if len(weights) > MAX_UPLOAD_MB * 2**20:
+        raise UserError(f"the weights file is {len(weights) / 2**20:.0f} MB; uploads are limited to {MAX_UPLOAD_MB} MB")
+    if len(meta_raw) > MAX_META_MB * 2**20:
+        raise UserError(f"the JSON file is {len(meta_raw) / 2**20:.0f} MB; it is limited to {MAX_META_MB} MB")
+    digest = hashlib.sha256(weights + b"\0" + meta_raw).hexdigest()[:16]
+    try:
+        ckpt = _load_upload(digest, weights, meta_raw)
+    except CheckpointError as exc:
+        raise UserError(f"this upload is not a usable vizlm checkpoint: {exc}") from None
+    label = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(ckpt.meta.get("label") or ckpt.name))[:40]
+    name = f"{UPLOAD_PREFIX}{label}-{digest[:6]}"
+    meta = {k: v for k, v in ckpt.meta.items() if k != "vocab"}
+    meta.update(vocab_size=len(ckpt.vocab), train_log=[], uploaded_as=[weights_name, meta_name])
+    _uploads()[name] = {"digest": digest, "weights": weights, "meta_raw": meta_raw, "meta": meta}
+    return name

@@ -1,0 +1,105 @@
+"""Library calls cached per input for the app, the corpora behind them, and progress bars.
+
+Results are cached with ``st.cache_data`` keyed by :func:`vizlm.app.checkpoints.model_key`
+(which changes when a checkpoint's files change); corpora with ``st.cache_resource``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+import streamlit as st
+
+from vizlm.analysis import AnalysisError, SentenceAnalysis, analyze, analyze_tokens
+from vizlm.app.checkpoints import UserError, get_checkpoint, model_key
+from vizlm.data import Corpus, load_corpus
+from vizlm.export import analysis_dict as export_dict
+from vizlm.text import detokenize
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _analyze_text(name: str, key: str, text: str) -> SentenceAnalysis:
+    return analyze(get_checkpoint(name), text)
+
+
+def analyze_text(name: str, text: str) -> SentenceAnalysis:
+    """:func:`vizlm.analysis.analyze` through the cache; :class:`UserError` for bad input."""
+    try:
+        return _analyze_text(name, model_key(name), text)
+    except AnalysisError as exc:
+        raise UserError(str(exc)) from None
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _analysis_dict(name: str, key: str, text: str, threshold: float | None, top_k: int | None) -> dict:
+    return export_dict(_analyze_text(name, key, text), threshold=threshold, top_k=top_k)
+
+
+def analysis_dict(name: str, text: str, threshold: float | None, top_k: int | None) -> dict:
+    """``SentenceAnalysis.to_dict`` (highlights and case labels for every target), cached."""
+    return _analysis_dict(name, model_key(name), text, threshold, top_k)
+
+
+@st.cache_resource(show_spinner="Reading corpus…")
+def load_corpus_cached(corpus: str, split: str) -> Corpus:
+    return load_corpus(corpus, split)
+
+
+@st.cache_data(show_spinner=False, max_entries=1024)
+def _analyze_corpus_sentence(name: str, key: str, corpus: str, split: str, index: int) -> SentenceAnalysis:
+    c = load_corpus_cached(corpus, split)
+    surfaces = [w.replace("_", " ") for w in c.originals[index]]
+    return analyze_tokens(get_checkpoint(name), c.sentences[index], surfaces, tags=c.tags[index])
+
+
+def analyze_corpus_sentence(name: str, corpus: str, split: str, index: int) -> SentenceAnalysis:
+    """:func:`vizlm.analysis.analyze_tokens` on sentence ``index`` of a split (gold tags), cached."""
+    return _analyze_corpus_sentence(name, model_key(name), corpus, split, index)
+
+
+def sentence_text(corpus: str, split: str, index: int) -> str:
+    """A corpus sentence as readable text (:func:`vizlm.text.detokenize`)."""
+    return detokenize(load_corpus_cached(corpus, split).originals[index])
+
+
+@st.cache_resource(show_spinner=False)
+def _sentence_ids(corpus: str, split: str) -> dict[str, int]:
+    return {sid: i for i, sid in enumerate(load_corpus_cached(corpus, split).ids)}
+
+
+def sentence_index(corpus: str, split: str, sentence_id: str) -> int | None:
+    return _sentence_ids(corpus, split).get(sentence_id)
+
+
+class StreamlitProgress:
+    """A ``progress(fraction)`` callback (as :mod:`vizlm.corpus` takes) drawing a progress bar."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.bar = None
+
+    def __call__(self, fraction: float) -> None:
+        frac = min(1.0, max(0.0, float(fraction)))
+        label = f"{self.text} · {frac:.0%}"
+        if self.bar is None:
+            self.bar = st.progress(frac, text=label)
+        else:
+            self.bar.progress(frac, text=label)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.empty()
+
+
+def with_progress(fn: Callable, *args, text: str, **kwargs):
+    """Call a corpus function with a progress bar if it takes ``progress=``, else under a spinner."""
+    if "progress" in inspect.signature(fn).parameters:
+        bar = StreamlitProgress(text + " (first time only: the result is cached)")
+        bar(0.0)  # show the bar at once: the first step can take a while
+        try:
+            return fn(*args, progress=bar, **kwargs)
+        finally:
+            bar.close()
+    with st.spinner(text + " (first time only: the result is cached)…", show_time=True):
+        return fn(*args, **kwargs)

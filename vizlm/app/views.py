@@ -1,0 +1,104 @@
+"""Views shared by pages: the Explorer's tabs (heat maps, surprisal, gates, data) and the
+position statistics of the Attention-by-position page."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from vizlm.app.widgets import analysis_downloads, chart_downloads, md_escape, show_chart
+from vizlm.export import chart_html, safe_filename
+from vizlm.plots import (
+    attention_heatmap,
+    gates_chart,
+    highlighted_html,
+    legend_html,
+    sentence_strip_html,
+    surprisal_chart,
+)
+
+
+def highlight_page(sa, target: int, threshold: float | None, top_k: int | None) -> bytes:
+    """A standalone HTML page: the highlighted sentence above the attention heat map."""
+    return chart_html(attention_heatmap(sa, threshold=threshold, top_k=top_k), title=f"vizlm: {sa.model}",
+                      body_html=highlighted_html(sa, target, threshold=threshold, top_k=top_k)).encode("utf-8")
+
+
+def render_heatmaps(analyses: dict, threshold: float | None, top_k: int | None) -> None:
+    shown = {n: sa for n, sa in analyses.items() if sa.attention is not None}
+    if not shown:
+        st.info("None of the chosen models has attention (LSTM and N-gram RNN predict from their state alone).", icon=":material/info:")
+        return
+    st.caption("Rows: the word being predicted; columns: the memory slots it may attend to (the start state and every earlier "
+               "word). Brighter = more attention; outlined cells are the highlighted ones. Hover a cell for its weight. "
+               "Both models use the same colour scale.")
+    cols = st.columns(len(shown))
+    for col, (name, sa) in zip(cols, shown.items()):
+        with col:
+            show_chart(attention_heatmap(sa, threshold=threshold, top_k=top_k))
+            analysis_downloads(sa, threshold, top_k, key=f"heat_{name}")
+
+
+def render_surprisal(analyses: dict) -> None:
+    sas = list(analyses.values())
+    st.caption("Surprisal = −log₂ P(word): how unexpected each word was to each model (lower is better). "
+               "Where the attention model's bar is shorter, reading earlier words helped.")
+    chart = surprisal_chart(sas)
+    show_chart(chart)
+    frame = pd.DataFrame({"position": range(len(sas[0].targets)), "word": sas[0].targets})
+    for name, sa in analyses.items():
+        if len(sa.targets) == len(frame):
+            frame[f"surprisal_bits_{name}"] = sa.surprisal
+    chart_downloads(chart, safe_filename("surprisal-" + sas[0].text[:30]), "surprisal", frame)
+
+
+def render_gates(analyses: dict) -> None:
+    gated = {n: sa for n, sa in analyses.items() if sa.gates is not None}
+    if not gated:
+        st.info("Only AMSRN models have memory-selection gates. Pick an `amsrn` checkpoint to see them.", icon=":material/info:")
+        return
+    st.caption("AMSRN's selection gate g₁ (Liu & Lee) decides which hidden units of each memory slot take part in "
+               "the attention score: values near 1 keep a unit, near 0 mask it.")
+    dims = st.toggle("Show every hidden unit", key="gate_dims")
+    for name, sa in gated.items():
+        chart = gates_chart(sa, dims=dims)
+        show_chart(chart)
+        frame = pd.DataFrame(sa.gates, columns=[f"unit_{i}" for i in range(sa.gates.shape[1])])
+        frame.insert(0, "predicted", sa.targets[: len(frame)])
+        chart_downloads(chart, safe_filename(f"gates-{name}-{sa.text[:20]}"), f"gates_{name}", frame)
+
+
+def render_data(analyses: dict, target: int, threshold: float | None, top_k: int | None) -> None:
+    st.caption("Every predicted word with its probability (bar colour: surprisal, brighter = more surprising). "
+               "Downloads: the attention heat map (PNG, SVG, standalone HTML) and all numbers (CSV, JSON).")
+    for name, sa in analyses.items():
+        st.markdown(f"**{md_escape(name)}** · perplexity {sa.perplexity:.1f}")
+        st.html(sentence_strip_html(sa, selected=target))
+        analysis_downloads(sa, threshold, top_k, key=f"data_{name}")
+        if sa.attention is not None:
+            st.download_button("Highlighted sentence + heat map (standalone HTML)", data=lambda sa=sa: highlight_page(sa, target, threshold, top_k),
+                               file_name=safe_filename(f"{name}-highlight-{sa.text[:20]}") + ".html", mime="text/html",
+                               key=f"dl_hl_{name}", icon=":material/download:", on_click="ignore")
+
+
+def render_position_stats(stats, chart_fn, stem: str, key: str) -> None:
+    """The Daniluk-style plot of a :mod:`vizlm.corpus` position result, its entropy, and downloads."""
+    if stats.skipped:
+        st.caption("Without attention, left out: " + ", ".join(md_escape(n) for n in stats.skipped))
+    if stats.frame.empty:
+        st.info("None of the chosen models has attention.", icon=":material/info:")
+        return
+    cols = st.columns(min(4, max(1, len(stats.entropy))))
+    for i, (name, value) in enumerate(stats.entropy.items()):
+        beyond = stats.beyond.get(name)
+        beyond = None if beyond is None else max(0.0, beyond)  # float noise must not print as "-0%"
+        cols[i % len(cols)].metric(
+            f"{name}: attention entropy", f"{value:.2f} nats",
+            delta=f"{beyond:.0%} of the weight beyond the window" if beyond is not None else None, delta_color="off",
+            delta_arrow="off",
+            help="Mean entropy of the attention rows: 0 = all weight on one slot, log(n) = spread evenly over n slots. "
+                 "Below: the weight that falls further back than the window shown.")
+    chart = chart_fn(stats.frame)
+    st.html(legend_html(list(dict.fromkeys(stats.frame["model"].astype(str)))))
+    show_chart(chart)
+    chart_downloads(chart, stem, key, stats.frame)

@@ -1,0 +1,174 @@
+"""Sidebar pickers, widget defaults, messages, charts and download buttons shared by the pages."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import streamlit as st
+
+from vizlm.app.checkpoints import (
+    MAX_META_MB,
+    MAX_UPLOAD_MB,
+    UserError,
+    attention_model_names,
+    model_label,
+    register_upload,
+)
+from vizlm.cases import LABELS
+from vizlm.data import CORPORA, CORPUS_TITLES
+from vizlm.export import FORMATS, MIME, chart_bytes, export_analysis, export_frame, safe_filename
+from vizlm.links import ExplorerState
+
+# Streamlit badge colours per case label (distinct hues; the label is always written out too).
+LABEL_BADGES = dict(zip(LABELS, ("blue", "orange", "green", "violet")))
+PICKER_SPLITS = ("test", "valid")  # held-out splits the corpus pages offer
+SAMPLE_SIZES = {"first 200 sentences": 200, "first 1,000 sentences": 1000, "whole split": None}
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>$:=])")
+
+
+def md_escape(text: str) -> str:
+    """Escape Markdown (and the colon of Streamlit's ``:icon:`` syntax) so text shows literally."""
+    return _MD_SPECIAL.sub(r"\\\1", str(text))
+
+
+def label_badge(label: str) -> str:
+    """A case label as a coloured Streamlit Markdown badge."""
+    return f":{LABEL_BADGES.get(label, 'gray')}-badge[{md_escape(label)}]"
+
+
+def show_error(exc: BaseException) -> None:
+    """A message for the user instead of a traceback."""
+    st.error(str(exc) or exc.__class__.__name__, icon=":material/error:")
+
+
+def show_chart(chart, width: str = "content") -> None:
+    """Draw an Altair chart as designed (``theme=None``): Streamlit's theme squashes charts with a
+    fixed height, and without it the screen matches the PNG / SVG / HTML downloads."""
+    st.altair_chart(chart, width=width, theme=None)
+
+
+def download_row(items: list[tuple[str, Callable[[], bytes] | bytes, str, str]], key: str) -> None:
+    """One row of download buttons: ``(label, data or a callable making it, file name, mime)``.
+
+    Callables run only when the button is clicked, so PNG/SVG rendering costs nothing up front.
+    """
+    with st.container(horizontal=True, gap="small"):
+        for label, data, fname, mime in items:
+            st.download_button(label, data=data, file_name=fname, mime=mime, key=f"dl_{key}_{label}",
+                               icon=":material/download:", on_click="ignore", help=f"download {fname}")
+
+
+def chart_downloads(chart, stem: str, key: str, frame=None, title: str = "vizlm") -> None:
+    """PNG / SVG / standalone HTML of an Altair chart (+ CSV / JSON of ``frame``), made on click."""
+    items = [(fmt.upper(), (lambda f=fmt: chart_bytes(chart, f, title=title)), f"{stem}.{fmt}", MIME[fmt]) for fmt in ("png", "svg", "html")]
+    if frame is not None:
+        items += [(fmt.upper(), (lambda f=fmt: export_frame(frame, f)), f"{stem}.{fmt}", MIME[fmt]) for fmt in ("csv", "json")]
+    download_row(items, key)
+
+
+def analysis_downloads(sa, threshold: float | None, top_k: int | None, key: str) -> None:
+    """The five export formats of one analysis (:func:`vizlm.export.export_analysis`)."""
+    stem = safe_filename(f"{sa.model}-{sa.text[:30]}")
+    download_row([(fmt.upper(), (lambda f=fmt: export_analysis(sa, f, threshold=threshold, top_k=top_k)), f"{stem}.{fmt}", MIME[fmt])
+                  for fmt in FORMATS], key)
+
+
+def write_explorer_query(state: ExplorerState) -> None:
+    """Mirror the Explorer's state into the URL (only when it changed, so history stays clean)."""
+    q = state.query()
+    if st.query_params.to_dict() != q:
+        st.query_params.from_dict(q)
+    st.session_state["_qs_written"] = q
+
+
+# --------------------------------------------------------------------------- widget defaults
+def keep_choice(key: str, options: list, default) -> None:
+    """Give widget ``key`` its default through Session State (never both a default and a state,
+    which Streamlit warns about), and reset it when its value is no longer among ``options``."""
+    if st.session_state.get(key) not in options:
+        st.session_state[key] = default
+
+
+def keep_choices(key: str, options: list, default: list) -> None:
+    """:func:`keep_choice` for multi-selects: drop values that are no longer options."""
+    if key not in st.session_state:
+        st.session_state[key] = list(default)
+    else:
+        st.session_state[key] = [v for v in st.session_state[key] if v in options]
+
+
+# --------------------------------------------------------------------------- pickers
+def corpus_splits() -> dict[str, tuple[str, str]]:
+    """Picker label -> (corpus, split): the held-out splits of every processed corpus."""
+    out = {}
+    for corpus, splits in CORPORA.items():
+        shown = [s for s in PICKER_SPLITS if s in splits]
+        for split in shown:
+            out[CORPUS_TITLES[corpus] if len(shown) == 1 else f"{CORPUS_TITLES[corpus]} {split}"] = (corpus, split)
+    return out
+
+
+def corpus_picker(key: str = "corpus", help: str | None = None) -> tuple[str, str, str]:
+    """Sidebar select box of the processed splits (the first is the default): (label, corpus, split)."""
+    options = corpus_splits()
+    labels = list(options)
+    wanted = st.query_params.get("corpus")  # e.g. ?corpus=wsj-test, for a shared link
+    by_slug = {f"{c}-{s}": lab for lab, (c, s) in options.items()}
+    if key not in st.session_state and wanted in by_slug:
+        st.session_state[key] = by_slug[wanted]
+    keep_choice(key, labels, labels[0])
+    label = st.selectbox("Corpus", labels, key=key,
+                         help=help or "Brown test/valid: held-out documents of the training corpus; WSJ: out of domain.")
+    return (label, *options[label])
+
+
+def sample_picker(key: str = "sample", default: str = "whole split") -> int | None:
+    """How many sentences of the split to use (the whole split is computed once, then cached)."""
+    labels = list(SAMPLE_SIZES)
+    wanted = st.query_params.get("n")  # ?n=200 / 1000 / all, for a shared link
+    by_n = {str(v or "all"): lab for lab, v in SAMPLE_SIZES.items()}
+    if key not in st.session_state and wanted in by_n:
+        st.session_state[key] = by_n[wanted]
+    keep_choice(key, labels, default)
+    label = st.selectbox("Sentences", labels, key=key,
+                         help="The whole split takes a while the first time (progress is shown), then comes from the cache.")
+    return SAMPLE_SIZES[label]
+
+
+def attention_models_picker(title: str, key: str, none_message: str) -> list[str]:
+    """Sidebar header and a multiselect of the attention models (all chosen at first); stops the page if none."""
+    attn = attention_model_names()
+    st.header(title, anchor=False)
+    if not attn:
+        st.error(none_message, icon=":material/error:")
+        st.stop()
+    keep_choices(key, attn, attn)
+    return st.multiselect("Models", attn, key=key, format_func=model_label)
+
+
+def upload_widget() -> None:
+    """Sidebar expander: upload a checkpoint pair; errors are shown, never raised."""
+    with st.sidebar.expander("Upload a checkpoint", icon=":material/upload:"):
+        st.caption(
+            f"A `model.safetensors` + `config.json` pair written by `vizlm train` "
+            f"(at most {MAX_UPLOAD_MB} MB). Nothing is unpickled; every tensor is checked."
+        )
+        w = st.file_uploader("Weights (.safetensors)", key="up_weights", max_upload_size=MAX_UPLOAD_MB + 1)
+        m = st.file_uploader("Config (.json)", key="up_meta", max_upload_size=MAX_META_MB)
+        if w is None or m is None:
+            return
+        sig = (w.file_id, m.file_id)
+        if st.session_state.get("_upload_sig") == sig:
+            result = st.session_state.get("_upload_result")
+        else:
+            try:
+                result = ("ok", register_upload(w.name, w.getvalue(), m.name, m.getvalue()))
+            except UserError as exc:
+                result = ("error", str(exc))
+            st.session_state["_upload_sig"], st.session_state["_upload_result"] = sig, result
+        if result and result[0] == "ok":
+            st.success(f"Loaded as **{md_escape(result[1])}**; pick it in the model list.", icon=":material/check:")
+        elif result:
+            st.error(result[1], icon=":material/error:")

@@ -1,0 +1,85 @@
+"""The Explorer's state as a URL query string: build it, and parse (validate) what a link brings.
+
+Pure logic, no Streamlit: ``?model=amsrn&compare=lstm&text=...&threshold=0.2&target=3``
+(``topk=3`` instead of ``threshold`` for top-k mode). Anything malformed or out of range
+in a link falls back to a default, with a note for the user each time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from vizlm.analysis import DEFAULT_THRESHOLD
+
+MAX_TEXT_CHARS = 5000  # the Explorer's text box; analysis itself stops at MAX_TOKENS tokens
+MAX_TOP_K = 10  # the Explorer's top-k slider
+
+
+@dataclass
+class ExplorerState:
+    model: str
+    compare: str | None
+    text: str
+    threshold: float
+    top_k: int | None
+    target: int | None
+
+    def query(self) -> dict[str, str]:
+        q = {"model": self.model}
+        if self.compare:
+            q["compare"] = self.compare
+        q["text"] = self.text[:MAX_TEXT_CHARS]
+        if self.top_k:
+            q["topk"] = str(self.top_k)
+        else:
+            q["threshold"] = f"{self.threshold:g}"
+        if self.target is not None:
+            q["target"] = str(self.target)
+        return q
+
+
+def explorer_query(model: str, text: str, compare: str | None = None, target: int | None = None,
+                   threshold: float = DEFAULT_THRESHOLD) -> dict[str, str]:
+    """Query parameters that open ``text`` in the Explorer (for ``st.page_link``)."""
+    return ExplorerState(model, compare, text, threshold, None, target).query()
+
+
+def parse_query(params: dict, names: list[str], default_model: str, default_compare: str | None,
+                default_text: str) -> tuple[ExplorerState, list[str]]:
+    """Validate the Explorer's query string; unknown or malformed values fall back, with a note each."""
+    notes = []
+    model = params.get("model", default_model)
+    if model not in names:
+        notes.append(f"model {model!r} in the link is not available here; showing {default_model}")
+        model = default_model
+    compare = params.get("compare", default_compare if "model" not in params else None)
+    if compare in ("", "none"):
+        compare = None
+    if compare is not None and (compare not in names or compare == model):
+        if compare not in names:
+            notes.append(f"comparison model {compare!r} in the link is not available here")
+        compare = None
+    text = params.get("text", default_text)
+    if len(text) > MAX_TEXT_CHARS:
+        notes.append(f"the text in the link was cut to {MAX_TEXT_CHARS:,} characters")
+        text = text[:MAX_TEXT_CHARS]
+    threshold, top_k, target = DEFAULT_THRESHOLD, None, None
+    try:
+        threshold = min(1.0, max(0.0, float(params.get("threshold", DEFAULT_THRESHOLD))))
+        if not math.isfinite(threshold):
+            raise ValueError
+    except ValueError:
+        notes.append(f"the threshold in the link is not a number between 0 and 1; using {DEFAULT_THRESHOLD:g}")
+        threshold = DEFAULT_THRESHOLD
+    if "topk" in params:
+        try:
+            top_k = min(MAX_TOP_K, max(1, int(params["topk"])))
+        except ValueError:
+            notes.append("top-k in the link is not a whole number; using the threshold")
+    if "target" in params:
+        try:
+            target = max(0, int(params["target"]))
+        except ValueError:
+            notes.append("the selected word in the link is not a number; picking one")
+    return ExplorerState(model, compare, text, threshold, top_k, target), notes

@@ -1,0 +1,55 @@
+"""Result tables: the checkpoints' stored metrics, and the papers' published numbers beside them.
+
+Pure data and pandas; the Models page, the CLI and reports draw from here, so every
+number in a table comes from a checkpoint's ``config.json`` or from :data:`PAPER_RESULTS`.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+BASELINE_FAMILY = "lstm"  # what every model's change in perplexity is measured against
+
+# Published test perplexities (different corpora from ours: Liu & Lee use Penn Treebank
+# with 50-unit models, Daniluk et al. 7,500 Wikipedia articles).
+PAPER_RESULTS = [
+    {"paper": "Liu & Lee (AMSRN)", "corpus": "Penn Treebank", "model": "LSTM", "family": "lstm", "test_perplexity": 143.31},
+    {"paper": "Liu & Lee (AMSRN)", "corpus": "Penn Treebank", "model": "+ attention", "family": "amsrn", "test_perplexity": 134.09},
+    {"paper": "Liu & Lee (AMSRN)", "corpus": "Penn Treebank", "model": "+ attention + selection", "family": "amsrn", "test_perplexity": 133.36},
+    {"paper": "Liu & Lee (AMSRN)", "corpus": "Penn Treebank", "model": "+ att. + sel. + entropy", "family": "amsrn", "test_perplexity": 131.43},
+    {"paper": "Daniluk et al.", "corpus": "Wikipedia (7.5k articles)", "model": "LSTM", "family": "lstm", "test_perplexity": 85.2},
+    {"paper": "Daniluk et al.", "corpus": "Wikipedia (7.5k articles)", "model": "Attention", "family": "attention", "test_perplexity": 82.0},
+    {"paper": "Daniluk et al.", "corpus": "Wikipedia (7.5k articles)", "model": "Key-Value", "family": "kv", "test_perplexity": 78.2},
+    {"paper": "Daniluk et al.", "corpus": "Wikipedia (7.5k articles)", "model": "Key-Value-Predict", "family": "kvp", "test_perplexity": 75.8},
+    {"paper": "Daniluk et al.", "corpus": "Wikipedia (7.5k articles)", "model": "4-gram RNN", "family": "ngram", "test_perplexity": 75.9},
+]
+
+
+def models_frame(metas: dict[str, dict]) -> pd.DataFrame:
+    """One row per checkpoint (``name -> config.json``): family, corpus, parameters, perplexities,
+    and the change in test perplexity relative to the first LSTM among them."""
+    rows = []
+    for name, meta in metas.items():
+        m = meta.get("metrics", {})
+        rows.append({
+            "model": name,
+            "family": meta.get("model", "?"),
+            "corpus": (meta.get("corpus") or {}).get("name", "?"),
+            "parameters": meta.get("parameters"),
+            "epochs": m.get("epochs_trained"),
+            "valid ppl": m.get("valid_perplexity"),
+            "test ppl": m.get("test_perplexity"),
+            "WSJ ppl": m.get("wsj_perplexity"),
+        })
+    df = pd.DataFrame(rows, columns=["model", "family", "corpus", "parameters", "epochs", "valid ppl", "test ppl", "WSJ ppl"])
+    base = df.loc[df["family"] == BASELINE_FAMILY, "test ppl"].dropna()
+    df["test ppl vs LSTM"] = df["test ppl"] / base.iloc[0] - 1 if len(base) else None
+    return df
+
+
+def paper_frame() -> pd.DataFrame:
+    """The papers' test perplexities with each model's change relative to the paper's own LSTM."""
+    df = pd.DataFrame(PAPER_RESULTS)
+    lstm = df[df["family"] == BASELINE_FAMILY].set_index("paper")["test_perplexity"]
+    df["vs LSTM"] = df["test_perplexity"] / df["paper"].map(lstm) - 1
+    return df
