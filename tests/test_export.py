@@ -324,3 +324,47 @@ def test_formats_and_write_export(tmp_path, sa):
     assert path.stat().st_mode & 0o644 == 0o644
     export.write_export(b"de", path)  # overwrite in place
     assert path.read_bytes() == b"de" and len(list(path.parent.iterdir())) == 1
+
+
+# --------------------------------------------------------------------------- renderer failures
+@pytest.mark.parametrize("bad", ["\x00", "\x01", "\x02", "\x08", "\x1b", "\ufffe"])
+def test_control_characters_never_reach_the_renderer(bad):
+    """vl-convert aborted the whole process (a server with it) on such a label; now it is replaced."""
+    sa = make_analysis(["the", f"a{bad}b", "market"], gates=False)
+    for fmt in ("svg", "png"):
+        data = export.export_analysis(sa, fmt)
+        assert data
+    root = ET.fromstring(export.export_analysis(sa, "svg"))
+    assert "market" in "".join(root.itertext())
+    page = export.export_analysis(sa, "html").decode("utf-8")
+    assert bad not in page
+
+
+def test_a_renderer_crash_fails_one_export_not_the_process(monkeypatch, tmp_path):
+    from vizlm import render
+
+    crash = tmp_path / "python"
+    crash.write_text("#!/bin/sh\nkill -ABRT $$\n")  # what vl-convert's non-unwinding panic does
+    crash.chmod(0o755)
+    monkeypatch.setattr(render.sys, "executable", str(crash))
+    chart = plots.attention_heatmap(make_analysis(), threshold=0.2)
+    with pytest.raises(render.RenderError, match="could not be drawn"):
+        export.chart_bytes(chart, "png")
+    monkeypatch.undo()
+    with pytest.raises(render.RenderError, match="longer than"):
+        render.render(export.chart_spec(chart), "svg", timeout=0.001)
+    assert export.chart_bytes(chart, "svg").startswith(b"<svg")  # and the next one works
+
+
+def test_charts_over_five_thousand_rows_export():
+    """Altair refuses data over 5,000 rows by default: a whole split (5,642 sentences) must still export."""
+    n = 6000
+    rng = np.random.default_rng(0)
+    table = pd.DataFrame({"sentence_id": [f"d:{i}" for i in range(n)], "text": ["w"] * n, "length": rng.integers(1, 40, n),
+                          "ppl_a": rng.uniform(20, 900, n), "ppl_b": rng.uniform(20, 900, n)})
+    table["log_ratio"] = np.log(table["ppl_b"] / table["ppl_a"])
+    table["difference"] = table["ppl_b"] - table["ppl_a"]
+    chart = plots.comparison_scatter(table, "lstm", "amsrn")
+    for fmt in ("html", "svg", "png"):
+        assert export.chart_bytes(chart, fmt)
+    assert len(export.chart_spec(chart)["datasets"]) >= 1

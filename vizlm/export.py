@@ -35,6 +35,7 @@ import vl_convert as vlc
 from vizlm import plots
 from vizlm.analysis import DEFAULT_THRESHOLD, SentenceAnalysis
 from vizlm.cases import labelled_dict
+from vizlm.render import clean_spec, render
 
 CHART_FORMATS = ("png", "svg", "html")
 TABLE_FORMATS = ("csv", "json")
@@ -93,7 +94,7 @@ def chart_html(chart: alt.TopLevelMixin, title: str = "vizlm", body_html: str = 
     ``body_html`` is inserted above the chart as is: pass escaped HTML (e.g. from
     :mod:`vizlm.plots`).
     """
-    spec = chart.to_dict()
+    spec = clean_spec(chart_spec(chart))
     embed_opts = {"renderer": "svg", "actions": {"export": True, "source": False, "compiled": False, "editor": False}}
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -128,15 +129,23 @@ h1 {{ font-size: 1.2rem; margin: 0 0 0.5rem; }}
 """
 
 
+def chart_spec(chart: alt.TopLevelMixin) -> dict:
+    """The chart's Vega-Lite spec with its data inline, however many rows (a whole split, a 400-word
+    heat map): Altair's 5,000-row guard protects notebooks, not files we write on request."""
+    with alt.data_transformers.disable_max_rows():
+        return chart.to_dict()
+
+
 def chart_bytes(chart: alt.TopLevelMixin, fmt: str, scale: float = PNG_SCALE, title: str = "vizlm") -> bytes:
-    """Render an Altair chart as ``png`` (``scale`` x its pixel size), ``svg`` or standalone ``html``."""
+    """Render an Altair chart as ``png`` (``scale`` x its pixel size), ``svg`` or standalone ``html``.
+
+    PNG and SVG are drawn in a child process (:mod:`vizlm.render`): if vl-convert fails or crashes,
+    this raises :class:`~vizlm.render.RenderError` and the calling process lives on.
+    """
     fmt = _check_format(fmt, CHART_FORMATS)
     if fmt == "html":
         return chart_html(chart, title=title).encode("utf-8")
-    spec = chart.to_dict()
-    if fmt == "png":
-        return bytes(vlc.vegalite_to_png(spec, vl_version=_vl_version(), scale=scale))
-    return vlc.vegalite_to_svg(spec, vl_version=_vl_version()).encode("utf-8")
+    return render(chart_spec(chart), fmt, scale=scale if fmt == "png" else 1.0, vl_version=_vl_version())
 
 
 # --------------------------------------------------------------------------- tables

@@ -29,6 +29,7 @@ import pandas as pd
 
 from vizlm.analysis import DEFAULT_THRESHOLD, SentenceAnalysis
 from vizlm.cases import LABELS
+from vizlm.text import clean_text
 
 SCHEME = "viridis"  # Vega scheme name used by every attention colour scale
 WEIGHT_DOMAIN = (0.0, 1.0)  # fixed, so charts of different models share one scale
@@ -422,7 +423,7 @@ _MARKER = "font-size:0.7em;color:#666;vertical-align:middle;border:1px solid #bb
 
 
 def _esc(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    return html.escape(clean_text(str(text)), quote=True)
 
 
 def _gaps(sa: SentenceAnalysis) -> list[str]:

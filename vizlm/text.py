@@ -148,3 +148,19 @@ def detokenize(words: list[str]) -> str:
             out.append(('"' if opening else "") + w.replace("_", " "))
             opening = False
     return " ".join(out)
+
+
+# C0/C1 controls (but tab, newline, carriage return), lone surrogates (invalid UTF-8 read with
+# surrogateescape) and Unicode noncharacters: none can appear in XML (SVG), many break HTML, CSV
+# and terminals, and a renderer may abort on them.
+_UNRENDERABLE = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufdd0-\ufdef\ufffe\uffff"
+    + "".join(f"{chr(p << 16 | 0xFFFE)}{chr(p << 16 | 0xFFFF)}" for p in range(1, 17))
+    + "]"
+)
+
+
+def clean_text(text: str) -> str:
+    """``text`` with every character no output format can hold replaced by U+FFFD, one for one
+    (so character offsets into the text stay valid)."""
+    return _UNRENDERABLE.sub("\ufffd", text)
