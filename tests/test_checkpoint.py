@@ -134,3 +134,34 @@ def test_from_bytes_is_what_uploads_use(saved):
     _, folder = saved
     ckpt = checkpoint_from_bytes((folder / "model.safetensors").read_bytes(), (folder / "config.json").read_text())
     assert ckpt.name == "amsrn" and not ckpt.model.training
+
+
+# --------------------------------------------------------------------------- runtime fields
+def test_meta_is_exactly_the_saved_config_json(saved):
+    from vizlm.cache import checkpoint_digest
+
+    _, folder = saved
+    ckpt = load_checkpoint(folder)
+    assert ckpt.meta == json.loads((folder / "config.json").read_text())  # nothing added: no path, no digest
+    assert ckpt.path == folder and ckpt.label == "ck"
+    assert checkpoint_digest(ckpt) == ckpt.digest and len(ckpt.digest) == 64
+    assert ckpt.meta == json.loads((folder / "config.json").read_text())
+    # the upload path has no folder; the same bytes give the same digest
+    up = checkpoint_from_bytes((folder / "model.safetensors").read_bytes(), (folder / "config.json").read_bytes())
+    assert up.path is None and up.label == "amsrn" and up.digest == ckpt.digest
+    # the digest covers config.json too (a different vocabulary or config is a different model)
+    doc = json.loads((folder / "config.json").read_text())
+    doc["vocab"][-1] = "other"
+    (folder / "config.json").write_text(json.dumps(doc))
+    assert load_checkpoint(folder).digest != ckpt.digest
+
+
+def test_in_memory_checkpoint_gets_a_digest_from_its_tensors(saved):
+    from vizlm.cache import checkpoint_digest
+    from vizlm.checkpoint import Checkpoint
+
+    model, _ = saved
+    a = Checkpoint(model, VOCAB, "amsrn")
+    assert a.digest is None and a.path is None
+    assert checkpoint_digest(a) == a.digest == checkpoint_digest(Checkpoint(model, VOCAB, "amsrn"))
+    assert a.meta == {}

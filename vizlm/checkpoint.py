@@ -9,6 +9,7 @@ dtype before building the model, and never unpickles anything.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 from dataclasses import asdict, dataclass, field
@@ -38,13 +39,14 @@ class Checkpoint:
     model: nn.Module  # in eval mode
     vocab: Vocab
     name: str  # registry name, e.g. "amsrn"
-    meta: dict = field(default_factory=dict)  # the whole config.json
+    meta: dict = field(default_factory=dict)  # exactly the saved config.json, nothing added
+    path: Path | None = None  # the folder it was loaded from; None for uploads and in-memory models
+    digest: str | None = None  # sha256 of the weights and config.json bytes (see cache.checkpoint_digest)
 
     @property
     def label(self) -> str:
         """How results name this model: its folder (``kvp-scratch``), else the registry name."""
-        path = self.meta.get("path")
-        return self.meta.get("label") or (Path(path).name if path else self.name)
+        return self.meta.get("label") or (self.path.name if self.path else self.name)
 
     @property
     def has_attention(self) -> bool:
@@ -102,6 +104,16 @@ def parse_meta(raw: bytes | str) -> dict:
     return doc
 
 
+def digest_of(weights: bytes, meta_raw: bytes | str) -> str:
+    """sha256 of a checkpoint's two files (each length-prefixed, so the pair is unambiguous)."""
+    meta_raw = meta_raw.encode("utf-8") if isinstance(meta_raw, str) else bytes(meta_raw)
+    h = hashlib.sha256()
+    for part in (bytes(weights), meta_raw):
+        h.update(struct.pack("<Q", len(part)))
+        h.update(part)
+    return h.hexdigest()
+
+
 def checkpoint_from_bytes(weights: bytes, meta_raw: bytes | str) -> Checkpoint:
     """Build a model from the two files' contents, validating everything first."""
     doc = parse_meta(meta_raw)
@@ -135,7 +147,7 @@ def checkpoint_from_bytes(weights: bytes, meta_raw: bytes | str) -> Checkpoint:
             raise CheckpointError(f"tensor {key!r} contains NaN or infinite values")
     model.load_state_dict(state)
     model.eval()
-    return Checkpoint(model, vocab, doc["model"], doc)
+    return Checkpoint(model, vocab, doc["model"], doc, digest=digest_of(weights, meta_raw))
 
 
 def resolve(path: Path | str) -> tuple[Path, Path]:
@@ -160,7 +172,7 @@ def load_checkpoint(path: Path | str) -> Checkpoint:
     if weights.stat().st_size > MAX_BYTES:
         raise CheckpointError(f"{weights} is larger than {MAX_BYTES // 2**20} MB")
     ckpt = checkpoint_from_bytes(weights.read_bytes(), meta.read_bytes())
-    ckpt.meta.setdefault("path", str(weights.parent))
+    ckpt.path = weights.parent
     return ckpt
 
 
