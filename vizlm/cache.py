@@ -12,7 +12,6 @@ import json
 import os
 import tempfile
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
@@ -20,21 +19,17 @@ from vizlm import paths
 
 
 def checkpoint_digest(ckpt) -> str:
-    """sha256 of the checkpoint's weights file, or of its tensors when it has no file."""
-    cached = ckpt.meta.get("_digest")
-    if cached:
-        return cached
-    path = ckpt.meta.get("path")
+    """sha256 of the checkpoint's files (set by the loader), or of its tensors and vocabulary when it has none."""
+    if ckpt.digest:
+        return ckpt.digest
     h = hashlib.sha256()
-    if path and (Path(path) / "model.safetensors").is_file():
-        h.update((Path(path) / "model.safetensors").read_bytes())
-    else:
-        h.update(ckpt.name.encode())
-        for k, v in sorted(ckpt.model.state_dict().items()):
-            h.update(k.encode())
-            h.update(v.detach().to(torch.float64).contiguous().numpy().tobytes())
-    ckpt.meta["_digest"] = h.hexdigest()
-    return ckpt.meta["_digest"]
+    h.update(ckpt.name.encode())
+    for k, v in sorted(ckpt.model.state_dict().items()):
+        h.update(k.encode())
+        h.update(v.detach().to(torch.float64).contiguous().numpy().tobytes())
+    h.update(json.dumps(ckpt.vocab.itos, ensure_ascii=False).encode())
+    ckpt.digest = h.hexdigest()
+    return ckpt.digest
 
 
 def key_of(parts: dict) -> str:

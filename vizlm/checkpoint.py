@@ -3,30 +3,74 @@
 ``config.json`` holds the model name and its config dataclass (``asdict``), the
 vocabulary, the training corpus with the sha256 of its split files, metrics and
 the software version. :func:`load_checkpoint` is the one loader used by the CLI,
-the app and the tests. It validates the JSON and every tensor's name, shape and
-dtype before building the model, and never unpickles anything.
+the app and the tests, and never unpickles anything.
+
+Both files are untrusted (the app accepts uploads), so the loader refuses, with a
+:class:`CheckpointError` meant for a user, anything it cannot vouch for, and does
+so *before* allocating anything sized by the file:
+
+1. ``config.json``: at most :data:`MAX_META_BYTES`, JSON nested at most
+   :data:`MAX_JSON_DEPTH` deep (measured before parsing), the known top-level
+   keys of the right types, every config field checked against
+   :data:`vizlm.models.LIMITS` (type and range), the vocabulary a list of
+   ``vocab_size`` unique, printable words.
+2. The model is built on PyTorch's ``meta`` device (shapes only, no memory) to get
+   the expected tensors; at most :data:`MAX_PARAMETERS` parameters.
+3. The safetensors header (8-byte little-endian length, then JSON) is parsed here:
+   the tensor names, dtypes and shapes must be exactly the expected ones, their
+   byte ranges must tile the data section, which must end where the file ends.
+4. Only then are the weights read; every float must be finite and within
+   :data:`MAX_ABS_WEIGHT`, and the real model is built and filled.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import os
+import re
+import stat
 import struct
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from vizlm import __version__, paths
 from vizlm.data import Vocab
-from vizlm.models import build_model, make_config
+from vizlm.models import build_model, check_config
+from vizlm.models.base import BaseConfig
 
 FORMAT = "vizlm-checkpoint"
 FORMAT_VERSION = 1
 WEIGHTS, META = "model.safetensors", "config.json"
-MAX_BYTES = 200 * 1024 * 1024  # nothing we train is near this; refuse anything larger
+MAX_BYTES = 200 * 1024 * 1024  # weights; nothing we train is near this (the bundled ones are 4-6 MB)
+MAX_META_BYTES = 5 * 1024 * 1024  # config.json; the real ones are ~150 kB, mostly the 10k-word vocabulary
+MAX_HEADER_BYTES = 100_000  # the safetensors header; ours are under 1.5 kB
+MAX_JSON_DEPTH = 32  # config.json nests 3 deep, a safetensors header 3
+MAX_PARAMETERS = 50_000_000  # 200 MB of float32 = MAX_BYTES; the bundled models have 1-1.5 M
+MAX_WORD_CHARS = 100  # the longest bundled word has 19 characters
+# Trained LM weights are of order 1-10 (the bundled ones peak at 9.5). Beyond 1e4 the
+# forward pass could overflow float32 (a 1e38 weight gives an infinite logit and a NaN
+# perplexity); within it, logits stay below ~1e12 for any config within LIMITS.
+MAX_ABS_WEIGHT = 1e4
+
+# safetensors dtype names -> torch dtypes, for the header check and its messages
+_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool,
+}
+# Top-level keys of config.json besides format/model/config/vocab, and their types when present.
+_OPTIONAL_KEYS = {
+    "vizlm_version": str, "label": str, "parameters": int,
+    "metrics": dict, "corpus": dict, "train": dict, "init_from": dict,
+}
 
 
 class CheckpointError(ValueError):
@@ -38,13 +82,14 @@ class Checkpoint:
     model: nn.Module  # in eval mode
     vocab: Vocab
     name: str  # registry name, e.g. "amsrn"
-    meta: dict = field(default_factory=dict)  # the whole config.json
+    meta: dict = field(default_factory=dict)  # exactly the saved config.json, nothing added
+    path: Path | None = None  # the folder it was loaded from; None for uploads and in-memory models
+    digest: str | None = None  # sha256 of the weights and config.json bytes (see cache.checkpoint_digest)
 
     @property
     def label(self) -> str:
         """How results name this model: its folder (``kvp-scratch``), else the registry name."""
-        path = self.meta.get("path")
-        return self.meta.get("label") or (Path(path).name if path else self.name)
+        return self.meta.get("label") or (self.path.name if self.path else self.name)
 
     @property
     def has_attention(self) -> bool:
@@ -71,8 +116,116 @@ def save_checkpoint(folder: Path, model: nn.Module, name: str, vocab: Vocab, **m
     return folder
 
 
-def _check_weights_bytes(data: bytes) -> None:
-    """Recognise foreign formats before handing bytes to safetensors."""
+# --------------------------------------------------------------------------- JSON
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_BRACKET_STEP = np.zeros(256, dtype=np.int8)
+_BRACKET_STEP[[ord("["), ord("{")]] = 1
+_BRACKET_STEP[[ord("]"), ord("}")]] = -1
+
+
+def json_depth(raw: bytes) -> int:
+    """How deeply ``raw`` nests brackets outside strings, found without parsing (no recursion)."""
+    skeleton = _JSON_STRING.sub(b'""', raw)
+    if not skeleton:
+        return 0
+    return int(np.cumsum(_BRACKET_STEP[np.frombuffer(skeleton, dtype=np.uint8)], dtype=np.int64).max(initial=0))
+
+
+def _no_duplicates(pairs: list) -> dict:
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        seen = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise CheckpointError(f"the key {dup[:40]!r} appears twice in one object")
+    return doc
+
+
+def _parse_json(raw: bytes, what: str, unique_keys: bool = False) -> object:
+    """Parse untrusted JSON of bounded size: depth first, then ``json.loads``.
+
+    ``unique_keys`` refuses an object with a repeated key (where another parser might take
+    the other one); it costs a Python call per object, so it is for small documents only.
+    """
+    depth = json_depth(raw)
+    if depth > MAX_JSON_DEPTH:
+        raise CheckpointError(f"{what} nests {depth} levels deep; the limit is {MAX_JSON_DEPTH}")
+    try:
+        return json.loads(raw, object_pairs_hook=_no_duplicates if unique_keys else None)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{what}: {exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{what} is not valid JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:  # e.g. an integer of more than 4300 digits
+        raise CheckpointError(f"{what} is not valid JSON ({str(exc)[:100]})") from None
+
+
+# --------------------------------------------------------------------------- config.json
+def parse_meta(raw: bytes | str) -> dict:
+    """Parse and check ``config.json``'s structure; raise :class:`CheckpointError` with the reason.
+
+    The config fields and the vocabulary are checked by :func:`checkpoint_from_bytes`.
+    """
+    if isinstance(raw, str):
+        if len(raw) > MAX_META_BYTES:
+            raise CheckpointError(f"config.json is larger than the limit of {MAX_META_BYTES // 2**20} MB")
+        try:
+            raw = raw.encode("utf-8")
+        except UnicodeEncodeError:
+            raise CheckpointError("config.json is not valid JSON (it is not valid UTF-8 text)") from None
+    elif not isinstance(raw, (bytes, bytearray, memoryview)):
+        raise CheckpointError("config.json must be given as bytes or text")
+    raw = bytes(raw)
+    if len(raw) > MAX_META_BYTES:
+        raise CheckpointError(f"config.json is {len(raw) / 2**20:.1f} MB; the limit is {MAX_META_BYTES // 2**20} MB")
+    doc = _parse_json(raw, "config.json")
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise CheckpointError(f"config.json is not a vizlm checkpoint (missing \"format\": \"{FORMAT}\")")
+    version = doc.get("format_version", FORMAT_VERSION)
+    if type(version) is int and version > FORMAT_VERSION:
+        raise CheckpointError(f"checkpoint format {version} is newer than this vizlm ({FORMAT_VERSION})")
+    if type(version) is not int or version < 1:
+        raise CheckpointError(
+            f"config.json: \"format_version\" must be an integer from 1 to {FORMAT_VERSION}, not {json.dumps(version)[:40]}"
+        )
+    for key, kind in (("model", str), ("config", dict), ("vocab", list)):
+        if not isinstance(doc.get(key), kind):
+            raise CheckpointError(f"config.json: {key!r} is missing or not a {kind.__name__}")
+    for key, kind in _OPTIONAL_KEYS.items():
+        if key in doc and not (isinstance(doc[key], kind) and not isinstance(doc[key], bool)):
+            noun = {int: "an integer", str: "a string", dict: "an object"}[kind]
+            raise CheckpointError(f"config.json: {key!r} must be {noun}, not {json.dumps(doc[key])[:40]}")
+    return doc
+
+
+_SPACE = re.compile(r"\s")
+
+
+def _bad_word(w) -> bool:
+    return not isinstance(w, str) or not w or len(w) > MAX_WORD_CHARS or not w.isprintable() or bool(_SPACE.search(w))
+
+
+def _check_vocab(words: list, size: int) -> Vocab:
+    if len(words) != size:
+        raise CheckpointError(f"vocabulary has {len(words)} words but the config says {size}")
+    # the common case in a few C-level passes; the per-word loop only to name the culprit
+    fine = set(map(type, words)) == {str} and 1 <= min(map(len, words)) and max(map(len, words)) <= MAX_WORD_CHARS
+    flat = "".join(words) if fine else ""
+    if not (fine and flat.isprintable() and not _SPACE.search(flat)):
+        i, w = next((i, w) for i, w in enumerate(words) if _bad_word(w))
+        shown = json.dumps(w)[:40] if isinstance(w, (str, int, float, bool)) or w is None else type(w).__name__
+        raise CheckpointError(
+            f"vocabulary entry {i} is {shown}; every word must be a non-empty string of at most "
+            f"{MAX_WORD_CHARS} printable characters without spaces"
+        )
+    try:
+        return Vocab(words)
+    except ValueError as exc:
+        raise CheckpointError(f"config.json: {exc}") from None
+
+
+# --------------------------------------------------------------------------- weights
+def _check_weights_bytes(data: bytes) -> tuple[dict, int]:
+    """Recognise foreign formats and parse the safetensors header: ``(header, data start)``."""
     if len(data) > MAX_BYTES:
         raise CheckpointError(f"weights file is {len(data) / 2**20:.0f} MB; the limit is {MAX_BYTES // 2**20} MB")
     if data[:2] == b"PK":
@@ -84,58 +237,167 @@ def _check_weights_bytes(data: bytes) -> None:
     (n,) = struct.unpack("<Q", data[:8])
     if n > len(data) - 8 or data[8:9] != b"{":
         raise CheckpointError("weights file is not valid safetensors (corrupt or truncated header)")
+    if n > MAX_HEADER_BYTES:
+        raise CheckpointError(f"the weights file's header is {n:,} bytes; the limit is {MAX_HEADER_BYTES:,}")
+    # unique keys: safetensors' own parser must see the same tensors as this check
+    header = _parse_json(bytes(data[8 : 8 + n]), "the weights file's header", unique_keys=True)
+    if not isinstance(header, dict):
+        raise CheckpointError("weights file is not valid safetensors (its header is not an object)")
+    extra = header.pop("__metadata__", {})
+    if not isinstance(extra, dict) or not all(isinstance(v, str) for v in extra.values()):
+        raise CheckpointError("weights file is not valid safetensors (its __metadata__ is not a map of strings)")
+    return header, 8 + n
 
 
-def parse_meta(raw: bytes | str) -> dict:
-    """Parse and check ``config.json``; raise :class:`CheckpointError` with the reason."""
+def _is_count(v) -> bool:
+    return type(v) is int and v >= 0
+
+
+def _check_header(header: dict, expected: dict[str, torch.Tensor], model: str, data_bytes: int) -> None:
+    """The header must list exactly the expected tensors, and their data must tile the file."""
+    missing = sorted(set(expected) - set(header))
+    extra = sorted(set(header) - set(expected))
+    if missing or extra:
+        raise CheckpointError(
+            f"weights do not match a {model} model: "
+            f"missing {missing[:5]}, unexpected {[str(k)[:40] for k in extra[:5]]}"
+        )
+    spans = []
+    for key, ref in expected.items():
+        entry = header[key]
+        if (
+            not isinstance(entry, dict)
+            or set(entry) != {"dtype", "shape", "data_offsets"}
+            or not isinstance(entry["dtype"], str)
+            or not isinstance(entry["shape"], list)
+            or not all(_is_count(d) for d in entry["shape"])
+            or not isinstance(entry["data_offsets"], list)
+            or len(entry["data_offsets"]) != 2
+            or not all(_is_count(o) for o in entry["data_offsets"])
+        ):
+            raise CheckpointError(f"weights file is corrupt: the header entry of tensor {key!r} is malformed")
+        dtype, shape = _DTYPES.get(entry["dtype"], entry["dtype"][:20]), tuple(entry["shape"])
+        if shape != tuple(ref.shape) or dtype != ref.dtype:
+            raise CheckpointError(f"tensor {key!r} is {shape} {dtype}; expected {tuple(ref.shape)} {ref.dtype}")
+        begin, end = entry["data_offsets"]
+        if end - begin != ref.numel() * ref.element_size():
+            raise CheckpointError(
+                f"weights file is corrupt or truncated (tensor {key!r} has {end - begin} bytes of data; "
+                f"its shape needs {ref.numel() * ref.element_size()})"
+            )
+        spans.append((begin, end, key))
+    pos = 0
+    for begin, end, key in sorted(spans):
+        if begin != pos:
+            raise CheckpointError(
+                f"weights file is corrupt or truncated (the data of tensor {key!r} overlaps another or leaves a gap)"
+            )
+        pos = end
+    if pos != data_bytes:
+        raise CheckpointError(
+            f"weights file is corrupt or truncated (the header describes {pos:,} bytes of tensor data; "
+            f"the file holds {data_bytes:,})"
+        )
+
+
+class _NoInit(TorchFunctionMode):
+    """Skip random initialisation of a model whose weights come from a file. On the meta
+    device there is nothing to fill, and the first such op there imports ``torch._dynamo``
+    (~1.5 s); on the CPU it would be overwritten at once."""
+
+    SKIP = frozenset({"uniform_", "normal_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_",
+                      "xavier_uniform_", "xavier_normal_", "orthogonal_"})
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", None) in self.SKIP:
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **kwargs)
+
+
+def _expected_tensors(name: str, config) -> dict[str, torch.Tensor]:
+    """The state dict the config calls for, as meta tensors: shapes and dtypes, no memory."""
+    with torch.device("meta"), _NoInit():
+        model = build_model(name, config)
+    expected = model.state_dict()
+    total = sum(t.numel() for t in expected.values())
+    if total > MAX_PARAMETERS:
+        raise CheckpointError(
+            f"the config describes a {name} model of {total:,} parameters; the limit is {MAX_PARAMETERS:,}"
+        )
+    return expected
+
+
+def digest_of(weights: bytes, meta_raw: bytes | str) -> str:
+    """sha256 of a checkpoint's two files (each length-prefixed, so the pair is unambiguous)."""
+    meta_raw = meta_raw.encode("utf-8") if isinstance(meta_raw, str) else bytes(meta_raw)
+    h = hashlib.sha256()
+    for part in (bytes(weights), meta_raw):
+        h.update(struct.pack("<Q", len(part)))
+        h.update(part)
+    return h.hexdigest()
+
+
+@dataclass
+class _Plan:
+    """What a checked ``config.json`` calls for; nothing sized by it is allocated yet."""
+
+    doc: dict
+    name: str
+    config: BaseConfig
+    vocab: Vocab
+    expected: dict[str, torch.Tensor]  # meta tensors
+
+
+def _plan(meta_raw: bytes | str) -> _Plan:
+    doc = parse_meta(meta_raw)
+    name = doc["model"]
     try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"config.json is not valid JSON ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise CheckpointError(f"config.json is not a vizlm checkpoint (missing \"format\": \"{FORMAT}\")")
-    if doc.get("format_version", 0) > FORMAT_VERSION:
-        raise CheckpointError(f"checkpoint format {doc['format_version']} is newer than this vizlm ({FORMAT_VERSION})")
-    for key, kind in (("model", str), ("config", dict), ("vocab", list)):
-        if not isinstance(doc.get(key), kind):
-            raise CheckpointError(f"config.json: {key!r} is missing or not a {kind.__name__}")
-    return doc
+        config = check_config(name, doc["config"])
+    except (ValueError, TypeError) as exc:
+        raise CheckpointError(f"config.json: {exc}") from None
+    vocab = _check_vocab(doc["vocab"], config.vocab_size)
+    return _Plan(doc, name, config, vocab, _expected_tensors(name, config))
 
 
 def checkpoint_from_bytes(weights: bytes, meta_raw: bytes | str) -> Checkpoint:
     """Build a model from the two files' contents, validating everything first."""
-    doc = parse_meta(meta_raw)
-    try:
-        config = make_config(doc["model"], **doc["config"])
-        vocab = Vocab(doc["vocab"])
-    except (ValueError, TypeError) as exc:
-        raise CheckpointError(f"config.json: {exc}") from None
-    if len(vocab) != config.vocab_size:
-        raise CheckpointError(f"vocabulary has {len(vocab)} words but the config says {config.vocab_size}")
-    _check_weights_bytes(weights)
+    return _build(_plan(meta_raw), weights, meta_raw)
+
+
+def _build(plan: _Plan, weights: bytes, meta_raw: bytes | str) -> Checkpoint:
+    if not isinstance(weights, (bytes, bytearray, memoryview)):
+        raise CheckpointError("the weights must be given as bytes")
+    weights = bytes(weights)
+    name, expected = plan.name, plan.expected
+    header, start = _check_weights_bytes(weights)
+    _check_header(header, expected, name, len(weights) - start)
+    # Everything the file claims is now known to match the config; only now read it.
     try:
         state = st_load(weights)
     except Exception as exc:  # noqa: BLE001 - safetensors raises several types
         raise CheckpointError(f"weights file is corrupt or truncated ({exc})") from None
-    model = build_model(doc["model"], config)
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    extra = sorted(set(state) - set(expected))
-    if missing or extra:
-        raise CheckpointError(
-            f"weights do not match a {doc['model']} model: missing {missing[:5]}, unexpected {extra[:5]}"
-        )
     for key, ref in expected.items():
         got = state[key]
-        if got.shape != ref.shape or got.dtype != ref.dtype:
+        if got.shape != ref.shape or got.dtype != ref.dtype:  # the header said otherwise: a safetensors bug
             raise CheckpointError(
                 f"tensor {key!r} is {tuple(got.shape)} {got.dtype}; expected {tuple(ref.shape)} {ref.dtype}"
             )
-        if got.is_floating_point() and not torch.isfinite(got).all():
-            raise CheckpointError(f"tensor {key!r} contains NaN or infinite values")
+        if got.is_floating_point() and got.numel():
+            low, high = (v.item() for v in torch.aminmax(got))  # one pass; NaN propagates
+            peak = max(-low, high)
+            if not math.isfinite(peak):
+                raise CheckpointError(f"tensor {key!r} contains NaN or infinite values")
+            if peak > MAX_ABS_WEIGHT:
+                raise CheckpointError(
+                    f"tensor {key!r} has a weight of magnitude {peak:.3g}; vizlm refuses weights beyond "
+                    f"{MAX_ABS_WEIGHT:g} (trained models stay near 1-10, and such values overflow the forward pass)"
+                )
+    with _NoInit():  # every parameter is overwritten below (strictly: the names matched exactly)
+        model = build_model(name, plan.config)
     model.load_state_dict(state)
     model.eval()
-    return Checkpoint(model, vocab, doc["model"], doc)
+    return Checkpoint(model, plan.vocab, name, plan.doc, digest=digest_of(weights, meta_raw))
 
 
 def resolve(path: Path | str) -> tuple[Path, Path]:
@@ -151,16 +413,46 @@ def resolve(path: Path | str) -> tuple[Path, Path]:
     raise CheckpointError(f"{path}: expected a checkpoint folder or a .safetensors file")
 
 
+def _read_inside(f: Path, folder: Path, limit: int) -> bytes:
+    """The bytes of ``f``, a regular file of at most ``limit`` bytes inside ``folder``.
+
+    A symlink may point within the folder (``model.safetensors -> best.safetensors``) but
+    not out of it: a checkpoint folder someone else made (an unpacked archive, a shared
+    runs directory) must not make the app read ``/etc/...`` or ``/dev/zero``. Sizes and
+    the file type come from ``stat`` before anything is read.
+    """
+    try:
+        real = f.resolve(strict=True)
+        if not real.is_relative_to(folder.resolve(strict=True)):
+            raise CheckpointError(f"{f} is a symbolic link out of its checkpoint folder; vizlm does not follow those")
+        before = real.stat()
+    except (OSError, RuntimeError):  # missing, a dangling link or a symlink loop
+        raise CheckpointError(f"{f} not found") from None
+    if not stat.S_ISREG(before.st_mode):
+        raise CheckpointError(f"{f} is not a regular file")
+    if before.st_size > limit:
+        raise CheckpointError(f"{f} is {before.st_size / 2**20:.1f} MB; the limit is {limit / 2**20:g} MB")
+    try:
+        with open(real, "rb") as fh:
+            now = os.fstat(fh.fileno())
+            if (now.st_dev, now.st_ino) != (before.st_dev, before.st_ino) or not stat.S_ISREG(now.st_mode):
+                raise CheckpointError(f"{f} changed while it was being read; try again")
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise CheckpointError(f"{f} cannot be read ({exc.strerror or exc})") from None
+    if len(data) > limit:  # it grew while we read it
+        raise CheckpointError(f"{f} is larger than the limit of {limit / 2**20:g} MB")
+    return data
+
+
 def load_checkpoint(path: Path | str) -> Checkpoint:
     """The one loader: a folder with ``model.safetensors`` + ``config.json`` (or a bundled name)."""
     weights, meta = resolve(path)
-    for f in (weights, meta):
-        if not f.is_file():
-            raise CheckpointError(f"{f} not found")
-    if weights.stat().st_size > MAX_BYTES:
-        raise CheckpointError(f"{weights} is larger than {MAX_BYTES // 2**20} MB")
-    ckpt = checkpoint_from_bytes(weights.read_bytes(), meta.read_bytes())
-    ckpt.meta.setdefault("path", str(weights.parent))
+    folder = weights.parent
+    meta_raw = _read_inside(meta, folder, MAX_META_BYTES)
+    plan = _plan(meta_raw)  # the config is checked before the weights are read
+    ckpt = _build(plan, _read_inside(weights, folder, MAX_BYTES), meta_raw)
+    ckpt.path = folder
     return ckpt
 
 

@@ -214,7 +214,7 @@ def finalize(out: Path, corpus: str, eval_batches: int | None, state: dict) -> C
             seqs = seqs[: eval_batches * 64]
         metrics[f"{key}_perplexity"] = score_sentences(ckpt.model, seqs).perplexity
     metrics.update(epochs_trained=state["epoch"], wall_time_s=round(state["wall_time"], 1))
-    meta = {k: v for k, v in ckpt.meta.items() if k not in ("format", "format_version", "vizlm_version", "model", "config", "vocab", "path")}
+    meta = {k: v for k, v in ckpt.meta.items() if k not in ("format", "format_version", "vizlm_version", "model", "config", "vocab")}
     meta["metrics"] = metrics
     save_checkpoint(out, ckpt.model, ckpt.name, ckpt.vocab, **meta)
     _log(f"{ckpt.name}: " + ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items()))

@@ -7,14 +7,16 @@ AMSRN(...)
 from __future__ import annotations
 
 import dataclasses
+import math
+import typing
 
 from torch import nn
 
-from vizlm.models.amsrn import AMSRN, AMSRNConfig
+from vizlm.models.amsrn import AMSRN, SELECTIONS, AMSRNConfig
 from vizlm.models.base import BaseConfig, LMOutput, RecurrentLM
-from vizlm.models.daniluk import DanilukConfig, DanilukLM, NGramConfig, NGramRNN
+from vizlm.models.daniluk import VARIANTS, DanilukConfig, DanilukLM, NGramConfig, NGramRNN
 from vizlm.models.lstm import LSTMLM, LSTMConfig
-from vizlm.models.salton import SaltonConfig, SaltonLM
+from vizlm.models.salton import SCORES, SaltonConfig, SaltonLM
 
 # name -> (config class, model class, fixed config fields)
 REGISTRY: dict[str, tuple[type[BaseConfig], type[RecurrentLM], dict]] = {
@@ -48,6 +50,109 @@ def make_config(name: str, **kwargs) -> BaseConfig:
     return config_cls(**{**kwargs, **fixed})
 
 
+@dataclasses.dataclass(frozen=True)
+class Limit:
+    """The allowed values of one config field: a range (``lo <= v <= hi``, or ``< hi``) or choices."""
+
+    lo: float | None = None
+    hi: float | None = None
+    hi_open: bool = False
+    choices: tuple[str, ...] = ()
+
+    def describe(self, kind: type) -> str:
+        if self.choices:
+            return "one of " + ", ".join(repr(c) for c in self.choices)
+        if kind is int:
+            return f"an integer from {self.lo:,} to {self.hi:,}"
+        return f"a number from {self.lo:g} to {self.hi:g}" + (f" (less than {self.hi:g})" if self.hi_open else "")
+
+    def allows(self, value) -> bool:
+        if self.choices:
+            return value in self.choices
+        return self.lo <= value and (value < self.hi if self.hi_open else value <= self.hi)
+
+
+# The one table of what a config may hold, keyed by field name (a name means the same in
+# every family). Every field of every registered config needs an entry: check_config
+# refuses to validate a field it has no limit for, and tests/test_checkpoint.py checks
+# the table covers the registry. The bounds are far beyond anything this project trains
+# (50-d embeddings, 10k words, windows of 5) yet small enough that no accepted config
+# can ask for an absurd allocation; the total parameter count is capped separately by
+# the checkpoint loader.
+LIMITS: dict[str, Limit] = {
+    "vocab_size": Limit(4, 1_000_000),  # the 4 special tokens at least
+    "emb_dim": Limit(1, 4096),
+    "hidden_dim": Limit(1, 4096),
+    "dropout": Limit(0.0, 1.0, hi_open=True),
+    "init_range": Limit(0.0, 10.0),
+    "entropy_weight": Limit(0.0, 1000.0),
+    "window": Limit(1, 100),  # the attention band costs batch x length x window x hidden floats
+    "n": Limit(2, 16),
+    "selection": Limit(choices=SELECTIONS),
+    "variant": Limit(choices=tuple(VARIANTS)),
+    "score": Limit(choices=SCORES),
+}
+
+
+def _show(value, typed: bool = True) -> str:
+    """A short, safe rendering of an untrusted JSON value for a message (with its JSON type)."""
+    if isinstance(value, bool):
+        return ("true" if value else "false") + (" (a boolean)" if typed else "")
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return f"{value[:40]!r}{'...' if len(value) > 40 else ''}" + (" (a string)" if typed else "")
+    if isinstance(value, (list, dict)):
+        return "a list" if isinstance(value, list) else "an object"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:20] + "..." + text[-8:]
+
+
+def check_config(name: str, values: dict) -> BaseConfig:
+    """The config for model ``name`` from untrusted values (e.g. a ``config.json``).
+
+    Unlike :func:`make_config` every value is checked against :data:`LIMITS` first:
+    ints must be JSON integers (not booleans or floats), floats finite numbers, strings
+    one of their choices. Raises :class:`ValueError` with a message naming the field,
+    the value and what is allowed; nothing is built before everything passes.
+    """
+    config_cls, _, fixed = lookup(name)
+    if not isinstance(values, dict):
+        raise TypeError("the config must be an object")
+    hints = typing.get_type_hints(config_cls)
+    valid = [f.name for f in dataclasses.fields(config_cls)]
+    unknown = sorted(set(values) - set(valid), key=str)
+    if unknown:
+        raise ValueError(f"{name} has no option(s) {[str(u)[:40] for u in unknown[:5]]}; valid: {sorted(valid)}")
+    clean = {}
+    for key, value in values.items():
+        kind, limit = hints[key], LIMITS.get(key)
+        if limit is None:  # pragma: no cover - a new config field without a limit
+            raise ValueError(f"{key!r} has no validation rule; add it to vizlm.models.LIMITS")
+        wrong = f"{key!r} must be {limit.describe(kind)}, not {_show(value)}"
+        if kind is int:
+            if type(value) is not int:
+                raise ValueError(wrong)
+        elif kind is float:
+            if type(value) not in (int, float) or not math.isfinite(value):
+                raise ValueError(wrong)
+            value = float(value)
+        elif kind is str:
+            if type(value) is not str:
+                raise ValueError(wrong)
+        else:  # pragma: no cover - only int, float and str fields exist
+            raise ValueError(f"{key!r} has a type ({kind}) the loader cannot check")
+        if not limit.allows(value):
+            if limit.choices:  # the wording the config classes use
+                raise ValueError(f"unknown {key} {_show(value, False)}; it must be {limit.describe(kind)}")
+            raise ValueError(f"{key!r} is {_show(value, False)}; it must be {limit.describe(kind)}")
+        clean[key] = value
+    for key, value in fixed.items():
+        if key in clean and clean[key] != value:
+            raise ValueError(f"{key!r} is {_show(clean[key], False)}, but a {name} model has {key} {value!r}")
+    return config_cls(**{**clean, **fixed})
+
+
 def build_model(name: str, config: BaseConfig | None = None, **kwargs) -> nn.Module:
     """Instantiate model ``name`` from a config (or keyword arguments for one)."""
     _, model_cls, _ = lookup(name)
@@ -58,4 +163,7 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-__all__ = ["ATTENTION_MODELS", "REGISTRY", "LMOutput", "build_model", "make_config", "count_parameters", "lookup"]
+__all__ = [
+    "ATTENTION_MODELS", "LIMITS", "REGISTRY", "LMOutput",
+    "build_model", "check_config", "count_parameters", "lookup", "make_config",
+]
