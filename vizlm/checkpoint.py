@@ -445,6 +445,13 @@ def _read_inside(f: Path, folder: Path, limit: int) -> bytes:
     return data
 
 
+def read_meta(path: Path | str) -> dict:
+    """A checkpoint's ``config.json``, read and checked as :func:`load_checkpoint` does, without
+    touching the weights (for listing checkpoints)."""
+    weights, meta = resolve(path)
+    return parse_meta(_read_inside(meta, weights.parent, MAX_META_BYTES))
+
+
 def load_checkpoint(path: Path | str) -> Checkpoint:
     """The one loader: a folder with ``model.safetensors`` + ``config.json`` (or a bundled name)."""
     weights, meta = resolve(path)

@@ -18,6 +18,7 @@ from pathlib import Path
 import streamlit as st
 
 from vizlm.checkpoint import (
+    MAX_META_BYTES,
     META,
     WEIGHTS,
     Checkpoint,
@@ -26,13 +27,13 @@ from vizlm.checkpoint import (
     bundled_dir,
     checkpoint_from_bytes,
     load_checkpoint,
+    read_meta,
 )
 from vizlm.models import ATTENTION_MODELS
 from vizlm.tables import BASELINE_FAMILY
 
 UPLOAD_PREFIX = "upload:"
 MAX_UPLOAD_MB = 50  # weights; every bundled model is a few MB
-MAX_META_MB = 5  # config.json holds the 10k-word vocabulary (~150 kB)
 # The model a page opens with, when bundled: the first of these (attention models, most telling first).
 PREFERRED = ("amsrn", "kvp", "kv", "attention", "salton")
 
@@ -88,7 +89,7 @@ def model_key(name: str) -> str:
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _read_meta(folder: str, version: int) -> dict:
-    doc = json.loads((Path(folder) / META).read_text(encoding="utf-8"))
+    doc = read_meta(folder)
     doc["vocab_size"] = len(doc.pop("vocab", []))
     log = Path(folder) / "train_log.jsonl"
     doc["train_log"] = []
@@ -110,7 +111,7 @@ def model_meta(name: str) -> dict:
         return {}
     try:
         return _read_meta(str(folder), _version(folder))
-    except (OSError, json.JSONDecodeError):
+    except (OSError, CheckpointError):
         return {}
 
 
@@ -181,8 +182,8 @@ def register_upload(weights_name: str, weights: bytes, meta_name: str, meta_raw:
         raise UserError(f"{meta_name!r} is not a .json file; upload the checkpoint's config.json")
     if len(weights) > MAX_UPLOAD_MB * 2**20:
         raise UserError(f"the weights file is {len(weights) / 2**20:.0f} MB; uploads are limited to {MAX_UPLOAD_MB} MB")
-    if len(meta_raw) > MAX_META_MB * 2**20:
-        raise UserError(f"the JSON file is {len(meta_raw) / 2**20:.0f} MB; it is limited to {MAX_META_MB} MB")
+    if len(meta_raw) > MAX_META_BYTES:
+        raise UserError(f"the JSON file is {len(meta_raw) / 2**20:.0f} MB; it is limited to {MAX_META_BYTES // 2**20} MB")
     digest = hashlib.sha256(weights + b"\0" + meta_raw).hexdigest()[:16]
     try:
         ckpt = _load_upload(digest, weights, meta_raw)

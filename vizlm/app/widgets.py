@@ -8,7 +8,6 @@ from collections.abc import Callable
 import streamlit as st
 
 from vizlm.app.checkpoints import (
-    MAX_META_MB,
     MAX_UPLOAD_MB,
     UserError,
     attention_model_names,
@@ -16,6 +15,7 @@ from vizlm.app.checkpoints import (
     register_upload,
 )
 from vizlm.cases import LABELS
+from vizlm.checkpoint import MAX_META_BYTES
 from vizlm.data import CORPORA, CORPUS_TITLES
 from vizlm.export import FORMATS, MIME, chart_bytes, export_analysis, export_frame, safe_filename
 from vizlm.links import ExplorerState
@@ -156,7 +156,7 @@ def upload_widget() -> None:
             f"(at most {MAX_UPLOAD_MB} MB). Nothing is unpickled; every tensor is checked."
         )
         w = st.file_uploader("Weights (.safetensors)", key="up_weights", max_upload_size=MAX_UPLOAD_MB + 1)
-        m = st.file_uploader("Config (.json)", key="up_meta", max_upload_size=MAX_META_MB)
+        m = st.file_uploader("Config (.json)", key="up_meta", max_upload_size=MAX_META_BYTES // 2**20)
         if w is None or m is None:
             return
         sig = (w.file_id, m.file_id)
