@@ -16,7 +16,7 @@ from vizlm.app import widgets as ui
 from vizlm.app.shell import EXPLORER, page_setup
 from vizlm.cases import LABEL_DESCRIPTIONS, corpus_cases
 from vizlm.links import explorer_query
-from vizlm.plots import case_counts_chart, highlighted_html
+from vizlm.plots import attention_key_html, case_counts_chart, highlighted_html
 
 page_setup()
 
@@ -30,7 +30,7 @@ def case_report(name: str, key: str, corpus: str, split: str, threshold: float, 
 with st.sidebar:
     models = ui.attention_models_picker("Cases", "cases_models",
                                          "No attention model among the checkpoints: cases label attention highlights.")
-    label_name, corpus, split = ui.corpus_picker("cases_corpus")
+    label_name, corpus, split = ui.corpus_picker("cases_corpus", models)
     limit = ui.sample_picker("cases_sample", default="first 1,000 sentences")
     st.session_state.setdefault("cases_threshold", DEFAULT_THRESHOLD)
     threshold = st.slider("Attention threshold", 0.05, 1.0, step=0.05, key="cases_threshold",
@@ -93,8 +93,9 @@ if not examples:
     st.info("No example matches these filters. Lower the threshold, use more sentences or clear the filters.", icon=":material/filter_alt_off:")
     st.stop()
 SHOW = 30
-st.caption(f"{min(len(examples), SHOW)} of {len(examples)} example(s), heaviest first. Each is drawn as in the Explorer: "
-           "the predicted word is outlined, the attended words are coloured by weight. Filter by label, model or word.")
+st.caption(f"{min(len(examples), SHOW)} of {len(examples)} example(s), heaviest first, one per word pair. Each is drawn as in "
+           "the Explorer: the predicted word is outlined, the attended words are coloured by weight. Filter by label, model or word.")
+st.html(attention_key_html())
 
 
 grid = st.columns(2, gap="medium")

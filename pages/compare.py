@@ -43,7 +43,7 @@ with st.sidebar:
     rest = [n for n in names if n != a]
     ui.keep_choice("cmp_b", rest, ck.preferred_model(rest))
     b = st.selectbox("Compared model (B)", rest, key="cmp_b", format_func=ck.model_label)
-    label, corpus, split = ui.corpus_picker("cmp_corpus")
+    label, corpus, split = ui.corpus_picker("cmp_corpus", [a, b])
     limit = ui.sample_picker("cmp_sample")
     st.session_state.setdefault("cmp_top", 15)
     top_n = st.slider("Sentences per table", 5, 50, key="cmp_top")

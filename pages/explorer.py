@@ -13,19 +13,20 @@ import hashlib
 
 import streamlit as st
 
-from vizlm.analysis import DEFAULT_THRESHOLD
+from vizlm.analysis import ATTENTION_OFF, DEFAULT_THRESHOLD
 from vizlm.app import checkpoints as ck
 from vizlm.app import results
 from vizlm.app import widgets as ui
 from vizlm.app.shell import page_setup
 from vizlm.app.views import render_data, render_gates, render_heatmaps, render_surprisal
 from vizlm.corpus import compare_corpus
-from vizlm.data import example_sentences
+from vizlm.data import CORPUS_LANGUAGE, CORPUS_TITLES, example_sentences
 from vizlm.links import MAX_TEXT_CHARS, MAX_TOP_K, ExplorerState, parse_query
-from vizlm.plots import highlighted_html, sentence_strip_html
+from vizlm.plots import attention_key_html, highlighted_html, sentence_strip_html
 
 page_setup()
 
+UNKNOWN_WARNING = 0.5  # share of out-of-vocabulary words above which a model is said not to read the text
 DEFAULT_TEXT = "The dogs in the park are barking because they saw a cat , so the owners are running ."
 
 
@@ -110,16 +111,19 @@ def _model_panel(name: str, sa, doc: dict, r: int, threshold: float | None, top_
     t = doc["targets"][r]
     ppl = ck.perplexity(name)
     st.subheader(name, anchor=False, help=f"{ck.family(name)} checkpoint" + (f"; {ppl[0]} perplexity {ppl[1]:.1f}" if ppl else ""))
-    c1, c2, c3 = st.columns(3)
-    c1.metric("P(word)", f"{t['prob']:.3f}", help="probability the model gave the actual next word")
-    c2.metric("Surprisal", f"{t['surprisal_bits']:.1f} bits", help="−log₂ P(word); lower is better")
-    c3.metric("Sentence perplexity", f"{sa.perplexity:.0f}")
+    with st.container(horizontal=True, wrap=True, gap="medium"):  # wraps instead of cutting numbers off
+        st.metric("P(word)", f"{t['prob']:.3f}", help="probability the model gave the actual next word", width="content")
+        st.metric("Surprisal", f"{t['surprisal_bits']:.1f} bits", help="−log₂ P(word); lower is better", width="content")
+        st.metric("Perplexity", f"{sa.perplexity:.0f}", help="perplexity of the whole text", width="content")
     if sa.attention is None:
         st.html(sentence_strip_html(sa, selected=r))
         st.caption(f"{name} has no attention: it predicts from its recurrent state alone. Each word shows the "
                    "probability this model gave it; the bar colour is its surprisal.")
     else:
-        st.html(highlighted_html(sa, r, threshold=threshold, top_k=top_k))
+        st.html(highlighted_html(sa, r, threshold=threshold, top_k=top_k) + attention_key_html())
+        if (t["start_weight"] or 0) >= ATTENTION_OFF:
+            st.caption(f":material/power_settings_new: **Attention mostly off for this word:** {t['start_weight']:.0%} of the "
+                       "weight is on the empty start slot (a zero vector), so the read adds little to the prediction.")
         cases = [c for c in t["cases"] if c.get("labels")]
         if cases:
             for c in cases:
@@ -213,9 +217,14 @@ def explorer() -> None:
     sa = analyses[model]
     for note in sa.notes:
         st.info(note[:1].upper() + note[1:] + ".", icon=":material/info:")
-    if all(sa.unk):
-        st.warning("None of these words is in the model's vocabulary (it was trained on the English Brown corpus), "
-                   "so every word is read as <unk> and the attention says little.", icon=":material/translate:")
+    for name, a in analyses.items():
+        unknown = sum(a.unk) / max(1, len(a.unk))
+        if unknown > UNKNOWN_WARNING:  # e.g. Chinese text for an English model
+            corpus = (ck.model_meta(name).get("corpus") or {}).get("name")
+            trained = f" {CORPUS_LANGUAGE[corpus]}-only: it was trained on {CORPUS_TITLES[corpus]}" if corpus in CORPUS_LANGUAGE else ""
+            st.warning(f"{unknown:.0%} of these words are not in {name}'s vocabulary ({name} is{trained or ' not trained on text like this'}). "
+                       "It reads them as <unk>, so its attention and probabilities say little about this text.",
+                       icon=":material/translate:")
 
     # ---------------------------------------------------------------- word picker
     T = len(sa.targets)
@@ -227,6 +236,9 @@ def explorer() -> None:
     wanted = st.session_state.pop("_target_url", None)
     if wanted is not None and 0 <= wanted < T:
         st.session_state[tkey] = wanted
+    elif wanted is not None:
+        st.warning(f"The link selects word {wanted}, but this text has {T} predicted words (0 to {T - 1}); picking one.",
+                   icon=":material/link:")
     if st.session_state.get(tkey) not in range(T):
         st.session_state[tkey] = _default_target(docs[model])
     # long texts: the word picker scrolls instead of pushing everything down

@@ -37,14 +37,14 @@ for i, name in enumerate(names):
         head, badge = st.columns([3, 1], vertical_alignment="center")
         head.subheader(name, anchor=False)
         badge.markdown(f":blue-badge[{ui.md_escape(meta.get('model', '?'))}]" + (" :orange-badge[uploaded]" if name.startswith(ck.UPLOAD_PREFIX) else ""))
-        m = st.columns(4)
-        n_params = meta.get("parameters")
-        m[0].metric("Parameters", f"{n_params / 1e6:.2f} M" if isinstance(n_params, int) else "—",
-                    help=f"{n_params:,} trainable weights" if isinstance(n_params, int) else None)
-        for col, (label, key) in zip(m[1:], (("Valid ppl", "valid_perplexity"), ("Test ppl", "test_perplexity"), ("WSJ ppl", "wsj_perplexity"))):
-            v = metrics.get(key)
-            col.metric(label, f"{v:.1f}" if isinstance(v, (int, float)) else "—",
-                       help=None if v is not None else "not measured yet (training still running?)")
+        with st.container(horizontal=True, wrap=True, gap="medium"):  # wraps instead of cutting numbers off
+            n_params = meta.get("parameters")
+            st.metric("Parameters", f"{n_params / 1e6:.2f} M" if isinstance(n_params, int) else "—", width="content",
+                      help=f"{n_params:,} trainable weights" if isinstance(n_params, int) else None)
+            for label, key in (("Valid ppl", "valid_perplexity"), ("Test ppl", "test_perplexity"), ("WSJ ppl", "wsj_perplexity")):
+                v = metrics.get(key)
+                st.metric(label, f"{v:.1f}" if isinstance(v, (int, float)) else "—", width="content",
+                          help=None if v is not None else "not measured yet (training still running?)")
         config = meta.get("config", {})
         corpus = (meta.get("corpus") or {}).get("name", "?")
         st.caption(f"Trained on **{ui.md_escape(corpus)}** · vocabulary {meta.get('vocab_size', 0):,} words · "
@@ -61,6 +61,9 @@ for i, name in enumerate(names):
         command = (meta.get("train") or {}).get("command")
         if command:
             st.code(command, language="bash", wrap_lines=True)
+            for path in ck.missing_run_folders(command):
+                st.caption(f"**{ui.md_escape(path)}** is not in the repository: it is an earlier training run that is not bundled "
+                           "(made by a first stage, as above for lstm; every command is in docs/RESULTS.md).")
 
 st.subheader("All models and the papers", anchor=False)
 st.caption("This app's checkpoints (Brown corpus, 10k-word vocabulary). The last column is the change in test perplexity "

@@ -47,7 +47,7 @@ with st.sidebar:
     window = st.slider("Window (words back)", 1, 30, key="pos_window",
                        help="How many positions before the predicted word to show. KVP's own window is "
                             "a property of the checkpoint; beyond it its weights are zero.")
-    label, corpus, split = ui.corpus_picker("pos_corpus")
+    label, corpus, split = ui.corpus_picker("pos_corpus", models)
     limit = ui.sample_picker("pos_sample")
 
 st.title("Attention by position", anchor=False)

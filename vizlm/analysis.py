@@ -30,6 +30,11 @@ from vizlm.text import tokenize
 
 MAX_TOKENS = 400  # longer texts are cut, with a note, to keep the app responsive
 DEFAULT_THRESHOLD = 0.2
+# In top-k mode a slot must still carry this much weight to count as attended: the third-heaviest
+# of a row that puts 98% on one slot is not "attended" (and must not be labelled as a case).
+MIN_TOP_K_WEIGHT = 0.05
+# Weight on slot 0, the zero start state, reads a zero vector: above this share a row's attention is "off".
+ATTENTION_OFF = 0.5
 
 
 class AnalysisError(ValueError):
@@ -98,6 +103,7 @@ class SentenceAnalysis:
             allowed = row[: r + 1]
             if top_k is not None:
                 slots = np.argsort(-allowed, kind="stable")[:top_k]
+                slots = slots[allowed[slots] >= MIN_TOP_K_WEIGHT]
             else:
                 slots = np.flatnonzero(allowed >= (threshold if threshold is not None else DEFAULT_THRESHOLD))
                 slots = slots[np.argsort(-allowed[slots], kind="stable")]
@@ -125,6 +131,8 @@ class SentenceAnalysis:
                 "attention": None if self.attention is None else [float(a) for a in self.attention[r, : r + 1]],
                 "highlights": [asdict(h) for h in hl[r]],
                 "gate_mean": None if self.gates is None else float(self.gates[r].mean()),
+                # slot 0 is the zero start state: weight there reads nothing ("attention off")
+                "start_weight": None if self.attention is None else float(self.attention[r, 0]),
                 "cases": case_map.get(r, []),
             })
         return {

@@ -95,6 +95,7 @@ from vizlm.analysis import DEFAULT_THRESHOLD, SentenceAnalysis, analyze_batch
 from vizlm.checkpoint import Checkpoint
 from vizlm.resources import Collocations, load_collocations
 from vizlm.tagger import simplify_tag, tag_tokens
+from vizlm.text import NUMBER
 
 __all__ = ["LABELS", "LABEL_DESCRIPTIONS", "Case", "CaseReport", "label_cases", "labelled_dict", "corpus_cases",
            "tag_tokens", "stem"]
@@ -226,7 +227,7 @@ class _Sentence:
 
     def is_content(self, i: int) -> bool:
         w = self.words[i]
-        if not _WORD.fullmatch(w) or w == "N":
+        if not _WORD.fullmatch(w) or w == NUMBER:
             return False
         if self.tags is not None:
             return _base(self.tags[i]) in CONTENT_TAGS and w not in STOPWORDS
@@ -326,6 +327,8 @@ def _phrase(s: _Sentence, t: int, a: int) -> str | None:
     if s.collocations is None:
         return None
     w, v, d = s.words[t], s.words[a], t - a
+    if w == v or NUMBER in (w, v):  # a repeat (trigger's business) or a number in a list or table: no phrase
+        return None
     hit = s.collocations.get(v, w, d)
     if hit is None or hit.count < PHRASE_MIN_COUNT or hit.pmi < PHRASE_MIN_PMI:
         return None
@@ -544,6 +547,7 @@ def corpus_cases(
     collocations = load_collocations()
     counts = dict.fromkeys(LABELS, 0)
     heaps: dict[str, list] = {label: [] for label in LABELS}
+    best: dict[str, dict[tuple[str, str], tuple]] = {label: {} for label in LABELS}  # word pair -> its item in heaps
     pairs = labelled = analysed = 0
     notes: list[str] = []
     if not ckpt.has_attention:
@@ -557,11 +561,21 @@ def corpus_cases(
             for label in case.labels:
                 counts[label] += 1
                 item = (case.weight, -i, -k, case, sa.text)  # heaviest, then earliest, kept
-                heap = heaps[label]
-                if len(heap) < examples_per_label:
+                pair = (case.attended, case.word)  # one example per word pair: a table's "af ... af" once
+                heap, kept = heaps[label], best[label]
+                if pair in kept:
+                    if item[:3] > kept[pair][:3]:
+                        heap.remove(kept[pair])
+                        heapq.heapify(heap)
+                        heapq.heappush(heap, item)
+                        kept[pair] = item
+                elif len(heap) < examples_per_label:
                     heapq.heappush(heap, item)
+                    kept[pair] = item
                 elif examples_per_label > 0 and item[:3] > heap[0][:3]:
-                    heapq.heapreplace(heap, item)
+                    dropped = heapq.heapreplace(heap, item)
+                    kept.pop((dropped[3].attended, dropped[3].word), None)
+                    kept[pair] = item
     examples = {}
     for label, heap in heaps.items():
         examples[label] = [

@@ -31,6 +31,7 @@ CORPUS_TITLES = {  # how the app and reports name each corpus
     "wsj": "WSJ sample (out of domain)",
     "sinica": "Sinica (Chinese characters)",
 }
+CORPUS_LANGUAGE = {"brown": "English", "wsj": "English", "sinica": "Chinese"}  # a model reads its own language only
 TRAINABLE = tuple(c for c, splits in CORPORA.items() if "train" in splits)
 LICENCES = {
     "brown": "Brown Corpus (Francis & Kucera 1964/1979): \"Distributed with the permission of "

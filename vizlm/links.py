@@ -65,21 +65,30 @@ def parse_query(params: dict, names: list[str], default_model: str, default_comp
         notes.append(f"the text in the link was cut to {MAX_TEXT_CHARS:,} characters")
         text = text[:MAX_TEXT_CHARS]
     threshold, top_k, target = DEFAULT_THRESHOLD, None, None
-    try:
-        threshold = min(1.0, max(0.0, float(params.get("threshold", DEFAULT_THRESHOLD))))
-        if not math.isfinite(threshold):
-            raise ValueError
-    except ValueError:
-        notes.append(f"the threshold in the link is not a number between 0 and 1; using {DEFAULT_THRESHOLD:g}")
-        threshold = DEFAULT_THRESHOLD
+    if "threshold" in params:
+        try:
+            value = float(params["threshold"])
+            if not math.isfinite(value):
+                raise ValueError
+            threshold = min(1.0, max(0.0, value))
+            if threshold != value:
+                notes.append(f"the threshold {value:g} in the link is outside 0 to 1; using {threshold:g}")
+        except ValueError:
+            notes.append(f"the threshold in the link is not a number between 0 and 1; using {DEFAULT_THRESHOLD:g}")
     if "topk" in params:
         try:
-            top_k = min(MAX_TOP_K, max(1, int(params["topk"])))
+            value = int(params["topk"])
+            top_k = min(MAX_TOP_K, max(1, value))
+            if top_k != value:
+                notes.append(f"top-k {value} in the link is outside 1 to {MAX_TOP_K}; using {top_k}")
         except ValueError:
             notes.append("top-k in the link is not a whole number; using the threshold")
     if "target" in params:
         try:
-            target = max(0, int(params["target"]))
+            target = int(params["target"])
+            if target < 0:
+                raise ValueError
         except ValueError:
-            notes.append("the selected word in the link is not a number; picking one")
+            notes.append("the selected word in the link is not a word number; picking one")
+            target = None
     return ExplorerState(model, compare, text, threshold, top_k, target), notes

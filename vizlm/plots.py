@@ -43,6 +43,7 @@ _VIRIDIS = (
 # Okabe & Ito (2008) categorical palette: distinguishable under the common colour-vision deficiencies.
 CATEGORICAL = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 UNK_TITLE = "not in vocabulary (read as <unk>)"
+HIGHLIGHT_MIN_ALPHA = 0.3  # the faintest highlight in running text (weight 0) is 30% colour, 70% white
 _MAX_LABEL_PX = 140  # long tokens are cut with an ellipsis on axes
 
 
@@ -59,6 +60,25 @@ def palette(value: float, vmin: float = WEIGHT_DOMAIN[0], vmax: float = WEIGHT_D
     a, b = _rgb(_VIRIDIS[i]), _rgb(_VIRIDIS[i + 1])
     f = pos - i
     return "#" + "".join(f"{round(x + (y - x) * f):02x}" for x, y in zip(a, b))
+
+
+def highlight_colour(value: float) -> str:
+    """Background of an attended word in running text: the :data:`SCHEME` colour of ``value``, faded
+    towards white as the weight falls, so a light touch reads lighter than a strong one (on its own,
+    viridis is darkest at zero)."""
+    alpha = HIGHLIGHT_MIN_ALPHA + (1 - HIGHLIGHT_MIN_ALPHA) * min(1.0, max(0.0, value if math.isfinite(value) else 0.0))
+    return "#" + "".join(f"{round(255 + (c - 255) * alpha):02x}" for c in _rgb(palette(value)))
+
+
+def attention_key_html(weights: Sequence[float] = (0.1, 0.3, 0.5, 0.7, 0.9)) -> str:
+    """A colour key for :func:`highlighted_html`: a swatch per weight, coloured the same way."""
+    swatches = "".join(
+        f'<span style="{_SPAN}background:{highlight_colour(w)};color:{text_colour(highlight_colour(w))};'
+        f'min-width:2.4em;text-align:center">{w:.1f}</span>'
+        for w in weights
+    )
+    return (f'<div class="vizlm-key" style="font-size:0.8em;color:#555">attention weight {swatches}'
+            f' <span style="{_MARKER}">outlined</span> = the predicted word</div>')
 
 
 def text_colour(background: str) -> str:
@@ -474,7 +494,7 @@ def highlighted_html(
         return float(att[target, slot])
 
     def style_for(weight: float) -> str:
-        bg = palette(weight)
+        bg = highlight_colour(weight)
         return f"background:{bg};color:{text_colour(bg)};"
 
     parts = []

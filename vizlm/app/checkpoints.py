@@ -17,6 +17,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from vizlm import paths
 from vizlm.checkpoint import (
     MAX_META_BYTES,
     META,
@@ -69,6 +70,13 @@ def preferred_model(names: list[str]) -> str:
 def baseline_model(names: list[str]) -> str | None:
     """The LSTM baseline to compare against, if there is one."""
     return BASELINE_FAMILY if BASELINE_FAMILY in names else None
+
+
+def missing_run_folders(command: str) -> list[str]:
+    """Folders a stored training command starts from (``--init-from X``) that are not on this machine."""
+    words = command.split()
+    wanted = dict.fromkeys(words[i + 1] for i, w in enumerate(words[:-1]) if w == "--init-from")
+    return [w for w in wanted if not (paths.home() / w).exists()]
 
 
 def _version(path: Path) -> int:

@@ -36,6 +36,9 @@ PAGES = (
 EXPLORER = PAGES[0].path  # for st.page_link / st.switch_page
 
 _inside_app = contextvars.ContextVar("vizlm_inside_app", default=False)
+# A chart wider than its column (a long text's heat map, a narrow window) scrolls sideways
+# inside the column instead of being cut off at the page's edge.
+STYLE = "<style>div:has(> [data-testid='stVegaLiteChart']) { overflow-x: auto; }</style>"
 
 
 def run_app() -> None:
@@ -46,6 +49,7 @@ def run_app() -> None:
         for p in PAGES
     ])
     st.sidebar.caption("vizlm · attention in recurrent language models")
+    st.html(STYLE)
     token = _inside_app.set(True)
     try:
         nav.run()

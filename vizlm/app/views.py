@@ -31,12 +31,10 @@ def render_heatmaps(analyses: dict, threshold: float | None, top_k: int | None) 
         return
     st.caption("Rows: the word being predicted; columns: the memory slots it may attend to (the start state and every earlier "
                "word). Brighter = more attention; outlined cells are the highlighted ones. Hover a cell for its weight. "
-               "Both models use the same colour scale.")
-    cols = st.columns(len(shown))
-    for col, (name, sa) in zip(cols, shown.items()):
-        with col:
-            show_chart(attention_heatmap(sa, threshold=threshold, top_k=top_k))
-            analysis_downloads(sa, threshold, top_k, key=f"heat_{name}")
+               "Both models use the same colour scale; a map wider than the page scrolls sideways.")
+    for name, sa in shown.items():  # one under the other: two side by side do not fit a column
+        show_chart(attention_heatmap(sa, threshold=threshold, top_k=top_k))
+        analysis_downloads(sa, threshold, top_k, key=f"heat_{name}")
 
 
 def render_surprisal(analyses: dict) -> None:
@@ -65,6 +63,7 @@ def render_gates(analyses: dict) -> None:
         show_chart(chart)
         frame = pd.DataFrame(sa.gates, columns=[f"unit_{i}" for i in range(sa.gates.shape[1])])
         frame.insert(0, "predicted", sa.targets[: len(frame)])
+        frame.insert(0, "position", range(len(frame)))  # the row of the heat map / the word picker
         chart_downloads(chart, safe_filename(f"gates-{name}-{sa.text[:20]}"), f"gates_{name}", frame)
 
 

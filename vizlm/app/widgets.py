@@ -12,11 +12,12 @@ from vizlm.app.checkpoints import (
     UserError,
     attention_model_names,
     model_label,
+    model_meta,
     register_upload,
 )
 from vizlm.cases import LABELS
 from vizlm.checkpoint import MAX_META_BYTES
-from vizlm.data import CORPORA, CORPUS_TITLES
+from vizlm.data import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES
 from vizlm.export import FORMATS, MIME, chart_bytes, export_analysis, export_frame, safe_filename
 from vizlm.links import ExplorerState
 
@@ -100,19 +101,30 @@ def keep_choices(key: str, options: list, default: list) -> None:
 
 
 # --------------------------------------------------------------------------- pickers
-def corpus_splits() -> dict[str, tuple[str, str]]:
-    """Picker label -> (corpus, split): the held-out splits of every processed corpus."""
+def corpus_splits(models: list[str] | None = None) -> dict[str, tuple[str, str]]:
+    """Picker label -> (corpus, split): the held-out splits of every processed corpus in the language
+    the ``models`` were trained on (a model scores text of another language as one unknown word after
+    another; its perplexity there means nothing)."""
+    trained = {(model_meta(m).get("corpus") or {}).get("name") for m in models or []}
+    languages = {CORPUS_LANGUAGE.get(c) for c in trained} - {None}
     out = {}
     for corpus, splits in CORPORA.items():
+        if languages and CORPUS_LANGUAGE[corpus] not in languages:
+            continue
         shown = [s for s in PICKER_SPLITS if s in splits]
         for split in shown:
             out[CORPUS_TITLES[corpus] if len(shown) == 1 else f"{CORPUS_TITLES[corpus]} {split}"] = (corpus, split)
     return out
 
 
-def corpus_picker(key: str = "corpus", help: str | None = None) -> tuple[str, str, str]:
-    """Sidebar select box of the processed splits (the first is the default): (label, corpus, split)."""
-    options = corpus_splits()
+def corpus_picker(key: str = "corpus", models: list[str] | None = None, help: str | None = None) -> tuple[str, str, str]:
+    """Sidebar select box of the processed splits the ``models`` can read (the first is the default):
+    (label, corpus, split). Stops the page, with a message, when no corpus suits them all."""
+    options = corpus_splits(models)
+    if not options:
+        st.error("These models were trained on different languages; no corpus suits them all. Pick models of one language.",
+                 icon=":material/translate:")
+        st.stop()
     labels = list(options)
     wanted = st.query_params.get("corpus")  # e.g. ?corpus=wsj-test, for a shared link
     by_slug = {f"{c}-{s}": lab for lab, (c, s) in options.items()}
@@ -120,7 +132,8 @@ def corpus_picker(key: str = "corpus", help: str | None = None) -> tuple[str, st
         st.session_state[key] = by_slug[wanted]
     keep_choice(key, labels, labels[0])
     label = st.selectbox("Corpus", labels, key=key,
-                         help=help or "Brown test/valid: held-out documents of the training corpus; WSJ: out of domain.")
+                         help=help or "Held-out text in the models' language: Brown test/valid are held-out documents "
+                                      "of the training corpus, WSJ is out of domain.")
     return (label, *options[label])
 
 
