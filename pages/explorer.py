@@ -21,7 +21,7 @@ from vizlm.app.shell import page_setup
 from vizlm.app.views import render_data, render_gates, render_heatmaps, render_surprisal
 from vizlm.corpus import compare_corpus
 from vizlm.data import CORPUS_LANGUAGE, CORPUS_TITLES, example_sentences
-from vizlm.links import MAX_TEXT_CHARS, MAX_TOP_K, ExplorerState, parse_query
+from vizlm.links import MAX_TOP_K, ExplorerState, cut_text, parse_query
 from vizlm.plots import attention_key_html, highlighted_html, sentence_strip_html
 
 page_setup()
@@ -198,13 +198,16 @@ def explorer() -> None:
         if clicked and _find_improved(model, compare):
             st.rerun()
     with left:
-        text = st.text_area("Sentence", key="text", max_chars=MAX_TEXT_CHARS, height=96,
+        text = st.text_area("Sentence", key="text", height=96,
                             placeholder="Type or paste English text…")
 
     # ---------------------------------------------------------------- validation
     if not text or not text.strip():
         st.info("Type a sentence above (or pick an example) to see the models' attention.", icon=":material/edit:")
         st.stop()
+    text, note = cut_text(text)  # a long paste is read in part, never dropped
+    if note:
+        st.warning(note[:1].upper() + note[1:] + ".", icon=":material/content_cut:")
     shown = [model] + ([compare] if compare else [])
     analyses, docs = {}, {}
     for name in shown:

@@ -17,7 +17,7 @@ from vizlm.app import widgets as ui
 from vizlm.app.shell import EXPLORER, page_setup
 from vizlm.data import example_sentences
 from vizlm.export import safe_filename
-from vizlm.links import MAX_TEXT_CHARS, explorer_query
+from vizlm.links import cut_text, explorer_query
 from vizlm.plots import positions_chart, sentence_positions_chart
 
 page_setup()
@@ -76,11 +76,13 @@ def corpus_view() -> None:
 def sentence_view() -> None:
     examples = example_sentences("brown", "test")
     st.session_state.setdefault("pos_text", examples[0][1] if examples else "")
-    text = st.text_area("Sentence", key="pos_text", max_chars=MAX_TEXT_CHARS,
-                        help="The same statistics for the predictions of one sentence.")
+    text = st.text_area("Sentence", key="pos_text", help="The same statistics for the predictions of one sentence.")
     if not text.strip():
         st.info("Type a sentence to see its attention by position.", icon=":material/edit:")
         return
+    text, note = cut_text(text)
+    if note:
+        st.warning(note[:1].upper() + note[1:] + ".", icon=":material/content_cut:")
     try:
         one, per_word = one_sentence(tuple(models), keys, text, window)
     except (ValueError, ck.UserError) as exc:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import streamlit as st
 
+from vizlm import paths
+
 
 @dataclass(frozen=True)
 class PageSpec:
@@ -35,6 +37,7 @@ PAGES = (
 )
 EXPLORER = PAGES[0].path  # for st.page_link / st.switch_page
 
+FAVICON = "favicon.png"  # in vizlm/assets: a small lower-triangular attention map
 _inside_app = contextvars.ContextVar("vizlm_inside_app", default=False)
 # A chart wider than its column (a long text's heat map, a narrow window) scrolls sideways
 # inside the column instead of being cut off at the page's edge.
@@ -43,7 +46,8 @@ STYLE = "<style>div:has(> [data-testid='stVegaLiteChart']) { overflow-x: auto; }
 
 def run_app() -> None:
     """Page config, the navigation menu, and the page the URL asks for."""
-    st.set_page_config(page_title="vizlm", page_icon=":material/search:", layout="wide")
+    # A local picture: an icon name or emoji would make the browser fetch a font or image from outside.
+    st.set_page_config(page_title="vizlm", page_icon=str(paths.asset(FAVICON)), layout="wide")
     nav = st.navigation([
         st.Page(p.path, title=p.title, icon=p.icon, default=p.default, **({} if p.default else {"url_path": p.url_path}))
         for p in PAGES

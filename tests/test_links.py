@@ -1,0 +1,62 @@
+"""The Explorer's URL state (vizlm.links): malformed or out-of-range values fall back with a note each."""
+
+from __future__ import annotations
+
+import pytest
+
+from vizlm.analysis import DEFAULT_THRESHOLD, MAX_TOKENS
+from vizlm.links import MAX_TEXT_CHARS, MAX_TOP_K, ExplorerState, cut_text, explorer_query, parse_query
+
+NAMES = ["lstm", "amsrn", "kvp"]
+
+
+def parse(**params):
+    return parse_query(params, NAMES, "amsrn", "lstm", "default text")
+
+
+def test_valid_values_give_no_notes_and_round_trip():
+    state, notes = parse(model="kvp", compare="lstm", text="the end .", threshold="0.35", target="2")
+    assert notes == []
+    assert state == ExplorerState("kvp", "lstm", "the end .", 0.35, None, 2)
+    assert parse(**state.query())[0] == state
+    assert explorer_query("kvp", "x")["threshold"] == f"{DEFAULT_THRESHOLD:g}"
+
+
+@pytest.mark.parametrize("raw, expected", [("7", 1.0), ("-5", 0.0), ("1e9", 1.0)])
+def test_threshold_out_of_range_is_clamped_with_a_note(raw, expected):
+    state, notes = parse(threshold=raw)
+    assert state.threshold == expected
+    assert len(notes) == 1 and "outside 0 to 1" in notes[0] and f"{expected:g}" in notes[0]
+
+
+@pytest.mark.parametrize("raw", ["nan", "inf", "-inf", "abc", ""])
+def test_threshold_not_a_number_falls_back_with_a_note(raw):
+    state, notes = parse(threshold=raw)
+    assert state.threshold == DEFAULT_THRESHOLD
+    assert len(notes) == 1 and "not a number" in notes[0]
+
+
+def test_top_k_and_target():
+    state, notes = parse(topk="50")
+    assert state.top_k == MAX_TOP_K and "outside 1 to" in notes[0]
+    state, notes = parse(topk="0")
+    assert state.top_k == 1 and notes
+    state, notes = parse(topk="x")
+    assert state.top_k is None and "not a whole number" in notes[0]
+    for bad in ("-1", "two"):
+        state, notes = parse(target=bad)
+        assert state.target is None and "not a word number" in notes[0]
+    assert parse(target="99")[0].target == 99  # the page knows the text's length and says so (test_app)
+
+
+def test_unknown_models_and_long_text():
+    state, notes = parse(model="gpt9", compare="nope")
+    assert state.model == "amsrn" and state.compare is None and len(notes) == 2
+    state, notes = parse(text="x" * (MAX_TEXT_CHARS + 10))
+    assert len(state.text) == MAX_TEXT_CHARS and f"{MAX_TEXT_CHARS:,}" in notes[0]
+
+
+def test_cut_text():
+    assert cut_text("short") == ("short", None)
+    cut, note = cut_text("w " * MAX_TEXT_CHARS)
+    assert len(cut) == MAX_TEXT_CHARS and f"{2 * MAX_TEXT_CHARS:,} characters" in note and str(MAX_TOKENS) in note
