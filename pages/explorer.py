@@ -21,7 +21,7 @@ from vizlm.app.shell import page_setup
 from vizlm.app.views import render_data, render_gates, render_heatmaps, render_surprisal
 from vizlm.corpus import compare_corpus
 from vizlm.data import CORPUS_LANGUAGE, CORPUS_TITLES, example_sentences
-from vizlm.links import MAX_TOP_K, ExplorerState, cut_text, parse_query
+from vizlm.links import MAX_TOP_K, ExplorerState, parse_query
 from vizlm.plots import attention_key_html, highlighted_html, sentence_strip_html
 
 page_setup()
@@ -205,9 +205,6 @@ def explorer() -> None:
     if not text or not text.strip():
         st.info("Type a sentence above (or pick an example) to see the models' attention.", icon=":material/edit:")
         st.stop()
-    text, note = cut_text(text)  # a long paste is read in part, never dropped
-    if note:
-        st.warning(note[:1].upper() + note[1:] + ".", icon=":material/content_cut:")
     shown = [model] + ([compare] if compare else [])
     analyses, docs = {}, {}
     for name in shown:

@@ -17,7 +17,7 @@ from vizlm.app import widgets as ui
 from vizlm.app.shell import EXPLORER, page_setup
 from vizlm.data import example_sentences
 from vizlm.export import safe_filename
-from vizlm.links import cut_text, explorer_query
+from vizlm.links import explorer_query
 from vizlm.plots import positions_chart, sentence_positions_chart
 
 page_setup()
@@ -80,9 +80,6 @@ def sentence_view() -> None:
     if not text.strip():
         st.info("Type a sentence to see its attention by position.", icon=":material/edit:")
         return
-    text, note = cut_text(text)
-    if note:
-        st.warning(note[:1].upper() + note[1:] + ".", icon=":material/content_cut:")
     try:
         one, per_word = one_sentence(tuple(models), keys, text, window)
     except (ValueError, ck.UserError) as exc:

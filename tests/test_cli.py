@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from vizlm import cli
+from vizlm.analysis import MIN_TOP_K_WEIGHT
 from vizlm.checkpoint import bundled_checkpoints, bundled_dir
 
 TEXT = "The dogs in the park are barking because they are hungry ."
@@ -70,7 +71,9 @@ def test_analyze_json(capsys, name):
 def test_analyze_top_k_and_table(capsys):
     code, out, _ = run(capsys, "analyze", "--checkpoint", "amsrn", "--text", TEXT, "--top-k", "2", "--json")
     assert code == 0
-    assert all(len(t["highlights"]) == min(2, t["index"] + 1) for t in json.loads(out)["targets"])
+    for t in json.loads(out)["targets"]:  # the two heaviest slots, those with real weight (top-k never marks ~0)
+        heaviest = sorted(t["attention"], reverse=True)[:2]
+        assert [h["weight"] for h in t["highlights"]] == [w for w in heaviest if w >= MIN_TOP_K_WEIGHT]
     code, out, _ = run(capsys, "analyze", "--checkpoint", "amsrn", "--text", "colorless zorbleflux ideas")
     assert code == 0 and "<unk>" in out and "perplexity" in out
 
@@ -134,3 +137,89 @@ def test_export_formats(capsys, tmp_path, fmt, magic):
     if magic:
         assert magic in data[:200]
     assert b"dogs" in data or fmt == "png"
+
+
+# --------------------------------------------------------------------------- bad options, files and text
+@pytest.mark.parametrize("argv", [
+    ["--threshold", "nan"], ["--threshold", "inf"], ["--threshold", "-5"], ["--threshold", "1.5"],
+    ["--top-k", "0"], ["--top-k", "-1"], ["--top-k", "51"], ["--top-k", "2.5"],
+])
+def test_out_of_range_highlight_options_are_refused(capsys, argv):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["analyze", "--checkpoint", "amsrn", "--text", TEXT, *argv])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"argument {argv[0]}: must be" in err and repr(argv[1]) in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["positions", "--checkpoint", "amsrn", "--corpus", "wsj", "--window", "0"],
+    ["cases", "--checkpoint", "amsrn", "--corpus", "wsj", "--threshold", "nan"],
+    ["cases", "--checkpoint", "amsrn", "--corpus", "wsj", "--examples", "-1"],
+    ["compare", "--a", "lstm", "--b", "amsrn", "--corpus", "wsj", "--top", "-3"],
+    ["compare", "--a", "lstm", "--b", "amsrn", "--corpus", "wsj", "--min-length", "-1"],
+    ["eval", "--checkpoint", "lstm", "--corpus", "wsj", "--batch-size", "0"],
+    ["train", "--model", "lstm", "--dry-run", "--batch-size", "0"],
+])
+def test_other_bad_numbers_are_refused(capsys, argv):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2 and "must be a" in capsys.readouterr().err
+
+
+def test_invalid_utf8_in_text_still_gives_valid_json(capsys):
+    """argv with invalid UTF-8 arrives as lone surrogates; stdout must stay valid JSON."""
+    code, out, _ = run(capsys, "analyze", "--checkpoint", "amsrn", "--text", "the \udcff market \x1b[31mfell\x00", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert "\ufffd" in doc["tokens"] and "market" in doc["tokens"]
+    assert not re.search("[\x00-\x08\x1b\ud800-\udfff]", doc["text"] + "".join(doc["tokens"]))
+
+
+def test_export_of_invalid_utf8_text(capsys, tmp_path):
+    for fmt in ("csv", "json"):
+        out = tmp_path / f"x.{fmt}"
+        code, _, _ = run(capsys, "export", "--checkpoint", "kvp", "--text", "the \udcff market", "--format", fmt,
+                         "--out", str(out))
+        assert code == 0 and "\ufffd" in out.read_bytes().decode("utf-8-sig")
+
+
+@pytest.mark.parametrize("target", ["dir", "under-a-file", "/dev/full", "/proc/vizlm-out"])
+def test_unwritable_out_is_a_clear_error(capsys, tmp_path, target):
+    if target.startswith("/") and not Path(target).parent.exists():
+        pytest.skip(f"no {Path(target).parent} here")
+    path = {"dir": tmp_path, "under-a-file": tmp_path / "file.txt" / "x.csv"}.get(target, Path(target))
+    (tmp_path / "file.txt").write_text("x")
+    code, _, err = run(capsys, "export", "--checkpoint", "lstm", "--text", TEXT, "--format", "csv", "--out", str(path))
+    assert code == 2 and err.startswith(f"vizlm export: error: {path}: ") and err.count("\n") == 1, err
+
+
+def test_text_file_that_is_not_a_file_is_a_clear_error(capsys, tmp_path):
+    code, _, err = run(capsys, "eval", "--checkpoint", "lstm", "--text-file", str(tmp_path))
+    assert code == 2 and "is a directory" in err
+    code, _, err = run(capsys, "cases", "--checkpoint", "amsrn", "--text-file", str(tmp_path / "missing.txt"))
+    assert code == 2 and "missing.txt: No such file or directory" in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["compare", "--a", "lstm", "--b", "amsrn"], ["positions", "--checkpoint", "amsrn"],
+    ["cases", "--checkpoint", "amsrn"], ["eval", "--checkpoint", "lstm"],
+])
+def test_a_file_without_words_is_an_error_not_nan(capsys, tmp_path, argv):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n\x00\n", encoding="utf-8")
+    code, out, err = run(capsys, *argv, "--text-file", str(empty), "--json")
+    assert code == 2 and out == "" and "no sentences to" in err
+
+
+def test_long_work_shows_progress_on_stderr_only(capsys, monkeypatch, text_file):
+    from vizlm import commands
+
+    monkeypatch.setattr(commands, "PROGRESS_MIN_TOKENS", 0)  # the file is short: show it anyway
+    code, out, err = run(capsys, "eval", "--checkpoint", "lstm", "--text-file", str(text_file), "--json")
+    assert code == 0 and json.loads(out)["sentences"] == 4
+    assert "eval" in err and "4/4" in err
+    code, out, err = run(capsys, "compare", "--a", "lstm", "--b", "amsrn", "--text-file", str(text_file), "--json")
+    assert code == 0 and json.loads(out)["summary"]["sentences"] == 4 and "8/8" in err
+    monkeypatch.setattr(commands, "PROGRESS_MIN_TOKENS", 10_000)
+    code, out, err = run(capsys, "eval", "--checkpoint", "lstm", "--text-file", str(text_file), "--json")
+    assert code == 0 and err == ""

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import re
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, SHARED
 
-from vizlm import paths
+from vizlm import data, paths
+from vizlm import text as text_module
 from vizlm.data import SPECIALS, Vocab, bucket_batches, collate, load_corpus
 from vizlm.prepare import prepare, split_of
 from vizlm.text import normalize, split_sentences, tokenize
@@ -96,3 +100,72 @@ def test_batches_cover_every_sentence_once():
     inputs, targets = collate([[5, 6], [7]])
     assert inputs.tolist() == [[1, 5, 6], [1, 7, 0]]
     assert targets.tolist() == [[5, 6, 2], [7, 2, 0]]
+
+
+# --------------------------------------------------------------------------- untrusted text
+UNSAFE = "\x00\x01\x02\x08\x0b\x0c\x1b\x7f\x85\x9f\ufdd0\ufdef\ufffe\uffff\U0001fffe\U0010ffff"
+NOT_IN_OUTPUT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufdd0-\ufdef\ufffe\uffff\ud800-\udfff]")
+
+
+def test_clean_text_replaces_what_no_output_can_hold_one_for_one():
+    clean = text_module.clean_text
+    dirty = f"The{UNSAFE}market \udcff fell\t.\r\n"
+    out = clean(dirty)
+    assert len(out) == len(dirty)  # offsets into the cleaned text are offsets into the original
+    assert out == "The" + " " * len(UNSAFE) + "market \ufffd fell\t.\r\n"
+    assert not NOT_IN_OUTPUT.search(out)
+    out.encode("utf-8")  # no lone surrogate left
+    safe = "Café 中文 😀 \t\n\r \u2028 \ufffd plain"
+    assert clean(safe) == safe
+    for tok in text_module.tokenize(out):
+        assert out[tok.start : tok.end] == tok.text
+
+
+def test_read_text_file_refuses_a_directory(tmp_path):
+    with pytest.raises(ValueError, match="is a directory"):
+        data.read_text_file(tmp_path)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_read_text_file_refuses_a_fifo_without_opening_it(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)  # opening it would block until a writer came
+    with pytest.raises(ValueError, match="not a regular file"):
+        data.read_text_file(fifo)
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero here")
+def test_read_text_file_refuses_dev_zero_from_stat():
+    with pytest.raises(ValueError, match="not a regular file"):
+        data.read_text_file(Path("/dev/zero"))  # reading it would never end
+
+
+def test_read_text_file_refuses_a_file_over_the_limit(tmp_path, monkeypatch):
+    path = tmp_path / "big.txt"
+    path.write_text("The market fell .\n" * 200, encoding="utf-8")
+    monkeypatch.setattr(data, "MAX_TEXT_FILE_BYTES", 1000)
+    with pytest.raises(ValueError, match="MAX_TEXT_FILE_BYTES"):
+        data.read_text_file(path)
+
+
+def test_read_text_file_streams_long_lines_in_pieces_and_splits_long_sentences(tmp_path, monkeypatch):
+    words = [f"w{i % 997}" for i in range(30_000)]  # one line, 180 kB, no sentence end: one huge "sentence"
+    path = tmp_path / "long.txt"
+    path.write_text(" ".join(words) + "\nThe market fell. It rose again.\n", encoding="utf-8")
+    seen = []
+    split = text_module.split_sentences
+    monkeypatch.setattr(data, "split_sentences", lambda t: seen.append(len(t)) or split(t))
+    sents = data.read_text_file(path)
+    assert max(seen) <= data.MAX_LINE_CHARS  # never the whole line at once
+    assert max(len(s) for s in sents) <= text_module.MAX_TOKENS
+    assert [w for s in sents[:-2] for w in s] == words  # pieces cut at spaces: no word lost or split
+    assert sents[-2:] == [["the", "market", "fell", "."], ["it", "rose", "again", "."]]  # one paragraph a line
+
+
+def test_read_text_file_survives_invalid_utf8_and_control_characters(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"\xef\xbb\xbfThe \xff\xfe market\x00fell \x1b[31m today .\n\x00\x01\n")
+    sents = data.read_text_file(path)
+    assert len(sents) == 1 and sents[0][0] == "the"  # the BOM is not a word; the control-only line is no sentence
+    assert "\ufffd\ufffd" in sents[0] and "market" in sents[0] and "fell" in sents[0]
+    assert not any(NOT_IN_OUTPUT.search(w) for w in sents[0])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vizlm.analysis import DEFAULT_THRESHOLD, MAX_TOKENS
-from vizlm.links import MAX_TEXT_CHARS, MAX_TOP_K, ExplorerState, cut_text, explorer_query, parse_query
+from vizlm.analysis import DEFAULT_THRESHOLD, MAX_TEXT_CHARS
+from vizlm.links import MAX_TOP_K, ExplorerState, explorer_query, parse_query
 
 NAMES = ["lstm", "amsrn", "kvp"]
 
@@ -54,9 +54,3 @@ def test_unknown_models_and_long_text():
     assert state.model == "amsrn" and state.compare is None and len(notes) == 2
     state, notes = parse(text="x" * (MAX_TEXT_CHARS + 10))
     assert len(state.text) == MAX_TEXT_CHARS and f"{MAX_TEXT_CHARS:,}" in notes[0]
-
-
-def test_cut_text():
-    assert cut_text("short") == ("short", None)
-    cut, note = cut_text("w " * MAX_TEXT_CHARS)
-    assert len(cut) == MAX_TEXT_CHARS and f"{2 * MAX_TEXT_CHARS:,} characters" in note and str(MAX_TOKENS) in note

@@ -26,9 +26,13 @@ import torch
 from vizlm.checkpoint import Checkpoint
 from vizlm.data import BOS, EOS, UNK, iter_batches
 from vizlm.tagger import tag_tokens
-from vizlm.text import tokenize
+from vizlm.text import MAX_TOKENS, clean_text, cut_point, tokenize
 
-MAX_TOKENS = 400  # longer texts are cut, with a note, to keep the app responsive
+# Longer texts are cut, with a note, to keep the app responsive: to MAX_TOKENS tokens
+# (vizlm.text, where --text-file reading splits at the same length), and before that to
+# MAX_TEXT_CHARS characters, so a huge text is never tokenised or tagged as a whole.
+# 50 characters a token is far more than English (about 6) or Chinese (1) needs.
+MAX_TEXT_CHARS = 50 * MAX_TOKENS
 DEFAULT_THRESHOLD = 0.2
 # In top-k mode a slot must still carry this much weight to count as attended: the third-heaviest
 # of a row that puts 98% on one slot is not "attended" (and must not be labelled as a case).
@@ -216,16 +220,25 @@ def analyze_tokens(
     tags: list[str] | None = None,
     top_k: int = 5,
 ) -> SentenceAnalysis:
-    """Analyse an already tokenised, normalised sentence (e.g. from a corpus)."""
+    """Analyse an already tokenised, normalised sentence (e.g. from a corpus).
+
+    Only the first :data:`MAX_TOKENS` tokens are read (``truncated`` counts the rest, and a
+    note says so). Tokens and text go through :func:`vizlm.text.clean_text`.
+    """
     if not norms:
         raise AnalysisError("nothing to analyse: the text has no words")
     truncated = max(0, len(norms) - MAX_TOKENS)
-    norms = norms[:MAX_TOKENS]
-    cut = (lambda xs: xs[:MAX_TOKENS] if xs else xs)
+
+    def cut(xs):
+        return xs[:MAX_TOKENS] if xs else xs
+
+    norms = [clean_text(w) for w in norms[:MAX_TOKENS]]
+    surfaces = [clean_text(w) for w in surfaces[:MAX_TOKENS]] if surfaces else surfaces
+    text = clean_text(text) if text is not None else None
     out = ckpt.model(torch.tensor([[ckpt.vocab.bos_id] + ckpt.vocab.encode(norms)]))
     att, gates = out.attention, out.extras.get("gate1")
     return _build(ckpt, norms, out.logits[0], None if att is None else att[0], None if gates is None else gates[0],
-                  cut(surfaces), cut(offsets), text, cut(tags), top_k, truncated)
+                  surfaces, cut(offsets), text, cut(tags), top_k, truncated)
 
 
 @torch.no_grad()
@@ -263,15 +276,34 @@ def analyze_batch(
 def analyze(ckpt: Checkpoint, text: str, top_k: int = 5, tags: list[str] | None = None) -> SentenceAnalysis:
     """Tokenise ``text`` like the corpus and analyse it with ``ckpt``.
 
-    Raises :class:`AnalysisError` with a readable message for empty input.
+    The text is cleaned (:func:`vizlm.text.clean_text`: control characters, noncharacters
+    and lone surrogates replaced one for one, so ``text`` and the offsets stay aligned) and
+    bounded before any work: only its first :data:`MAX_TEXT_CHARS` characters (cut at a
+    space) are tokenised and only its first :data:`MAX_TOKENS` tokens tagged and analysed,
+    with a note. ``SentenceAnalysis.text`` is the part that was read. Raises
+    :class:`AnalysisError` with a readable message for empty input.
     """
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str):
         raise AnalysisError("please type a sentence: the text is empty")
-    toks = tokenize(text)
+    chars = len(text)
+    if chars > MAX_TEXT_CHARS:  # a long text: skip leading blanks so the part read holds words
+        text = text[len(text) - len(text.lstrip()) :]
+    read = clean_text(text[: cut_point(text, MAX_TEXT_CHARS)])
+    if not read.strip():
+        raise AnalysisError("please type a sentence: the text is empty")
+    toks = tokenize(read)
     if not toks:
         raise AnalysisError("nothing to analyse: the text has no words")
+    n_read = len(toks)
+    more = len(read) < len(text) and not text[len(read) :].isspace()  # words beyond the character cut
+    if more:
+        toks = toks[:MAX_TOKENS]  # the token note would count only what was read: one note below instead
     if tags is None:
-        tags = tag_tokens([t.norm for t in toks])
-    return analyze_tokens(
-        ckpt, [t.norm for t in toks], [t.text for t in toks], [(t.start, t.end) for t in toks], text, tags, top_k
+        tags = tag_tokens([t.norm for t in toks[:MAX_TOKENS]])  # tag only what is analysed (tagging is slow)
+    sa = analyze_tokens(
+        ckpt, [t.norm for t in toks], [t.text for t in toks], [(t.start, t.end) for t in toks], read, tags, top_k
     )
+    if more:
+        sa.truncated = max(1, n_read - len(toks))  # at least: the rest of the text was never tokenised
+        sa.notes.insert(0, f"the text has {chars:,} characters; only its first {len(toks)} tokens were analysed")
+    return sa

@@ -8,18 +8,19 @@ import sys
 import tempfile
 from pathlib import Path
 
-from vizlm import paths
+from vizlm import commands, paths
+from vizlm.commands import fraction, positive_number, read_text, scoring_progress, whole
 from vizlm.data import CORPORA, TRAINABLE
 from vizlm.models import REGISTRY
 
 MODEL_OPTIONS = {  # flag -> (config field, type, help)
-    "--emb-dim": ("emb_dim", int, "embedding size (default 50)"),
-    "--hidden-dim": ("hidden_dim", int, "LSTM output size; for kv/kvp/ngram the size of each part (default 50)"),
-    "--dropout": ("dropout", float, "dropout on embeddings and outputs (default 0)"),
+    "--emb-dim": ("emb_dim", whole(1), "embedding size (default 50)"),
+    "--hidden-dim": ("hidden_dim", whole(1), "LSTM output size; for kv/kvp/ngram the size of each part (default 50)"),
+    "--dropout": ("dropout", fraction, "dropout on embeddings and outputs, from 0 to 1 (default 0)"),
     "--selection": ("selection", str, "AMSRN gates: none | independent | shared | complementary"),
     "--entropy-weight": ("entropy_weight", float, "AMSRN attention-entropy weight lambda (default 0)"),
-    "--window": ("window", int, "Daniluk attention window L (default 5)"),
-    "--n": ("n", int, "N of the N-gram RNN (default 4)"),
+    "--window": ("window", whole(1), "Daniluk attention window L (default 5)"),
+    "--n": ("n", whole(1), "N of the N-gram RNN (default 4)"),
     "--score": ("score", str, "Salton attention score: single | combined"),
 }
 
@@ -31,14 +32,14 @@ def _add_train(sub) -> None:
     p.add_argument("--out", type=Path, help="checkpoint folder (default CHECKPOINTS/MODEL; a temp dir with --dry-run)")
     for flag, (_, typ, hlp) in MODEL_OPTIONS.items():
         p.add_argument(flag, type=typ, default=None, help=hlp)
-    p.add_argument("--epochs", type=int, default=30, help="maximum epochs")
-    p.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
-    p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate")
-    p.add_argument("--clip", type=float, default=5.0, help="gradient-norm clip")
-    p.add_argument("--patience", type=int, default=2, help="stop after this many epochs without improvement")
-    p.add_argument("--lr-decay", type=float, default=0.5, help="lr factor after an epoch without improvement")
+    p.add_argument("--epochs", type=whole(1), default=30, help="maximum epochs")
+    p.add_argument("--batch-size", type=whole(1), default=64, help="sentences per batch")
+    p.add_argument("--lr", type=positive_number, default=1e-3, help="Adam learning rate")
+    p.add_argument("--clip", type=positive_number, default=5.0, help="gradient-norm clip")
+    p.add_argument("--patience", type=whole(0), default=2, help="stop after this many epochs without improvement")
+    p.add_argument("--lr-decay", type=fraction, default=0.5, help="lr factor after an epoch without improvement (0 to 1)")
     p.add_argument("--seed", type=int, default=1234, help="random seed")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=whole(1), default=None, help="torch CPU threads")
     p.add_argument("--init-from", default=None, help="start from a trained checkpoint: AMSRN copies the LSTM; attention/kv/kvp/ngram take a trained LSTM as their predict part")
     p.add_argument("--resume", action="store_true", help="continue from OUT/resume")
     p.add_argument("--dry-run", action="store_true", help="a few batches of one epoch, to check the pipeline")
@@ -51,7 +52,7 @@ def _add_eval(sub) -> None:
     src.add_argument("--corpus", choices=list(CORPORA), help="processed corpus")
     src.add_argument("--text-file", type=Path, help="raw text, one paragraph or sentence a line")
     p.add_argument("--split", default="test", help="corpus split (train/valid/test)")
-    p.add_argument("--batch-size", type=int, default=128, help="sentences per batch")
+    p.add_argument("--batch-size", type=whole(1), default=128, help="sentences per batch")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -69,8 +70,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the tagger, collocation table and examples go (default: the package's vizlm/assets)")
     _add_train(sub)
     _add_eval(sub)
-    from vizlm import commands
-
     commands.add_analysis_commands(sub)
     return parser
 
@@ -98,17 +97,18 @@ def cmd_train(args) -> int:
 
 def cmd_eval(args) -> int:
     from vizlm.checkpoint import load_checkpoint
-    from vizlm.data import encode_sentences, load_corpus, read_text_file
+    from vizlm.data import encode_sentences, load_corpus
     from vizlm.evaluate import score_sentences
 
     ckpt = load_checkpoint(args.checkpoint)
     if args.text_file:
-        sents, source = read_text_file(args.text_file), str(args.text_file)
+        sents, source = read_text(args.text_file), str(args.text_file)
     else:
         sents, source = load_corpus(args.corpus, args.split).sentences, f"{args.corpus}/{args.split}"
     if not sents:
-        raise SystemExit("vizlm eval: no sentences to score")
-    result = score_sentences(ckpt.model, encode_sentences(sents, ckpt.vocab), args.batch_size).summary()
+        raise ValueError(f"no sentences to score: {source} has no words")
+    with scoring_progress([ckpt], sents, "eval"):
+        result = score_sentences(ckpt.model, encode_sentences(sents, ckpt.vocab), args.batch_size).summary()
     result = {"checkpoint": str(args.checkpoint), "source": source, **result}
     if args.json:
         print(json.dumps(result))
@@ -134,11 +134,13 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_train(args)
         if args.command == "eval":
             return cmd_eval(args)
-        from vizlm import commands
-
         return commands.run(args)
-    except (CheckpointError, FileNotFoundError, ValueError) as exc:
+    except (CheckpointError, ValueError) as exc:
         print(f"vizlm {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a file that cannot be read or written (FileNotFoundError included): no traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"vizlm {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
 
 

@@ -2,17 +2,127 @@
 
 Each command is argparse -> one library call (``vizlm.analysis``, ``vizlm.corpus``,
 ``vizlm.cases``, ``vizlm.export``) -> JSON (``--json``) or a table.
+
+Also here, for every command of the CLI: the option types that refuse a bad number with a
+message (argparse then exits 2), reading ``--text-file`` and writing output files, and the
+progress bars of long work. Progress goes to stderr only, so ``--json`` output stays valid.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
+import math
 import sys
 from pathlib import Path
 
-from vizlm.analysis import DEFAULT_THRESHOLD
+from tqdm import tqdm
+
+from vizlm.analysis import DEFAULT_THRESHOLD, MAX_TOKENS
 from vizlm.cases import LABELS
-from vizlm.data import CORPORA
+from vizlm.data import CORPORA, MAX_TEXT_FILE_BYTES, read_text_file
+from vizlm.text import clean_text
+
+TOP_K_MAX = 50  # --top-k: more highlights than this per word are no longer a highlight
+WINDOW_MAX = MAX_TOKENS + 1  # --window: the memory slots of the longest analysed sentence
+PROGRESS_MIN_TOKENS = 50_000  # scoring more tokens than this (about 10 s on a laptop) shows a progress bar
+READ_PROGRESS_BYTES = 8 * 2**20  # reading a larger --text-file shows one too
+
+
+# --------------------------------------------------------------------------- option types
+def fraction(text: str) -> float:
+    """argparse type: a finite number from 0 to 1 (an attention weight, a dropout rate)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 <= value <= 1):
+        raise argparse.ArgumentTypeError(f"must be a number from 0 to 1, not {text!r}")
+    return value
+
+
+def positive_number(text: str) -> float:
+    """argparse type: a finite number > 0 (a learning rate, a clipping norm)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number above 0, not {text!r}")
+    return value
+
+
+def whole(low: int = 1, high: int | None = None):
+    """argparse type: a whole number from ``low`` to ``high`` (no upper bound when None)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low or (high is not None and value > high):
+            bounds = f"from {low} to {high}" if high is not None else f"of at least {low}"
+            raise argparse.ArgumentTypeError(f"must be a whole number {bounds}, not {text!r}")
+        return value
+
+    return parse
+
+
+# --------------------------------------------------------------------------- files and progress
+def read_text(path: Path) -> list[list[str]]:
+    """:func:`vizlm.data.read_text_file`, with a progress bar on stderr for a large file."""
+    path = Path(path)
+    size = path.stat().st_size if path.is_file() else 0  # what is wrong with it read_text_file says
+    if not READ_PROGRESS_BYTES < size <= MAX_TEXT_FILE_BYTES:
+        return read_text_file(path)
+    with tqdm(total=size, unit="B", unit_scale=True, desc=f"reading {path.name}", file=sys.stderr) as bar:
+        return read_text_file(path, progress=lambda f: bar.update(max(0, round(f * size) - bar.n)))
+
+
+def write_output(path: Path, data: bytes) -> None:
+    """``path.write_bytes(data)``; an error names the file (a failed ``write()`` alone does not)."""
+    try:
+        Path(path).write_bytes(data)
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(path)
+        raise
+
+
+@contextlib.contextmanager
+def scoring_progress(ckpts, sentences: list[list[str]] | None, desc: str):
+    """A progress bar on stderr counting the sentences the models of ``ckpts`` read.
+
+    Shown once a model runs (nothing when the result comes from the cache), and only when
+    ``sentences`` hold more than :data:`PROGRESS_MIN_TOKENS` tokens (``None``: a corpus
+    loaded later, always). It counts forward passes through a hook, so the library code
+    needs no callback.
+    """
+    models = list({id(c.model): c.model for c in ckpts}.values())
+    if not models or (sentences is not None and sum(map(len, sentences)) <= PROGRESS_MIN_TOKENS):
+        yield
+        return
+    bar = None
+
+    def tick(_module, args, _output):
+        nonlocal bar
+        if bar is None:
+            total = len(sentences) * len(models) if sentences is not None else None
+            bar = tqdm(total=total, desc=desc, unit="sentence", file=sys.stderr)
+        bar.update(int(args[0].shape[0]) if args and hasattr(args[0], "shape") else 1)
+
+    handles = [m.register_forward_hook(tick) for m in models]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+        if bar is not None:
+            bar.close()
+
+
+# --------------------------------------------------------------------------- the commands
 
 
 def _source(p) -> None:
@@ -25,8 +135,10 @@ def _source(p) -> None:
 
 def _highlight_mode(p) -> None:
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--threshold", type=float, default=None, help=f"highlight slots with weight >= this (default {DEFAULT_THRESHOLD:g})")
-    mode.add_argument("--top-k", type=int, default=None, help="highlight the k heaviest slots instead")
+    mode.add_argument("--threshold", type=fraction, default=None,
+                      help=f"highlight slots with weight >= this, from 0 to 1 (default {DEFAULT_THRESHOLD:g})")
+    mode.add_argument("--top-k", type=whole(1, TOP_K_MAX), default=None,
+                      help=f"highlight the k heaviest slots instead (1 to {TOP_K_MAX})")
 
 
 def add_analysis_commands(sub) -> None:
@@ -40,14 +152,15 @@ def add_analysis_commands(sub) -> None:
     p.add_argument("--a", required=True, help="baseline checkpoint")
     p.add_argument("--b", required=True, help="checkpoint compared with the baseline")
     _source(p)
-    p.add_argument("--top", type=int, default=10, help="how many most improved / worsened sentences to list")
-    p.add_argument("--min-length", type=int, default=5, help="only list sentences with at least this many words")
+    p.add_argument("--top", type=whole(0), default=10, help="how many most improved / worsened sentences to list")
+    p.add_argument("--min-length", type=whole(0), default=5, help="only list sentences with at least this many words")
     p.add_argument("--csv", type=Path, help="write the whole per-sentence table as CSV")
 
     p = sub.add_parser("positions", help="average attention by relative position (Daniluk et al. Fig. 3)")
     p.add_argument("--checkpoint", nargs="+", required=True, help="one or more attention checkpoints")
     _source(p)
-    p.add_argument("--window", type=int, default=10, help="how many positions back to show")
+    p.add_argument("--window", type=whole(1, WINDOW_MAX), default=10,
+                   help=f"how many positions back to show (1 to {WINDOW_MAX})")
     p.add_argument("--png", type=Path, help="write the plot as PNG")
     p.add_argument("--svg", type=Path, help="write the plot as SVG")
 
@@ -55,8 +168,9 @@ def add_analysis_commands(sub) -> None:
     p.add_argument("--checkpoint", required=True, help="attention checkpoint")
     _source(p)
     p.add_argument("--label", choices=LABELS, help="only this label's examples")
-    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help="attention weight that counts as a highlight")
-    p.add_argument("--examples", type=int, default=10, help="strongest examples listed per label")
+    p.add_argument("--threshold", type=fraction, default=DEFAULT_THRESHOLD,
+                   help=f"attention weight that counts as a highlight, from 0 to 1 (default {DEFAULT_THRESHOLD:g})")
+    p.add_argument("--examples", type=whole(0), default=10, help="strongest examples listed per label")
 
     p = sub.add_parser("export", help="attention heatmap and data of one sentence to a file")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or bundled name")
@@ -66,21 +180,26 @@ def add_analysis_commands(sub) -> None:
     _highlight_mode(p)
 
 
-def _sentences(args) -> tuple[list[list[str]], list[str], str, str | None]:
-    """(normalised sentences, ids, label, corpus checksum) from --corpus/--split or --text-file."""
-    from vizlm.data import load_corpus, read_text_file
+def _sentences(args, verb: str) -> tuple[list[list[str]], list[str], str, str | None]:
+    """(normalised sentences, ids, label, corpus checksum) from --corpus/--split or --text-file.
+
+    A text file without a word is an error (``no sentences to <verb>``), not an empty result."""
+    from vizlm.data import load_corpus
 
     if args.text_file:
-        sents = read_text_file(args.text_file)
+        sents = read_text(args.text_file)
+        if not sents:
+            raise ValueError(f"no sentences to {verb}: {args.text_file} has no words")
         return sents, [f"line{i}" for i in range(len(sents))], str(args.text_file), None
     corpus = load_corpus(args.corpus, args.split)
     return corpus.sentences, corpus.ids, f"{args.corpus}/{args.split}", corpus.checksum
 
 
 def _dump(obj) -> None:
+    """One JSON document on stdout; clean_text makes sure no lone surrogate (raw bytes) gets out."""
     from vizlm.export import json_safe
 
-    print(json.dumps(json_safe(obj), ensure_ascii=False, allow_nan=False))
+    print(clean_text(json.dumps(json_safe(obj), ensure_ascii=False, allow_nan=False)))
 
 
 def cmd_analyze(args) -> int:
@@ -110,12 +229,14 @@ def cmd_compare(args) -> int:
 
     a, b = load_checkpoint(args.a), load_checkpoint(args.b)
     if args.text_file:
-        sents, ids, _, _ = _sentences(args)
-        result = compare(a, b, sents, ids)
+        sents, ids, _, _ = _sentences(args, "compare")
+        with scoring_progress([a, b], sents, "compare"):
+            result = compare(a, b, sents, ids)
     else:
-        result = compare_corpus(a, b, args.corpus, args.split)
+        with scoring_progress([a, b], None, "compare"):
+            result = compare_corpus(a, b, args.corpus, args.split)
     if args.csv:
-        args.csv.write_bytes(export_frame(result.table, "csv"))
+        write_output(args.csv, export_frame(result.table, "csv"))
     if args.json:
         doc = result.to_dict()
         doc["most_improved"] = result.most_improved(args.top, args.min_length).to_dict("records")
@@ -140,11 +261,14 @@ def cmd_positions(args) -> int:
     from vizlm.corpus import attention_by_position, positions_corpus
 
     ckpts = [load_checkpoint(c) for c in args.checkpoint]
+    attending = [c for c in ckpts if c.has_attention]
     if args.text_file:
-        sents, _, _, _ = _sentences(args)
-        stats = attention_by_position(ckpts, sents, window=args.window)
+        sents, _, _, _ = _sentences(args, "analyse")
+        with scoring_progress(attending, sents, "positions"):
+            stats = attention_by_position(ckpts, sents, window=args.window)
     else:
-        stats = positions_corpus(ckpts, args.corpus, args.split, window=args.window)
+        with scoring_progress(attending, None, "positions"):
+            stats = positions_corpus(ckpts, args.corpus, args.split, window=args.window)
     if args.png or args.svg:
         from vizlm.export import chart_bytes
         from vizlm.plots import positions_chart
@@ -152,7 +276,7 @@ def cmd_positions(args) -> int:
         chart = positions_chart(stats.frame)
         for path, fmt in ((args.png, "png"), (args.svg, "svg")):
             if path:
-                path.write_bytes(chart_bytes(chart, fmt))
+                write_output(path, chart_bytes(chart, fmt))
     if args.json:
         _dump(stats.to_dict())
         return 0
@@ -165,11 +289,16 @@ def cmd_cases(args) -> int:
     from vizlm.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(args.checkpoint)
+    attending = [ckpt] if ckpt.has_attention else []
     if args.text_file:
-        sents, ids, _, _ = _sentences(args)
-        report = corpus_cases(ckpt, sentences=sents, ids=ids, threshold=args.threshold, examples_per_label=args.examples)
+        sents, ids, _, _ = _sentences(args, "analyse")
+        with scoring_progress(attending, sents, "cases"):
+            report = corpus_cases(ckpt, sentences=sents, ids=ids, threshold=args.threshold,
+                                  examples_per_label=args.examples)
     else:
-        report = corpus_cases(ckpt, args.corpus, args.split, threshold=args.threshold, examples_per_label=args.examples)
+        with scoring_progress(attending, None, "cases"):
+            report = corpus_cases(ckpt, args.corpus, args.split, threshold=args.threshold,
+                                  examples_per_label=args.examples)
     doc = report.to_dict()
     if args.label:
         doc["examples"] = {args.label: doc["examples"].get(args.label, [])}
@@ -191,7 +320,7 @@ def cmd_export(args) -> int:
 
     sa = analyze(load_checkpoint(args.checkpoint), args.text)
     data = export_analysis(sa, args.format, threshold=args.threshold, top_k=args.top_k)
-    args.out.write_bytes(data)
+    write_output(args.out, data)
     print(f"wrote {args.out} ({len(data):,} bytes)", file=sys.stderr)
     return 0
 

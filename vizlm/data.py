@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import io
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from vizlm import paths
-from vizlm.text import split_sentences, tokenize
+from vizlm.text import MAX_TOKENS, clean_text, cut_point, split_sentences, tokenize
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)
@@ -174,12 +174,69 @@ def iter_batches(seqs: list[list[int]], batch_size: int, shuffle: bool = False, 
         yield idx, inputs, targets
 
 
-def read_text_file(path: Path) -> list[list[str]]:
-    """Raw text, one paragraph or sentence a line, tokenised like user input."""
-    out = []
-    for line in io.open(path, encoding="utf-8"):
-        for sent in split_sentences(line):
-            toks = [t.norm for t in tokenize(sent)]
-            if toks:
-                out.append(toks)
+# --------------------------------------------------------------------------- text files
+MAX_TEXT_FILE_BYTES = 100 * 2**20  # a --text-file larger than this is refused (100 MiB: hours of scoring)
+MAX_LINE_CHARS = 20_000  # longer lines are read in pieces of at most this, cut at a space
+_PROGRESS_STEP = 2**20  # bytes between two progress calls
+
+
+def _check_text_file(path: Path) -> int:
+    """The size of ``path`` if it is a regular file within :data:`MAX_TEXT_FILE_BYTES`, from
+    ``stat`` alone: a directory, device (``/dev/zero``) or FIFO is refused before it is opened."""
+    path = Path(path)
+    size = path.stat().st_size  # FileNotFoundError / PermissionError name the path
+    if not path.is_file():  # stat's S_ISREG
+        kind = "a directory" if path.is_dir() else "not a regular file (a device, FIFO or socket)"
+        raise ValueError(f"{path} is {kind}; give a text file")
+    if size > MAX_TEXT_FILE_BYTES:
+        raise ValueError(f"{path} is {size / 2**20:,.1f} MiB; text files are limited to "
+                         f"{MAX_TEXT_FILE_BYTES // 2**20} MiB (vizlm.data.MAX_TEXT_FILE_BYTES)")
+    return size
+
+
+def _line_pieces(fh, limit: int = MAX_LINE_CHARS):
+    """The lines of a text file, each in pieces of at most ``limit`` characters cut at a space,
+    so that memory stays bounded whatever the file holds (a line is never read whole)."""
+    buf = ""
+    while True:
+        piece = fh.readline(limit)
+        buf += piece
+        line_end = not piece or piece.endswith("\n")
+        while len(buf) > limit or (line_end and buf):
+            cut = cut_point(buf, limit)
+            yield buf[:cut]
+            buf = buf[cut:]
+        if not piece:
+            return
+
+
+def read_text_file(path: Path, progress: Callable[[float], None] | None = None) -> list[list[str]]:
+    """Raw text, one paragraph or sentence a line, tokenised like user input: a list of
+    sentences, each a list of normalised tokens.
+
+    Bounded and streamed: ``path`` must be a regular file of at most
+    :data:`MAX_TEXT_FILE_BYTES` (else :class:`ValueError`); it is read line by line, a line
+    longer than :data:`MAX_LINE_CHARS` in pieces cut at a space, and a sentence longer than
+    :data:`~vizlm.text.MAX_TOKENS` tokens is split into consecutive sentences of at most that
+    many, so no batch of them grows huge. Invalid UTF-8 becomes U+FFFD and every piece goes
+    through :func:`~vizlm.text.clean_text`. ``progress(fraction)`` is called as bytes are read.
+    """
+    size = _check_text_file(path)
+    words: dict[str, str] = {}  # one string object per distinct word: a large file's tokens share them
+    out: list[list[str]] = []
+    chars = reported = 0
+    with open(path, encoding="utf-8-sig", errors="replace") as fh:
+        for piece in _line_pieces(fh):
+            chars += len(piece)
+            if chars > MAX_TEXT_FILE_BYTES:  # the file grew, or stat did not tell its size (e.g. /proc)
+                raise ValueError(f"{path} holds more than {MAX_TEXT_FILE_BYTES // 2**20} MiB of text; "
+                                 "that is the limit (vizlm.data.MAX_TEXT_FILE_BYTES)")
+            for sent in split_sentences(clean_text(piece)):
+                toks = [words.setdefault(t.norm, t.norm) for t in tokenize(sent)]
+                out.extend(toks[i : i + MAX_TOKENS] for i in range(0, len(toks), MAX_TOKENS))
+            if progress and chars - reported >= _PROGRESS_STEP:
+                reported = chars
+                progress(min(1.0, chars / max(size, 1)))
+    if progress:
+        progress(1.0)
     return out

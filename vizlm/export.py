@@ -36,6 +36,7 @@ from vizlm import plots
 from vizlm.analysis import DEFAULT_THRESHOLD, SentenceAnalysis
 from vizlm.cases import labelled_dict
 from vizlm.render import clean_spec, render
+from vizlm.text import clean_text
 
 CHART_FORMATS = ("png", "svg", "html")
 TABLE_FORMATS = ("csv", "json")
@@ -152,9 +153,12 @@ def chart_bytes(chart: alt.TopLevelMixin, fmt: str, scale: float = PNG_SCALE, ti
 
 
 def neutralise_cell(value: object) -> object:
-    """Prefix ``'`` to a string a spreadsheet would read as a formula; other values pass through."""
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
-        return "'" + value
+    """Prefix ``'`` to a string a spreadsheet would read as a formula, and clean it
+    (:func:`vizlm.text.clean_text`: no control character or lone surrogate in a cell);
+    other values pass through."""
+    if isinstance(value, str):
+        value = clean_text(value)
+        return "'" + value if value.startswith(_FORMULA_START) else value
     return value
 
 
@@ -197,7 +201,8 @@ def json_safe(obj: object) -> object:
 
 
 def _json_bytes(obj: object) -> bytes:
-    return json.dumps(json_safe(obj), allow_nan=False, ensure_ascii=False, indent=2).encode("utf-8")
+    # errors="replace": a lone surrogate (text that skipped vizlm.text.clean_text) becomes "?", not an exception.
+    return json.dumps(json_safe(obj), allow_nan=False, ensure_ascii=False, indent=2).encode("utf-8", errors="replace")
 
 
 def _csv_bytes(df: pd.DataFrame) -> bytes:
@@ -205,7 +210,8 @@ def _csv_bytes(df: pd.DataFrame) -> bytes:
     # CRLF line ends (RFC 4180) also make the csv writer quote cells holding a lone \r.
     buf = io.StringIO()
     _neutralise_frame(df).to_csv(buf, index=False, lineterminator="\r\n")
-    return buf.getvalue().encode("utf-8-sig")
+    # errors="replace": cells are cleaned above, but a lone surrogate must never be an exception here.
+    return buf.getvalue().encode("utf-8-sig", errors="replace")
 
 
 def export_frame(df: pd.DataFrame, fmt: str) -> bytes:

@@ -10,18 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from vizlm.analysis import DEFAULT_THRESHOLD, MAX_TOKENS
+from vizlm.analysis import DEFAULT_THRESHOLD, MAX_TEXT_CHARS
 
-MAX_TEXT_CHARS = 5000  # what the Explorer reads of a text (typed, pasted or linked); analysis stops at MAX_TOKENS tokens
 MAX_TOP_K = 10  # the Explorer's top-k slider
-
-
-def cut_text(text: str, where: str = "the text") -> tuple[str, str | None]:
-    """``text`` cut to :data:`MAX_TEXT_CHARS`, and a note for the user when it was cut."""
-    if len(text) <= MAX_TEXT_CHARS:
-        return text, None
-    return text[:MAX_TEXT_CHARS], (f"{where} has {len(text):,} characters; only the first {MAX_TEXT_CHARS:,} are read "
-                                   f"(and of those, the first {MAX_TOKENS} words are analysed)")
 
 
 @dataclass
@@ -68,9 +59,10 @@ def parse_query(params: dict, names: list[str], default_model: str, default_comp
         if compare not in names:
             notes.append(f"comparison model {compare!r} in the link is not available here")
         compare = None
-    text, note = cut_text(params.get("text", default_text), "the text in the link")
-    if note:
-        notes.append(note)
+    text = params.get("text", default_text)
+    if len(text) > MAX_TEXT_CHARS:  # analysis reads no more than this anyway
+        notes.append(f"the text in the link has {len(text):,} characters; only the first {MAX_TEXT_CHARS:,} are read")
+        text = text[:MAX_TEXT_CHARS]
     threshold, top_k, target = DEFAULT_THRESHOLD, None, None
     if "threshold" in params:
         try:

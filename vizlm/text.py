@@ -10,6 +10,11 @@ apostrophes and hyphens stay (Brown keeps ``didn't`` and ``Atlanta's`` whole) an
 known abbreviations keep their period (``Mr.``, ``U.S.``). Every token keeps its
 character offsets into the original string so the app can highlight the text the
 user typed.
+
+Text from outside (a sentence typed in the app or given with ``--text``, a line of a
+``--text-file``) first goes through :func:`clean_text`, which replaces what no output
+format can hold (control characters, noncharacters, lone surrogates) character for
+character, so offsets stay valid and nothing unsafe reaches a renderer or a file.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import unicodedata
 from dataclasses import dataclass
 
 NUMBER = "N"
+MAX_TOKENS = 400  # tokens of one text the models read at once; longer texts are cut or split
 _NUMBER_RE = re.compile(r"[-+]?\d[\d.,:/\-]*(?:s|st|nd|rd|th)?")
 # Characters peeled off the edges of a whitespace-separated chunk.
 _EDGE_PUNCT = set("\"'`“”‘’«»()[]{}<>,;:!?.…—–")
@@ -33,6 +39,49 @@ DEFAULT_ABBREVIATIONS = frozenset(
     "p.m. a.m. mt. gen. gov. sen. rep. rev. prof. lt. col. capt. sgt. jan. feb. "
     "mar. apr. aug. sept. sep. oct. nov. dec. ft. e.g. i.e.".split()
 )
+
+
+# What XML 1.0, HTML and CSV cannot carry: C0 controls but tab, newline and carriage
+# return; DEL and the C1 controls; Unicode noncharacters (U+FDD0..U+FDEF and the last two
+# code points of every plane, e.g. U+FFFE); and lone surrogates, which is how invalid
+# UTF-8 in argv or a file read with ``surrogateescape`` arrives.
+_UNSAFE_RE = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufdd0-\ufdef\ud800-\udfff"
+    + "".join(f"{chr(plane * 0x10000 + 0xFFFE)}{chr(plane * 0x10000 + 0xFFFF)}" for plane in range(17))
+    + "]"
+)
+
+
+def _replacement(m: re.Match) -> str:
+    return "\ufffd" if "\ud800" <= m.group() <= "\udfff" else " "
+
+
+def clean_text(text: str) -> str:
+    """``text`` with every character no output format can hold replaced, one for one.
+
+    Control characters (but ``\\t \\n \\r``) and noncharacters become a space, lone
+    surrogates (invalid UTF-8 decoded with ``surrogateescape``) become U+FFFD. The
+    result has the same length, so character offsets into it are offsets into ``text``.
+
+    >>> clean_text("a\\x00b\\x1bc\\ufffe\\udcff")
+    'a b c \ufffd'
+    """
+    return _UNSAFE_RE.sub(_replacement, text) if _UNSAFE_RE.search(text) else text
+
+
+_LAST_SPACE_RE = re.compile(r"\s\S*\Z")
+
+
+def cut_point(text: str, limit: int) -> int:
+    """Where to cut ``text`` so the head has at most ``limit`` characters and splits no word:
+    just after the last whitespace before ``limit`` (``len(text)`` when it is short enough).
+    A head that would keep less than half of ``limit`` (one huge word) is cut at ``limit``."""
+    if len(text) <= limit:
+        return len(text)
+    if text[limit].isspace():
+        return limit
+    m = _LAST_SPACE_RE.search(text, 0, limit)  # ``\Z`` matches at ``limit`` here
+    return m.start() + 1 if m and m.start() + 1 >= limit // 2 else limit
 
 
 def normalize(token: str) -> str:
@@ -148,19 +197,3 @@ def detokenize(words: list[str]) -> str:
             out.append(('"' if opening else "") + w.replace("_", " "))
             opening = False
     return " ".join(out)
-
-
-# C0/C1 controls (but tab, newline, carriage return), lone surrogates (invalid UTF-8 read with
-# surrogateescape) and Unicode noncharacters: none can appear in XML (SVG), many break HTML, CSV
-# and terminals, and a renderer may abort on them.
-_UNRENDERABLE = re.compile(
-    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufdd0-\ufdef\ufffe\uffff"
-    + "".join(f"{chr(p << 16 | 0xFFFE)}{chr(p << 16 | 0xFFFF)}" for p in range(1, 17))
-    + "]"
-)
-
-
-def clean_text(text: str) -> str:
-    """``text`` with every character no output format can hold replaced by U+FFFD, one for one
-    (so character offsets into the text stay valid)."""
-    return _UNRENDERABLE.sub("\ufffd", text)

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import contextvars
 from dataclasses import dataclass
+from pathlib import Path
 
 import streamlit as st
-
-from vizlm import paths
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ PAGES = (
 )
 EXPLORER = PAGES[0].path  # for st.page_link / st.switch_page
 
-FAVICON = "favicon.png"  # in vizlm/assets: a small lower-triangular attention map
+FAVICON = Path(__file__).with_name("favicon.png")  # a small lower-triangular attention map
 _inside_app = contextvars.ContextVar("vizlm_inside_app", default=False)
 # A chart wider than its column (a long text's heat map, a narrow window) scrolls sideways
 # inside the column instead of being cut off at the page's edge.
@@ -47,7 +46,7 @@ STYLE = "<style>div:has(> [data-testid='stVegaLiteChart']) { overflow-x: auto; }
 def run_app() -> None:
     """Page config, the navigation menu, and the page the URL asks for."""
     # A local picture: an icon name or emoji would make the browser fetch a font or image from outside.
-    st.set_page_config(page_title="vizlm", page_icon=str(paths.asset(FAVICON)), layout="wide")
+    st.set_page_config(page_title="vizlm", page_icon=str(FAVICON), layout="wide")
     nav = st.navigation([
         st.Page(p.path, title=p.title, icon=p.icon, default=p.default, **({} if p.default else {"url_path": p.url_path}))
         for p in PAGES

@@ -1,0 +1,60 @@
+"""Untrusted text on its way in: what :func:`vizlm.analysis.analyze` reads and bounds, and the
+exports' defence in depth. Input files are covered in ``test_data.py``, the CLI in ``test_cli.py``."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from vizlm import analysis
+from vizlm.checkpoint import load_checkpoint
+from vizlm.export import export_analysis, export_frame
+
+NOT_IN_OUTPUT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufdd0-\ufdef\ufffe\uffff\ud800-\udfff]")
+
+
+@pytest.fixture(scope="module")
+def amsrn():
+    return load_checkpoint("amsrn")
+
+
+def test_a_long_text_is_cut_before_it_is_tokenised_or_tagged(amsrn, monkeypatch):
+    """100k characters: only MAX_TEXT_CHARS are tokenised and MAX_TOKENS tagged (it used to tag all: seconds)."""
+    text = "The dogs in the park are barking because they are hungry . " * 1700  # 100,300 characters
+    read, tagged = [], []
+    tokenize, tag = analysis.tokenize, analysis.tag_tokens
+    monkeypatch.setattr(analysis, "tokenize", lambda t: read.append(len(t)) or tokenize(t))
+    monkeypatch.setattr(analysis, "tag_tokens", lambda ws: tagged.append(len(ws)) or tag(ws))
+    sa = analysis.analyze(amsrn, text)
+    assert max(read) <= analysis.MAX_TEXT_CHARS < len(text)
+    assert tagged == [analysis.MAX_TOKENS]
+    assert len(sa.norms) == len(sa.tags) == analysis.MAX_TOKENS and sa.truncated > 0
+    assert any(f"{len(text):,} characters" in n and f"first {analysis.MAX_TOKENS} tokens" in n for n in sa.notes), sa.notes
+    assert text.startswith(sa.text) and all(sa.text[s:e] == w for w, (s, e) in zip(sa.tokens, sa.offsets))
+
+
+def test_a_text_just_over_the_token_limit_keeps_the_token_note(amsrn):
+    sa = analysis.analyze(amsrn, "word " * (analysis.MAX_TOKENS + 7))
+    assert sa.truncated == 7 and len(sa.norms) == analysis.MAX_TOKENS
+    assert f"the text has {analysis.MAX_TOKENS + 7} tokens; only the first {analysis.MAX_TOKENS} were analysed" in sa.notes
+
+
+@pytest.mark.parametrize("dirty", ["the\x00market\x1b[31m fell\x08 \ufffe today", "the \udcff\udcfe market fell"])
+def test_analyze_cleans_its_text_keeping_offsets(amsrn, dirty):
+    sa = analysis.analyze(amsrn, dirty)
+    assert len(sa.text) == len(dirty) and not NOT_IN_OUTPUT.search(sa.text)
+    assert not any(NOT_IN_OUTPUT.search(w) for w in sa.tokens + sa.norms)
+    assert all(sa.text[s:e] == w for w, (s, e) in zip(sa.tokens, sa.offsets))
+    assert "market" in sa.norms and "fell" in sa.norms
+    json.loads(export_analysis(sa, "json"))  # valid UTF-8 JSON
+    export_analysis(sa, "csv").decode("utf-8-sig")
+
+
+def test_exports_of_text_with_lone_surrogates_do_not_raise():
+    """Defence in depth for text that skipped clean_text: CSV cells are cleaned, JSON encodes with 'replace'."""
+    df = pd.DataFrame({"text": pd.Series(["the \udcff\x00market"], dtype=object), "ppl": [1.5]})  # Arrow strings refuse it
+    assert "the \ufffd market" in export_frame(df, "csv").decode("utf-8-sig")
+    assert json.loads(export_frame(df, "json"))[0]["text"] == "the ?\x00market"  # \x00 is escaped in JSON
