@@ -259,7 +259,7 @@ def explorer() -> None:
     st.divider()
     # Only the open tab runs: each view costs a chart or an export, so nothing is drawn unseen.
     views = {
-        "Attention heatmap": lambda: render_heatmaps(analyses, threshold, top_k),
+        "Attention heatmap": lambda: render_heatmaps(analyses, text, threshold, top_k),
         "Surprisal per word": lambda: render_surprisal(analyses),
         "AMSRN gates": lambda: render_gates(analyses),
         "Data & downloads": lambda: render_data(analyses, r, threshold, top_k),

@@ -15,10 +15,18 @@ from vizlm.analysis import AnalysisError, SentenceAnalysis, analyze, analyze_tok
 from vizlm.app.checkpoints import UserError, get_checkpoint, model_key
 from vizlm.data import Corpus, load_corpus
 from vizlm.export import analysis_dict as export_dict
+from vizlm.export import chart_spec
+from vizlm.plots import attention_heatmap
 from vizlm.text import detokenize
 
 
-@st.cache_data(show_spinner=False, max_entries=256)
+# Cache sizes bound the server's memory: a 400-word text's analysis is ~2 MB (with its dict ~4 MB),
+# its heat-map spec ~13 MB; a 40-word one about 1/100 of that.
+ANALYSIS_CACHE_ENTRIES = 64
+HEATMAP_CACHE_ENTRIES = 24
+
+
+@st.cache_data(show_spinner=False, max_entries=ANALYSIS_CACHE_ENTRIES)
 def _analyze_text(name: str, key: str, text: str) -> SentenceAnalysis:
     return analyze(get_checkpoint(name), text)
 
@@ -31,7 +39,7 @@ def analyze_text(name: str, text: str) -> SentenceAnalysis:
         raise UserError(str(exc)) from None
 
 
-@st.cache_data(show_spinner=False, max_entries=256)
+@st.cache_data(show_spinner=False, max_entries=ANALYSIS_CACHE_ENTRIES)
 def _analysis_dict(name: str, key: str, text: str, threshold: float | None, top_k: int | None) -> dict:
     return export_dict(_analyze_text(name, key, text), threshold=threshold, top_k=top_k)
 
@@ -39,6 +47,17 @@ def _analysis_dict(name: str, key: str, text: str, threshold: float | None, top_
 def analysis_dict(name: str, text: str, threshold: float | None, top_k: int | None) -> dict:
     """``SentenceAnalysis.to_dict`` (highlights and case labels for every target), cached."""
     return _analysis_dict(name, model_key(name), text, threshold, top_k)
+
+
+@st.cache_data(show_spinner=False, max_entries=HEATMAP_CACHE_ENTRIES)
+def _heatmap_spec(name: str, key: str, text: str, threshold: float | None, top_k: int | None) -> dict:
+    return chart_spec(attention_heatmap(_analyze_text(name, key, text), threshold=threshold, top_k=top_k))
+
+
+def heatmap_spec(name: str, text: str, threshold: float | None, top_k: int | None) -> dict:
+    """The attention heat map of ``text`` as a Vega-Lite spec, built and validated once per input
+    (Altair's schema validation is the costliest part of drawing it)."""
+    return _heatmap_spec(name, model_key(name), text, threshold, top_k)
 
 
 @st.cache_resource(show_spinner="Reading corpus…")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from vizlm.app.results import heatmap_spec
 from vizlm.app.widgets import analysis_downloads, chart_downloads, md_escape, show_chart
 from vizlm.export import chart_html, safe_filename
 from vizlm.plots import (
@@ -24,7 +25,7 @@ def highlight_page(sa, target: int, threshold: float | None, top_k: int | None) 
                       body_html=highlighted_html(sa, target, threshold=threshold, top_k=top_k)).encode("utf-8")
 
 
-def render_heatmaps(analyses: dict, threshold: float | None, top_k: int | None) -> None:
+def render_heatmaps(analyses: dict, text: str, threshold: float | None, top_k: int | None) -> None:
     shown = {n: sa for n, sa in analyses.items() if sa.attention is not None}
     if not shown:
         st.info("None of the chosen models has attention (LSTM and N-gram RNN predict from their state alone).", icon=":material/info:")
@@ -33,7 +34,7 @@ def render_heatmaps(analyses: dict, threshold: float | None, top_k: int | None) 
                "word). Brighter = more attention; outlined cells are the highlighted ones. Hover a cell for its weight. "
                "Both models use the same colour scale; a map wider than the page scrolls sideways.")
     for name, sa in shown.items():  # one under the other: two side by side do not fit a column
-        show_chart(attention_heatmap(sa, threshold=threshold, top_k=top_k))
+        st.vega_lite_chart(heatmap_spec(name, text, threshold, top_k), width="content", theme=None)
         analysis_downloads(sa, threshold, top_k, key=f"heat_{name}")
 
 
