@@ -331,3 +331,64 @@ def test_most_improved_sentences_join_the_examples(monkeypatch):
     no_exception(at)
     options = at.selectbox(key="example").options
     assert any(o.startswith(f"improved by {TINY}") for o in options)
+
+
+# --------------------------------------------------------------------------- reliability (issue: defects a user hits)
+def test_a_long_paste_is_read_not_dropped():
+    """The text box has no character limit that would make the browser drop a paste; the analysis
+    reads its first part and says so."""
+    at = explorer(model=TINY, text="a b")
+    long = "the market rose because investors were hopeful . " * 600  # 30,000 characters
+    assert not at.text_area(key="text").max_chars  # 0: no limit in the browser
+    at.text_area(key="text").input(long).run()
+    no_exception(at)
+    assert "only" in messages(at) and pills(at).options
+
+
+def test_link_values_out_of_range_are_noted():
+    at = explorer(model="lstm", text="the end .", threshold="7", target="99")
+    no_exception(at)
+    text = messages(at)
+    assert "outside 0 to 1" in text and "selects word 99" in text
+    assert at.slider(key="threshold").value == 1.0
+
+
+def test_corpora_are_offered_in_the_models_language():
+    at = page("compare.py", cmp_a="lstm", cmp_b=TINY, cmp_sample=SMALL)
+    no_exception(at)
+    options = at.selectbox(key="cmp_corpus").options
+    assert "Brown test" in options and not any("Sinica" in o for o in options), options
+
+
+def test_an_english_model_says_so_on_chinese_text():
+    at = explorer(model="lstm", text="我們去學校。他們在家。")
+    no_exception(at)
+    assert "English-only" in messages(at)
+
+
+def test_attention_off_note_and_highlight_key():
+    import numpy as np
+
+    at = explorer(model="amsrn", text="The dogs in the park are barking because they saw a cat .", threshold="0.2")
+    no_exception(at)
+    assert "vizlm-key" in html_of(at)
+    from vizlm.analysis import ATTENTION_OFF, analyze
+    from vizlm.checkpoint import load_checkpoint
+
+    sa = analyze(load_checkpoint("amsrn"), "The dogs in the park are barking because they saw a cat .")
+    off = [r for r in range(len(sa.targets)) if sa.attention[r, 0] >= ATTENTION_OFF]
+    assert off, "the bundled amsrn rests on the start slot for some word of this sentence"
+    at.pills[0].set_value(int(off[-1])).run()
+    captions = " ".join(c.value for c in at.caption)
+    assert "Attention mostly off" in captions and f"{sa.attention[off[-1], 0]:.0%}" in captions
+    assert np.isfinite(sa.attention).all()
+
+
+def test_unbundled_init_folders_are_explained():
+    from vizlm.app.checkpoints import missing_run_folders
+
+    assert missing_run_folders("vizlm train --model kvp --init-from runs/lstm20 --out checkpoints/kvp") == ["runs/lstm20"]
+    assert missing_run_folders("vizlm train --model amsrn --init-from checkpoints/lstm") == []
+    at = page("models.py")
+    no_exception(at)
+    assert "runs/lstm20" in " ".join(c.value for c in at.caption)

@@ -297,3 +297,22 @@ def test_corpus_cases_of_a_model_without_attention(tiny_ckpt):
     report = corpus_cases(lstm, "brown", "test", limit=5)
     assert report.pairs == report.sentences == 0
     assert report.notes == ["lstm has no attention: there are no highlights to label"]
+
+
+def test_phrase_needs_two_different_words_and_no_number():
+    """A list or table ("N ... N", "af ... af") is not a phrase, however often Brown has it."""
+    table = Collocations({("N", "N", 2): (900, 6.0), ("af", "af", 2): (50, 9.0), ("more", "than", 2): (166, 6.13)})
+    assert "phrase" not in only_case(make_sa("in N and N", None, {3: 1}), table).labels
+    assert "phrase" not in only_case(make_sa("the af or af", None, {3: 1}), table).labels
+    assert "phrase" in only_case(make_sa("no more money than", None, {3: 1}), table).labels
+
+
+def test_gallery_keeps_one_example_per_word_pair(tiny_ckpt):
+    sents = [["the", "market", "fell", "and", "the", "market", "rose"]] * 6 + [["the", "city", "had", "taxes", "and", "taxes"]]
+    report = corpus_cases(tiny_ckpt, sentences=sents, threshold=0.0, examples_per_label=5)
+    for label, examples in report.examples.items():
+        pairs = [(e["attended"], e["word"]) for e in examples]
+        assert len(pairs) == len(set(pairs)), (label, pairs)
+        weights = [e["weight"] for e in examples]
+        assert weights == sorted(weights, reverse=True)
+    assert report.counts["trigger"] >= 6  # every occurrence still counts; only the gallery keeps one
