@@ -22,10 +22,7 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -34,19 +31,14 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = os.environ.get("VIZLM_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+
+from e2e_server import ARGS, CHROMIUM, serve  # noqa: E402
+
 GOAL_CPU_PER_VIEW_S = 0.3
 BUSY = "[data-testid='stStatusWidget'], [data-testid='stSpinner'], [data-testid='stSkeleton']"
 WORDS = ["river", "market", "senate", "garden", "doctor", "engine", "letter", "church", "harbor", "teacher",
          "island", "soldier", "village", "bridge", "pilot", "farmer"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _proc_stats(pid: int) -> tuple[float, int]:
@@ -123,24 +115,7 @@ async def _drive(base: str, sessions: int, rounds: int, timeout: float, out: dic
 
 
 def run(sessions: int, rounds: int, timeout: float) -> dict:
-    port = _free_port()
-    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
-           "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
-    log = open(ROOT / ".load-server.log", "wb")
-    server = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(base + "/_stcore/health", timeout=2) as r:
-                    if r.read().strip() == b"ok":
-                        break
-            except OSError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("streamlit did not start; see .load-server.log")
-            time.sleep(0.5)
+    with serve(ROOT / ".load-server.log") as (base, server):
         # one warm-up view: model loading and first-time caches are not what a view costs
         warm = {"settle": [], "views": 0, "leaks": [], "exceptions": 0}
         asyncio.run(_drive(base, 1, 1, timeout, warm))
@@ -154,13 +129,6 @@ def run(sessions: int, rounds: int, timeout: float) -> dict:
         sampler.stop.set()
         sampler.join()
         cpu1, rss1 = _proc_stats(server.pid)
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
     views = max(1, out["views"])
     settle = sorted(out["settle"])
     return {

@@ -9,24 +9,16 @@ never needed), the system Chromium at ``/usr/bin/chromium`` is used.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from e2e_server import ARGS, CHROMIUM, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = os.environ.get("VIZLM_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SENTENCE = "The jurors said the taxes were too high because the city had spent too much money ."
 
@@ -37,50 +29,13 @@ pytestmark = [
 sync_api = pytest.importorskip("playwright.sync_api", reason="the Python package playwright is not installed (pip install playwright)")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def serve(log: Path):
-    """``streamlit run app.py`` on a free port; yields the base URL, stops the server afterwards."""
-    port = _free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
-           "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(base + "/_stcore/health", timeout=2) as r:
-                    if r.read().strip() == b"ok":
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"streamlit did not start:\n{log.read_text(errors='replace')[-3000:]}")
-            time.sleep(0.5)
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     from vizlm.checkpoint import bundled_checkpoints
 
     if not bundled_checkpoints():
         pytest.skip("no bundled checkpoints in checkpoints/")
-    with serve(tmp_path_factory.mktemp("streamlit") / "server.log") as base:
+    with serve(tmp_path_factory.mktemp("streamlit") / "server.log") as (base, _):
         yield base
 
 
@@ -259,7 +214,7 @@ def test_each_page_opens(page, nav, heading, name, extra):
 def test_deep_link_is_the_first_request_of_a_fresh_server(browser, tmp_path):
     """A shared link to a page, opened before anyone visited ``/``, shows that page inside the app's
     own navigation (not Streamlit's legacy ``pages/`` menu, which lists the files as ``app``, ``cases``...)."""
-    with serve(tmp_path / "server.log") as base:
+    with serve(tmp_path / "server.log") as (base, _):
         context = browser.new_context(viewport={"width": 1280, "height": 900})
         pg = context.new_page()
         pg.set_default_timeout(60_000)
