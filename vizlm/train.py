@@ -183,6 +183,9 @@ def train(
         _log(f"initialised {len(copied)} tensors from {init}")
     _log(f"{name}: {count_parameters(model):,} parameters, {len(data['train']):,} training sentences"
          + (f" in {len(sizes['train']):,} documents, {tc.streams} streams, bptt {tc.bptt}" if document else ""))
+    if document and len(sizes["train"]) < tc.streams:
+        _log(f"warning: {corpus} has {len(sizes['train'])} training documents (sentence ids document:index) "
+             f"for {tc.streams} streams; the streams cannot all be busy")
     log_path = out / "train_log.jsonl"
     out.mkdir(parents=True, exist_ok=True)
     if not resume and log_path.exists():

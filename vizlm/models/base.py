@@ -109,7 +109,8 @@ class LMOutput:
     """What every model returns for a batch."""
 
     logits: torch.Tensor  # (B, T, V) next-word logits
-    attention: torch.Tensor | None = None  # (B, T, S=T) weights over memory slots, rows sum to 1
+    attention: torch.Tensor | None = None  # (B, T, S) weights over memory slots, rows sum to 1; S = T from
+    # a zero state, S = M + T - 1 after a State carrying M slots (module docstring)
     extras: dict[str, torch.Tensor] = field(default_factory=dict)  # e.g. AMSRN gates (B, T, d)
     state: State | None = None  # after the segment, when forward() was given a state
 
@@ -289,7 +290,7 @@ class RecurrentLM(nn.Module):
         h, (h_n, c_n) = self.rnn(x, (state.h, state.c))  # (B, T, d)
         h = self.drop(h)
         out = self.head(h, state.memory, state.valid)
-        both = torch.cat([state.memory, h], 1)  # (B, M + T, d)
         T = inputs.shape[1]
-        out.state = State(h_n, c_n, both[:, both.shape[1] - M :], (state.valid + T).clamp_max(M))
+        memory = torch.cat([state.memory, h], 1)[:, T:] if M else state.memory  # (B, M, d): the last M slots
+        out.state = State(h_n, c_n, memory, (state.valid + T).clamp_max(M))
         return out
