@@ -4,13 +4,14 @@ boundary; states reset at document starts; document batching and scoring."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
 import torch
-
 from conftest import ATTENTION_MODELS, all_variants, tiny_model
 from reference import reference_document
+
 from vizlm.data import SPECIALS, Vocab, document_batches, document_sizes, document_tokens, split_documents
 from vizlm.evaluate import score, score_documents, score_sentences
 from vizlm.models import make_config
@@ -49,7 +50,7 @@ def read_in_segments(model, x: torch.Tensor, cuts=CUTS) -> tuple[torch.Tensor, t
     M = model.memory_size()
     logits, att = [], torch.zeros(B, T, T, dtype=torch.float64)
     bounds = [0, *cuts, T]
-    for p, q in zip(bounds, bounds[1:]):
+    for p, q in itertools.pairwise(bounds):
         out = model(x[:, p:q], state)
         state = out.state
         logits.append(out.logits)
@@ -148,7 +149,8 @@ def test_state_resets_at_a_document_start(name, kw, document):
 def random_docs(seed: int, n_docs: int = 7) -> list[list[list[int]]]:
     g = torch.Generator().manual_seed(seed)
     return [
-        [[int(t) for t in torch.randint(4, 40, (int(n),), generator=g)] for n in torch.randint(0, 9, (int(k),), generator=g)]
+        [[int(t) for t in torch.randint(4, 40, (int(n),), generator=g)]
+         for n in torch.randint(0, 9, (int(k),), generator=g)]
         for k in torch.randint(1, 6, (n_docs,), generator=g)
     ]
 
@@ -264,7 +266,7 @@ def test_entropy_regulariser_with_a_carried_state(document):
     model.config.entropy_weight = 0.5
     targets = torch.roll(document, -1, 1)
     state = model(document[:, :8], model.initial_state(2)).state
-    loss, nll, n = lm_loss(model, document[:, 8:], targets[:, 8:], state)
+    loss, nll, _ = lm_loss(model, document[:, 8:], targets[:, 8:], state)
     model.config.entropy_weight = 0.0
     loss0, nll0, _ = lm_loss(model, document[:, 8:], targets[:, 8:], state)
     assert torch.isfinite(loss) and loss > loss0 and torch.equal(nll, nll0)

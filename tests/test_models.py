@@ -133,7 +133,9 @@ def test_kvp_parameter_budget_matches_lstm():
     assert 0.8 <= n_kvp / n_lstm <= 1.2
 
 
-@pytest.mark.parametrize("name,kw,size", [("kvp", {}, 42), ("kv", {}, 46), ("attention", {}, 49), ("ngram", {"n": 4}, 42)])
+@pytest.mark.parametrize(
+    "name,kw,size", [("kvp", {}, 42), ("kv", {}, 46), ("attention", {}, 49), ("ngram", {"n": 4}, 42)]
+)
 def test_match_params_gives_the_lstm_parameter_count(name, kw, size):
     """Daniluk et al. match every model's total parameter count to the LSTM's (here 50 units)."""
     from vizlm.models import count_parameters, match_parameters

@@ -19,10 +19,10 @@ MODEL_OPTIONS = {  # flag -> (config field, type, help)
     "--window": ("window", int, "Daniluk attention window L (default 5)"),
     "--n": ("n", int, "N of the N-gram RNN (default 4)"),
     "--score": ("score", str, "Salton attention score: single | combined"),
-    "--context": ("context", str, "sentence: every sentence read alone from a zero state (default); document: "
-                  "documents read as running text, state and memory carried across sentences (Daniluk et al.)"),
-    "--memory": ("memory", int, "AMSRN/Salton: attend to the last N states (default: the whole sentence; "
-                 "100 in document context)"),
+    "--context": ("context", str, (
+        "sentence: every sentence read alone from a zero state (default); document: documents read as "
+        "running text, state and memory carried across sentences and segments (Daniluk et al.)")),
+    "--memory": ("memory", int, "AMSRN/Salton: attend to the last N states (default: the sentence; 100 in documents)"),
 }
 
 
@@ -40,7 +40,7 @@ def _add_train(sub) -> None:
     p.add_argument("--match-params", nargs="?", const="lstm", default=None, choices=list(REGISTRY), metavar="MODEL",
                    help="choose --hidden-dim (the part size for kv/kvp/ngram) so the total parameter count is within "
                         "2%% of MODEL's (default lstm) built with the given --hidden-dim (default 50) and --emb-dim; "
-                        "e.g. --model kvp --match-params, or --model lstm --match-params amsrn for the AMSRN-sized LSTM")
+                        "e.g. --model kvp --match-params, or --model lstm --match-params amsrn (the AMSRN-sized LSTM)")
     p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate")
     p.add_argument("--clip", type=float, default=5.0, help="gradient-norm clip")
     p.add_argument("--patience", type=int, default=2, help="stop after this many epochs without improvement")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import io
+import itertools
 import os
 import random
 import re
@@ -345,10 +346,8 @@ def split_documents(seqs: list, sizes: list[int] | None) -> list[list]:
         return [[s] for s in seqs]
     if sum(sizes) != len(seqs):
         raise ValueError(f"documents hold {sum(sizes)} sentences but there are {len(seqs)}")
-    starts = [0]
-    for n in sizes:
-        starts.append(starts[-1] + n)
-    return [seqs[a:b] for a, b in zip(starts, starts[1:])]
+    ends = list(itertools.accumulate(sizes))
+    return [seqs[end - n : end] for n, end in zip(sizes, ends)]
 
 
 def document_tokens(doc: list[list[int]]) -> list[int]:

@@ -28,7 +28,14 @@ from tqdm import tqdm
 
 from vizlm.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from vizlm.data import (
-    CORPORA, Vocab, document_batches, document_sizes, encode_sentences, iter_batches, load_corpus, split_documents,
+    CORPORA,
+    Vocab,
+    document_batches,
+    document_sizes,
+    encode_sentences,
+    iter_batches,
+    load_corpus,
+    split_documents,
 )
 from vizlm.evaluate import score
 from vizlm.models import LMOutput, build_model, count_parameters, match_parameters
@@ -158,7 +165,8 @@ def train(
         matched = match_parameters(name, {**model_kwargs, "vocab_size": len(vocab)}, match)
         model_kwargs = {**model_kwargs, "hidden_dim": matched["hidden_dim"]}
         _log(f"{name}: hidden_dim {matched['hidden_dim']} has {matched['parameters']:,} parameters, "
-             f"{matched['ratio'] - 1:+.2%} of {match} at {matched['reference_hidden_dim']} ({matched['reference_parameters']:,})")
+             f"{matched['ratio'] - 1:+.2%} of {match}'s at hidden_dim {matched['reference_hidden_dim']} "
+             f"({matched['reference_parameters']:,})")
     model = build_model(name, vocab_size=len(vocab), **model_kwargs)
     document = model.config.context == "document"
     opt = torch.optim.Adam(model.parameters(), lr=tc.lr, fused=True)

@@ -27,7 +27,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
 CONTEXTS = ("sentence", "document")
 
 
@@ -79,17 +78,17 @@ class State:
     memory: torch.Tensor  # (B, M, H) carried memory slots, newest last
     valid: torch.Tensor  # (B,) long, 0 <= valid <= M
 
-    def detach(self) -> "State":
+    def detach(self) -> State:
         """The same state cut from the graph (truncated BPTT)."""
         return State(self.h.detach(), self.c.detach(), self.memory.detach(), self.valid)
 
-    def narrow(self, streams: int) -> "State":
+    def narrow(self, streams: int) -> State:
         """The state of the first ``streams`` streams (the others have no document left)."""
         if streams == self.valid.shape[0]:
             return self
         return State(self.h[:, :streams], self.c[:, :streams], self.memory[:streams], self.valid[:streams])
 
-    def reset(self, starts: torch.Tensor) -> "State":
+    def reset(self, starts: torch.Tensor) -> State:
         """Streams where ``starts`` (B,) is True begin a new document: zero LSTM state, and a
         memory holding only the zero start slot ``h_0``."""
         if not bool(starts.any()):
