@@ -2,6 +2,8 @@
 
 They follow the equations literally, one time step at a time with explicit
 memories, so that the fast masked implementations can be checked against them.
+:func:`reference_document` also steps the LSTM one token at a time, carrying its
+``(h, c)`` by hand: the reference for a document read as running text.
 """
 
 from __future__ import annotations
@@ -36,6 +38,21 @@ def reference(model, inputs: torch.Tensor | None = None, h: torch.Tensor | None 
     return torch.stack(logits, 1), att
 
 
+def reference_document(model, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A whole document (B, T) read one token at a time from a zero state: (logits, attention (B, T, T))."""
+    hc, outputs = None, []
+    for t in range(inputs.shape[1]):
+        o, hc = model.rnn(model.embed(inputs[:, t : t + 1]), hc)  # one step, state carried
+        outputs.append(o[:, 0])
+    return reference(model, h=torch.stack(outputs, 1))
+
+
+def _first(model, t: int) -> int:
+    """The oldest memory slot of step t: AMSRN and Salton keep the last ``memory`` states if set."""
+    window = getattr(model.config, "memory", None)
+    return 0 if window is None else max(0, t + 1 - window)
+
+
 def _slots(h: torch.Tensor, t: int, first: int) -> list[torch.Tensor]:
     """Memory slots first..t as a list; slot 0 is the zero start state h_0."""
     return [torch.zeros_like(h[:, 0]) if i == 0 else h[:, i - 1] for i in range(first, t + 1)]
@@ -46,21 +63,23 @@ def _step(model, name, h, t, att):
     if name == "AMSRN":
         g1, g2 = model.gates(ht)
         k = model.key(ht)
-        mem = _slots(h, t, 0)
+        first = _first(model, t)
+        mem = _slots(h, t, first)
         e = torch.stack([((m * g1) * k).sum(-1) for m in mem], -1)
         a = e.softmax(-1)
         r = sum(a[:, i, None] * (m * g2) for i, m in enumerate(mem))
-        att[:, t, : t + 1] = a
+        att[:, t, first : t + 1] = a
         return model.decoder(ht) + model.read_proj(r)
     if name == "SaltonLM":
-        mem = _slots(h, t, 0)
+        first = _first(model, t)
+        mem = _slots(h, t, first)
         scores = []
         for m in mem:
             pre = model.w_s(m) + (model.w_q(ht) if model.w_q is not None else 0)
             scores.append(model.v(torch.tanh(pre)).squeeze(-1))
         a = torch.stack(scores, -1).softmax(-1)
         c = sum(a[:, i, None] * m for i, m in enumerate(mem))
-        att[:, t, : t + 1] = a
+        att[:, t, first : t + 1] = a
         return model.decoder(torch.tanh(model.w_c(torch.cat([ht, c], -1))))
     # Daniluk: window of the L previous outputs
     L = model.config.window

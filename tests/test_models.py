@@ -131,3 +131,38 @@ def test_kvp_parameter_budget_matches_lstm():
     n_lstm = sum(p.numel() for p in lstm.parameters())
     n_kvp = sum(p.numel() for p in kvp.parameters())
     assert 0.8 <= n_kvp / n_lstm <= 1.2
+
+
+@pytest.mark.parametrize(
+    "name,kw,size", [("kvp", {}, 42), ("kv", {}, 46), ("attention", {}, 49), ("ngram", {"n": 4}, 42)]
+)
+def test_match_params_gives_the_lstm_parameter_count(name, kw, size):
+    """Daniluk et al. match every model's total parameter count to the LSTM's (here 50 units)."""
+    from vizlm.models import count_parameters, match_parameters
+
+    matched = match_parameters(name, {"vocab_size": 10_000, **kw})
+    lstm = count_parameters(build_model("lstm", vocab_size=10_000, hidden_dim=50))
+    model = count_parameters(build_model(name, vocab_size=10_000, hidden_dim=matched["hidden_dim"], **kw))
+    assert matched["hidden_dim"] == size
+    assert matched["reference_parameters"] == lstm and matched["parameters"] == model
+    assert abs(model / lstm - 1) <= 0.02
+    for other in (size - 1, size + 1):  # and no other part size is closer
+        n = count_parameters(build_model(name, vocab_size=10_000, hidden_dim=other, **kw))
+        assert abs(n - lstm) >= abs(model - lstm)
+
+
+def test_match_params_lstm_of_amsrn_size():
+    """The control AMSRN lacks: an LSTM with AMSRN's parameter count (~97 units at 50)."""
+    from vizlm.models import count_parameters, match_parameters
+
+    matched = match_parameters("lstm", {"vocab_size": 10_000}, reference="amsrn")
+    amsrn = count_parameters(build_model("amsrn", vocab_size=10_000, hidden_dim=50))
+    assert matched["hidden_dim"] == 97 and matched["reference_parameters"] == amsrn
+    assert abs(matched["parameters"] / amsrn - 1) <= 0.02
+
+
+def test_match_params_fails_clearly_when_no_size_is_close():
+    from vizlm.models import match_parameters
+
+    with pytest.raises(ValueError, match=r"cannot match lstm to kvp .* within ±2%: the closest, hidden_dim 2"):
+        match_parameters("lstm", {"vocab_size": 40, "emb_dim": 6, "hidden_dim": 1}, reference="kvp")

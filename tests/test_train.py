@@ -89,3 +89,53 @@ def test_resume_keeps_the_init_from_lineage(tmp_path):
 def test_cli_rejects_options_of_other_models(tmp_path, capsys):
     assert cli.main(["train", "--model", "lstm", "--window", "3", "--dry-run", "--out", str(tmp_path)]) == 2
     assert "no option" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_dry_run_every_model_in_document_context(name, tmp_path, capsys):
+    from vizlm.checkpoint import load_checkpoint
+
+    out = tmp_path / name
+    args = ["train", "--model", name, "--context", "document", "--bptt", "7", "--streams", "8",
+            "--emb-dim", "8", "--hidden-dim", "8", "--dry-run", "--out", str(out)]
+    if name in ("amsrn", "salton"):
+        args += ["--memory", "30"]
+    assert cli.main(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["model"] == name and result["context"] == "document"
+    assert all(math.isfinite(result[k]) for k in ("valid_perplexity", "test_perplexity", "wsj_perplexity"))
+    meta = json.loads((out / "config.json").read_text())
+    assert meta["config"]["context"] == "document" and meta["train"]["bptt"] == 7 and meta["train"]["streams"] == 8
+    assert meta["parameters"] == result["parameters"] > 0
+    ckpt = load_checkpoint(out)
+    assert ckpt.model.config.context == "document"
+    if name in ("amsrn", "salton"):
+        assert ckpt.model.config.memory == 30
+
+
+@pytest.mark.parametrize("name,ref,size", [("kvp", None, 42), ("lstm", "amsrn", 97)])
+def test_match_params_through_the_cli(name, ref, size, tmp_path, capsys):
+    """kvp at the LSTM's count (in document context), and the LSTM at AMSRN's; both recorded."""
+    from vizlm.checkpoint import load_checkpoint
+    from vizlm.data import read_text_file
+    from vizlm.evaluate import score_documents
+
+    out = tmp_path / name
+    args = ["train", "--model", name, "--context", "document", "--match-params", *([ref] if ref else []),
+            "--dry-run", "--out", str(out)]
+    assert cli.main(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    meta = json.loads((out / "config.json").read_text())
+    assert result["hidden_dim"] == meta["config"]["hidden_dim"] == meta["match_params"]["hidden_dim"] == size
+    assert meta["match_params"]["reference"] == (ref or "lstm")
+    assert meta["parameters"] == meta["match_params"]["parameters"] == result["parameters"]
+    assert abs(meta["match_params"]["ratio"] - 1) <= 0.02
+    # eval reads a text file as one document in document context
+    text = tmp_path / "text.txt"
+    text.write_text("The dogs bark. They are hungry.\nThe park is closed because it rains.\n", encoding="utf-8")
+    assert cli.main(["eval", "--checkpoint", str(out), "--text-file", str(text), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    ckpt = load_checkpoint(out)
+    sents = [ckpt.vocab.encode(s) for s in read_text_file(text)]
+    assert doc["context"] == "document" and doc["sentences"] == 3
+    assert math.isclose(doc["perplexity"], score_documents(ckpt.model, [sents]).perplexity, rel_tol=1e-9)

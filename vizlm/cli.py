@@ -22,6 +22,10 @@ MODEL_OPTIONS = {  # flag -> (config field, type, help)
     "--window": ("window", whole(1), "Daniluk attention window L (default 5)"),
     "--n": ("n", whole(1), "N of the N-gram RNN (default 4)"),
     "--score": ("score", str, "Salton attention score: single | combined"),
+    "--context": ("context", str, (
+        "sentence: every sentence read alone from a zero state (default); document: documents read as "
+        "running text, state and memory carried across sentences and segments (Daniluk et al.)")),
+    "--memory": ("memory", int, "AMSRN/Salton: attend to the last N states (default: the sentence; 100 in documents)"),
 }
 
 
@@ -33,7 +37,13 @@ def _add_train(sub) -> None:
     for flag, (_, typ, hlp) in MODEL_OPTIONS.items():
         p.add_argument(flag, type=typ, default=None, help=hlp)
     p.add_argument("--epochs", type=whole(1), default=30, help="maximum epochs")
-    p.add_argument("--batch-size", type=whole(1), default=64, help="sentences per batch")
+    p.add_argument("--batch-size", type=whole(1), default=64, help="sentences per batch (sentence context)")
+    p.add_argument("--bptt", type=whole(1), default=20, help="tokens per truncated-BPTT segment (document context)")
+    p.add_argument("--streams", type=whole(1), default=64, help="parallel document streams (document context)")
+    p.add_argument("--match-params", nargs="?", const="lstm", default=None, choices=list(REGISTRY), metavar="MODEL",
+                   help="choose --hidden-dim (the part size for kv/kvp/ngram) so the total parameter count is within "
+                        "2%% of MODEL's (default lstm) built with the given --hidden-dim (default 50) and --emb-dim; "
+                        "e.g. --model kvp --match-params, or --model lstm --match-params amsrn (the AMSRN-sized LSTM)")
     p.add_argument("--lr", type=positive_number, default=1e-3, help="Adam learning rate")
     p.add_argument("--clip", type=positive_number, default=5.0, help="gradient-norm clip")
     p.add_argument("--patience", type=whole(0), default=2, help="stop after this many epochs without improvement")
@@ -52,7 +62,7 @@ def _add_eval(sub) -> None:
     src.add_argument("--corpus", choices=list(CORPORA), help="processed corpus")
     src.add_argument("--text-file", type=Path, help="raw text, one paragraph or sentence a line")
     p.add_argument("--split", default="test", help="corpus split (train/valid/test)")
-    p.add_argument("--batch-size", type=whole(1), default=128, help="sentences per batch")
+    p.add_argument("--batch-size", type=whole(1), default=128, help="sentences per batch (sentence-context checkpoints)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -84,32 +94,38 @@ def cmd_train(args) -> int:
     kwargs = {field: getattr(args, flag[2:].replace("-", "_")) for flag, (field, _, _) in MODEL_OPTIONS.items()}
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     tc = TrainConfig(
-        epochs=1 if args.dry_run else args.epochs, batch_size=args.batch_size, lr=args.lr, clip=args.clip,
+        epochs=1 if args.dry_run else args.epochs, batch_size=args.batch_size, bptt=args.bptt, streams=args.streams,
+        lr=args.lr, clip=args.clip,
         patience=args.patience, lr_decay=args.lr_decay, seed=args.seed,
         max_batches=3 if args.dry_run else None, eval_batches=1 if args.dry_run else None,
         extra={"command": "vizlm " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["train"] else None},
     )
     out = args.out or (Path(tempfile.mkdtemp(prefix="vizlm-dry-")) if args.dry_run else paths.checkpoints_dir() / args.model)
-    ckpt = train(args.model, kwargs, args.corpus, out, tc, init=args.init_from, resume=args.resume)
-    print(json.dumps({"checkpoint": str(out), "model": ckpt.name, **ckpt.meta["metrics"]}))
+    ckpt = train(args.model, kwargs, args.corpus, out, tc, init=args.init_from, resume=args.resume,
+                 match=args.match_params)
+    print(json.dumps({"checkpoint": str(out), "model": ckpt.name, "context": ckpt.model.config.context,
+                      "hidden_dim": ckpt.model.config.hidden_dim, "parameters": ckpt.meta["parameters"],
+                      **ckpt.meta["metrics"]}))
     return 0
 
 
 def cmd_eval(args) -> int:
     from vizlm.checkpoint import load_checkpoint
-    from vizlm.data import encode_sentences, load_corpus
-    from vizlm.evaluate import score_sentences
+    from vizlm.data import document_sizes, encode_sentences, load_corpus
+    from vizlm.evaluate import score
 
     ckpt = load_checkpoint(args.checkpoint)
-    if args.text_file:
+    if args.text_file:  # a text file is one document (for document-context checkpoints)
         sents, source = read_text(args.text_file), str(args.text_file)
+        sizes = [len(sents)]
     else:
-        sents, source = load_corpus(args.corpus, args.split).sentences, f"{args.corpus}/{args.split}"
+        corpus = load_corpus(args.corpus, args.split)
+        sents, source, sizes = corpus.sentences, f"{args.corpus}/{args.split}", document_sizes(corpus.ids)
     if not sents:
         raise ValueError(f"no sentences to score: {source} has no words")
     with scoring_progress([ckpt], sents, "eval"):
-        result = score_sentences(ckpt.model, encode_sentences(sents, ckpt.vocab), args.batch_size).summary()
-    result = {"checkpoint": str(args.checkpoint), "source": source, **result}
+        result = score(ckpt.model, encode_sentences(sents, ckpt.vocab), sizes, args.batch_size).summary()
+    result = {"checkpoint": str(args.checkpoint), "source": source, "context": ckpt.model.config.context, **result}
     if args.json:
         print(json.dumps(result))
     else:

@@ -17,8 +17,8 @@ import torch
 
 from vizlm.cache import cached, checkpoint_digest
 from vizlm.checkpoint import Checkpoint
-from vizlm.data import encode_sentences, iter_batches, load_corpus
-from vizlm.evaluate import score_sentences
+from vizlm.data import document_sizes, encode_sentences, iter_batches, load_corpus
+from vizlm.evaluate import score
 from vizlm.models.base import attention_entropy, slot_mask
 
 Progress = Callable[[float], None] | None
@@ -53,8 +53,12 @@ def _check_same_vocab(a: Checkpoint, b: Checkpoint) -> None:
         )
 
 
-def _nll(ckpt: Checkpoint, sentences: list[list[str]], batch_size: int = 128) -> tuple[list[float], list[int]]:
-    s = score_sentences(ckpt.model, encode_sentences(sentences, ckpt.vocab), batch_size)
+def _nll(ckpt: Checkpoint, sentences: list[list[str]], batch_size: int = 128,
+         ids: list[str] | None = None) -> tuple[list[float], list[int]]:
+    """Per-sentence NLL in the model's context: a document-context model reads the
+    documents of ``ids`` (``document:index``) as running text."""
+    sizes = document_sizes(ids) if ids is not None else None
+    s = score(ckpt.model, encode_sentences(sentences, ckpt.vocab), sizes, batch_size)
     return s.nll, s.tokens
 
 
@@ -90,10 +94,11 @@ def compare(
     _check_same_vocab(a, b)
     keep = [i for i, s in enumerate(sentences) if s]
     sents = [sentences[i] for i in keep]
-    nll_a, tokens = _nll(a, sents, batch_size)
-    nll_b, _ = _nll(b, sents, batch_size)
+    kept_ids = [ids[i] for i in keep]
+    nll_a, tokens = _nll(a, sents, batch_size, kept_ids)
+    nll_b, _ = _nll(b, sents, batch_size, kept_ids)
     texts = [" ".join((originals or sentences)[i]) for i in keep]
-    return build_comparison(a, b, nll_a, nll_b, tokens, [ids[i] for i in keep], texts, n_boot, seed)
+    return build_comparison(a, b, nll_a, nll_b, tokens, kept_ids, texts, n_boot, seed)
 
 
 def compare_corpus(a: Checkpoint, b: Checkpoint, corpus: str, split: str, progress: Progress = None,
@@ -104,7 +109,13 @@ def compare_corpus(a: Checkpoint, b: Checkpoint, corpus: str, split: str, progre
     scores = []
     for k, ckpt in enumerate((a, b)):
         parts = {"kind": "sentence_nll", "checkpoint": checkpoint_digest(ckpt), "corpus": c.checksum}
-        scores.append(cached(parts, lambda ckpt=ckpt: dict(zip(("nll", "tokens"), _nll(ckpt, c.sentences))), use_cache))
+        if ckpt.model.config.context != "sentence":
+            parts["context"] = ckpt.model.config.context
+
+        def compute(ckpt=ckpt):
+            return dict(zip(("nll", "tokens"), _nll(ckpt, c.sentences, ids=c.ids)))
+
+        scores.append(cached(parts, compute, use_cache))
         if progress:
             progress((k + 1) / 2)
     texts = [" ".join(o) for o in c.originals]

@@ -1,4 +1,5 @@
-"""Processed corpora, vocabulary and batching (run time).
+"""Processed corpora, vocabulary and batching (run time): sentence batches, and document
+streams for truncated BPTT.
 
 The processed splits under ``data/`` (see :mod:`vizlm.prepare`, which builds them) hold
 one sentence a line, tokens normalised with :func:`vizlm.text.normalize`, and beside
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import heapq
+import itertools
 import json
 import random
 from collections.abc import Callable
@@ -172,6 +175,121 @@ def iter_batches(seqs: list[list[int]], batch_size: int, shuffle: bool = False, 
     for idx in bucket_batches([len(s) for s in seqs], batch_size, shuffle, seed):
         inputs, targets = collate([seqs[i] for i in idx])
         yield idx, inputs, targets
+
+
+# --------------------------------------------------------------------------- documents
+def document_sizes(ids: list[str]) -> list[int]:
+    """Sentences per document for sentence ids ``document:index`` in corpus order.
+
+    A document is a run of consecutive sentences whose ids share the part before the
+    last ``:`` (Brown ``ca01``, WSJ ``wsj_0001``); an id without ``:`` is a document of
+    its own.
+    """
+    sizes: list[int] = []
+    last = None
+    for i, sid in enumerate(ids):
+        doc = sid.rpartition(":")[0] or f"\0{i}"
+        if doc == last:
+            sizes[-1] += 1
+        else:
+            sizes.append(1)
+        last = doc
+    return sizes
+
+
+def split_documents(seqs: list, sizes: list[int] | None) -> list[list]:
+    """Group ``seqs`` into documents of ``sizes`` sentences (None: one sentence each)."""
+    if sizes is None:
+        return [[s] for s in seqs]
+    if sum(sizes) != len(seqs):
+        raise ValueError(f"documents hold {sum(sizes)} sentences but there are {len(seqs)}")
+    ends = list(itertools.accumulate(sizes))
+    return [seqs[end - n : end] for n, end in zip(sizes, ends)]
+
+
+def document_tokens(doc: list[list[int]]) -> list[int]:
+    """A document as running text: ``<s> s_1 </s> s_2 </s> ... s_n </s>``.
+
+    Inputs are all but the last token, targets all but the first, so every sentence
+    predicts its words and its ``</s>``, as in sentence context, and the first word of
+    a sentence is predicted from the previous sentence's ``</s>``.
+    """
+    out = [Vocab.bos_id]
+    for s in doc:
+        out.extend(s)
+        out.append(Vocab.eos_id)
+    return out
+
+
+@dataclass
+class Segment:
+    """One step of truncated BPTT over parallel document streams.
+
+    Streams that have no document left drop out of the batch, always from the end, so
+    ``B`` only shrinks over an epoch: the state of the first ``B`` streams carries on.
+    """
+
+    inputs: torch.Tensor  # (B, T) token ids, 0-padded after a stream's document ends
+    targets: torch.Tensor  # (B, T) next tokens, 0 = padding
+    starts: torch.Tensor  # (B,) bool: the stream begins a new document here (reset its state)
+    positions: torch.Tensor  # (B, T) long: index of each target in the documents' targets in order, -1 = padding
+
+
+def document_batches(
+    docs: list[list[list[int]]], streams: int = 64, bptt: int = 20, shuffle: bool = False, seed: int = 0
+) -> list[Segment]:
+    """Documents read as running text by ``streams`` parallel streams, ``bptt`` tokens a segment.
+
+    Each document goes whole to one stream (the least loaded so far, in document order;
+    shuffled first when ``shuffle``). A document always starts a segment: its last
+    segment is padded, so a stream's state is reset only between segments
+    (``Segment.starts``), never inside one, and one LSTM call reads a whole segment.
+    That padding is under one segment per document (Brown documents are ~2,300
+    tokens, so about 0.4% at ``bptt`` 20). Streams run out of documents at different
+    times; they are ordered longest first and the batch shrinks to those still
+    reading, so the tail of an epoch computes no padding rows either. ``positions``
+    index the concatenated targets of ``docs`` in the given order, to gather per-token
+    and per-sentence scores.
+    """
+    if bptt < 1 or streams < 1:
+        raise ValueError("bptt and streams must be >= 1")
+    toks = [torch.tensor(document_tokens(d), dtype=torch.long) for d in docs]
+    sizes = [len(t) - 1 for t in toks]  # targets per document
+    first = [0]  # index of each document's first target in the concatenated targets
+    for n in sizes:
+        first.append(first[-1] + n)
+    flat_inputs = torch.cat([t[:-1] for t in toks] + [torch.zeros(1, dtype=torch.long)])
+    flat_targets = torch.cat([t[1:] for t in toks] + [torch.zeros(1, dtype=torch.long)])
+    order = [i for i in range(len(docs)) if docs[i]]
+    if shuffle:
+        random.Random(seed).shuffle(order)
+    heap = [(0, b) for b in range(max(1, min(streams, len(order))))]  # (segments so far, stream)
+    lanes: list[list[int]] = [[] for _ in heap]  # stream -> its documents in reading order
+    for d in order:
+        load, b = heapq.heappop(heap)
+        lanes[b].append(d)
+        heapq.heappush(heap, (load + -(-sizes[d] // bptt), b))
+    segs = []  # per stream: (first target, length, starts) of its segments, (segments, 3)
+    for lane in lanes:
+        parts = [torch.zeros(0, 3, dtype=torch.long)]
+        for d in lane:
+            off = torch.arange(0, sizes[d], bptt)  # (segments,)
+            parts.append(torch.stack([first[d] + off, (sizes[d] - off).clamp_max(bptt), off == 0], 1))
+        segs.append(torch.cat(parts))
+    segs.sort(key=len, reverse=True)  # streams still reading are always a prefix
+    K, B = len(segs[0]), len(segs)
+    grid = torch.zeros(K, B, 3, dtype=torch.long)  # (steps, streams, (first target, length, starts))
+    for b, seg in enumerate(segs):
+        grid[: len(seg), b] = seg
+    start, length, starts = grid.unbind(2)  # (K, B) each
+    steps = torch.arange(bptt)
+    real = steps < length[..., None]  # (K, B, T)
+    positions = torch.where(real, start[..., None] + steps, -1)  # (K, B, T)
+    inputs = torch.where(real, flat_inputs[positions.clamp_min(0)], 0)  # (K, B, T)
+    targets = torch.where(real, flat_targets[positions.clamp_min(0)], 0)  # (K, B, T)
+    starts = starts.bool()
+    active = (length > 0).sum(1).tolist()  # streams reading at each step
+    return [Segment(inputs[k, :a], targets[k, :a], starts[k, :a], positions[k, :a]) for k, a in enumerate(active)]
 
 
 # --------------------------------------------------------------------------- text files

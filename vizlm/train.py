@@ -1,5 +1,8 @@
-"""Training: Adam, gradient-norm clipping, length-bucketed batches, early stopping
-on validation perplexity, ``--init-from`` and ``--resume``.
+"""Training: Adam, gradient-norm clipping, early stopping on validation perplexity,
+``--init-from``, ``--resume`` and ``--match-params``. Sentence-context models train on
+length-bucketed batches of sentences; document-context models on parallel document
+streams with truncated BPTT, the state carried (detached) between segments and
+reset at each document start.
 
 Output folder layout::
 
@@ -24,16 +27,27 @@ from torch import nn
 from tqdm import tqdm
 
 from vizlm.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from vizlm.data import CORPORA, Vocab, encode_sentences, iter_batches, load_corpus
-from vizlm.evaluate import score_sentences
-from vizlm.models import build_model, count_parameters
-from vizlm.models.base import attention_entropy, slot_mask
+from vizlm.data import (
+    CORPORA,
+    Vocab,
+    document_batches,
+    document_sizes,
+    encode_sentences,
+    iter_batches,
+    load_corpus,
+    split_documents,
+)
+from vizlm.evaluate import score
+from vizlm.models import LMOutput, build_model, count_parameters, match_parameters
+from vizlm.models.base import State, attention_entropy
 
 
 @dataclass
 class TrainConfig:
     epochs: int = 30
-    batch_size: int = 64
+    batch_size: int = 64  # sentences per batch (sentence context)
+    bptt: int = 20  # tokens per segment (document context)
+    streams: int = 64  # parallel document streams (document context)
     lr: float = 1e-3
     clip: float = 5.0
     patience: int = 2  # epochs without improvement before stopping
@@ -44,22 +58,31 @@ class TrainConfig:
     extra: dict = field(default_factory=dict)  # stored in the checkpoint (command line, ...)
 
 
-def lm_loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """(loss to minimise, summed NLL, token count). Adds AMSRN's entropy term.
+def lm_loss(
+    model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, state: State | None = None
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(loss to minimise, summed NLL, token count) of ``model(inputs, state)``; see :func:`output_loss`."""
+    return output_loss(model, model(inputs, state), targets, state)
+
+
+def output_loss(
+    model: nn.Module, out: LMOutput, targets: torch.Tensor, state: State | None = None
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(loss to minimise, summed NLL, token count) of an output for ``targets`` (B, T),
+    read after ``state``. Adds AMSRN's entropy term.
 
     The entropy regulariser (Liu & Lee) is lambda * sum_t H(alpha_t); we divide it
     by the token count like the cross-entropy so lambda does not depend on batch size.
     """
-    out = model(inputs)
     logits = out.logits  # (B, T, V); flat view keeps log_softmax on the contiguous axis
     nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=0, reduction="sum")
     n = int((targets != 0).sum())
-    loss = nll / n
+    loss = nll / max(n, 1)
     weight = getattr(model.config, "entropy_weight", 0.0)
     if weight and out.attention is not None:
-        mask = slot_mask(inputs.shape[1], device=inputs.device)
+        mask = model.allowed_slots(targets.shape[1], state, device=targets.device)  # (T, S) or (B, T, S)
         ent = attention_entropy(out.attention, mask)  # (B, T)
-        loss = loss + weight * (ent * (targets != 0)).sum() / n
+        loss = loss + weight * (ent * (targets != 0)).sum() / max(n, 1)
     return loss, nll.detach(), n
 
 
@@ -120,8 +143,14 @@ def train(
     tc: TrainConfig,
     init: str | None = None,
     resume: bool = False,
+    match: str | None = None,
 ) -> Checkpoint:
-    """Train model ``name`` on ``corpus`` and write the best checkpoint to ``out``."""
+    """Train model ``name`` on ``corpus`` and write the best checkpoint to ``out``.
+
+    ``match``: a model name (``lstm``); ``hidden_dim`` is then chosen so that this model
+    has that one's parameter count (built with ``model_kwargs``' sizes), see
+    :func:`vizlm.models.match_parameters`; the match is recorded in the checkpoint.
+    """
     torch.manual_seed(tc.seed)
     out = Path(out)
     vocab = Vocab.for_corpus(corpus)
@@ -130,13 +159,24 @@ def train(
     if tc.eval_batches is not None:
         data["valid"] = data["valid"][: tc.eval_batches * tc.batch_size]
         data["test"] = data["test"][: tc.eval_batches * tc.batch_size]
+    sizes = {s: document_sizes(c.ids[: len(data[s])]) for s, c in splits.items()}  # sentences per document
+    matched = None
+    if match:
+        matched = match_parameters(name, {**model_kwargs, "vocab_size": len(vocab)}, match)
+        model_kwargs = {**model_kwargs, "hidden_dim": matched["hidden_dim"]}
+        _log(f"{name}: hidden_dim {matched['hidden_dim']} has {matched['parameters']:,} parameters, "
+             f"{matched['ratio'] - 1:+.2%} of {match}'s at hidden_dim {matched['reference_hidden_dim']} "
+             f"({matched['reference_parameters']:,})")
     model = build_model(name, vocab_size=len(vocab), **model_kwargs)
+    document = model.config.context == "document"
     opt = torch.optim.Adam(model.parameters(), lr=tc.lr, fused=True)
     meta = {
         "corpus": {"name": corpus, "checksums": {s: c.checksum for s, c in splits.items()}},
         "parameters": count_parameters(model),
         "train": {k: v for k, v in tc.__dict__.items() if k != "extra"} | tc.extra,
     }
+    if matched:
+        meta["match_params"] = matched
     state = {"epoch": 0, "best_valid": math.inf, "bad_epochs": 0, "lr": tc.lr, "wall_time": 0.0}
     if resume and (out / "resume" / "state.json").exists():
         state = _load_resume(out / "resume", model, opt)
@@ -149,7 +189,11 @@ def train(
         meta["init_from"] = {"checkpoint": str(init), "tensors": copied, "valid_perplexity": src.meta.get("metrics", {}).get("valid_perplexity")}
         state["init_from"] = meta["init_from"]
         _log(f"initialised {len(copied)} tensors from {init}")
-    _log(f"{name}: {count_parameters(model):,} parameters, {len(data['train']):,} training sentences")
+    _log(f"{name}: {count_parameters(model):,} parameters, {len(data['train']):,} training sentences"
+         + (f" in {len(sizes['train']):,} documents, {tc.streams} streams, bptt {tc.bptt}" if document else ""))
+    if document and len(sizes["train"]) < tc.streams:
+        _log(f"warning: {corpus} has {len(sizes['train'])} training documents (sentence ids document:index) "
+             f"for {tc.streams} streams; the streams cannot all be busy")
     log_path = out / "train_log.jsonl"
     out.mkdir(parents=True, exist_ok=True)
     if not resume and log_path.exists():
@@ -160,13 +204,27 @@ def train(
         torch.manual_seed(tc.seed + epoch)
         t0 = time.time()
         tot_nll, tot_n = 0.0, 0
-        batches = list(iter_batches(data["train"], tc.batch_size, shuffle=True, seed=tc.seed + epoch))
+        if document:
+            docs = split_documents(data["train"], sizes["train"])
+            batches = document_batches(docs, tc.streams, tc.bptt, shuffle=True, seed=tc.seed + epoch)
+        else:
+            batches = list(iter_batches(data["train"], tc.batch_size, shuffle=True, seed=tc.seed + epoch))
         if tc.max_batches is not None:
             batches = batches[: tc.max_batches]
         bar = tqdm(batches, desc=f"{name} epoch {epoch}", unit="batch", file=sys.stderr,
                    mininterval=1.0 if sys.stderr.isatty() else 60.0, disable=None)
-        for _, inputs, targets in bar:
-            loss, nll, n = lm_loss(model, inputs, targets)
+        carried = None
+        for batch in bar:
+            if document:  # truncated BPTT: carry the state, detached, and reset it where documents start
+                if carried is None:
+                    carried = model.initial_state(batch.inputs.shape[0])
+                carried = carried.narrow(batch.inputs.shape[0]).reset(batch.starts)
+                result = model(batch.inputs, carried)
+                loss, nll, n = output_loss(model, result, batch.targets, carried)
+                carried = result.state.detach()
+            else:
+                _, inputs, targets = batch
+                loss, nll, n = lm_loss(model, inputs, targets)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), tc.clip)
@@ -175,7 +233,7 @@ def train(
             tot_n += n
             bar.set_postfix(ppl=f"{math.exp(tot_nll / tot_n):.1f}", tok_s=f"{tot_n / (time.time() - t0):.0f}")
         seconds = time.time() - t0
-        valid = score_sentences(model, data["valid"]).perplexity
+        valid = score(model, data["valid"], sizes["valid"]).perplexity
         state["wall_time"] += time.time() - t0
         record = {
             "epoch": epoch, "train_perplexity": math.exp(tot_nll / max(tot_n, 1)), "valid_perplexity": valid,
@@ -209,10 +267,12 @@ def finalize(out: Path, corpus: str, eval_batches: int | None, state: dict) -> C
     if corpus == "brown":
         evals["wsj"] = ("wsj", "test")
     for key, (c, split) in evals.items():
-        seqs = encode_sentences(load_corpus(c, split).sentences, ckpt.vocab)
+        split_corpus = load_corpus(c, split)
+        seqs = encode_sentences(split_corpus.sentences, ckpt.vocab)
         if eval_batches is not None:
             seqs = seqs[: eval_batches * 64]
-        metrics[f"{key}_perplexity"] = score_sentences(ckpt.model, seqs).perplexity
+        sizes = document_sizes(split_corpus.ids[: len(seqs)])
+        metrics[f"{key}_perplexity"] = score(ckpt.model, seqs, sizes).perplexity
     metrics.update(epochs_trained=state["epoch"], wall_time_s=round(state["wall_time"], 1))
     meta = {k: v for k, v in ckpt.meta.items() if k not in ("format", "format_version", "vizlm_version", "model", "config", "vocab")}
     meta["metrics"] = metrics
@@ -221,4 +281,4 @@ def finalize(out: Path, corpus: str, eval_batches: int | None, state: dict) -> C
     return load_checkpoint(out)
 
 
-__all__ = ["TrainConfig", "train", "lm_loss", "init_from", "CORPORA"]
+__all__ = ["TrainConfig", "train", "lm_loss", "output_loss", "init_from", "CORPORA"]

@@ -19,7 +19,6 @@ from vizlm.export import chart_spec
 from vizlm.plots import attention_heatmap
 from vizlm.text import detokenize
 
-
 # Cache sizes bound the server's memory: a 400-word text's analysis is ~2 MB (with its dict ~4 MB),
 # its heat-map spec ~13 MB; a 40-word one about 1/100 of that.
 ANALYSIS_CACHE_ENTRIES = 64

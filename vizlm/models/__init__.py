@@ -10,10 +10,11 @@ import dataclasses
 import math
 import typing
 
+import torch
 from torch import nn
 
 from vizlm.models.amsrn import AMSRN, SELECTIONS, AMSRNConfig
-from vizlm.models.base import BaseConfig, LMOutput, RecurrentLM
+from vizlm.models.base import CONTEXTS, BaseConfig, LMOutput, RecurrentLM
 from vizlm.models.daniluk import VARIANTS, DanilukConfig, DanilukLM, NGramConfig, NGramRNN
 from vizlm.models.lstm import LSTMLM, LSTMConfig
 from vizlm.models.salton import SCORES, SaltonConfig, SaltonLM
@@ -91,6 +92,8 @@ LIMITS: dict[str, Limit] = {
     "selection": Limit(choices=SELECTIONS),
     "variant": Limit(choices=tuple(VARIANTS)),
     "score": Limit(choices=SCORES),
+    "context": Limit(choices=CONTEXTS),
+    "memory": Limit(1, 10_000),  # carried states (B x M x hidden floats); None: the whole sentence
 }
 
 
@@ -129,7 +132,13 @@ def check_config(name: str, values: dict) -> BaseConfig:
         kind, limit = hints[key], LIMITS.get(key)
         if limit is None:  # pragma: no cover - a new config field without a limit
             raise ValueError(f"{key!r} has no validation rule; add it to vizlm.models.LIMITS")
-        wrong = f"{key!r} must be {limit.describe(kind)}, not {_show(value)}"
+        optional = type(None) in typing.get_args(kind)  # e.g. memory: int | None
+        if optional:
+            kind = next(k for k in typing.get_args(kind) if k is not type(None))
+            if value is None:
+                clean[key] = None
+                continue
+        wrong = f"{key!r} must be {limit.describe(kind)}{' or null' if optional else ''}, not {_show(value)}"
         if kind is int:
             if type(value) is not int:
                 raise ValueError(wrong)
@@ -163,7 +172,50 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def parameter_count(name: str, **kwargs) -> int:
+    """Parameters of model ``name`` built from ``kwargs``, without allocating them (meta tensors)."""
+    with torch.device("meta"):
+        return count_parameters(build_model(name, **kwargs))
+
+
+MATCH_FIELDS = ("vocab_size", "emb_dim", "hidden_dim")  # what the reference model shares with the matched one
+
+
+def match_parameters(name: str, kwargs: dict, reference: str = "lstm", tolerance: float = 0.02) -> dict:
+    """The ``hidden_dim`` (part size for kv / kvp / ngram) that gives model ``name`` the total
+    parameter count closest to ``reference``'s (Daniluk et al. match every model to the LSTM).
+
+    The reference is built with the ``vocab_size``, ``emb_dim`` and ``hidden_dim`` of ``kwargs``
+    (defaults otherwise); ``name`` with all of ``kwargs`` but ``hidden_dim``. Raises
+    ``ValueError`` when no size comes within ``tolerance`` (relative). Returns what a
+    checkpoint records: reference, its size and count, the chosen size, count and ratio.
+    """
+    ref_kwargs = {k: v for k, v in kwargs.items() if k in MATCH_FIELDS}
+    ref_hidden = make_config(reference, **ref_kwargs).hidden_dim
+    target = parameter_count(reference, **ref_kwargs)
+
+    def count(k: int) -> int:
+        return parameter_count(name, **{**kwargs, "hidden_dim": k})
+
+    hi = 1
+    while count(hi) < target:  # the count grows with hidden_dim: double, then bisect
+        hi *= 2
+    lo = hi // 2 + 1 if hi > 1 else 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if count(mid) < target else (lo, mid)
+    best = min((k for k in (hi - 1, hi) if k >= 1), key=lambda k: (abs(count(k) - target), k))
+    n = count(best)
+    if abs(n / target - 1) > tolerance:
+        raise ValueError(
+            f"cannot match {name} to {reference} ({target:,} parameters at hidden_dim {ref_hidden}) within "
+            f"±{tolerance:.0%}: the closest, hidden_dim {best}, has {n:,} ({n / target - 1:+.1%})"
+        )
+    return {"reference": reference, "reference_hidden_dim": ref_hidden, "reference_parameters": target,
+            "hidden_dim": best, "parameters": n, "ratio": n / target}
+
+
 __all__ = [
     "ATTENTION_MODELS", "LIMITS", "REGISTRY", "LMOutput",
-    "build_model", "check_config", "count_parameters", "lookup", "make_config",
+    "build_model", "check_config", "count_parameters", "lookup", "make_config", "match_parameters", "parameter_count",
 ]

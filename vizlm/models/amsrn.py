@@ -1,6 +1,8 @@
 """AMSRN: attention-based memory selection recurrent network (Liu & Lee).
 
-Memory at step t is the whole sentence so far, ``M_t = [h_0, ..., h_{t-1}]``.
+Memory at step t is the whole sentence so far, ``M_t = [h_0, ..., h_{t-1}]``, or
+its last ``memory`` states when that is set (always in document context, where
+the memory runs across sentences and is carried between segments).
 With key ``k_t = W_k h_t + b_k`` and selection gates ``g1_t, g2_t`` in (0,1)^d:
 
     e_ti = (h_i * g1_t) . k_t          alpha_t = softmax(e_t)
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from vizlm.models.base import BaseConfig, LMOutput, RecurrentLM, masked_softmax, memory_of, slot_mask
+from vizlm.models.base import BaseConfig, LMOutput, RecurrentLM, check_memory, masked_softmax, memory_of, slot_mask
 
 SELECTIONS = ("none", "independent", "shared", "complementary")
 
@@ -27,8 +29,11 @@ SELECTIONS = ("none", "independent", "shared", "complementary")
 class AMSRNConfig(BaseConfig):
     selection: str = "shared"  # none | independent | shared | complementary (paper Table 3)
     entropy_weight: float = 0.0  # lambda of the attention-entropy regulariser
+    memory: int | None = None  # attend to the last `memory` states; None: the whole sentence
 
     def __post_init__(self) -> None:
+        super().__post_init__()
+        check_memory(self)
         if self.selection not in SELECTIONS:
             raise ValueError(f"unknown selection {self.selection!r}; valid: {', '.join(SELECTIONS)}")
         if self.entropy_weight < 0:
@@ -64,14 +69,26 @@ class AMSRN(RecurrentLM):
         g2 = torch.sigmoid(self.gate2(h))  # complementary
         return 1 - g2, g2
 
-    def head(self, h: torch.Tensor) -> LMOutput:
-        # h: LSTM outputs (B, T, d)
+    def memory_size(self) -> int:
+        if self.config.memory is None:
+            raise ValueError("a state needs a finite memory: set `memory` (document context: 100)")
+        return self.config.memory
+
+    def window_size(self) -> int | None:
+        return self.config.memory
+
+    def head(self, h: torch.Tensor, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None) -> LMOutput:
+        # h: LSTM outputs (B, T, d); memory: carried slots (B, M, d)
         T = h.shape[1]
-        mem = memory_of(h)  # (B, S, d)
+        if memory is None:
+            mem = memory_of(h)  # (B, S=T, d)
+            mask = slot_mask(T, self.window_size(), device=h.device)  # (T, S)
+        else:
+            mem = torch.cat([memory, h[:, :-1]], 1)  # (B, S=M+T-1, d)
+            mask = slot_mask(T, self.window_size(), h.device, carried=memory.shape[1], valid=valid)  # (B, T, S)
         g1, g2 = self.gates(h)  # (B, T, d)
         query = g1 * self.key(h)  # (B, T, d)
         scores = query @ mem.transpose(1, 2)  # (B, T, S)
-        mask = slot_mask(T, device=h.device)  # (T, S)
         alpha = masked_softmax(scores, mask)  # (B, T, S)
         read = (alpha @ mem) * g2  # (B, T, d)
         # W_ph h_t + b + W_pr r_t as one fused multiply-add: no second (B, T, V) temporary.

@@ -1,11 +1,22 @@
-"""Pieces shared by every model family: the output type, the recurrent encoder and
-the causal slot masks used by the attention models.
+"""Pieces shared by every model family: the output type, the recurrent encoder, the
+state carried between segments of a document, and the causal slot masks used by the
+attention models.
 
 Slot layout (see ``docs/models.md`` of the shared docs): the model reads inputs
 ``x_1..x_T`` (``x_1 = <s>``) and produces LSTM outputs ``h_1..h_T``. Memory slot 0
 is the zero start state ``h_0``; slot ``i >= 1`` holds ``h_i``. The row for step
 ``t`` (0-based row ``r = t - 1``) may use slots ``0..r`` only: memory never holds
 ``h_t`` itself, and never anything later.
+
+Document context (``forward(inputs, state)``): a segment is read after a carried
+memory of ``M = model.memory_size()`` slots, the newest last (:class:`State`). The
+slot axis is then ``[carried_0 .. carried_{M-1}, h_1 .. h_{T-1}]`` (``S = M + T - 1``):
+slot ``M - 1 + i`` holds this segment's ``h_i``, and row ``r`` may use slots up to
+``M - 1 + r``. Only the newest ``valid`` carried slots are real (a stream that started
+its document less than ``M`` steps ago has fewer); the older ones are masked. At a
+document start the carried memory is all zero with one valid slot, the zero start
+state ``h_0``, so a sentence read without a state is the special case ``M = 1``:
+``S = T`` and the layout above.
 """
 
 from __future__ import annotations
@@ -15,6 +26,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+CONTEXTS = ("sentence", "document")
 
 
 @dataclass
@@ -26,6 +39,68 @@ class BaseConfig:
     hidden_dim: int = 50  # LSTM output size
     dropout: float = 0.0
     init_range: float = 0.1  # uniform init, as Daniluk et al.
+    context: str = "sentence"  # sentence | document: how the model reads text (docs/MODELS.md)
+
+    def __post_init__(self) -> None:
+        if self.context not in CONTEXTS:
+            raise ValueError(f"unknown context {self.context!r}; valid: {', '.join(CONTEXTS)}")
+
+
+DEFAULT_MEMORY = 100  # states AMSRN and Salton attend to in document context unless `memory` is set
+
+
+def check_memory(config: BaseConfig) -> None:
+    """A ``memory`` field (AMSRN, Salton): None (the whole sentence) or >= 1.
+
+    A document is read as one stream, so its memory must be finite: the last
+    ``DEFAULT_MEMORY`` states unless set.
+    """
+    if config.memory is None and config.context == "document":
+        config.memory = DEFAULT_MEMORY
+    if config.memory is not None and config.memory < 1:
+        raise ValueError("memory must be >= 1")
+
+
+@dataclass
+class State:
+    """What a model carries from one segment of a document to the next.
+
+    ``memory`` holds the last ``M`` memory slots (LSTM outputs, the zero start slot
+    ``h_0`` included), oldest first; ``M = model.memory_size()`` is fixed per model:
+    the window L for Daniluk et al.'s models, ``memory`` for AMSRN and Salton, N - 2
+    outputs for the N-gram RNN, none for the LSTM. Streams start documents at
+    different times, so ``valid`` says per stream how many of the newest slots are
+    real; the others are padding and masked.
+    """
+
+    h: torch.Tensor  # (1, B, H) LSTM hidden state
+    c: torch.Tensor  # (1, B, H) LSTM cell state
+    memory: torch.Tensor  # (B, M, H) carried memory slots, newest last
+    valid: torch.Tensor  # (B,) long, 0 <= valid <= M
+
+    def detach(self) -> State:
+        """The same state cut from the graph (truncated BPTT)."""
+        return State(self.h.detach(), self.c.detach(), self.memory.detach(), self.valid)
+
+    def narrow(self, streams: int) -> State:
+        """The state of the first ``streams`` streams (the others have no document left)."""
+        if streams == self.valid.shape[0]:
+            return self
+        return State(self.h[:, :streams], self.c[:, :streams], self.memory[:streams], self.valid[:streams])
+
+    def reset(self, starts: torch.Tensor) -> State:
+        """Streams where ``starts`` (B,) is True begin a new document: zero LSTM state, and a
+        memory holding only the zero start slot ``h_0``."""
+        if not bool(starts.any()):
+            return self
+        new = starts.to(self.h.device)
+        zero = self.h.new_zeros(())
+        return State(
+            torch.where(new[None, :, None], zero, self.h),  # (1, B, H)
+            torch.where(new[None, :, None], zero, self.c),  # (1, B, H)
+            torch.where(new[:, None, None], zero, self.memory),  # (B, M, H)
+            torch.where(new, min(1, self.memory.shape[1]), self.valid),  # (B,)
+        )
 
 
 @dataclass
@@ -33,18 +108,31 @@ class LMOutput:
     """What every model returns for a batch."""
 
     logits: torch.Tensor  # (B, T, V) next-word logits
-    attention: torch.Tensor | None = None  # (B, T, S=T) weights over memory slots, rows sum to 1
+    attention: torch.Tensor | None = None  # (B, T, S) weights over memory slots, rows sum to 1; S = T from
+    # a zero state, S = M + T - 1 after a State carrying M slots (module docstring)
     extras: dict[str, torch.Tensor] = field(default_factory=dict)  # e.g. AMSRN gates (B, T, d)
+    state: State | None = None  # after the segment, when forward() was given a state
 
 
-def slot_mask(T: int, window: int | None = None, device=None) -> torch.Tensor:
-    """Allowed (row, slot) pairs, (T, S=T) bool: slot j <= r, and j > r - window."""
-    rows = torch.arange(T, device=device)[:, None]  # (T, 1)
-    slots = torch.arange(T, device=device)[None, :]  # (1, S)
+def slot_mask(
+    T: int, window: int | None = None, device=None, carried: int = 1, valid: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Allowed (row, slot) pairs over ``S = carried + T - 1`` slots (the module docstring's layout).
+
+    Row ``r`` may use slot ``j`` when ``j <= carried - 1 + r`` (nothing later than its own
+    memory), ``j > carried - 1 + r - window`` (the last ``window`` slots) and, given
+    ``valid`` (B,), ``j >= carried - valid`` (a real carried slot). (T, S) bool, or
+    (B, T, S) with ``valid``. The defaults give the sentence layout: slot j <= r.
+    """
+    rows = torch.arange(T, device=device)[:, None] + (carried - 1)  # (T, 1) newest slot of each row
+    slots = torch.arange(carried + T - 1, device=device)[None, :]  # (1, S)
     allowed = slots <= rows
     if window is not None:
         allowed = allowed & (slots > rows - window)
-    return allowed  # (T, S)
+    if valid is not None:
+        real = slots >= (carried - valid.to(slots.device))[:, None]  # (B, S)
+        allowed = allowed[None] & real[:, None, :]  # (B, T, S)
+    return allowed  # (T, S) or (B, T, S)
 
 
 def memory_of(h: torch.Tensor) -> torch.Tensor:
@@ -63,30 +151,36 @@ def attention_entropy(alpha: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return -torch.where(mask, alpha * logs, torch.zeros_like(alpha)).sum(-1)
 
 
-def band(mem: torch.Tensor, window: int) -> torch.Tensor:
+def band(mem: torch.Tensor, window: int, carried: int = 1) -> torch.Tensor:
     """The ``window`` slots before each row, oldest first: (B, S, d) -> (B, T, L, d).
 
-    Band position ``l`` of row ``r`` is slot ``r + 1 - L + l``; positions before
-    slot 0 are zero and must be masked with :func:`band_mask`.
+    ``mem`` has ``S = carried + T - 1`` slots (``carried <= L``). Band position ``l``
+    of row ``r`` is slot ``carried - 1 + r + 1 - L + l``; positions before slot 0 are
+    zero and must be masked with :func:`band_mask`.
     """
-    padded = F.pad(mem, (0, 0, window - 1, 0))  # (B, S + L - 1, d)
+    padded = F.pad(mem, (0, 0, window - carried, 0))  # (B, T + L - 1, d)
     return padded.unfold(1, window, 1).transpose(2, 3)  # (B, T, L, d)
 
 
-def band_mask(T: int, window: int, device=None) -> torch.Tensor:
-    """Which band positions are real slots: (T, L) bool."""
+def band_mask(
+    T: int, window: int, device=None, carried: int = 1, valid: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Which band positions are real slots: (T, L) bool, or (B, T, L) given ``valid`` (B,)
+    (then only the newest ``valid`` carried slots are real)."""
     rows = torch.arange(T, device=device)[:, None]
     offs = torch.arange(window, device=device)[None, :]
-    return rows + 1 - window + offs >= 0  # (T, L)
+    if valid is None:
+        return rows + offs >= window - carried  # (T, L)
+    return (rows + offs)[None] >= (window - valid.to(rows.device))[:, None, None]  # (B, T, L)
 
 
-def band_to_slots(weights: torch.Tensor) -> torch.Tensor:
-    """Scatter band weights back to the slot axis: (B, T, L) -> (B, T, S=T)."""
+def band_to_slots(weights: torch.Tensor, carried: int = 1) -> torch.Tensor:
+    """Scatter band weights back to the slot axis: (B, T, L) -> (B, T, S = carried + T - 1)."""
     B, T, L = weights.shape
     idx = torch.arange(T, device=weights.device)[:, None] + torch.arange(L, device=weights.device)[None, :]
     full = weights.new_zeros(B, T, T + L - 1)
     full.scatter_(2, idx.expand(B, T, L), weights)
-    return full[:, :, L - 1 :]  # (B, T, S)
+    return full[:, :, L - carried :]  # (B, T, S)
 
 
 class RecurrentLM(nn.Module):
@@ -143,9 +237,59 @@ class RecurrentLM(nn.Module):
         h, _ = self.rnn(x)  # (B, T, d)
         return self.drop(h)
 
-    def head(self, h: torch.Tensor) -> LMOutput:  # pragma: no cover - abstract
-        """Attention (if any) and the output layer over LSTM outputs ``h`` (B, T, d), all steps at once."""
+    def head(
+        self, h: torch.Tensor, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None
+    ) -> LMOutput:  # pragma: no cover - abstract
+        """Attention (if any) and the output layer over LSTM outputs ``h`` (B, T, d), all steps at once.
+
+        ``memory`` (B, M, d) and ``valid`` (B,) are a :class:`State`'s carried slots; without
+        them the memory starts with the zero start slot alone (the sentence layout).
+        """
         raise NotImplementedError
 
-    def forward(self, inputs: torch.Tensor) -> LMOutput:
-        return self.head(self.encode(inputs))
+    # ---------------------------------------------------------------- document context
+    def memory_size(self) -> int:
+        """How many memory slots a :class:`State` carries between segments (none here)."""
+        return 0
+
+    def window_size(self) -> int | None:
+        """How many of the newest slots a row may attend to (None: all of them)."""
+        return None
+
+    def allowed_slots(self, T: int, state: State | None = None, device=None) -> torch.Tensor:
+        """The attention mask of a segment of T steps read after ``state``: (T, S) or (B, T, S)."""
+        if state is None:
+            return slot_mask(T, self.window_size(), device=device)
+        return slot_mask(T, self.window_size(), device, carried=state.memory.shape[1], valid=state.valid)
+
+    def initial_state(self, batch_size: int) -> State:
+        """The state at a document start for ``batch_size`` streams: zeros, one valid slot (h_0)."""
+        w = self.embed.weight  # dtype and device of the model
+        H, M = self.rnn.hidden_size, self.memory_size()
+        return State(
+            w.new_zeros(1, batch_size, H),
+            w.new_zeros(1, batch_size, H),
+            w.new_zeros(batch_size, M, H),
+            torch.full((batch_size,), min(1, M), dtype=torch.long, device=w.device),
+        )
+
+    def forward(self, inputs: torch.Tensor, state: State | None = None) -> LMOutput:
+        """Logits for token ids (B, T). Without ``state``: a sentence read from a zero state.
+
+        With ``state`` (document context): the LSTM continues from ``state.h, state.c`` and the
+        memory is ``[state.memory; this segment's outputs]``; the returned ``LMOutput.state`` is
+        the state after this segment (not detached: call :meth:`State.detach` between segments).
+        """
+        if state is None:
+            return self.head(self.encode(inputs))
+        M = self.memory_size()
+        if state.memory.shape[1] != M:
+            raise ValueError(f"state carries {state.memory.shape[1]} memory slots; this model carries {M}")
+        x = self.drop(self.embed(inputs))  # (B, T, d_e)
+        h, (h_n, c_n) = self.rnn(x, (state.h, state.c))  # (B, T, d)
+        h = self.drop(h)
+        out = self.head(h, state.memory, state.valid)
+        T = inputs.shape[1]
+        memory = torch.cat([state.memory, h], 1)[:, T:] if M else state.memory  # (B, M, d): the last M slots
+        out.state = State(h_n, c_n, memory, (state.valid + T).clamp_max(M))
+        return out

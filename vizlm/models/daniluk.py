@@ -5,7 +5,8 @@ previous L outputs, and the N-gram RNN.
 The memory at step t is ``[y_{t-L}, ..., y_{t-1}]`` (fewer at the sentence start;
 the zero start slot ``h_0`` counts while inside the window). All steps are
 computed at once on a (B, T, L, k) band of the memory, then scattered to the full
-(B, T, S) slot axis for display.
+(B, T, S) slot axis for display. In document context the window runs across
+sentence boundaries and the last L outputs are carried between segments.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class DanilukConfig(BaseConfig):
     window: int = 5  # L
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.variant not in VARIANTS:
             raise ValueError(f"unknown variant {self.variant!r}; valid: {', '.join(VARIANTS)}")
         if self.window < 1:
@@ -73,19 +75,33 @@ class DanilukLM(RecurrentLM):
             return parts[0], parts[1], parts[1]
         return parts[0], parts[1], parts[2]
 
-    def head(self, h: torch.Tensor) -> LMOutput:
-        # h: LSTM outputs (B, T, parts * k)
+    def memory_size(self) -> int:
+        return self.config.window  # the last L outputs
+
+    def window_size(self) -> int | None:
+        return self.config.window
+
+    def head(self, h: torch.Tensor, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None) -> LMOutput:
+        # h: LSTM outputs (B, T, parts * k); memory: the carried last L outputs (B, L, parts * k)
         T, L = h.shape[1], self.config.window
         key, value, pred = self.split(h)  # (B, T, k) each
-        keys = band(memory_of(key), L)  # (B, T, L, k)
-        values = band(memory_of(value), L)  # (B, T, L, k)
+        if memory is None:
+            M = 1  # the zero start slot
+            mem_key, mem_value = memory_of(key), memory_of(value)  # (B, S=T, k)
+        else:
+            M = memory.shape[1]
+            old_key, old_value, _ = self.split(memory)  # (B, M, k) each
+            mem_key = torch.cat([old_key, key[:, :-1]], 1)  # (B, S=M+T-1, k)
+            mem_value = torch.cat([old_value, value[:, :-1]], 1)  # (B, S, k)
+        keys = band(mem_key, L, carried=M)  # (B, T, L, k)
+        values = band(mem_value, L, carried=M)  # (B, T, L, k)
         m = torch.tanh(self.w_y(keys) + self.w_h(key)[:, :, None, :])  # (B, T, L, k)
         scores = self.w(m).squeeze(-1)  # (B, T, L)
-        mask = band_mask(T, L, device=h.device)  # (T, L)
+        mask = band_mask(T, L, device=h.device, carried=M, valid=valid)  # (T, L) or (B, T, L)
         alpha = scores.masked_fill(~mask, float("-inf")).softmax(-1)  # (B, T, L)
         read = (alpha[..., None] * values).sum(2)  # (B, T, k)
         h_star = torch.tanh(self.w_r(read) + self.w_x(pred))  # (B, T, k)
-        return LMOutput(self.decoder(self.drop(h_star)), band_to_slots(alpha))
+        return LMOutput(self.decoder(self.drop(h_star)), band_to_slots(alpha, carried=M))
 
 
 @dataclass
@@ -95,6 +111,7 @@ class NGramConfig(BaseConfig):
     n: int = 4
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.n < 2:
             raise ValueError("n must be >= 2")
 
@@ -119,11 +136,21 @@ class NGramRNN(RecurrentLM):
             self.w_n.weight[:, :k] = torch.eye(k)
         return copied
 
-    def head(self, h: torch.Tensor) -> LMOutput:
-        # h: LSTM outputs (B, T, (N-1) k)
+    def memory_size(self) -> int:
+        return self.config.n - 2  # part j of h*_t comes from h_{t-j}, j <= N-2
+
+    def head(self, h: torch.Tensor, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None) -> LMOutput:
+        # h: LSTM outputs (B, T, (N-1) k); memory: the carried last N-2 outputs (B, N-2, (N-1) k)
         T = h.shape[1]
-        parts = h.split(self.config.hidden_dim, dim=-1)  # N-1 x (B, T, k)
-        # part j comes from j steps back: shift right by j, zeros before the sentence.
-        shifted = [F.pad(p, (0, 0, j, 0))[:, :T] for j, p in enumerate(parts)]
+        k = self.config.hidden_dim
+        if memory is None:
+            parts = h.split(k, dim=-1)  # N-1 x (B, T, k)
+            # part j comes from j steps back: shift right by j, zeros before the sentence.
+            shifted = [F.pad(p, (0, 0, j, 0))[:, :T] for j, p in enumerate(parts)]
+        else:
+            # the carried outputs are zero at a document start, like the padding above
+            M = memory.shape[1]
+            parts = torch.cat([memory, h], 1).split(k, dim=-1)  # N-1 x (B, M + T, k)
+            shifted = [p[:, M - j : M - j + T] for j, p in enumerate(parts)]  # (B, T, k) each
         h_star = torch.tanh(self.w_n(torch.cat(shifted, -1)))  # (B, T, k)
         return LMOutput(self.decoder(self.drop(h_star)))

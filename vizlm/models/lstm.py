@@ -21,6 +21,6 @@ class LSTMLM(RecurrentLM):
         self.decoder = nn.Linear(config.hidden_dim, config.vocab_size)
         self.reset_parameters()
 
-    def head(self, h: torch.Tensor) -> LMOutput:
-        # h: LSTM outputs (B, T, d)
+    def head(self, h: torch.Tensor, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None) -> LMOutput:
+        # h: LSTM outputs (B, T, d); no memory: the LSTM state alone carries the document
         return LMOutput(self.decoder(h))  # (B, T, V)

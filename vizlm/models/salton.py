@@ -1,6 +1,7 @@
 """Attentive LM (Salton et al., 2017).
 
-Memory ``[h_0, h_1, ..., h_{t-1}]``; context ``c_t = sum_i a_ti h_i`` with scores
+Memory ``[h_0, h_1, ..., h_{t-1}]`` (its last ``memory`` states when that is set, as
+always in document context, like AMSRN); context ``c_t = sum_i a_ti h_i`` with scores
 ``single(h_i) = v . tanh(W_s h_i)`` or ``combined(h_i, h_t) = v . tanh(W_s h_i + W_q h_t)``;
 ``h'_t = tanh(W_c [h_t; c_t] + b_c)`` and ``P = softmax(W h'_t + b)``.
 """
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from vizlm.models.base import BaseConfig, LMOutput, RecurrentLM, masked_softmax, memory_of, slot_mask
+from vizlm.models.base import BaseConfig, LMOutput, RecurrentLM, check_memory, masked_softmax, memory_of, slot_mask
 
 SCORES = ("single", "combined")
 
@@ -20,8 +21,11 @@ SCORES = ("single", "combined")
 @dataclass
 class SaltonConfig(BaseConfig):
     score: str = "combined"  # single | combined
+    memory: int | None = None  # attend to the last `memory` states; None: the whole sentence
 
     def __post_init__(self) -> None:
+        super().__post_init__()
+        check_memory(self)
         if self.score not in SCORES:
             raise ValueError(f"unknown score {self.score!r}; valid: {', '.join(SCORES)}")
 
@@ -39,15 +43,28 @@ class SaltonLM(RecurrentLM):
         self.decoder = nn.Linear(d, config.vocab_size)
         self.reset_parameters()
 
-    def head(self, h: torch.Tensor) -> LMOutput:
-        # h: LSTM outputs (B, T, d)
+    def memory_size(self) -> int:
+        if self.config.memory is None:
+            raise ValueError("a state needs a finite memory: set `memory` (document context: 100)")
+        return self.config.memory
+
+    def window_size(self) -> int | None:
+        return self.config.memory
+
+    def head(self, h: torch.Tensor, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None) -> LMOutput:
+        # h: LSTM outputs (B, T, d); memory: carried slots (B, M, d)
         T = h.shape[1]
-        mem = memory_of(h)  # (B, S, d)
+        if memory is None:
+            mem = memory_of(h)  # (B, S=T, d)
+            mask = slot_mask(T, self.window_size(), device=h.device)  # (T, S)
+        else:
+            mem = torch.cat([memory, h[:, :-1]], 1)  # (B, S=M+T-1, d)
+            mask = slot_mask(T, self.window_size(), h.device, carried=memory.shape[1], valid=valid)  # (B, T, S)
         pre = self.w_s(mem)[:, None, :, :]  # (B, 1, S, d)
         if self.w_q is not None:
             pre = pre + self.w_q(h)[:, :, None, :]  # (B, T, S, d)
         scores = self.v(torch.tanh(pre)).squeeze(-1).expand(-1, T, -1)  # (B, T, S)
-        alpha = masked_softmax(scores, slot_mask(T, device=h.device))  # (B, T, S)
+        alpha = masked_softmax(scores, mask)  # (B, T, S)
         context = alpha @ mem  # (B, T, d)
         h_prime = torch.tanh(self.w_c(torch.cat([h, context], -1)))  # (B, T, d)
         return LMOutput(self.decoder(self.drop(h_prime)), alpha)
