@@ -139,3 +139,30 @@ def test_match_params_through_the_cli(name, ref, size, tmp_path, capsys):
     sents = [ckpt.vocab.encode(s) for s in read_text_file(text)]
     assert doc["context"] == "document" and doc["sentences"] == 3
     assert math.isclose(doc["perplexity"], score_documents(ckpt.model, [sents]).perplexity, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("flags, expect", [(["--hidden-dim", "5000"], "hidden_dim"), (["--window", "200"], "window")])
+def test_training_refuses_at_once_what_the_loader_would_refuse(flags, expect, tmp_path, capsys):
+    """A size the checkpoint loader refuses must not train for hours and fail when it is saved."""
+    code = cli.main(["train", "--model", "kvp", "--dry-run", "--out", str(tmp_path / "x"), *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and expect in err and "must be" in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_scoring_batches_stay_within_a_token_budget(monkeypatch):
+    """Long sentences are scored in smaller batches (bounded logits), with the same NLL."""
+    import vizlm.evaluate as ev
+
+    model = build_model("lstm", vocab_size=40, emb_dim=6, hidden_dim=5).double().eval()
+    g = torch.Generator().manual_seed(0)
+    seqs = [torch.randint(4, 40, (n,), generator=g).tolist() for n in [3, 5, 300, 310, 2, 290, 7]]
+    for _, inputs, _ in iter_batches(seqs, 128, max_tokens=700):
+        assert inputs.numel() <= 700 or len(inputs) == 1
+    assert len(list(iter_batches(seqs, 128, max_tokens=700))) > len(list(iter_batches(seqs, 128)))
+    monkeypatch.setattr(ev, "EVAL_MAX_TOKENS", 700)
+    bounded = score_sentences(model, seqs, batch_size=128)
+    monkeypatch.setattr(ev, "EVAL_MAX_TOKENS", 10**9)
+    whole = score_sentences(model, seqs, batch_size=128)
+    assert bounded.tokens == whole.tokens
+    assert torch.allclose(torch.as_tensor(bounded.nll), torch.as_tensor(whole.nll), atol=1e-9)

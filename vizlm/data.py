@@ -170,11 +170,23 @@ def bucket_batches(lengths: list[int], batch_size: int, shuffle: bool, seed: int
     return batches
 
 
-def iter_batches(seqs: list[list[int]], batch_size: int, shuffle: bool = False, seed: int = 0):
-    """Yield ``(indices, inputs, targets)`` over length-bucketed batches."""
-    for idx in bucket_batches([len(s) for s in seqs], batch_size, shuffle, seed):
-        inputs, targets = collate([seqs[i] for i in idx])
-        yield idx, inputs, targets
+def iter_batches(seqs: list[list[int]], batch_size: int, shuffle: bool = False, seed: int = 0,
+                 max_tokens: int | None = None):
+    """Yield ``(indices, inputs, targets)`` over length-bucketed batches.
+
+    ``max_tokens`` bounds a batch's padded size (sentences x longest + 1): a bucket of long
+    sentences is cut into smaller batches, so the (B, T, V) logits of scoring stay bounded
+    whatever the text. Buckets within the budget are unchanged.
+    """
+    lengths = [len(s) for s in seqs]
+    for idx in bucket_batches(lengths, batch_size, shuffle, seed):
+        step = len(idx)
+        if max_tokens is not None:
+            step = max(1, min(step, max_tokens // (max(lengths[i] for i in idx) + 1)))
+        for k in range(0, len(idx), step):
+            part = idx[k : k + step]
+            inputs, targets = collate([seqs[i] for i in part])
+            yield part, inputs, targets
 
 
 # --------------------------------------------------------------------------- documents

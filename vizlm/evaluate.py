@@ -14,6 +14,10 @@ from torch import nn
 
 from vizlm.data import document_batches, iter_batches, split_documents
 
+# Tokens per scoring batch at most: a batch's (B, T, V) logits and their softmax then take a few
+# hundred MB with a 10k vocabulary, however long the sentences (a text file of 400-token pieces).
+EVAL_MAX_TOKENS = 8192
+
 
 @dataclass
 class SentenceScores:
@@ -48,7 +52,7 @@ def score_sentences(model: nn.Module, seqs: list[list[int]], batch_size: int = 1
     model.eval()
     nll = [0.0] * len(seqs)
     count = [0] * len(seqs)
-    for idx, inputs, targets in iter_batches(seqs, batch_size):
+    for idx, inputs, targets in iter_batches(seqs, batch_size, max_tokens=EVAL_MAX_TOKENS):
         logits = model(inputs).logits  # (B, T, V)
         tok = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=0, reduction="none")
         tok = tok.view(targets.shape)  # (B, T)

@@ -13,6 +13,7 @@ Output folder layout::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -26,7 +27,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm import tqdm
 
-from vizlm.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from vizlm.checkpoint import MAX_PARAMETERS, Checkpoint, load_checkpoint, save_checkpoint
 from vizlm.data import (
     CORPORA,
     Vocab,
@@ -38,7 +39,7 @@ from vizlm.data import (
     split_documents,
 )
 from vizlm.evaluate import score
-from vizlm.models import LMOutput, build_model, count_parameters, match_parameters
+from vizlm.models import LMOutput, build_model, check_config, count_parameters, match_parameters, parameter_count
 from vizlm.models.base import State, attention_entropy
 
 
@@ -167,7 +168,11 @@ def train(
         _log(f"{name}: hidden_dim {matched['hidden_dim']} has {matched['parameters']:,} parameters, "
              f"{matched['ratio'] - 1:+.2%} of {match}'s at hidden_dim {matched['reference_hidden_dim']} "
              f"({matched['reference_parameters']:,})")
-    model = build_model(name, vocab_size=len(vocab), **model_kwargs)
+    # What the loader would refuse must not train for hours first: its limits, before anything is built.
+    config = check_config(name, {"vocab_size": len(vocab), **model_kwargs})
+    if (n := parameter_count(name, **dataclasses.asdict(config))) > MAX_PARAMETERS:
+        raise ValueError(f"{name} with these sizes has {n:,} parameters; checkpoints are limited to {MAX_PARAMETERS:,}")
+    model = build_model(name, config)
     document = model.config.context == "document"
     opt = torch.optim.Adam(model.parameters(), lr=tc.lr, fused=True)
     meta = {
