@@ -140,7 +140,8 @@ def _model_panel(name: str, sa, doc: dict, r: int, threshold: float | None, top_
         st.caption(f"AMSRN selection gate g₁ for this step: mean {t['gate_mean']:.2f} over {sa.gates.shape[1]} units (see the Gates tab).")
     st.dataframe(
         {"next word": [x["word"] for x in t["top"]], "probability": [x["prob"] for x in t["top"]]},
-        column_config={"probability": st.column_config.ProgressColumn("probability", format="%.3f", min_value=0.0, max_value=1.0)},
+        column_config={"next word": st.column_config.TextColumn("next word", width="small"),
+                       "probability": st.column_config.ProgressColumn("probability", format="%.3f", min_value=0.0, max_value=1.0, width="small")},
         hide_index=True, width="stretch", height=213,
     )
 

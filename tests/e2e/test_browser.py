@@ -229,3 +229,39 @@ def test_deep_link_is_the_first_request_of_a_fresh_server(browser, tmp_path):
             assert pg.title().endswith("vizlm") or "vizlm" in pg.title(), pg.title()
         finally:
             context.close()
+
+
+@pytest.mark.parametrize("width", [800, 1280, 1920])
+def test_nothing_is_cut_off_at_common_widths(browser, server, width):
+    """Two attention models' heat maps fit their column or scroll inside it; metric numbers are
+    never cut to "1.…"; the favicon is served by the app itself (nothing leaves the machine)."""
+    context = browser.new_context(viewport={"width": width, "height": 1000})
+    pg = context.new_page()
+    pg.set_default_timeout(60_000)
+    try:
+        pg.goto(server + "/?model=amsrn&compare=kvp&text=" + urllib.request.quote(SENTENCE))
+        wait_idle(pg)
+        charts = pg.locator("[data-testid='stVegaLiteChart']")
+        assert charts.count() >= 2
+        for i in range(charts.count()):
+            clipped = charts.nth(i).evaluate("""el => {
+                const box = el.parentElement, svg = el.querySelector('svg, canvas');
+                const style = getComputedStyle(box);
+                const inside = svg.getBoundingClientRect().right <= box.getBoundingClientRect().right + 1;
+                return !(inside || style.overflowX === 'auto' || style.overflowX === 'scroll');
+            }""")
+            assert not clipped, f"heat map {i} is cut off at {width} px"
+        icons = pg.evaluate("() => [...document.querySelectorAll(\"link[rel~='icon']\")].map(l => l.href)")
+        assert icons and all(h.startswith(server) or h.startswith("data:") for h in icons), icons
+        for url in ("/models", "/?model=amsrn&compare=kvp&text=" + urllib.request.quote(SENTENCE)):
+            pg.goto(server + url)
+            wait_idle(pg)
+            values = pg.locator("[data-testid='stMetricValue']")
+            assert values.count() >= 2
+            cut = pg.evaluate("""() => [...document.querySelectorAll("[data-testid='stMetricValue'] *")]
+                .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent)""")
+            assert not cut, f"metric values cut off at {width} px on {url}: {cut}"
+        if width == 800:
+            shot(pg, "explorer-800")
+    finally:
+        context.close()
