@@ -66,6 +66,47 @@ def _add_eval(sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _add_reproduce(sub) -> None:
+    p = sub.add_parser("reproduce", help="the runs of experiments.toml: list, train what is missing, write the result tables")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--list", action="store_true", help="every run with its state (finished / partial / missing / blocked)")
+    what.add_argument("--only", nargs="+", metavar="NAME", help="train these runs (and the runs they start from) if not finished")
+    what.add_argument("--all", action="store_true", help="train every run that is not finished or blocked")
+    what.add_argument("--report", action="store_true", help="write the result tables into docs/RESULTS.md from the stored metrics")
+    p.add_argument("--manifest", type=Path, default=None, help="the manifest (default: experiments.toml in the vizlm home)")
+    p.add_argument("--threads", type=whole(1), default=None, help="torch CPU threads for training")
+    p.add_argument("--json", action="store_true", help="with --list: print JSON")
+    p.add_argument("--dry-run", action="store_true", help="a few batches per run, to check the pipeline (not results)")
+
+
+def cmd_reproduce(args) -> int:
+    from vizlm import reproduce
+
+    runs = reproduce.load_manifest(args.manifest)
+    if args.list:
+        rows = reproduce.table(runs)
+        if args.json:
+            print(json.dumps(rows))
+            return 0
+        for r in rows:
+            ppl = f"test {r['test']:.2f}" if r["test"] is not None else ""
+            print(f"{r['run']:<24} {r['paper']:<10} {r['model']:<10} {r['context']:<9} {r['status']:<9} {ppl}"
+                  + (f"  ({r['why']})" if r["why"] else ""))
+        return 0
+    if args.report:
+        path = reproduce.write_report(runs, paths.home() / "docs" / "RESULTS.md")
+        print(f"wrote {path}", file=sys.stderr)
+        return 0
+    names = list(runs) if args.all else args.only
+    todo = [r for r in reproduce.order(runs, names) if r.status() in ("missing", "partial")]
+    for run in todo:
+        if run.init and runs[run.init].status() != "finished":
+            print(f"reproduce: skipping {run.name}: {run.init} is not finished", file=sys.stderr)
+            continue
+        print(f"reproduce: {run.name}: {reproduce.run_one(run, runs, args.threads, args.dry_run)}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vizlm", description=__doc__)
     where = parser.add_argument_group("locations (default: $VIZLM_HOME, else the vizlm checkout, else the current folder)")
@@ -80,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the tagger, collocation table and examples go (default: the package's vizlm/assets)")
     _add_train(sub)
     _add_eval(sub)
+    _add_reproduce(sub)
     commands.add_analysis_commands(sub)
     return parser
 
@@ -150,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_train(args)
         if args.command == "eval":
             return cmd_eval(args)
+        if args.command == "reproduce":
+            return cmd_reproduce(args)
         return commands.run(args)
     except (CheckpointError, ValueError) as exc:
         print(f"vizlm {args.command}: error: {exc}", file=sys.stderr)

@@ -7,6 +7,7 @@
   inside the repository, and a wheel installed elsewhere looks beside the user's files.
 - Each can be set on its own: ``$VIZLM_DATA``, ``$VIZLM_CHECKPOINTS``, ``$VIZLM_CACHE``,
   or the CLI's ``--data`` / ``--checkpoints`` / ``--cache`` (:func:`set_overrides`).
+- ``runs/`` (``$VIZLM_RUNS``) holds the reproduction's runs that are not bundled.
 - The **cache** of corpus statistics defaults to the user's cache folder
   (``platformdirs``), never inside the installed package.
 - **Assets** (the POS tagger, the collocation table, example sentences) are what
@@ -27,7 +28,7 @@ TAGGER_FILE = "tagger.json"  # bigram HMM tagger counts, built from Brown train 
 COLLOCATIONS_FILE = "collocations.tsv"  # word pairs with PMI, built from Brown train (vizlm.resources)
 EXAMPLES_FILE = "examples.json"  # example passages of the test splits (vizlm.prepare)
 
-_ENV = {"home": "VIZLM_HOME", "data": "VIZLM_DATA", "checkpoints": "VIZLM_CHECKPOINTS", "cache": "VIZLM_CACHE"}
+_ENV = {"home": "VIZLM_HOME", "data": "VIZLM_DATA", "checkpoints": "VIZLM_CHECKPOINTS", "cache": "VIZLM_CACHE", "runs": "VIZLM_RUNS"}
 _overrides: dict[str, Path] = {}
 
 
@@ -80,6 +81,11 @@ def data_dir() -> Path:
 def checkpoints_dir() -> Path:
     """Bundled and trained checkpoints, one folder each."""
     return _location("checkpoints", home() / "checkpoints")
+
+
+def runs_dir() -> Path:
+    """Checkpoints of the reproduction's runs that are not bundled (``vizlm reproduce``)."""
+    return _location("runs", home() / "runs")
 
 
 def cache_dir() -> Path:

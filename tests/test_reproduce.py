@@ -1,0 +1,126 @@
+"""The experiment manifest and ``vizlm reproduce``: runs, their state, resuming, never retraining, the report."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import ROOT
+from vizlm import cli, paths, reproduce
+from vizlm.models import REGISTRY
+
+TINY = """
+[defaults]
+corpus = "brown"
+emb_dim = 8
+hidden_dim = 8
+epochs = 2
+
+[run.base]
+paper = "liu-lee"
+model = "lstm"
+
+[run.amsrn-tiny]
+paper = "liu-lee"
+model = "amsrn"
+init = "base"
+control = "base"
+options = { selection = "shared" }
+
+[run.later]
+paper = "daniluk"
+model = "rm"
+blocked = "not implemented"
+"""
+
+
+def test_the_manifest_lists_every_run_of_the_issue():
+    runs = reproduce.load_manifest(ROOT / reproduce.MANIFEST)
+    assert {"lstm", "lstm-continued", "lstm-97", "amsrn-shared", "lstm-doc", "kvp-doc-w5", "ngram-doc-n4",
+            "salton-single-doc", "amsrn-doc", "lstm-sinica"} <= set(runs)
+    for window in (1, 5, 10, 15):
+        for model in ("attention", "kv", "kvp"):
+            assert runs[f"{model}-doc-w{window}"].options == {"window": window}
+            assert runs[f"{model}-doc-w{window}"].match == "lstm" and runs[f"{model}-doc-w{window}"].context == "document"
+    assert [runs[f"ngram-doc-n{n}"].options["n"] for n in (2, 3, 4, 5)] == [2, 3, 4, 5]
+    for run in runs.values():
+        assert run.blocked or run.model in REGISTRY
+        if run.paper == "liu-lee" and run.model == "amsrn":
+            assert run.init == "lstm" and run.context == "sentence"  # their protocol: from the trained LSTM
+        if run.paper == "daniluk" and not run.blocked:
+            assert run.context == "document" and run.init is None  # theirs: running text, from scratch
+    seeds = {run.name: run.seed for run in runs.values()}
+    assert len({seeds[n] for n in ("lstm-doc", "lstm-doc-s2", "lstm-doc-s3")}) == 3
+
+
+def test_bad_manifests_are_refused(tmp_path):
+    bad = tmp_path / "m.toml"
+    bad.write_text(TINY.replace('init = "base"', 'init = "nowhere"'))
+    with pytest.raises(ValueError, match="nowhere"):
+        reproduce.load_manifest(bad)
+    bad.write_text(TINY.replace('paper = "daniluk"', 'paper = "someone"'))
+    with pytest.raises(ValueError, match="unknown paper"):
+        reproduce.load_manifest(bad)
+    bad.write_text(TINY + '\n[run.x]\npaper = "liu-lee"\nmodel = "lstm"\nlearning_rate = 1\n')
+    with pytest.raises(ValueError, match="unknown field"):
+        reproduce.load_manifest(bad)
+
+
+@pytest.fixture
+def manifest(tmp_path, monkeypatch):
+    monkeypatch.setenv("VIZLM_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("VIZLM_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "experiments.toml"
+    path.write_text(TINY)
+    return path
+
+
+def test_reproduce_trains_what_is_missing_in_order_and_never_retrains(manifest, capsys):
+    runs = reproduce.load_manifest(manifest)
+    assert [r.status() for r in runs.values()] == ["missing", "missing", "blocked"]
+    assert [r.name for r in reproduce.order(runs, ["amsrn-tiny"])] == ["base", "amsrn-tiny"]
+    code = cli.main(["reproduce", "--manifest", str(manifest), "--only", "amsrn-tiny", "--dry-run", "--threads", "1"])
+    assert code == 0
+    assert [r.status() for r in runs.values()] == ["finished", "finished", "blocked"]
+    meta = json.loads((runs["amsrn-tiny"].folder / "config.json").read_text())
+    assert meta["init_from"]["checkpoint"] == str(runs["base"].folder)
+    assert meta["train"]["command"] == "vizlm reproduce --only amsrn-tiny"
+    stamp = (runs["base"].folder / "model.safetensors").stat().st_mtime_ns
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--all", "--dry-run"]) == 0
+    assert (runs["base"].folder / "model.safetensors").stat().st_mtime_ns == stamp, "a finished run was retrained"
+    capsys.readouterr()
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--list", "--json"]) == 0
+    rows = {r["run"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["base"]["status"] == "finished" and rows["base"]["test"] > 1
+    assert rows["later"]["status"] == "blocked" and rows["later"]["why"] == "not implemented"
+
+
+def test_a_cut_run_is_partial_and_resumed(manifest):
+    runs = reproduce.load_manifest(manifest)
+    base = runs["base"]
+    (base.folder / "resume").mkdir(parents=True)
+    (base.folder / "resume" / "state.json").write_text("{}")
+    assert base.status() == "partial"
+
+
+def test_report_is_generated_between_markers(manifest, tmp_path):
+    runs = reproduce.load_manifest(manifest)
+    for name in ("base", "amsrn-tiny"):
+        reproduce.run_one(runs[name], runs, dry_run=True)
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# Results\n\nwritten by hand\n")
+    reproduce.write_report(runs, results)
+    first = results.read_text()
+    assert "written by hand" in first and reproduce.REPORT_BEGIN in first and reproduce.REPORT_END in first
+    row = next(line for line in first.splitlines() if line.startswith("| amsrn-tiny "))
+    assert "vs base" in row and "(" in row and "finished" in row
+    assert "| later | rm | sentence |" in first and "blocked: not implemented" in first
+    reproduce.write_report(runs, results)
+    assert results.read_text() == first, "regenerating replaces the generated part, nothing else"
+
+
+def test_runs_dir_follows_the_home(tmp_path, monkeypatch):
+    monkeypatch.delenv("VIZLM_RUNS", raising=False)
+    monkeypatch.setenv("VIZLM_HOME", str(tmp_path))
+    assert paths.runs_dir() == tmp_path / "runs"
