@@ -29,11 +29,15 @@ fmt["parameters"] = st.column_config.NumberColumn("parameters", format="localize
 fmt["test ppl vs LSTM"] = st.column_config.NumberColumn("test ppl vs LSTM", format="percent", help="negative = better than the LSTM baseline")
 
 per_row = 2
-cols = st.columns(per_row, gap="medium")
+group = None
 for i, name in enumerate(names):
+    if ck.model_group(name) != group:  # a heading per paper and protocol (names come grouped)
+        group = ck.model_group(name)
+        st.subheader(group, anchor=False, divider="gray")
+        cols, i0 = st.columns(per_row, gap="medium"), i
     meta = ck.model_meta(name)
     metrics = meta.get("metrics", {})
-    with cols[i % per_row].container(border=True):
+    with cols[(i - i0) % per_row].container(border=True):
         head, badge = st.columns([3, 1], vertical_alignment="center")
         head.subheader(name, anchor=False)
         badge.markdown(f":blue-badge[{ui.md_escape(meta.get('model', '?'))}]" + (" :orange-badge[uploaded]" if name.startswith(ck.UPLOAD_PREFIX) else ""))

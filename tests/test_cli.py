@@ -40,11 +40,13 @@ def test_bundled_checkpoints_present():
 def test_readme_table_matches_the_checkpoints():
     """The README's perplexities are the ones stored by training (and re-checked by eval below)."""
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    rows = dict(re.findall(r"^\| `([\w-]+)` \| [^|]+ \| ([\d.]+) \|$", readme, re.M))
+    rows = {name: (context, ppl) for name, context, ppl in
+            re.findall(r"^\| `([\w-]+)` \| [^|]+ \| (sentence|document) \| [^|]+ \| ([\d.]+) \|$", readme, re.M)}
     assert set(rows) == set(bundled_checkpoints())
-    for name, ppl in rows.items():
+    for name, (context, ppl) in rows.items():
         meta = json.loads((bundled_dir() / name / "config.json").read_text(encoding="utf-8"))
         assert float(ppl) == round(meta["metrics"]["test_perplexity"], 1), name
+        assert context == meta["config"].get("context", "sentence"), name
 
 
 @pytest.mark.parametrize("name", ["amsrn", "kvp", "lstm"])

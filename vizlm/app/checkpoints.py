@@ -31,6 +31,7 @@ from vizlm.checkpoint import (
     read_meta,
 )
 from vizlm.models import ATTENTION_MODELS
+from vizlm.reproduce import PAPERS, load_manifest
 from vizlm.tables import BASELINE_FAMILY
 
 UPLOAD_PREFIX = "upload:"
@@ -57,9 +58,29 @@ def _uploads() -> dict[str, dict]:
     return st.session_state.setdefault("_uploads", {})
 
 
+OTHER_GROUP = "Other checkpoints"
+
+
+@st.cache_data(show_spinner=False, ttl=60)
+def _bundled_groups() -> dict[str, str]:
+    """Checkpoint folder -> the paper and protocol of its run in ``experiments.toml`` (if any)."""
+    try:
+        runs = load_manifest()
+    except (OSError, ValueError):
+        return {}
+    return {r.bundled: PAPERS[r.paper] for r in runs.values() if r.bundled}
+
+
+def model_group(name: str) -> str:
+    """The paper and protocol a checkpoint reproduces, for grouping lists (uploads: other)."""
+    return _bundled_groups().get(name, OTHER_GROUP)
+
+
 def model_names() -> list[str]:
-    """Every selectable model: checkpoints on disk, then this session's uploads."""
-    return list(checkpoint_folders()) + list(_uploads())
+    """Every selectable model, grouped by paper and protocol (manifest order), then this session's uploads."""
+    order = list(dict.fromkeys([*PAPERS.values(), OTHER_GROUP]))
+    folders = sorted(checkpoint_folders(), key=lambda n: order.index(model_group(n)))
+    return folders + list(_uploads())
 
 
 def preferred_model(names: list[str]) -> str:
@@ -146,12 +167,13 @@ def perplexity(name: str) -> tuple[str, float] | None:
 
 
 def model_label(name: str) -> str:
-    """``amsrn · test ppl 140.3`` for select boxes."""
+    """``amsrn · sentence · test ppl 140.3`` for select boxes (the context: how the model reads text)."""
     if not name:
         return "— none —"
     ppl = perplexity(name)
     tag = " (uploaded)" if name.startswith(UPLOAD_PREFIX) else ""
-    return f"{name}{tag} · {ppl[0]} ppl {ppl[1]:.1f}" if ppl else f"{name}{tag}"
+    context = (model_meta(name).get("config") or {}).get("context", "sentence")
+    return f"{name}{tag} · {context}" + (f" · {ppl[0]} ppl {ppl[1]:.1f}" if ppl else "")
 
 
 @st.cache_resource(show_spinner="Loading model…", max_entries=12)
