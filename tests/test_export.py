@@ -117,6 +117,13 @@ def test_every_chart_builds_a_valid_spec(sa):
         plots.surprisal_chart([sa, make_analysis(seed=1, model="kvp")]),
         plots.gates_chart(sa),
         plots.gates_chart(sa, dims=True),
+        # the charts the app's pages draw (moved out of the app, so the CLI can export them too)
+        plots.training_curve_chart("lstm", [{"epoch": 1, "train_perplexity": 300.0, "valid_perplexity": 250.0},
+                                            {"epoch": 2, "train_perplexity": 200.0, "valid_perplexity": 190.0, "stage": "2"}]),
+        plots.case_counts_chart(pd.DataFrame({"model": ["kvp", "kvp", "amsrn"], "label": ["trigger", "unlabelled", "phrase"],
+                                              "count": [3, 5, 1], "share": [0.3, 0.5, 0.1]})),
+        plots.sentence_positions_chart(pd.DataFrame({"target": [0, 1], "word": ["a", PAYLOAD], "offset": [1, 2],
+                                                     "weight": [0.5, 0.25], "attended": ["<s>", "a"]}), "kvp", PAYLOAD),
     ]
     for chart in charts:
         assert isinstance(chart, alt.TopLevelMixin)
@@ -130,6 +137,8 @@ def test_every_chart_builds_a_valid_spec(sa):
     bars = charts[5].to_dict()
     models = {row["model"] for rows in bars["datasets"].values() for row in rows}
     assert models == {"kvp", "kvp (2)"}
+    legend = plots.legend_html(["kvp", PAYLOAD])
+    assert PAYLOAD not in legend and "&lt;" in legend and legend.count("border-radius:50%") == 2
 
 
 def test_heatmap_cells_axes_and_scale(sa):
