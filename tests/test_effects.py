@@ -12,6 +12,9 @@ import torch
 from conftest import ATTENTION_MODELS, TINY, all_variants, tiny_model
 from reference import reference_effects
 
+from vizlm.analysis import LN2, analyze_batch, analyze_tokens, slot_effect_rows, spearman, with_slot_effects
+from vizlm.checkpoint import Checkpoint
+from vizlm.data import SPECIALS, Vocab
 from vizlm.models import build_model
 from vizlm.models import effects as fx
 
@@ -121,3 +124,209 @@ def test_models_without_attention_have_no_effects(name, batch):
     model = build_model(name, **TINY).eval()
     with torch.no_grad(), pytest.raises(ValueError, match="no attention"):
         fx.read_effect(model, model.encode(batch), targets_of(batch))
+
+
+# --------------------------------------------------------------------------- analysis
+
+VOCAB = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])  # 40 words: TINY's vocabulary
+WORDS = ["w3", "w17", "w3", "w8", "w30", "w17", "w2", "w3", "w11", "w5"]
+
+
+def tiny_ckpt(name: str = "amsrn", scale: float | None = None, **kw) -> Checkpoint:
+    model = tiny_model(name, **kw)
+    if scale is not None:  # a stronger read (the tiny LSTM outputs are small): effects up to bits
+        torch.nn.init.uniform_(model.read_proj.weight, -scale, scale)
+    return Checkpoint(model, VOCAB, name)
+
+
+def ids(words) -> torch.Tensor:
+    return torch.tensor([[VOCAB.bos_id] + VOCAB.encode(words)])
+
+
+@pytest.mark.parametrize("name,kw", all_variants(["amsrn", "kvp", "salton"]))
+def test_analysis_carries_the_effects(name, kw):
+    ckpt = tiny_ckpt(name, **kw)
+    sa = analyze_tokens(ckpt, WORDS)
+    with torch.no_grad():
+        ref_read, ref_slots = reference_effects(ckpt.model, ids(WORDS))
+    np.testing.assert_allclose(sa.read_effect, ref_read[0].numpy(), atol=1e-10)
+    np.testing.assert_allclose(sa.slot_effects, ref_slots[0].numpy(), atol=1e-10)
+    np.testing.assert_allclose(sa.read_effect_bits, sa.read_effect / math.log(2))
+    doc = sa.to_dict(threshold=0.1)
+    assert json.loads(json.dumps(doc, allow_nan=False)) == doc  # plain JSON, round trip
+    for r, t in enumerate(doc["targets"]):
+        assert t["read_effect_bits"] == pytest.approx(sa.read_effect[r] / LN2, abs=1e-12)
+        assert t["effects_bits"] == pytest.approx(list(sa.slot_effects[r, : r + 1] / LN2), abs=1e-12)
+        for h in t["highlights"]:
+            assert h["effect_bits"] == pytest.approx(sa.slot_effects[r, h["slot"]] / LN2, abs=1e-12)
+    summary = doc["effects"]
+    assert summary["unit"] == "bits" and summary["slot_effects"]
+    assert summary["read_effect_mean_bits"] == pytest.approx(float(np.mean(sa.read_effect)) / LN2)
+    # Spearman by hand: ranks of the allowed pairs (no ties here), Pearson of the ranks
+    mask = sa.allowed()
+    w, e = sa.attention[mask], sa.slot_effects[mask]
+    rw, re = np.argsort(np.argsort(w)), np.argsort(np.argsort(e))
+    assert summary["rank_correlation"] == pytest.approx(float(np.corrcoef(rw, re)[0, 1]))
+
+
+def test_spearman_ties_and_degenerate_cases():
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 1, 2, 3], [1, 2, 3, 4]) == pytest.approx(np.corrcoef([0.5, 0.5, 2, 3], [0, 1, 2, 3])[0, 1])
+    assert spearman([1, 2], [1, 2]) is None and spearman([1, 1, 1], [1, 2, 3]) is None
+
+
+def test_read_effect_is_exactly_zero_in_the_analysis():
+    ckpt = tiny_ckpt("amsrn")
+    ckpt.model.float()
+    _zero_read("amsrn", ckpt.model)
+    doc = analyze_tokens(ckpt, WORDS).to_dict()
+    assert all(t["read_effect_bits"] == 0 for t in doc["targets"])
+    assert all(e == 0 for t in doc["targets"] for e in t["effects_bits"])
+
+
+def test_models_without_attention_have_no_effects_in_the_analysis():
+    sa = analyze_tokens(Checkpoint(tiny_model("lstm"), VOCAB, "lstm"), WORDS)
+    assert sa.read_effect is None and sa.slot_effects is None and sa.effect_rank_correlation() is None
+    doc = sa.to_dict()
+    assert doc["effects"] is None and all(t["read_effect_bits"] is None and t["effects_bits"] is None for t in doc["targets"])
+
+
+def test_long_texts_get_slot_effects_on_demand():
+    ckpt = tiny_ckpt("amsrn")
+    full = analyze_tokens(ckpt, WORDS)
+    short = analyze_tokens(ckpt, WORDS, max_effect_pairs=10)  # 66 pairs: too many
+    assert short.slot_effects is None and short.read_effect is not None
+    assert short.to_dict()["targets"][3]["effects_bits"] is None
+    np.testing.assert_allclose(slot_effect_rows(ckpt, short, [4, 7]), full.slot_effects[[4, 7]], atol=1e-12)
+    np.testing.assert_allclose(with_slot_effects(ckpt, short).slot_effects, full.slot_effects, atol=1e-12)
+    assert with_slot_effects(ckpt, full) is full
+
+
+def test_batched_effects_equal_one_sentence_at_a_time():
+    ckpt = tiny_ckpt("kvp", window=3)
+    sents = [WORDS, WORDS[:4], ["w9"], WORDS[2:9]]
+    for i, sa in analyze_batch(ckpt, sents, effects="slots", batch_size=3):
+        one = analyze_tokens(ckpt, sents[i])
+        np.testing.assert_allclose(sa.read_effect, one.read_effect, atol=1e-12)
+        np.testing.assert_allclose(sa.slot_effects, one.slot_effects, atol=1e-12)
+    for i, sa in analyze_batch(ckpt, sents, effects="slots", min_effect_weight=0.3):
+        one = analyze_tokens(ckpt, sents[i])
+        heavy = one.attention >= 0.3
+        np.testing.assert_allclose(sa.slot_effects[heavy], one.slot_effects[heavy], atol=1e-12)
+        assert np.isnan(sa.slot_effects[(one.attention > 0) & ~heavy]).all()  # not computed
+        assert (sa.slot_effects[one.attention == 0] == 0).all()  # outside the window: no effect
+        assert json.dumps(sa.to_dict(), allow_nan=False)  # NaN never reaches the JSON
+    for _, sa in analyze_batch(ckpt, sents, effects="read"):
+        assert sa.read_effect is not None and sa.slot_effects is None
+    for _, sa in analyze_batch(ckpt, sents):
+        assert sa.read_effect is None
+
+
+# --------------------------------------------------------------------------- cases
+ENGLISH = Vocab([*SPECIALS, "the", "dogs", "cat", "park", "are", "is", "barking", "because", "they", "hungry", "owners",
+                 "running", "saw", "a", "so", "market", "rose", "prices", "fell", "city", "taxes", "jury", "said", "were",
+                 "high", "money", "spent", "bridges", "roads", "state", "new", "schools", "year", "and", "of", "."])
+
+
+def test_cases_carry_effects_and_rank_by_them():
+    from vizlm.cases import by_effect, corpus_cases, label_cases
+
+    ckpt = Checkpoint(tiny_model("amsrn"), ENGLISH, "amsrn")
+    torch.nn.init.uniform_(ckpt.model.read_proj.weight, -300, 300)
+    sents = [s.split() for s in (
+        "the dogs saw the cat and the dogs are barking because the cat saw the dogs .",
+        "the market rose and prices rose so the market fell and prices fell .",
+        "the jury said taxes were high because the city spent money on roads and bridges and taxes .",
+        "the state spent money on new schools and the state said the schools were new .",
+        "the owners are running because the dogs are running and the cat is running .",
+    )]
+    sa = analyze_tokens(ckpt, sents[0])
+    cases = label_cases(sa, threshold=0.05)
+    assert cases and all(c.effect == pytest.approx(sa.slot_effects[c.target, c.slot] / LN2) for c in cases)
+    ranked = by_effect(cases)
+    assert [c.effect for c in ranked] == sorted((c.effect for c in cases), reverse=True)
+    by = {rank: corpus_cases(ckpt, sentences=sents, threshold=0.05, rank=rank, examples_per_label=4)
+          for rank in ("weight", "effect")}
+    assert by["weight"].counts == by["effect"].counts and by["effect"].rank == "effect"
+    for rank, report in by.items():
+        shown = [ex for exs in report.examples.values() for ex in exs]
+        assert len(shown) >= 8
+        for exs in report.examples.values():
+            assert [e[rank] for e in exs] == sorted((e[rank] for e in exs), reverse=True)
+            for e in exs:
+                one = analyze_tokens(ckpt, sents[int(e["sentence_id"][1:])])
+                assert e["effect"] == pytest.approx(one.slot_effects[e["target"], e["slot"]] / LN2, abs=1e-9)
+    assert by["weight"].examples != by["effect"].examples  # the two rankings pick different examples
+    with pytest.raises(ValueError, match="rank"):
+        corpus_cases(ckpt, sentences=sents, rank="loudness")
+
+
+# --------------------------------------------------------------------------- corpus
+def test_effect_by_position_and_read_share_match_brute_force():
+    from vizlm.corpus import attention_by_position, sentence_positions
+
+    ckpts = [tiny_ckpt("amsrn", scale=400.0), tiny_ckpt("kvp", window=3)]
+    g = torch.Generator().manual_seed(3)
+    sents = [[f"w{int(i)}" for i in torch.randint(0, 36, (int(n),), generator=g)]
+             for n in torch.randint(1, 12, (25,), generator=g)]
+    stats = attention_by_position(ckpts, sents, window=4, batch_size=6)
+    for ckpt in ckpts:
+        per_offset = {d: [] for d in range(1, 5)}
+        reads = []
+        for s in sents:
+            sa = analyze_tokens(ckpt, s)
+            reads += list(sa.read_effect_bits)
+            for r in range(len(sa.targets)):
+                for d in range(1, 5):
+                    if r + 1 - d >= 0:
+                        per_offset[d].append(sa.slot_effects[r, r + 1 - d] / LN2)
+        frame = stats.frame[stats.frame.model == ckpt.name].set_index("offset")
+        for d, es in per_offset.items():
+            assert frame.loc[d, "effect"] == pytest.approx(np.mean(es), abs=1e-9)
+            assert frame.loc[d, "effect_lo"] <= frame.loc[d, "effect"] <= frame.loc[d, "effect_hi"]
+        eff = stats.effects[ckpt.name]
+        assert eff["tokens"] == len(reads)
+        assert eff["share_over_1_bit"] == pytest.approx(np.mean(np.abs(reads) > 1))
+        assert eff["mean_read_bits"] == pytest.approx(np.mean(reads), abs=1e-9)
+    assert 0 < stats.effects["amsrn"]["share_over_1_bit"] < 1  # the test sees both sides of the line
+    assert stats.frame[stats.frame.model == "kvp"].set_index("offset").loc[4, "effect"] == 0  # outside the window
+    plain = attention_by_position(ckpts, sents, window=4, effects=False)
+    assert plain.frame["effect"].isna().all() and plain.effects == {}
+    assert np.allclose(plain.frame["mean"], stats.frame["mean"])
+    df = sentence_positions(analyze_tokens(ckpts[0], sents[0]), window=3)
+    sa = analyze_tokens(ckpts[0], sents[0])
+    for row in df.itertuples():
+        assert row.effect == pytest.approx(sa.slot_effects[row.target, row.target + 1 - row.offset] / LN2)
+
+
+# --------------------------------------------------------------------------- plots
+def test_effect_heatmap_and_positions_chart():
+    import pandas as pd
+
+    from vizlm import plots
+
+    sa = analyze_tokens(tiny_ckpt("kvp", window=3), WORDS)
+    weight = plots.attention_heatmap(sa, threshold=0.3).to_dict()
+    effect = plots.attention_heatmap(sa, threshold=0.3, measure="effect").to_dict()
+    colour = effect["layer"][0]["encoding"]["color"]
+    assert weight["layer"][0]["encoding"]["color"]["field"] == "weight"
+    assert colour["field"] == "effect" and "bits" in " ".join(colour["title"])
+    assert colour["scale"]["scheme"] == plots.EFFECT_SCHEME and colour["scale"]["domainMid"] == 0
+    assert colour["scale"]["domain"] == [-plots.EFFECT_DOMAIN_BITS, plots.EFFECT_DOMAIN_BITS]
+    assert "effect" in effect["title"]["text"]
+    (rows,) = effect["datasets"].values()
+    T = len(sa.targets)
+    assert len(rows) == sum(min(r + 1, 3) for r in range(T))  # masked cells blank, as for weights
+    for row in rows:
+        r, j = int(row["target"].split()[0]) - 2, int(row["slot"].split()[0])
+        assert row["effect"] == pytest.approx(sa.slot_effects[r, j] / LN2)
+    with pytest.raises(ValueError, match="no slot effects"):
+        plots.attention_heatmap(analyze_tokens(tiny_ckpt("kvp", window=3), WORDS, effects=False), measure="effect")
+    with pytest.raises(ValueError, match="measure"):
+        plots.attention_heatmap(sa, measure="volume")
+    frame = pd.DataFrame({"model": ["kvp"] * 2, "offset": [1, 2], "mean": [0.6, 0.4], "lo": [0.5, 0.3], "hi": [0.7, 0.5],
+                          "count": [10, 10], "effect": [0.3, -0.1], "effect_lo": [0.2, -0.2], "effect_hi": [0.4, 0.0]})
+    spec = plots.positions_chart(frame, measure="effect").to_dict()
+    line = spec["layer"][-1]["encoding"]
+    assert line["y"]["field"] == "effect" and "bits" in line["y"]["title"]
