@@ -258,7 +258,7 @@ def attention_heatmap(
             )
         )
     if effect_mode:
-        head = title or f"{sa.model}: effect of each memory slot on log₂ P(word)"
+        head = title or f"{sa.model}: effect of each memory slot on P(word), in bits"
     else:
         head = title or f"{sa.model}: attention over memory"
     if top_k is not None:
@@ -268,8 +268,8 @@ def attention_heatmap(
     subtitle = [_subtitle(sa.text)]
     if effect_mode:
         biggest = float(np.nanmax(np.abs(effects[mask]))) if mask.any() else 0.0
-        subtitle.append(f"blue: the slot helped, red: it hurt (colour clipped at ±{EFFECT_DOMAIN_BITS:g} bit); "
-                        f"largest here {biggest:.2g} bits")
+        subtitle.append(f"log-probability minus the same with the slot dropped · blue: the slot helped, red: it hurt "
+                        f"(clipped at ±{EFFECT_DOMAIN_BITS:g} bit) · largest here {biggest:.2g} bits")
     return alt.layer(*layers).properties(
         width=alt.Step(cell),
         height=alt.Step(cell),
@@ -325,7 +325,7 @@ def positions_chart(frame: pd.DataFrame, title: str | None = None, measure: str 
         layers.insert(0, alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color="#888", strokeDash=[4, 4]).encode(y="y:Q"))
     if effect_mode:
         head = title or "Mean slot effect by relative position"
-        sub = "log₂ P(word) minus the same with that slot dropped, next to the mean weight (Daniluk et al. 2017, Fig. 3)"
+        sub = "log-probability of the word (bits) minus the same with that slot dropped; cf. the mean weight"
     else:
         head, sub = title or "Mean attention by relative position", "cf. Daniluk et al. (2017), Fig. 3"
     return alt.layer(*layers).properties(
