@@ -210,7 +210,7 @@ def test_batched_effects_equal_one_sentence_at_a_time():
         one = analyze_tokens(ckpt, sents[i])
         np.testing.assert_allclose(sa.read_effect, one.read_effect, atol=1e-12)
         np.testing.assert_allclose(sa.slot_effects, one.slot_effects, atol=1e-12)
-    for i, sa in analyze_batch(ckpt, sents, effects="slots", min_effect_weight=0.3):
+    for i, sa in analyze_batch(ckpt, sents, effects="slots", effect_pairs=lambda a: a >= 0.3):
         one = analyze_tokens(ckpt, sents[i])
         heavy = one.attention >= 0.3
         np.testing.assert_allclose(sa.slot_effects[heavy], one.slot_effects[heavy], atol=1e-12)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -301,7 +301,11 @@ def _build(
     logp = logits.double().log_softmax(-1)  # (T, V)
     lp = logp.gather(1, torch.tensor(ids)[:, None])[:, 0].numpy()  # (T,)
     k = min(top_k, logp.shape[1])
-    top_p, top_i = logp.exp().topk(k, dim=-1)  # (T, k)
+    if k:
+        top_i = logp.topk(k, dim=-1).indices  # (T, k): log is monotone, no need to exp the whole row
+        top_p = logp.gather(1, top_i).exp()  # (T, k)
+    else:  # corpus statistics: no top predictions
+        top_p, top_i = logp.new_zeros(logp.shape[0], 0), torch.zeros(logp.shape[0], 0, dtype=torch.long)
     notes = []
     if truncated:
         notes.append(f"the text has {len(norms) + truncated} tokens; only the first {MAX_TOKENS} were analysed")
@@ -378,9 +382,9 @@ def analyze_tokens(
     read = slots = None
     if effects and att is not None:
         h, targets = ckpt.model.encode(inputs), _targets(ckpt, norms)  # h: as forward() computed it
-        read = fx.read_effect(ckpt.model, h, targets, out=out)[0]
-        if max_effect_pairs is None or _pairs(att) <= max_effect_pairs:
-            slots = fx.slot_effects(ckpt.model, h, targets, out=out)[0]
+        all_slots = max_effect_pairs is None or _pairs(att) <= max_effect_pairs
+        read, slots = fx.attention_effects(ckpt.model, h, targets, out=out, slots=all_slots)
+        read, slots = read[0], None if slots is None else slots[0]
     return _build(ckpt, norms, out.logits[0], None if att is None else att[0], None if gates is None else gates[0],
                   surfaces, cut(offsets), text, cut(tags), top_k, truncated, read, slots)
 
@@ -420,15 +424,16 @@ def analyze_batch(
     top_k: int = 0,
     batch_size: int = 64,
     effects: str = "none",
-    min_effect_weight: float = 0.0,
+    effect_pairs: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> Iterator[tuple[int, SentenceAnalysis]]:
     """``(index, analysis)`` for every non-empty sentence, from length-bucketed batches.
 
     Gives the same :class:`SentenceAnalysis` as :func:`analyze_tokens` (tested), one
     forward pass per batch: right padding changes nothing because every model is
     causal. ``top_k=0`` skips the top predictions, which corpus statistics do not read.
-    ``effects``: ``"none"``, ``"read"`` (read effects) or ``"slots"`` (read effects and the
-    slot effects of the pairs with weight >= ``min_effect_weight``; the others are NaN).
+    ``effects``: ``"none"``, ``"read"`` (read effects) or ``"slots"`` (read effects and slot
+    effects; ``effect_pairs`` maps the attention (B, T, S) to the pairs wanted, the others
+    are NaN, e.g. ``lambda a: a >= 0.2`` for the pairs a threshold can highlight).
     """
     if effects not in ("none", "read", "slots"):
         raise ValueError(f"effects must be 'none', 'read' or 'slots', not {effects!r}")
@@ -439,11 +444,12 @@ def analyze_batch(
         gates = out.extras.get("gate1")  # (B, T, d) for AMSRN
         read = slots = None
         if effects != "none" and out.attention is not None:
-            h = ckpt.model.encode(inputs)
-            read = fx.read_effect(ckpt.model, h, targets, out=out)  # (B, T)
-            if effects == "slots":
-                select = (out.attention >= min_effect_weight) & (targets != 0)[:, :, None]  # real rows only
-                slots = fx.slot_effects(ckpt.model, h, targets, out=out, select=select)  # (B, T, S)
+            select = (targets != 0)[:, :, None]  # (B, T, 1) real rows only
+            if effect_pairs is not None:
+                select = select & effect_pairs(out.attention)
+            read, slots = fx.attention_effects(ckpt.model, ckpt.model.encode(inputs), targets, out=out,
+                                               slots=effects == "slots", select=select)  # (B, T), (B, T, S)
+            if slots is not None:
                 slots = torch.where(select | (out.attention == 0), slots, torch.full_like(slots, math.nan))
         for b, j in enumerate(idx):
             i = keep[j]

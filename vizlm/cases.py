@@ -571,9 +571,13 @@ def corpus_cases(
     if not ckpt.has_attention:
         notes.append(f"{ckpt.label} has no attention: there are no highlights to label")
         n = 0
-    # slot effects of the pairs that can be highlighted: weight >= threshold (top-k: >= MIN_TOP_K_WEIGHT)
+    # slot effects of the pairs that can be cases: word slots (>= 2) with the weight of a highlight
     least = MIN_TOP_K_WEIGHT if top_k is not None else (threshold if threshold is not None else DEFAULT_THRESHOLD)
-    for i, sa in analyze_batch(ckpt, sentences[:n], originals, tags, effects="slots", min_effect_weight=least):
+
+    def candidates(att: torch.Tensor) -> torch.Tensor:
+        return (att >= least) & (torch.arange(att.shape[-1]) >= 2)
+
+    for i, sa in analyze_batch(ckpt, sentences[:n], originals, tags, effects="slots", effect_pairs=candidates):
         analysed += 1
         for k, case in enumerate(label_cases(sa, threshold, top_k, collocations=collocations)):
             pairs += 1

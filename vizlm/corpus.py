@@ -178,15 +178,15 @@ def _positions_one(ckpt: Checkpoint, seqs: list[list[int]], window: int, batch_s
         slot, exists = offset_slots(T, window)  # (T, L)
         m = (exists[None] & real[..., None]).double()  # (B, T, L)
         if effects:
+            back = torch.arange(T)[:, None] - torch.arange(att.shape[2])[None, :]  # (T, S) offset - 1 of each slot
+            select = ((back >= 0) & (back < window))[None] & real[..., None]  # (B, T, S) offsets 1..L, real rows
             h = ckpt.model.encode(inputs)  # as forward() computed it
-            read = fx.read_effect(ckpt.model, h, targets, out=out).double() / LN2  # (B, T) bits
+            read, e = fx.attention_effects(ckpt.model, h, targets, out=out, select=select)  # (B, T), (B, T, S) nats
+            read = read.double() / LN2  # bits
             read_sum += float((read * real).sum())
             read_abs += float((read.abs() * real).sum())
             read_big += float(((read.abs() > 1) & real).sum())
-            back = torch.arange(T)[:, None] - torch.arange(att.shape[2])[None, :]  # (T, S) offset - 1 of each slot
-            select = ((back >= 0) & (back < window))[None] & real[..., None]  # (B, T, S) offsets 1..L, real rows
-            e = fx.slot_effects(ckpt.model, h, targets, out=out, select=select).double() / LN2  # (B, T, S) bits
-            e = e.gather(2, slot.expand(B, T, window))  # (B, T, L)
+            e = e.double().gather(2, slot.expand(B, T, window)) / LN2  # (B, T, L) bits
             eff += (e * m).sum((0, 1))
             eff_sq += (e * e * m).sum((0, 1))
         att = att.double()

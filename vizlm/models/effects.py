@@ -17,9 +17,10 @@ outputs ``h`` are fixed and only the head is recomputed, from other weights
   model) has no weight left: it reads nothing, and its slot effect is its read effect.
   A slot with zero weight (outside the window) has effect 0 and is not computed.
 
-Both are in nats. :func:`slot_effects` batches the slots: copy ``o`` of the batch drops,
+Both are in nats. :func:`slot_effects` batches the slots: copy ``o`` of a sentence drops,
 in every row, the slot ``o`` places before the row's newest one (so a window of ``L``
-needs ``L`` copies, not one per slot), and the output layer, the costly part (a
+needs ``L`` copies, not one per slot; only sentences with a pair at ``o`` are copied),
+and the output layer, the costly part (a
 10,000-word vocabulary), runs only on the (row, slot) pairs asked for, in chunks. A model
 whose read enters the logits linearly (AMSRN: ``W_pr r_t``) has ``shift_logits``: a pair's
 logits are then its row's logits shifted by the change of the read, one product instead of
@@ -33,7 +34,7 @@ import torch
 from vizlm.models.base import AttentionLM, LMOutput
 
 PAIR_CHUNK = 64  # (row, slot) pairs per output-layer call: 64 x 10k logits (2.5 MB) stay in the CPU cache
-COPY_ELEMENTS = 2_000_000  # weights per attend() call over slot copies (copies x B x T x S), ~8 MB in float32
+COPY_ELEMENTS = 2_000_000  # weights per attend() call over slot copies (copies x T x S), ~8 MB in float32
 
 
 def target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -49,17 +50,26 @@ def drop_slot(weights: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
     return torch.where(rest > 0, kept / rest.clamp_min(torch.finfo(kept.dtype).tiny), torch.zeros_like(kept))
 
 
-def _repeat(x: torch.Tensor | None, copies: int) -> torch.Tensor | None:
-    """(B, ...) -> (copies * B, ...), copy-major."""
-    return None if x is None else x.expand(copies, *x.shape).reshape(copies * x.shape[0], *x.shape[1:])
-
-
 def _check(model) -> None:
     if not isinstance(model, AttentionLM):
         raise ValueError(f"{type(model).__name__} has no attention: it has no attention effects")
 
 
 @torch.no_grad()
+def attention_effects(
+    model: AttentionLM, h: torch.Tensor, targets: torch.Tensor, out: LMOutput | None = None, slots: bool = True,
+    select: torch.Tensor | None = None, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(read effect (B, T), slot effects (B, T, S) or None)`` in nats (:func:`read_effect`,
+    :func:`slot_effects`), sharing the work both need."""
+    _check(model)
+    out = out if out is not None else model.head(h, memory, valid)
+    base = target_logprobs(out.logits, targets)  # (B, T) log P(target) as computed
+    off = model.head(h, memory, valid, weights=torch.zeros_like(out.attention))  # r_t = 0
+    read = base - target_logprobs(off.logits, targets)
+    return read, (_slot_effects(model, h, targets, out, base, select, memory, valid) if slots else None)
+
+
 def read_effect(
     model: AttentionLM, h: torch.Tensor, targets: torch.Tensor, out: LMOutput | None = None,
     memory: torch.Tensor | None = None, valid: torch.Tensor | None = None,
@@ -69,10 +79,7 @@ def read_effect(
     ``h`` (B, T, d) are the LSTM outputs and ``targets`` (B, T) the predicted ids; ``out``
     is ``model.head(h, memory, valid)`` if already computed.
     """
-    _check(model)
-    out = out if out is not None else model.head(h, memory, valid)
-    off = model.head(h, memory, valid, weights=torch.zeros_like(out.attention))  # r_t = 0
-    return target_logprobs(out.logits, targets) - target_logprobs(off.logits, targets)
+    return attention_effects(model, h, targets, out, slots=False, memory=memory, valid=valid)[0]
 
 
 @torch.no_grad()
@@ -85,10 +92,14 @@ def slot_effects(
     ``select`` (B, T, S) bool picks the (row, slot) pairs to compute (default: all);
     pairs not selected, and pairs whose weight is zero, are 0. Row ``t`` of ``h`` needs
     only ``h[:, :t + 1]`` (the model is causal), so rows after the last selected one are
-    not recomputed.
+    not recomputed, and a copy is made only of the sentences with a pair at its offset.
     """
     _check(model)
     out = out if out is not None else model.head(h, memory, valid)
+    return _slot_effects(model, h, targets, out, target_logprobs(out.logits, targets), select, memory, valid)
+
+
+def _slot_effects(model, h, targets, out, base, select, memory, valid) -> torch.Tensor:
     alpha = out.attention  # (B, T, S)
     B, T, S = alpha.shape
     effects = torch.zeros_like(alpha)
@@ -96,35 +107,35 @@ def slot_effects(
     b_idx, r_idx, j_idx = want.nonzero(as_tuple=True)  # (P,) each
     if not len(r_idx):
         return effects
-    base = target_logprobs(out.logits, targets)  # (B, T)
     rows = int(r_idx.max()) + 1  # later rows are not needed
     carried = S - T + 1  # slots before the first row's newest one: 1 in the sentence layout
     S_used = carried + rows - 1
     h_used, a_used = h[:, :rows], alpha[:, :rows, :S_used]  # (B, R, d), (B, R, S')
     newest = torch.arange(rows, device=h.device) + (carried - 1)  # (R,) the newest slot of each row
-    pair_offset = newest[r_idx] - j_idx  # (P,) 0 = the newest slot
-    offsets = torch.unique(pair_offset)  # sorted
+    # One copy per (offset, sentence) with a pair there: copy (o, b) is sentence b with, in every row,
+    # the slot o places before the row's newest dropped (o = 0: the newest slot).
+    pair_key = (newest[r_idx] - j_idx) * B + b_idx  # (P,)
+    copies = torch.unique(pair_key)  # (N,) sorted: by offset, then sentence
+    pair_copy = torch.searchsorted(copies, pair_key)  # (P,) the copy each pair is read from
+    order = torch.argsort(pair_copy)
+    b_idx, r_idx, j_idx, pair_copy = b_idx[order], r_idx[order], j_idx[order], pair_copy[order]
     shift = getattr(model, "shift_logits", None)  # AMSRN: logits + W_pr (r' - r)
     own = model.attend(h_used, memory, valid)[0] if shift is not None else None  # (B, R, k) the reads as computed
-    per_copy = B * rows * S_used
-    n_copies = max(1, COPY_ELEMENTS // max(per_copy, 1))
-    for start in range(0, len(offsets), n_copies):
-        group = offsets[start : start + n_copies]  # (C,)
-        C = len(group)
-        slot = (newest[None, :] - group[:, None]).clamp_min(0)  # (C, R) the slot each copy drops in each row
-        w = drop_slot(a_used.expand(C, B, rows, S_used), slot[:, None, :].expand(C, B, rows))  # (C, B, R, S')
-        read, _, _ = model.attend(_repeat(h_used, C), _repeat(memory, C), _repeat(valid, C),
-                                  weights=w.reshape(C * B, rows, S_used))
-        read = read.view(C, B, rows, -1)  # (C, B, R, k)
-        # the pairs of this group: copy c = position of their offset in ``group``
-        in_group = torch.isin(pair_offset, group)
-        pb, pr, pj = b_idx[in_group], r_idx[in_group], j_idx[in_group]
-        pc = torch.searchsorted(group, pair_offset[in_group])
-        for i in range(0, len(pb), PAIR_CHUNK):
-            cb, cr, cj, cc = (x[i : i + PAIR_CHUNK] for x in (pb, pr, pj, pc))
+    per_call = max(1, COPY_ELEMENTS // (rows * S_used))
+    for n0 in range(0, len(copies), per_call):
+        key = copies[n0 : n0 + per_call]  # (C,)
+        cb, co = key % B, key // B  # (C,) sentence and offset of each copy
+        slot = (newest[None, :] - co[:, None]).clamp_min(0)  # (C, R) the slot each copy drops in each row
+        w = drop_slot(a_used[cb], slot)  # (C, R, S')
+        read, _, _ = model.attend(h_used[cb], None if memory is None else memory[cb],
+                                  None if valid is None else valid[cb], weights=w)  # (C, R, k)
+        lo, hi = torch.searchsorted(pair_copy, torch.tensor([n0, n0 + len(key)], device=pair_copy.device)).tolist()
+        for i in range(lo, hi, PAIR_CHUNK):
+            pb, pr, pj = (x[i : min(hi, i + PAIR_CHUNK)] for x in (b_idx, r_idx, j_idx))
+            pc = pair_copy[i : min(hi, i + PAIR_CHUNK)] - n0
             if shift is not None:  # the read enters the logits linearly: shift the row's logits
-                logits = shift(out.logits[cb, cr], read[cc, cb, cr] - own[cb, cr])  # (P', V)
+                logits = shift(out.logits[pb, pr], read[pc, pr] - own[pb, pr])  # (P', V)
             else:
-                logits = model.readout(h_used[cb, cr][None], read[cc, cb, cr][None])[0]  # (P', V)
-            effects[cb, cr, cj] = base[cb, cr] - target_logprobs(logits, targets[cb, cr])
+                logits = model.readout(h_used[pb, pr][None], read[pc, pr][None])[0]  # (P', V)
+            effects[pb, pr, pj] = base[pb, pr] - target_logprobs(logits, targets[pb, pr])
     return effects
