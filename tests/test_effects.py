@@ -325,6 +325,12 @@ def test_effect_heatmap_and_positions_chart():
         plots.attention_heatmap(analyze_tokens(tiny_ckpt("kvp", window=3), WORDS, effects=False), measure="effect")
     with pytest.raises(ValueError, match="measure"):
         plots.attention_heatmap(sa, measure="volume")
+    from vizlm.export import export_analysis
+
+    svg = export_analysis(sa, "svg", measure="effect").decode()
+    assert "slot effect" in svg and "in bits" in svg
+    csv = export_analysis(sa, "csv").decode("utf-8-sig")
+    assert "effect_bits" in csv.splitlines()[0] and "read_effect_bits" in csv.splitlines()[0]
     frame = pd.DataFrame({"model": ["kvp"] * 2, "offset": [1, 2], "mean": [0.6, 0.4], "lo": [0.5, 0.3], "hi": [0.7, 0.5],
                           "count": [10, 10], "effect": [0.3, -0.1], "effect_lo": [0.2, -0.2], "effect_hi": [0.4, 0.0]})
     spec = plots.positions_chart(frame, measure="effect").to_dict()

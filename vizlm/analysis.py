@@ -137,6 +137,32 @@ class SentenceAnalysis:
         use = self.allowed() & np.isfinite(self.slot_effects)
         return spearman(self.attention[use], self.slot_effects[use])
 
+    def slot_table(self, row: int, effect_bits: Sequence[float] | None = None, limit: int = 8,
+                   threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None) -> list[dict]:
+        """The memory slots worth showing for one predicted word, effect beside weight: the highlighted
+        ones and the three with the largest effect, largest effect first (at most ``limit``).
+
+        ``effect_bits`` [S] are the row's slot effects in bits (default: from ``slot_effects``).
+        Each entry: slot, word (the slot's label), weight, effect_bits (None if not computed).
+        """
+        if self.attention is None:
+            return []
+        if effect_bits is None and self.slot_effects is not None:
+            effect_bits = self.slot_effect_bits[row]
+        allowed = np.flatnonzero(self.allowed()[row] & (self.attention[row] > 0))
+
+        def effect(j: int) -> float | None:
+            return None if effect_bits is None else _finite(effect_bits[j])
+
+        shown = {h.slot for h in self.highlights(threshold, top_k)[row]}
+        strongest = sorted(allowed, key=lambda j: -abs(effect(j) or 0.0))[:3] if effect_bits is not None else []
+        shown |= {int(j) for j in strongest}
+        labels = self.slot_labels
+        table = [{"slot": j, "word": labels[j], "weight": float(self.attention[row, j]), "effect_bits": effect(j)}
+                 for j in sorted(shown)]
+        table.sort(key=lambda e: (e["effect_bits"] is None, -abs(e["effect_bits"] or 0.0), -e["weight"]))
+        return table[:limit]
+
     def slot_token(self, slot: int) -> int:
         """Index into ``tokens`` of the word held by ``slot``; -1 for the <s> slots."""
         return slot - 2 if slot >= 2 else -1
@@ -191,6 +217,7 @@ class SentenceAnalysis:
                 "start_weight": None if self.attention is None else float(self.attention[r, 0]),
                 # effects in bits: log2 P(word) with the read minus without; per slot, minus with the slot dropped
                 "read_effect_bits": None if read_bits is None else _finite(read_bits[r]),
+                "prob_without_read": None if self.read_effect is None else float(np.exp(self.logprobs[r] - self.read_effect[r])),
                 "effects_bits": None if slot_bits is None else [_finite(e) for e in slot_bits[r, : r + 1]],
                 "cases": case_map.get(r, []),
             })

@@ -283,12 +283,13 @@ def analysis_dict(
 
 
 def analysis_chart(
-    sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None
+    sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None, measure: str = "weight"
 ) -> alt.TopLevelMixin:
-    """The figure that stands for one analysis: the attention heat map, or surprisal without attention."""
+    """The figure that stands for one analysis: the attention heat map (coloured by ``measure``: weight
+    or slot effect), or surprisal without attention."""
     if sa.attention is None:
         return plots.surprisal_chart([sa])
-    return plots.attention_heatmap(sa, threshold=threshold, top_k=top_k)
+    return plots.attention_heatmap(sa, threshold=threshold, top_k=top_k, measure=measure)
 
 
 def export_analysis(
@@ -298,14 +299,16 @@ def export_analysis(
     top_k: int | None = None,
     scale: float = PNG_SCALE,
     cases: bool = True,
+    measure: str = "weight",
 ) -> bytes:
-    """One analysis as ``png`` / ``svg`` / ``html`` (the heat map) or ``csv`` / ``json`` (the numbers)."""
+    """One analysis as ``png`` / ``svg`` / ``html`` (the heat map, coloured by ``measure``) or ``csv`` /
+    ``json`` (the numbers)."""
     fmt = _check_format(fmt, FORMATS)
     if fmt == "csv":
         return _csv_bytes(pd.DataFrame(analysis_records(sa, threshold, top_k)))
     if fmt == "json":
         return _json_bytes(analysis_dict(sa, threshold, top_k, cases))
-    chart = analysis_chart(sa, threshold, top_k)
+    chart = analysis_chart(sa, threshold, top_k, measure)
     if fmt != "html":
         return chart_bytes(chart, fmt, scale=scale)
     notes = "".join(f'<p class="vizlm-note">{html.escape(n)}</p>' for n in sa.notes)

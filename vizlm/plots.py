@@ -249,8 +249,10 @@ def attention_heatmap(
             )
         )
     if values:
+        # effect mode: no "+0.00" in the cells that do not matter (|effect| < 0.005 bits), so the ones that do stand out
+        texts = base.transform_filter(alt.expr.abs(alt.datum.effect) >= 0.005) if effect_mode else base
         layers.append(
-            base.mark_text(fontSize=max(7, font - 3))
+            texts.mark_text(fontSize=max(7, font - 3))
             .encode(
                 text=alt.Text("effect:Q" if effect_mode else "weight:Q", format="+.2f" if effect_mode else ".2f"),
                 color=alt.condition(dark, alt.value("#ffffff"), alt.value("#000000")),
