@@ -21,10 +21,15 @@ from vizlm.plots import attention_key_html, case_counts_chart, highlighted_html
 page_setup()
 
 
+RANK_LABELS = {"weight": "Weight", "effect": "Effect"}  # how the gallery picks its strongest examples
+
+
 @st.cache_data(show_spinner=False, max_entries=32)
-def case_report(name: str, key: str, corpus: str, split: str, threshold: float, limit: int | None, examples: int) -> dict:
+def case_report(name: str, key: str, corpus: str, split: str, threshold: float, limit: int | None, examples: int,
+                rank: str) -> dict:
     return results.with_progress(corpus_cases, ck.get_checkpoint(name), corpus, split, threshold=threshold, limit=limit,
-                             examples_per_label=examples, text=f"Labelling the attention of {name} on {corpus}/{split}").to_dict()
+                                 examples_per_label=examples, rank=rank,
+                                 text=f"Labelling the attention of {name} on {corpus}/{split}").to_dict()
 
 
 with st.sidebar:
@@ -37,6 +42,11 @@ with st.sidebar:
                           help="A (predicted word, earlier word) pair counts when its attention weight reaches this.")
     st.session_state.setdefault("cases_examples", 8)
     per_label = st.slider("Examples per label", 3, 30, key="cases_examples")
+    st.session_state.setdefault("cases_rank", "weight")
+    rank = st.segmented_control("Strongest examples by", list(RANK_LABELS), key="cases_rank", required=True,
+                                format_func=RANK_LABELS.get,
+                                help="Weight: the pairs with the most attention. Effect: the pairs whose slot helped the "
+                                     "prediction most — log₂ P(word) minus the same with that slot dropped, in bits.")
 
 st.title("Cases", anchor=False)
 st.caption("When a model attends strongly to an earlier word, why? Transparent rules (see `vizlm/cases.py`) label each "
@@ -48,7 +58,7 @@ if not models:
 reports = {}
 for name in models:
     try:
-        reports[name] = case_report(name, ck.model_key(name), corpus, split, threshold, limit, per_label)
+        reports[name] = case_report(name, ck.model_key(name), corpus, split, threshold, limit, per_label, rank)
     except (ValueError, ck.UserError) as exc:
         ui.show_error(exc)
         st.stop()
@@ -72,6 +82,12 @@ with left:
     ui.chart_downloads(chart, f"cases-{corpus}-{split}", "cases_counts", counts)
 with right:
     st.dataframe(counts.pivot(index="label", columns="model", values="count").reset_index(), hide_index=True, width="stretch")
+    effects = pd.DataFrame({"label": list(LABEL_DESCRIPTIONS)} | {
+        name: [rep.get("mean_effect", {}).get(lab) for lab in LABEL_DESCRIPTIONS] for name, rep in reports.items()})
+    st.dataframe(effects, hide_index=True, width="stretch",
+                 column_config={name: st.column_config.NumberColumn(name, format="%+.3f") for name in reports})
+    st.caption("Above: pairs per label. Below: their mean slot effect in bits (log₂ P(word) minus the same with the "
+               "attended word's slot dropped): does the attention on these pairs matter?")
     for lab, text in LABEL_DESCRIPTIONS.items():
         st.markdown(f"{ui.label_badge(lab)} :small[{text}]")
 
@@ -88,12 +104,18 @@ examples = [(name, lab, ex) for name, rep in reports.items() if name in gallery_
             for lab in labels for ex in rep["examples"].get(lab, [])]
 if query:
     examples = [e for e in examples if query in e[2]["word"].lower() or query in e[2]["attended"].lower()]
-examples.sort(key=lambda e: -e[2]["weight"])
+def _strength(example: tuple) -> float:
+    value = example[2].get(rank)
+    return value if value is not None else float("-inf")
+
+
+examples.sort(key=lambda e: -_strength(e))
 if not examples:
     st.info("No example matches these filters. Lower the threshold, use more sentences or clear the filters.", icon=":material/filter_alt_off:")
     st.stop()
 SHOW = 30
-st.caption(f"{min(len(examples), SHOW)} of {len(examples)} example(s), heaviest first, one per word pair. Each is drawn as in "
+order = "heaviest first" if rank == "weight" else "the most helpful slot first (by effect)"
+st.caption(f"{min(len(examples), SHOW)} of {len(examples)} example(s), {order}, one per word pair. Each is drawn as in "
            "the Explorer: the predicted word is outlined, the attended words are coloured by weight. Filter by label, model or word.")
 st.html(attention_key_html())
 
@@ -101,8 +123,9 @@ st.html(attention_key_html())
 grid = st.columns(2, gap="medium")
 for i, (name, lab, ex) in enumerate(examples[:SHOW]):
     with grid[i % 2].container(border=True):
+        effect = "" if ex.get("effect") is None else f" · effect {ex['effect']:+.2f} bits"
         st.markdown(f"{ui.label_badge(lab)} **{ui.md_escape(ex['attended'])}** → "
-                    f"**{ui.md_escape(ex['word'])}** · weight {ex['weight']:.2f} · {ui.md_escape(name)} · "
+                    f"**{ui.md_escape(ex['word'])}** · weight {ex['weight']:.2f}{effect} · {ui.md_escape(name)} · "
                     f":small[{ui.md_escape(ex['sentence_id'])}]")
         idx = results.sentence_index(corpus, split, ex["sentence_id"])
         if idx is not None:

@@ -107,13 +107,22 @@ def _default_target(doc: dict) -> int:
     return max(0, len(doc["targets"]) - 2)
 
 
-def _model_panel(name: str, sa, doc: dict, r: int, threshold: float | None, top_k: int | None) -> None:
+def _bits(x: float) -> str:
+    text = f"{x:+.2f} bits"
+    return "+0.00 bits" if text == "-0.00 bits" else text
+
+
+def _model_panel(name: str, sa, doc: dict, r: int, threshold: float | None, top_k: int | None, text: str) -> None:
     t = doc["targets"][r]
     ppl = ck.perplexity(name)
     st.subheader(name, anchor=False, help=f"{ck.family(name)} checkpoint" + (f"; {ppl[0]} perplexity {ppl[1]:.1f}" if ppl else ""))
     with st.container(horizontal=True, wrap=True, gap="medium"):  # wraps instead of cutting numbers off
         st.metric("P(word)", f"{t['prob']:.3f}", help="probability the model gave the actual next word", width="content")
         st.metric("Surprisal", f"{t['surprisal_bits']:.1f} bits", help="−log₂ P(word); lower is better", width="content")
+        if t["read_effect_bits"] is not None:
+            st.metric("Attention effect", _bits(t["read_effect_bits"]), width="content",
+                      help="log₂ P(word) with the attention read minus without it (the read set to zero): how much the "
+                           "attention changed this prediction. +1 bit = twice as likely with the attention.")
         st.metric("Perplexity", f"{sa.perplexity:.0f}", help="perplexity of the whole text", width="content")
     if sa.attention is None:
         st.html(sentence_strip_html(sa, selected=r))
@@ -124,14 +133,36 @@ def _model_panel(name: str, sa, doc: dict, r: int, threshold: float | None, top_
         if (t["start_weight"] or 0) >= ATTENTION_OFF:
             st.caption(f":material/power_settings_new: **Attention mostly off for this word:** {t['start_weight']:.0%} of the "
                        "weight is on the empty start slot (a zero vector), so the read adds little to the prediction.")
-        cases = [c for c in t["cases"] if c.get("labels")]
+        st.caption(f"**Attention changed log₂ P(word) by {_bits(t['read_effect_bits'])}**: without its read, "
+                   f"P(word) would be {t['prob_without_read']:.4f} instead of {t['prob']:.4f}.")
+        effect_bits = results.row_effect_bits(name, text, r)  # [S] bits, computed for this word if need be
+        slots = sa.slot_table(r, effect_bits, threshold=threshold, top_k=top_k)
+        st.dataframe(
+            {"memory slot": [f"{e['slot']} {e['word']}" for e in slots], "weight": [e["weight"] for e in slots],
+             "effect (bits)": [e["effect_bits"] for e in slots]},
+            column_config={
+                "weight": st.column_config.ProgressColumn("weight", format="%.3f", min_value=0.0, max_value=1.0),
+                "effect (bits)": st.column_config.NumberColumn(
+                    "effect (bits)", format="%+.3f",
+                    help="log₂ P(word) minus the same with this slot dropped (the other weights renormalised): "
+                         "+ the slot helped, − it hurt"),
+            },
+            hide_index=True, width="stretch",
+        )
+        # the slot effect of each case, also when it was computed for this word alone (a long text)
+        cases = [{**c, "effect": c.get("effect") if c.get("effect") is not None or effect_bits is None
+                  else float(effect_bits[c["slot"]])} for c in t["cases"] if c.get("labels")]
+        cases.sort(key=lambda c: (c.get("effect") is None, -(c.get("effect") or 0.0)))  # most helpful first
         if cases:
             for c in cases:
+                effect = "" if c.get("effect") is None else f" · effect {_bits(c['effect'])}"
                 for lab in c["labels"]:
                     why = c["evidence"].get(lab, "") if isinstance(c["evidence"], dict) else c["evidence"]
                     st.markdown(f"{ui.label_badge(lab)} **{ui.md_escape(c['attended'])}** → "
-                                f"**{ui.md_escape(t['word'])}** · weight {c['weight']:.2f}  \n"
+                                f"**{ui.md_escape(t['word'])}** · weight {c['weight']:.2f}{effect}  \n"
                                 f":small[{ui.md_escape(why)}]")
+            if len(cases) > 1:
+                st.caption("Cases ranked by effect: the pair whose slot helped the prediction most first.")
         elif t["highlights"]:
             st.caption("The attended words above match no trigger / causal / phrase / grammar rule.")
         else:
@@ -254,7 +285,7 @@ def explorer() -> None:
     cols = st.columns(len(shown), gap="large")
     for col, name in zip(cols, shown):
         with col:
-            _model_panel(name, analyses[name], docs[name], r, threshold, top_k)
+            _model_panel(name, analyses[name], docs[name], r, threshold, top_k, text)
 
     # ---------------------------------------------------------------- whole-sentence views
     st.divider()

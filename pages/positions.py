@@ -53,7 +53,8 @@ with st.sidebar:
 st.title("Attention by position", anchor=False)
 st.caption("Mean attention weight at each position before the predicted word (−1 = the most recent word in memory), "
            "averaged over every prediction in the split, with a 95% confidence band — Daniluk et al. (2017), Fig. 3. "
-           "A model that only looks at the last few words has its mass on the right.")
+           "A model that only looks at the last few words has its mass on the right. Beside it, the mean **effect** of the "
+           "slot at each position (bits): whether that attention changed the predictions.")
 if not models:
     st.info("Pick at least one attention model in the sidebar.", icon=":material/info:")
     st.stop()

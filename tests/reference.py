@@ -11,10 +11,14 @@ from __future__ import annotations
 import torch
 
 
-def reference(model, inputs: torch.Tensor | None = None, h: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def reference(
+    model, inputs: torch.Tensor | None = None, h: torch.Tensor | None = None, weights: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(logits (B, T, V), attention (B, T, T) or None), one step at a time.
 
     From token ids ``inputs``, or from given LSTM outputs ``h`` (to time the heads alone).
+    ``weights`` (B, T, T) replace each step's softmax: the weights of the slots in its memory
+    are used as given (the attention effects' recomputation, step by step).
     """
     name = type(model).__name__
     if h is None:
@@ -34,7 +38,7 @@ def reference(model, inputs: torch.Tensor | None = None, h: torch.Tensor | None 
                 parts.append(h[:, src, j * k : (j + 1) * k] if src >= 0 else torch.zeros(B, k, dtype=h.dtype))
             logits.append(model.decoder(torch.tanh(model.w_n(torch.cat(parts, -1)))))
             continue
-        logits.append(_step(model, name, h, t, att))
+        logits.append(_step(model, name, h, t, att, None if weights is None else weights[:, t]))
     return torch.stack(logits, 1), att
 
 
@@ -58,7 +62,7 @@ def _slots(h: torch.Tensor, t: int, first: int) -> list[torch.Tensor]:
     return [torch.zeros_like(h[:, 0]) if i == 0 else h[:, i - 1] for i in range(first, t + 1)]
 
 
-def _step(model, name, h, t, att):
+def _step(model, name, h, t, att, given=None):
     ht = h[:, t]
     if name == "AMSRN":
         g1, g2 = model.gates(ht)
@@ -66,7 +70,7 @@ def _step(model, name, h, t, att):
         first = _first(model, t)
         mem = _slots(h, t, first)
         e = torch.stack([((m * g1) * k).sum(-1) for m in mem], -1)
-        a = e.softmax(-1)
+        a = e.softmax(-1) if given is None else given[:, first : t + 1]
         r = sum(a[:, i, None] * (m * g2) for i, m in enumerate(mem))
         att[:, t, first : t + 1] = a
         return model.decoder(ht) + model.read_proj(r)
@@ -77,7 +81,7 @@ def _step(model, name, h, t, att):
         for m in mem:
             pre = model.w_s(m) + (model.w_q(ht) if model.w_q is not None else 0)
             scores.append(model.v(torch.tanh(pre)).squeeze(-1))
-        a = torch.stack(scores, -1).softmax(-1)
+        a = torch.stack(scores, -1).softmax(-1) if given is None else given[:, first : t + 1]
         c = sum(a[:, i, None] * m for i, m in enumerate(mem))
         att[:, t, first : t + 1] = a
         return model.decoder(torch.tanh(model.w_c(torch.cat([ht, c], -1))))
@@ -88,7 +92,33 @@ def _step(model, name, h, t, att):
     keys, values = _slots(key, t, first), _slots(value, t, first)
     kt = key[:, t]
     scores = torch.stack([model.w(torch.tanh(model.w_y(y) + model.w_h(kt))).squeeze(-1) for y in keys], -1)
-    a = scores.softmax(-1)
+    a = scores.softmax(-1) if given is None else given[:, first : t + 1]
     r = sum(a[:, i, None] * v for i, v in enumerate(values))
     att[:, t, first : t + 1] = a
     return model.decoder(torch.tanh(model.w_r(r) + model.w_x(pred[:, t])))
+
+
+def reference_effects(model, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(read effect (B, T), slot effects (B, T, T)) in nats, the slow way: the step-by-step
+    reference run again with all weights zero, then once for every (row, slot) pair with that
+    slot's weight zeroed and the row renormalised (nothing left: all zero), one pair at a time."""
+    h = model.encode(inputs)
+    targets = torch.cat([inputs[:, 1:], torch.full_like(inputs[:, :1], 2)], 1)  # next ids, then </s>
+
+    def logp(logits):
+        return logits.log_softmax(-1).gather(-1, targets[..., None])[..., 0]  # (B, T)
+
+    logits, att = reference(model, h=h)
+    base = logp(logits)
+    read = base - logp(reference(model, h=h, weights=torch.zeros_like(att))[0])
+    B, T, S = att.shape
+    slots = torch.zeros(B, T, S, dtype=h.dtype)
+    for r in range(T):
+        for j in range(S):
+            w = att.clone()
+            w[:, r, j] = 0.0
+            rest = w[:, r].sum(-1, keepdim=True)
+            w[:, r] = torch.where(rest > 0, w[:, r] / rest, torch.zeros_like(w[:, r]))
+            dropped = logp(reference(model, h=h, weights=w)[0])
+            slots[:, r, j] = torch.where(att[:, r, j] > 0, base[:, r] - dropped[:, r], torch.zeros_like(base[:, r]))
+    return read, slots

@@ -392,3 +392,85 @@ def test_unbundled_init_folders_are_explained():
     at = page("models.py")
     no_exception(at)
     assert "runs/lstm20" in " ".join(c.value for c in at.caption)
+
+
+# --------------------------------------------------------------------------- attention effects
+EFFECT_TEXT = "The dogs in the park are barking because they saw a cat , so the owners are running ."
+
+
+def heatmap_specs(at: AppTest) -> list[dict]:
+    specs = [json.loads(c.proto.spec) for c in charts(at)]
+    return [s for s in specs if s.get("layer") and s["layer"][0].get("mark", {}).get("type") == "rect"]
+
+
+def test_effect_toggle_switches_the_heatmap():
+    at = explorer(model="amsrn", compare="kvp", text=EFFECT_TEXT)
+    no_exception(at)
+    (before, *_) = heatmap_specs(at)
+    assert before["layer"][0]["encoding"]["color"]["field"] == "weight"
+    assert at.segmented_control(key="heat_measure").value == "weight"
+    at.segmented_control(key="heat_measure").set_value("effect").run()
+    no_exception(at)
+    after = heatmap_specs(at)
+    assert len(after) == 2  # both attention models
+    for spec in after:
+        colour = spec["layer"][0]["encoding"]["color"]
+        assert colour["field"] == "effect" and "bits" in " ".join(colour["title"])
+        assert colour["scale"]["domainMid"] == 0
+        assert "effect of each memory slot" in spec["title"]["text"]
+    assert "Blue: the slot helped" in " ".join(c.value for c in at.caption)
+    at.segmented_control(key="heat_measure").set_value("weight").run()
+    assert heatmap_specs(at)[0]["layer"][0]["encoding"]["color"]["field"] == "weight"
+
+
+def test_panel_shows_the_read_effect_beside_the_weights():
+    from vizlm.analysis import analyze
+    from vizlm.checkpoint import load_checkpoint
+
+    sa = analyze(load_checkpoint("amsrn"), EFFECT_TEXT)
+    at = explorer(model="amsrn", compare="lstm", text=EFFECT_TEXT, target="5")
+    no_exception(at)
+    metrics = {m.label: m.value for m in at.metric}
+    bits = sa.read_effect_bits[5]
+    assert metrics["Attention effect"] == ("+0.00 bits" if f"{bits:+.2f}" == "-0.00" else f"{bits:+.2f} bits")
+    assert len([m for m in at.metric if m.label == "Attention effect"]) == 1  # the LSTM panel has none
+    captions = " ".join(c.value for c in at.caption)
+    assert "Attention changed log₂ P(word) by" in captions
+    table = next(d.value for d in at.dataframe if "effect (bits)" in d.value.columns)
+    assert list(table.columns) == ["memory slot", "weight", "effect (bits)"]
+    for row in table.itertuples(index=False):
+        j = int(row[0].split()[0])
+        assert row[1] == pytest.approx(sa.attention[5, j]) and row[2] == pytest.approx(sa.slot_effect_bits[5, j])
+    at.pills[0].set_value(8).run()
+    assert {m.label: m.value for m in at.metric}["Attention effect"] != metrics["Attention effect"]
+
+
+def test_long_text_effects_are_computed_on_demand():
+    text = " ".join(["the market rose because investors were hopeful and prices fell ."] * 8)  # 96 words: > EFFECT_PAIRS
+    at = explorer(model="amsrn", text=text, target="90")
+    no_exception(at)
+    table = next(d.value for d in at.dataframe if "effect (bits)" in d.value.columns)
+    assert table["effect (bits)"].notna().all()  # this word's slot effects, computed for it alone
+    at.segmented_control(key="heat_measure").set_value("effect").run()
+    no_exception(at)
+    (spec,) = heatmap_specs(at)
+    assert spec["layer"][0]["encoding"]["color"]["field"] == "effect"
+
+
+def test_positions_page_shows_effects_beside_weights():
+    at = page("positions.py", pos_models=[TINY], pos_sample=SMALL)
+    no_exception(at)
+    fields = [json.loads(c.proto.spec)["layer"][-1]["encoding"]["y"]["field"] for c in charts(at)]
+    assert fields == ["mean", "effect"]
+    assert any("> 1 bit" in m.label for m in at.metric)
+
+
+def test_cases_gallery_ranks_by_effect():
+    at = page("cases.py", cases_models=[TINY], cases_sample=SMALL, cases_threshold=0.05)
+    no_exception(at)
+    at.segmented_control(key="cases_rank").set_value("effect").run()
+    no_exception(at)
+    cards = [m.value for m in at.markdown if "· effect" in m.value]
+    assert cards and "most helpful slot first" in " ".join(c.value for c in at.caption)
+    effects = [float(c.split("· effect ")[1].split(" bits")[0]) for c in cards]
+    assert effects == sorted(effects, reverse=True)

@@ -70,6 +70,29 @@ def test_analyze_json(capsys, name):
             assert {"attended", "weight", "labels", "evidence"} <= set(c)
 
 
+@pytest.mark.parametrize("name", ["amsrn", "kvp", "lstm"])
+def test_analyze_json_carries_the_effects(capsys, name):
+    code, out, _ = run(capsys, "analyze", "--checkpoint", name, "--text", TEXT, "--json", "--threshold", "0.1")
+    doc = json.loads(out)
+    if name == "lstm":
+        assert doc["effects"] is None
+        assert all(t["read_effect_bits"] is None and t["effects_bits"] is None for t in doc["targets"])
+        return
+    assert doc["effects"]["unit"] == "bits" and doc["effects"]["slot_effects"]
+    assert -1 <= doc["effects"]["rank_correlation"] <= 1
+    reads = [t["read_effect_bits"] for t in doc["targets"]]
+    assert all(isinstance(x, float) for x in reads) and any(x != 0 for x in reads)
+    assert doc["effects"]["read_effect_mean_bits"] == pytest.approx(sum(reads) / len(reads))
+    for t in doc["targets"]:
+        assert len(t["effects_bits"]) == t["index"] + 1  # slots 0..r
+        for h in t["highlights"]:
+            assert h["effect_bits"] == t["effects_bits"][h["slot"]]
+        for c in t["cases"]:
+            assert c["effect"] == t["effects_bits"][c["slot"]]
+    code, out, _ = run(capsys, "analyze", "--checkpoint", name, "--text", TEXT)
+    assert code == 0 and "rank correlation" in out and re.search(r"effect [+-]\d\.\d\db", out)
+
+
 def test_analyze_top_k_and_table(capsys):
     code, out, _ = run(capsys, "analyze", "--checkpoint", "amsrn", "--text", TEXT, "--top-k", "2", "--json")
     assert code == 0
@@ -120,6 +143,15 @@ def test_positions_and_png(capsys, text_file, tmp_path):
                        "--window", "5", "--png", str(png), "--json")
     assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "kvp" in out and "amsrn" in out
+    doc = json.loads(out)
+    assert set(doc["effects"]) == {"amsrn", "kvp"}
+    for e in doc["effects"].values():
+        assert 0 <= e["share_over_1_bit"] <= 1 and e["tokens"] > 20
+    assert all(isinstance(row["effect"], float) for row in doc["positions"])
+    code, out, _ = run(capsys, "positions", "--checkpoint", "kvp", "--text-file", str(text_file), "--window", "3")
+    assert code == 0 and "effect_lo" in out and "more than 1 bit" in out
+    code, out, _ = run(capsys, "positions", "--checkpoint", "kvp", "--text-file", str(text_file), "--no-effects", "--json")
+    assert json.loads(out)["effects"] == {}
 
 
 def test_cases_text_file(capsys, text_file):
@@ -127,6 +159,12 @@ def test_cases_text_file(capsys, text_file):
     assert code == 0
     doc = json.loads(out)
     assert set(doc["counts"]) == {"trigger", "causal", "phrase", "grammar"}
+    code, out, _ = run(capsys, "cases", "--checkpoint", "amsrn", "--text-file", str(text_file), "--json",
+                       "--rank", "effect", "--threshold", "0.05")
+    doc = json.loads(out)
+    assert doc["rank"] == "effect"
+    for examples in doc["examples"].values():
+        assert [e["effect"] for e in examples] == sorted((e["effect"] for e in examples), reverse=True)
 
 
 @pytest.mark.parametrize("fmt,magic", [("png", b"\x89PNG"), ("svg", b"<svg"), ("html", b"<!DOCTYPE html"),

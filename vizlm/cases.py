@@ -85,20 +85,21 @@ counts the labels over a whole corpus split and keeps the strongest examples.
 from __future__ import annotations
 
 import heapq
+import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
-from vizlm.analysis import DEFAULT_THRESHOLD, SentenceAnalysis, analyze_batch
+from vizlm.analysis import DEFAULT_THRESHOLD, MIN_TOP_K_WEIGHT, SentenceAnalysis, analyze_batch
 from vizlm.checkpoint import Checkpoint
 from vizlm.resources import Collocations, load_collocations
 from vizlm.tagger import simplify_tag, tag_tokens
 from vizlm.text import NUMBER
 
-__all__ = ["LABELS", "LABEL_DESCRIPTIONS", "Case", "CaseReport", "label_cases", "labelled_dict", "corpus_cases",
-           "tag_tokens", "stem"]
+__all__ = ["LABELS", "LABEL_DESCRIPTIONS", "RANKINGS", "Case", "CaseReport", "label_cases", "labelled_dict", "by_effect",
+           "corpus_cases", "tag_tokens", "stem"]
 
 LABEL_DESCRIPTIONS = {  # label -> what its rule checks, in the order the rules run
     "trigger": "the attended word comes back: same word, same stem, or a pronoun for the same entity",
@@ -107,6 +108,7 @@ LABEL_DESCRIPTIONS = {  # label -> what its rule checks, in the order the rules 
     "grammar": "a grammatical dependency: subject–verb agreement, determiner → noun, auxiliary → verb form",
 }
 LABELS = tuple(LABEL_DESCRIPTIONS)
+RANKINGS = ("weight", "effect")  # how corpus_cases picks its examples: heaviest, or most helpful slot
 PHRASE_MIN_PMI = 4.0  # bits
 PHRASE_MIN_COUNT = 5
 
@@ -435,6 +437,7 @@ class Case:
     weight: float  # attention weight
     labels: list[str] = field(default_factory=list)  # subset of LABELS, in that order
     evidence: dict[str, str] = field(default_factory=dict)  # label -> why
+    effect: float | None = None  # slot effect in bits: log2 P(word) minus the same without this slot (None: not computed)
 
     def to_dict(self) -> dict:
         return {
@@ -446,6 +449,7 @@ class Case:
             "weight": float(self.weight),
             "labels": list(self.labels),
             "evidence": dict(self.evidence),
+            "effect": None if self.effect is None else float(self.effect),
         }
 
 
@@ -474,8 +478,14 @@ def label_cases(
                     if why:
                         evidence[label] = why
             word = s.words[t] if t < n else sa.targets[t]
-            cases.append(Case(t, word, h.slot, h.token, s.words[h.token], h.weight, list(evidence), evidence))
+            cases.append(Case(t, word, h.slot, h.token, s.words[h.token], h.weight, list(evidence), evidence,
+                              h.effect_bits))
     return cases
+
+
+def by_effect(cases: list[Case]) -> list[Case]:
+    """Cases ranked by effect, the most helpful slot first (then by weight); those without an effect last."""
+    return sorted(cases, key=lambda c: (c.effect is None, -(c.effect or 0.0), -c.weight))
 
 
 def labelled_dict(sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None) -> dict:
@@ -499,8 +509,10 @@ class CaseReport:
     pairs: int  # highlighted (target, word slot) pairs
     labelled: int  # pairs with at least one label
     counts: dict[str, int]  # label -> pairs with that label
-    examples: dict[str, list[dict]]  # label -> strongest examples, heaviest first
+    examples: dict[str, list[dict]]  # label -> strongest examples, heaviest (or most helpful) first
     notes: list[str] = field(default_factory=list)
+    rank: str = "weight"  # what "strongest" means: RANKINGS
+    mean_effect: dict[str, float | None] = field(default_factory=dict)  # label -> mean slot effect (bits) of its pairs
 
     def to_dict(self) -> dict:
         doc = asdict(self)
@@ -522,15 +534,20 @@ def corpus_cases(
     tags: list[list[str]] | None = None,
     top_k: int | None = None,
     data_dir: Path | None = None,
+    rank: str = "weight",
 ) -> CaseReport:
     """Label the highlights of ``ckpt`` on a corpus split (or on given ``sentences``).
 
     Every sentence is analysed like :func:`vizlm.analysis.analyze_tokens` does (with
-    the gold tags where the corpus has them; forward passes batched) and labelled
-    by :func:`label_cases`. ``limit`` keeps the first sentences only. Examples are
-    the ``examples_per_label`` heaviest pairs of each label (ties: earlier sentence
-    first). Counts do not depend on the order sentences are processed in.
+    the gold tags where the corpus has them; forward passes batched; the slot effect of
+    every highlighted pair) and labelled by :func:`label_cases`. ``limit`` keeps the
+    first sentences only. Examples are the ``examples_per_label`` strongest pairs of
+    each label: the heaviest (``rank="weight"``) or those whose slot helped the
+    prediction most (``rank="effect"``); ties: earlier sentence first. Counts do not
+    depend on the order sentences are processed in.
     """
+    if rank not in RANKINGS:
+        raise ValueError(f"rank must be one of {', '.join(RANKINGS)}, not {rank!r}")
     originals: list[list[str]] | None = None
     if sentences is None:
         if corpus is None:
@@ -549,18 +566,29 @@ def corpus_cases(
     heaps: dict[str, list] = {label: [] for label in LABELS}
     best: dict[str, dict[tuple[str, str], tuple]] = {label: {} for label in LABELS}  # word pair -> its item in heaps
     pairs = labelled = analysed = 0
+    effect_sum, effect_n = dict.fromkeys(LABELS, 0.0), dict.fromkeys(LABELS, 0)
     notes: list[str] = []
     if not ckpt.has_attention:
         notes.append(f"{ckpt.label} has no attention: there are no highlights to label")
         n = 0
-    for i, sa in analyze_batch(ckpt, sentences[:n], originals, tags):
+    # slot effects of the pairs that can be cases: word slots (>= 2) with the weight of a highlight
+    least = MIN_TOP_K_WEIGHT if top_k is not None else (threshold if threshold is not None else DEFAULT_THRESHOLD)
+
+    def candidates(att: torch.Tensor) -> torch.Tensor:
+        return (att >= least) & (torch.arange(att.shape[-1]) >= 2)
+
+    for i, sa in analyze_batch(ckpt, sentences[:n], originals, tags, effects="slots", effect_pairs=candidates):
         analysed += 1
         for k, case in enumerate(label_cases(sa, threshold, top_k, collocations=collocations)):
             pairs += 1
             labelled += bool(case.labels)
+            strength = case.weight if rank == "weight" else (case.effect if case.effect is not None else -math.inf)
             for label in case.labels:
                 counts[label] += 1
-                item = (case.weight, -i, -k, case, sa.text)  # heaviest, then earliest, kept
+                if case.effect is not None:
+                    effect_sum[label] += case.effect
+                    effect_n[label] += 1
+                item = (strength, -i, -k, case, sa.text)  # strongest, then earliest, kept
                 pair = (case.attended, case.word)  # one example per word pair: a table's "af ... af" once
                 heap, kept = heaps[label], best[label]
                 if pair in kept:
@@ -582,4 +610,6 @@ def corpus_cases(
             {"sentence_id": ids[-neg_i], "sentence": text, **case.to_dict(), "evidence": case.evidence[label]}
             for _w, neg_i, _k, case, text in sorted(heap, key=lambda x: x[:3], reverse=True)
         ]
-    return CaseReport(ckpt.label, source, threshold, top_k, analysed, pairs, labelled, counts, examples, notes)
+    mean_effect = {label: (effect_sum[label] / effect_n[label] if effect_n[label] else None) for label in LABELS}
+    return CaseReport(ckpt.label, source, threshold, top_k, analysed, pairs, labelled, counts, examples, notes, rank,
+                      mean_effect)

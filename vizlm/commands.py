@@ -19,8 +19,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from vizlm.analysis import DEFAULT_THRESHOLD, MAX_TOKENS
-from vizlm.cases import LABELS
+from vizlm.analysis import ATTENTION_OFF, DEFAULT_THRESHOLD, MAX_TOKENS
+from vizlm.cases import LABELS, RANKINGS
 from vizlm.data import CORPORA, MAX_TEXT_FILE_BYTES, read_text_file
 from vizlm.text import clean_text
 
@@ -142,11 +142,12 @@ def _highlight_mode(p) -> None:
 
 
 def add_analysis_commands(sub) -> None:
-    p = sub.add_parser("analyze", help="attention, probabilities and cases for one sentence")
+    p = sub.add_parser("analyze", help="attention, its effects, probabilities and cases for one sentence")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or bundled name (lstm, amsrn, kvp)")
     p.add_argument("--text", required=True, help="the sentence to analyse")
     _highlight_mode(p)
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON instead of a table (with the read and slot effects of every word, in bits)")
 
     p = sub.add_parser("compare", help="per-sentence perplexity of two models (b = the attention model)")
     p.add_argument("--a", required=True, help="baseline checkpoint")
@@ -156,13 +157,15 @@ def add_analysis_commands(sub) -> None:
     p.add_argument("--min-length", type=whole(0), default=5, help="only list sentences with at least this many words")
     p.add_argument("--csv", type=Path, help="write the whole per-sentence table as CSV")
 
-    p = sub.add_parser("positions", help="average attention by relative position (Daniluk et al. Fig. 3)")
+    p = sub.add_parser("positions", help="average attention and its effect by relative position (Daniluk et al. Fig. 3)")
     p.add_argument("--checkpoint", nargs="+", required=True, help="one or more attention checkpoints")
     _source(p)
     p.add_argument("--window", type=whole(1, WINDOW_MAX), default=10,
                    help=f"how many positions back to show (1 to {WINDOW_MAX})")
-    p.add_argument("--png", type=Path, help="write the plot as PNG")
-    p.add_argument("--svg", type=Path, help="write the plot as SVG")
+    p.add_argument("--no-effects", action="store_true",
+                   help="weights only: skip the slot and read effects (one output layer per slot: the slow part)")
+    p.add_argument("--png", type=Path, help="write the plot as PNG (with effects: weight and effect side by side)")
+    p.add_argument("--svg", type=Path, help="write the plot as SVG (with effects: weight and effect side by side)")
 
     p = sub.add_parser("cases", help="trigger / causal / phrase / grammar cases over a corpus")
     p.add_argument("--checkpoint", required=True, help="attention checkpoint")
@@ -171,6 +174,8 @@ def add_analysis_commands(sub) -> None:
     p.add_argument("--threshold", type=fraction, default=DEFAULT_THRESHOLD,
                    help=f"attention weight that counts as a highlight, from 0 to 1 (default {DEFAULT_THRESHOLD:g})")
     p.add_argument("--examples", type=whole(0), default=10, help="strongest examples listed per label")
+    p.add_argument("--rank", choices=RANKINGS, default="weight",
+                   help="which examples are the strongest: the heaviest, or those whose slot helped the prediction most")
 
     p = sub.add_parser("export", help="attention heatmap and data of one sentence to a file")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or bundled name")
@@ -195,6 +200,12 @@ def _sentences(args, verb: str) -> tuple[list[list[str]], list[str], str, str | 
     return corpus.sentences, corpus.ids, f"{args.corpus}/{args.split}", corpus.checksum
 
 
+def _bits(x: float) -> str:
+    """A signed effect in bits, two decimals, with no "-0.00"."""
+    text = f"{x:+.2f}b"
+    return "+0.00b" if text == "-0.00b" else text
+
+
 def _dump(obj) -> None:
     """One JSON document on stdout; clean_text makes sure no lone surrogate (raw bytes) gets out."""
     from vizlm.export import json_safe
@@ -207,18 +218,30 @@ def cmd_analyze(args) -> int:
     from vizlm.checkpoint import load_checkpoint
     from vizlm.export import analysis_dict
 
-    sa = analyze(load_checkpoint(args.checkpoint), args.text)
+    sa = analyze(load_checkpoint(args.checkpoint), args.text, max_effect_pairs=None)  # every slot effect
     doc = analysis_dict(sa, threshold=args.threshold, top_k=args.top_k)
     if args.json:
         _dump(doc)
         return 0
     print(f"{sa.model}: perplexity {sa.perplexity:.1f} over {len(sa.targets)} predicted tokens")
+    effects = doc["effects"]
+    if effects:
+        rho = effects["rank_correlation"]
+        print(f"attention read: {effects['read_effect_mean_bits']:+.3f} bits per word on average, "
+              f"{effects['share_over_1_bit']:.0%} of the words moved by more than 1 bit; weight-effect rank "
+              f"correlation {'n/a' if rho is None else f'{rho:+.2f}'}")
+        print("effect = log2 P(word) with the attention read minus without it; per highlight: (weight, effect "
+              "of that slot in bits); off = most weight on the empty start slot")
     for note in sa.notes:
         print(f"note: {note}")
     for t in doc["targets"]:
-        hl = ", ".join(f"{h['word']}({h['weight']:.2f})" for h in t["highlights"])
+        hl = ", ".join(f"{h['word']}({h['weight']:.2f}" + ("" if h["effect_bits"] is None else f", {_bits(h['effect_bits'])}")
+                       + ")" for h in t["highlights"])
         labels = "; ".join(f"{c['attended']}: {'/'.join(c['labels'])}" for c in t["cases"] if c["labels"])
-        print(f"{t['index']:>3} {t['word']:<15} p={t['prob']:.4f}  {hl}" + (f"  [{labels}]" if labels else ""))
+        read = ""
+        if t["read_effect_bits"] is not None:
+            read = f"  effect {_bits(t['read_effect_bits'])}" + (" off" if t["start_weight"] >= ATTENTION_OFF else "    ")
+        print(f"{t['index']:>3} {t['word']:<15} p={t['prob']:.4f}{read}  {hl}" + (f"  [{labels}]" if labels else ""))
     return 0
 
 
@@ -262,25 +285,37 @@ def cmd_positions(args) -> int:
 
     ckpts = [load_checkpoint(c) for c in args.checkpoint]
     attending = [c for c in ckpts if c.has_attention]
+    effects = not args.no_effects
     if args.text_file:
         sents, _, _, _ = _sentences(args, "analyse")
         with scoring_progress(attending, sents, "positions"):
-            stats = attention_by_position(ckpts, sents, window=args.window)
+            stats = attention_by_position(ckpts, sents, window=args.window, effects=effects)
     else:
         with scoring_progress(attending, None, "positions"):
-            stats = positions_corpus(ckpts, args.corpus, args.split, window=args.window)
-    if args.png or args.svg:
+            stats = positions_corpus(ckpts, args.corpus, args.split, window=args.window, effects=effects)
+    if (args.png or args.svg) and not stats.frame.empty:
         from vizlm.export import chart_bytes
         from vizlm.plots import positions_chart
 
         chart = positions_chart(stats.frame)
+        if effects:
+            chart = chart | positions_chart(stats.frame, measure="effect")
         for path, fmt in ((args.png, "png"), (args.svg, "svg")):
             if path:
                 write_output(path, chart_bytes(chart, fmt))
     if args.json:
         _dump(stats.to_dict())
         return 0
-    print(stats.frame.to_string(index=False))
+    columns = [c for c in stats.frame.columns if effects or not c.startswith("effect")]
+    print(stats.frame[columns].to_string(index=False))
+    if stats.effects:
+        print("\neffect: mean slot effect in bits (log2 P(word) minus the same with that slot dropped)")
+        for name, e in stats.effects.items():
+            print(f"{name}: the attention read moves log2 P(word) by more than 1 bit for {e['share_over_1_bit']:.2%} "
+                  f"of {e['tokens']:,} words (mean {e['mean_read_bits']:+.4f} bits, mean |effect| "
+                  f"{e['mean_abs_read_bits']:.4f} bits)")
+    for name in stats.skipped:
+        print(f"{name}: no attention, left out")
     return 0
 
 
@@ -294,11 +329,11 @@ def cmd_cases(args) -> int:
         sents, ids, _, _ = _sentences(args, "analyse")
         with scoring_progress(attending, sents, "cases"):
             report = corpus_cases(ckpt, sentences=sents, ids=ids, threshold=args.threshold,
-                                  examples_per_label=args.examples)
+                                  examples_per_label=args.examples, rank=args.rank)
     else:
         with scoring_progress(attending, None, "cases"):
             report = corpus_cases(ckpt, args.corpus, args.split, threshold=args.threshold,
-                                  examples_per_label=args.examples)
+                                  examples_per_label=args.examples, rank=args.rank)
     doc = report.to_dict()
     if args.label:
         doc["examples"] = {args.label: doc["examples"].get(args.label, [])}
@@ -309,7 +344,8 @@ def cmd_cases(args) -> int:
     for label, examples in doc["examples"].items():
         print(f"\n{label}:")
         for ex in examples:
-            print(f"  {ex['weight']:.2f}  {ex['attended']} -> {ex['word']}  ({ex['sentence_id']}): {ex['evidence']}")
+            effect = "" if ex["effect"] is None else f" {_bits(ex['effect'])}"
+            print(f"  {ex['weight']:.2f}{effect}  {ex['attended']} -> {ex['word']}  ({ex['sentence_id']}): {ex['evidence']}")
     return 0
 
 
@@ -318,7 +354,7 @@ def cmd_export(args) -> int:
     from vizlm.checkpoint import load_checkpoint
     from vizlm.export import export_analysis
 
-    sa = analyze(load_checkpoint(args.checkpoint), args.text)
+    sa = analyze(load_checkpoint(args.checkpoint), args.text, max_effect_pairs=None)
     data = export_analysis(sa, args.format, threshold=args.threshold, top_k=args.top_k)
     write_output(args.out, data)
     print(f"wrote {args.out} ({len(data):,} bytes)", file=sys.stderr)

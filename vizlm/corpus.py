@@ -1,5 +1,7 @@
 """Corpus-level statistics: per-sentence perplexity comparison of two models, and
-average attention by relative position (Daniluk et al., Fig. 3).
+average attention by relative position (Daniluk et al., Fig. 3) next to the average
+effect of the slot at that position and the share of words the attention read moves
+by more than 1 bit (:mod:`vizlm.models.effects`).
 
 Both run batched forward passes over length buckets and are cached on disk
 (:mod:`vizlm.cache`) keyed by the checkpoints' weights and the corpus checksum.
@@ -19,9 +21,13 @@ from vizlm.cache import cached, checkpoint_digest
 from vizlm.checkpoint import Checkpoint
 from vizlm.data import document_sizes, encode_sentences, iter_batches, load_corpus
 from vizlm.evaluate import score
+from vizlm.models import effects as fx
 from vizlm.models.base import attention_entropy, slot_mask
 
 Progress = Callable[[float], None] | None
+LN2 = math.log(2)
+POSITIONS_VERSION = 2  # in the cache key: 2 added the effects
+POSITION_COLUMNS = ["model", "offset", "mean", "lo", "hi", "count", "effect", "effect_lo", "effect_hi"]
 
 
 # --------------------------------------------------------------------------- comparison
@@ -125,21 +131,24 @@ def compare_corpus(a: Checkpoint, b: Checkpoint, corpus: str, split: str, progre
 # --------------------------------------------------------------------------- positions
 @dataclass
 class PositionStats:
-    """Mean attention weight at offsets 1..L back from the target (1 = most recent slot)."""
+    """Mean attention weight at offsets 1..L back from the target (1 = most recent slot), and the
+    mean slot effect there (bits: log2 P(target) minus the same with that slot dropped)."""
 
-    frame: pd.DataFrame  # model, offset, mean, lo, hi, count
+    frame: pd.DataFrame  # POSITION_COLUMNS: model, offset, mean, lo, hi, count, effect, effect_lo, effect_hi
     entropy: dict[str, float]  # mean attention entropy (nats) per model
     beyond: dict[str, float]  # mean weight on slots more than L back
     skipped: list[str] = field(default_factory=list)  # models without attention
+    # per model: tokens, mean_read_bits, mean_abs_read_bits, share_over_1_bit (|read effect| > 1 bit)
+    effects: dict[str, dict] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"positions": self.frame.to_dict("records"), "entropy": self.entropy, "beyond_window": self.beyond,
-                "skipped": self.skipped}
+                "skipped": self.skipped, "effects": self.effects}
 
     @classmethod
     def from_dict(cls, d: dict) -> "PositionStats":
-        return cls(pd.DataFrame(d["positions"], columns=["model", "offset", "mean", "lo", "hi", "count"]),
-                   d["entropy"], d["beyond_window"], d["skipped"])
+        frame = pd.DataFrame(d["positions"], columns=POSITION_COLUMNS)
+        return cls(frame, d["entropy"], d["beyond_window"], d["skipped"], d.get("effects", {}))
 
 
 def offset_slots(T: int, window: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -151,21 +160,37 @@ def offset_slots(T: int, window: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @torch.no_grad()
-def _positions_one(ckpt: Checkpoint, seqs: list[list[int]], window: int, batch_size: int, tick) -> dict | None:
+def _positions_one(ckpt: Checkpoint, seqs: list[list[int]], window: int, batch_size: int, tick,
+                   effects: bool = True) -> dict | None:
     total = torch.zeros(window, dtype=torch.float64)
     total_sq = torch.zeros(window, dtype=torch.float64)
     count = torch.zeros(window, dtype=torch.float64)
+    eff, eff_sq = torch.zeros(window, dtype=torch.float64), torch.zeros(window, dtype=torch.float64)
     ent_sum = beyond_sum = rows = 0.0
+    read_sum = read_abs = read_big = 0.0
     for _, inputs, targets in iter_batches(seqs, batch_size):
-        att = ckpt.model(inputs).attention  # (B, T, S)
+        out = ckpt.model(inputs)
+        att = out.attention  # (B, T, S)
         if att is None:
             return None
-        att = att.double()
         B, T, _ = att.shape
         real = targets != 0  # (B, T)
         slot, exists = offset_slots(T, window)  # (T, L)
-        w = att.gather(2, slot.expand(B, T, window))  # (B, T, L)
         m = (exists[None] & real[..., None]).double()  # (B, T, L)
+        if effects:
+            back = torch.arange(T)[:, None] - torch.arange(att.shape[2])[None, :]  # (T, S) offset - 1 of each slot
+            select = ((back >= 0) & (back < window))[None] & real[..., None]  # (B, T, S) offsets 1..L, real rows
+            h = ckpt.model.encode(inputs)  # as forward() computed it
+            read, e = fx.attention_effects(ckpt.model, h, targets, out=out, select=select)  # (B, T), (B, T, S) nats
+            read = read.double() / LN2  # bits
+            read_sum += float((read * real).sum())
+            read_abs += float((read.abs() * real).sum())
+            read_big += float(((read.abs() > 1) & real).sum())
+            e = e.double().gather(2, slot.expand(B, T, window)) / LN2  # (B, T, L) bits
+            eff += (e * m).sum((0, 1))
+            eff_sq += (e * e * m).sum((0, 1))
+        att = att.double()
+        w = att.gather(2, slot.expand(B, T, window))  # (B, T, L)
         total += (w * m).sum((0, 1))
         total_sq += (w * w * m).sum((0, 1))
         count += m.sum((0, 1))
@@ -173,20 +198,32 @@ def _positions_one(ckpt: Checkpoint, seqs: list[list[int]], window: int, batch_s
         beyond_sum += float(((1 - (w * m).sum(-1)) * real).sum())
         rows += float(real.sum())
         tick()
-    mean = total / count.clamp_min(1)
-    std = (total_sq / count.clamp_min(1) - mean**2).clamp_min(0).sqrt()
-    half = 1.96 * std / count.clamp_min(1).sqrt()
-    return {
-        "offset": list(range(1, window + 1)), "mean": mean.tolist(), "lo": (mean - half).tolist(),
-        "hi": (mean + half).tolist(), "count": count.long().tolist(),
+
+    def band(s, sq):  # mean and 95% confidence interval of the mean
+        mean = s / count.clamp_min(1)
+        std = (sq / count.clamp_min(1) - mean**2).clamp_min(0).sqrt()
+        half = 1.96 * std / count.clamp_min(1).sqrt()
+        return mean, mean - half, mean + half
+
+    mean, lo, hi = band(total, total_sq)
+    res = {
+        "offset": list(range(1, window + 1)), "mean": mean.tolist(), "lo": lo.tolist(),
+        "hi": hi.tolist(), "count": count.long().tolist(),
         "entropy": ent_sum / max(rows, 1), "beyond": beyond_sum / max(rows, 1),
     }
+    if effects:
+        e_mean, e_lo, e_hi = band(eff, eff_sq)
+        res |= {"effect": e_mean.tolist(), "effect_lo": e_lo.tolist(), "effect_hi": e_hi.tolist(),
+                "read": {"tokens": int(rows), "mean_read_bits": read_sum / max(rows, 1),
+                         "mean_abs_read_bits": read_abs / max(rows, 1), "share_over_1_bit": read_big / max(rows, 1)}}
+    return res
 
 
 def attention_by_position(ckpts: list[Checkpoint], sentences: list[list[str]], window: int = 10,
                           batch_size: int = 128, progress: Progress = None, corpus_checksum: str | None = None,
-                          use_cache: bool = True) -> PositionStats:
-    """Average attention by relative position for every attention model in ``ckpts``."""
+                          use_cache: bool = True, effects: bool = True) -> PositionStats:
+    """Average attention by relative position for every attention model in ``ckpts``; with
+    ``effects``, the average slot effect at each position too (NaN without) and the read effects."""
     if window < 1:
         raise ValueError("window must be >= 1")
     sents = [s for s in sentences if s]
@@ -198,43 +235,51 @@ def attention_by_position(ckpts: list[Checkpoint], sentences: list[list[str]], w
         if progress:
             progress(min(1.0, done[0] / max(n_batches, 1)))
 
-    frames, entropy, beyond, skipped = [], {}, {}, []
+    frames, entropy, beyond, skipped, read = [], {}, {}, [], {}
     for ckpt in ckpts:
         def compute(ckpt=ckpt):
-            return _positions_one(ckpt, encode_sentences(sents, ckpt.vocab), window, batch_size, tick) or {}
+            return _positions_one(ckpt, encode_sentences(sents, ckpt.vocab), window, batch_size, tick, effects) or {}
 
-        parts = {"kind": "positions", "checkpoint": checkpoint_digest(ckpt), "corpus": corpus_checksum,
-                 "window": window}
+        parts = {"kind": "positions", "version": POSITIONS_VERSION, "checkpoint": checkpoint_digest(ckpt),
+                 "corpus": corpus_checksum, "window": window, "effects": effects}
         res = cached(parts, compute, use_cache and corpus_checksum is not None)
         if not res:
             skipped.append(ckpt.label)
             continue
-        frames.append(pd.DataFrame({"model": ckpt.label, **{k: res[k] for k in ("offset", "mean", "lo", "hi", "count")}}))
+        nan = [math.nan] * window
+        cols = {k: res.get(k, nan) for k in POSITION_COLUMNS[1:]}
+        frames.append(pd.DataFrame({"model": ckpt.label, **cols}))
         entropy[ckpt.label], beyond[ckpt.label] = res["entropy"], res["beyond"]
-    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["model", "offset", "mean", "lo", "hi", "count"])
-    return PositionStats(frame, entropy, beyond, skipped)
+        if "read" in res:
+            read[ckpt.label] = res["read"]
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=POSITION_COLUMNS)
+    return PositionStats(frame, entropy, beyond, skipped, read)
 
 
 def positions_corpus(ckpts: list[Checkpoint], corpus: str, split: str, window: int = 10,
-                     progress: Progress = None, use_cache: bool = True) -> PositionStats:
+                     progress: Progress = None, use_cache: bool = True, effects: bool = True) -> PositionStats:
     """:func:`attention_by_position` over a processed split, cached."""
     c = load_corpus(corpus, split)
     return attention_by_position(ckpts, c.sentences, window, progress=progress, corpus_checksum=c.checksum,
-                                 use_cache=use_cache)
+                                 use_cache=use_cache, effects=effects)
 
 
 def sentence_positions(sa, window: int = 10) -> pd.DataFrame:
-    """Per-sentence view: weight at offsets 1..L for every target of one analysis."""
+    """Per-sentence view: weight (and slot effect in bits, NaN if not computed) at offsets 1..L
+    for every target of one analysis."""
+    columns = ["target", "word", "offset", "weight", "effect", "attended"]
     if sa.attention is None:
-        return pd.DataFrame(columns=["target", "word", "offset", "weight", "attended"])
+        return pd.DataFrame(columns=columns)
     T = len(sa.targets)
     slot, exists = offset_slots(T, window)
     labels = sa.slot_labels
+    effects = sa.slot_effect_bits
     rows = []
     for r in range(T):
         for k in range(window):
             if exists[r, k]:
                 j = int(slot[r, k])
                 rows.append({"target": r, "word": sa.targets[r], "offset": k + 1,
-                             "weight": float(sa.attention[r, j]), "attended": labels[j]})
-    return pd.DataFrame(rows)
+                             "weight": float(sa.attention[r, j]),
+                             "effect": math.nan if effects is None else float(effects[r, j]), "attended": labels[j]})
+    return pd.DataFrame(rows, columns=columns)

@@ -231,12 +231,14 @@ def analysis_records(
     """One row per (target, memory slot it may attend to); one row per target without attention.
 
     Columns: model, target_index, target (word predicted), current (word just
-    read), target_unk, prob, surprisal_bits, slot, attended (slot label),
-    attended_token (index into ``tokens``, -1 for ``<s>``), weight, highlighted
-    (above ``threshold`` or among the ``top_k``).
+    read), target_unk, prob, surprisal_bits, read_effect_bits, slot, attended (slot
+    label), attended_token (index into ``tokens``, -1 for ``<s>``), weight,
+    effect_bits (the slot effect), highlighted (above ``threshold`` or among the
+    ``top_k``). Effects are empty where not computed.
     """
     hl = sa.highlights(threshold, top_k)
     probs, surprisal = sa.probs, sa.surprisal
+    read, effects = sa.read_effect_bits, sa.slot_effect_bits
     labels = sa.slot_labels
     mask = None if sa.attention is None else plots.attention_mask(sa.attention)
     rows = []
@@ -249,10 +251,11 @@ def analysis_records(
             "target_unk": bool(sa.unk[r]) if r < len(sa.unk) else False,
             "prob": float(probs[r]),
             "surprisal_bits": float(surprisal[r]),
+            "read_effect_bits": None if read is None else float(read[r]),
         }
         if mask is None:
             rows.append({**base, "slot": None, "attended": None, "attended_token": None, "weight": None,
-                         "highlighted": False})
+                         "effect_bits": None, "highlighted": False})
             continue
         lit = {h.slot for h in hl[r]}
         for j in np.flatnonzero(mask[r]):
@@ -263,6 +266,7 @@ def analysis_records(
                 "attended": labels[j],
                 "attended_token": sa.slot_token(j),
                 "weight": float(sa.attention[r, j]),
+                "effect_bits": None if effects is None or not math.isfinite(effects[r, j]) else float(effects[r, j]),
                 "highlighted": j in lit,
             })
     return rows
@@ -279,12 +283,13 @@ def analysis_dict(
 
 
 def analysis_chart(
-    sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None
+    sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None, measure: str = "weight"
 ) -> alt.TopLevelMixin:
-    """The figure that stands for one analysis: the attention heat map, or surprisal without attention."""
+    """The figure that stands for one analysis: the attention heat map (coloured by ``measure``: weight
+    or slot effect), or surprisal without attention."""
     if sa.attention is None:
         return plots.surprisal_chart([sa])
-    return plots.attention_heatmap(sa, threshold=threshold, top_k=top_k)
+    return plots.attention_heatmap(sa, threshold=threshold, top_k=top_k, measure=measure)
 
 
 def export_analysis(
@@ -294,14 +299,16 @@ def export_analysis(
     top_k: int | None = None,
     scale: float = PNG_SCALE,
     cases: bool = True,
+    measure: str = "weight",
 ) -> bytes:
-    """One analysis as ``png`` / ``svg`` / ``html`` (the heat map) or ``csv`` / ``json`` (the numbers)."""
+    """One analysis as ``png`` / ``svg`` / ``html`` (the heat map, coloured by ``measure``) or ``csv`` /
+    ``json`` (the numbers)."""
     fmt = _check_format(fmt, FORMATS)
     if fmt == "csv":
         return _csv_bytes(pd.DataFrame(analysis_records(sa, threshold, top_k)))
     if fmt == "json":
         return _json_bytes(analysis_dict(sa, threshold, top_k, cases))
-    chart = analysis_chart(sa, threshold, top_k)
+    chart = analysis_chart(sa, threshold, top_k, measure)
     if fmt != "html":
         return chart_bytes(chart, fmt, scale=scale)
     notes = "".join(f'<p class="vizlm-note">{html.escape(n)}</p>' for n in sa.notes)

@@ -9,6 +9,8 @@ One colour scale for attention everywhere: :data:`SCHEME` over the fixed domain
 :data:`WEIGHT_DOMAIN`, so heat maps of two models side by side, and the
 highlighted text, read on the same scale. Viridis is perceptually uniform and
 stays ordered for the common colour-vision deficiencies and in greyscale.
+Slot effects (``measure="effect"``) use one diverging scale, :data:`EFFECT_SCHEME`
+over ``±EFFECT_DOMAIN_BITS``, centred at 0.
 
 Labels. Slot ``j`` is labelled ``"j word"`` (``"0 <s>"``, ``"1 <s>"``, ``"2 the"``).
 A target row is labelled with the number its word gets once it is in memory
@@ -27,12 +29,19 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from vizlm.analysis import DEFAULT_THRESHOLD, SentenceAnalysis
+from vizlm.analysis import DEFAULT_THRESHOLD, SentenceAnalysis, attention_mask
 from vizlm.cases import LABELS
 from vizlm.text import clean_text
 
 SCHEME = "viridis"  # Vega scheme name used by every attention colour scale
 WEIGHT_DOMAIN = (0.0, 1.0)  # fixed, so charts of different models share one scale
+# Slot effects (bits) on a diverging scale centred at 0: blue where the slot helped the prediction,
+# red where it hurt, white where it changed nothing. Fixed at +-1 bit (clipped beyond) for every model,
+# so that tiny effects look tiny: a busy weight map can be a blank effect map. Red-blue stays readable
+# under the common red-green colour-vision deficiencies.
+EFFECT_SCHEME = "redblue"
+EFFECT_DOMAIN_BITS = 1.0
+MEASURES = ("weight", "effect")  # what a heat map colours
 SURPRISAL_MAX_BITS = 16.0  # top of the surprisal colour scale (clipped above); 2^16 ~ 1 in 65k
 # Viridis sampled at 0, 0.1, ..., 1 (matplotlib's table, which Vega's "viridis" also follows): colours the
 # HTML text like the charts. Change it together with SCHEME; tests/test_export.py checks that they agree.
@@ -112,25 +121,6 @@ def _current_word(sa: SentenceAnalysis, r: int) -> str:
     return "<s>" if r == 0 else sa.norms[r - 1]
 
 
-def attention_mask(attention: np.ndarray) -> np.ndarray:
-    """[T, S] True where row ``r`` could attend to slot ``j``.
-
-    Causal: ``j <= r``. Windowed models (Daniluk et al. 2017) give exact zeros to
-    slots that left the window, always a prefix of the row (``band_to_slots``), so
-    leading exact zeros are masked too; a softmax over finite scores is never 0.
-    """
-    a = np.asarray(attention, dtype=float)
-    T, S = a.shape
-    mask = np.arange(S)[None, :] <= np.arange(T)[:, None]
-    finite = np.isfinite(a)
-    nonzero = finite & (a != 0) & mask
-    for r in range(T):
-        nz = np.flatnonzero(nonzero[r])
-        if len(nz):
-            mask[r, : nz[0]] = False
-    return mask & finite
-
-
 def _sizes(n: int) -> tuple[int, int, int]:
     """(cell px, font px, x label angle) for an ``n`` x ``n`` grid: small grids get big cells."""
     cell = int(min(30, max(9, 640 // max(n, 1))))
@@ -167,20 +157,32 @@ def attention_heatmap(
     title: str | None = None,
     top_k: int | None = None,
     values: bool | None = None,
+    measure: str = "weight",
 ) -> alt.LayerChart:
-    """Targets (rows, top to bottom) x memory slots (columns); colour = attention weight.
+    """Targets (rows, top to bottom) x memory slots (columns); colour = attention weight, or with
+    ``measure="effect"`` the slot effect in bits (:attr:`SentenceAnalysis.slot_effects`: how much
+    log2 P(word) drops without that slot), on a diverging scale centred at 0.
 
-    Masked cells (future slots, slots outside a window) are left blank. With
-    ``threshold`` or ``top_k``, the cells :meth:`SentenceAnalysis.highlights` picks
-    (the same ones :func:`highlighted_html` colours) get an outline. ``values``
-    writes the weight in each cell (default: only when the cells are big enough).
-    Raises ``ValueError`` for models without attention.
+    Masked cells (future slots, slots outside a window; in effect mode also effects not
+    computed) are left blank. With ``threshold`` or ``top_k``, the cells
+    :meth:`SentenceAnalysis.highlights` picks (the same ones :func:`highlighted_html`
+    colours) get an outline. ``values`` writes the weight (effect) in each cell (default:
+    only when the cells are big enough). Raises ``ValueError`` for models without
+    attention, and in effect mode for an analysis without slot effects.
     """
+    if measure not in MEASURES:
+        raise ValueError(f"measure must be one of {', '.join(MEASURES)}, not {measure!r}")
     if sa.attention is None:
         raise ValueError(f"model {sa.model!r} has no attention to plot")
+    effect_mode = measure == "effect"
+    if effect_mode and sa.slot_effects is None:
+        raise ValueError(f"the analysis of {sa.model!r} has no slot effects (too long a text: compute them first)")
     att = np.asarray(sa.attention, dtype=float)  # (T, S)
     T, S = att.shape
     mask = attention_mask(att)
+    effects = None if sa.slot_effects is None else np.asarray(sa.slot_effect_bits, dtype=float)  # (T, S) bits
+    if effect_mode:
+        mask &= np.isfinite(effects)
     ylab, xlab = target_axis_labels(sa), slot_axis_labels(sa)
     rows, cols = np.nonzero(mask)
     marked = set()
@@ -195,6 +197,9 @@ def attention_heatmap(
         "weight": att[rows, cols],
         "highlighted": [(int(r), int(j)) in marked for r, j in zip(rows, cols)],
     })
+    if effects is not None:
+        eff = effects[rows, cols]
+        df["effect"] = np.where(np.isfinite(eff), eff, None)
     cell, font, angle = _sizes(max(T, S))
     if values is None:
         values = cell >= 28
@@ -217,82 +222,118 @@ def attention_heatmap(
         alt.Tooltip("slot:N", title="slot"),
         alt.Tooltip("weight:Q", title="weight", format=".3f"),
     ]
+    if effects is not None:
+        tooltip.append(alt.Tooltip("effect:Q", title="effect (bits)", format="+.3f"))
     base = alt.Chart(df).encode(x=x, y=y)
-    rect = base.mark_rect().encode(
-        color=alt.Color(
-            "weight:Q",
-            title="attention",
-            scale=alt.Scale(scheme=SCHEME, domain=list(WEIGHT_DOMAIN)),
-            legend=alt.Legend(gradientLength=min(200, max(80, cell * T // 2)), format=".1f"),
-        ),
-        tooltip=tooltip,
-    )
+    legend = alt.Legend(gradientLength=min(200, max(80, cell * T // 2)), format="+.1f" if effect_mode else ".1f")
+    if effect_mode:
+        lim = EFFECT_DOMAIN_BITS
+        colour = alt.Color("effect:Q", title=["slot effect", "(bits)"], legend=legend,
+                           scale=alt.Scale(scheme=EFFECT_SCHEME, domain=[-lim, lim], domainMid=0, clamp=True))
+        # dark cells (|effect| near the ends of the scale) get white marks, pale ones black
+        dark = (alt.datum.effect >= 0.6 * lim) | (alt.datum.effect <= -0.6 * lim)
+    else:
+        colour = alt.Color("weight:Q", title="attention", legend=legend,
+                           scale=alt.Scale(scheme=SCHEME, domain=list(WEIGHT_DOMAIN)))
+        dark = alt.datum.weight < 0.6  # viridis is dark at the low end
+    rect = base.mark_rect().encode(color=colour, tooltip=tooltip)
     layers: list[alt.Chart] = [rect]
     if marked:
-        # Black outline on light (heavy) cells, white on dark ones, so the mark shows on the whole scale.
+        # Outline in black on light cells, white on dark ones, so the mark shows on the whole scale.
         layers.append(
             base.transform_filter(alt.datum.highlighted)
             .mark_rect(filled=False, strokeWidth=max(1.5, cell / 10))
             .encode(
-                stroke=alt.condition(alt.datum.weight >= 0.6, alt.value("#000000"), alt.value("#ffffff")),
+                stroke=alt.condition(dark, alt.value("#ffffff"), alt.value("#000000")),
                 tooltip=tooltip,
             )
         )
     if values:
+        # effect mode: no "+0.00" in the cells that do not matter (|effect| < 0.005 bits), so the ones that do stand out
+        texts = base.transform_filter(alt.expr.abs(alt.datum.effect) >= 0.005) if effect_mode else base
         layers.append(
-            base.mark_text(fontSize=max(7, font - 3))
+            texts.mark_text(fontSize=max(7, font - 3))
             .encode(
-                text=alt.Text("weight:Q", format=".2f"),
-                color=alt.condition(alt.datum.weight >= 0.6, alt.value("#000000"), alt.value("#ffffff")),
+                text=alt.Text("effect:Q" if effect_mode else "weight:Q", format="+.2f" if effect_mode else ".2f"),
+                color=alt.condition(dark, alt.value("#ffffff"), alt.value("#000000")),
                 tooltip=tooltip,
             )
         )
-    head = title or f"{sa.model}: attention over memory"
+    if effect_mode:
+        head = title or f"{sa.model}: effect of each memory slot on P(word), in bits"
+    else:
+        head = title or f"{sa.model}: attention over memory"
     if top_k is not None:
-        head += f" (outlined: top {top_k})"
+        head += f" (outlined: top {top_k} by weight)" if effect_mode else f" (outlined: top {top_k})"
     elif threshold is not None:
         head += f" (outlined: weight ≥ {threshold:g})"
+    subtitle = [_subtitle(sa.text)]
+    if effect_mode:
+        biggest = float(np.nanmax(np.abs(effects[mask]))) if mask.any() else 0.0
+        subtitle.append(f"log-probability minus the same with the slot dropped · blue: the slot helped, red: it hurt "
+                        f"(clipped at ±{EFFECT_DOMAIN_BITS:g} bit) · largest here {biggest:.2g} bits")
     return alt.layer(*layers).properties(
         width=alt.Step(cell),
         height=alt.Step(cell),
-        title=alt.Title(head, subtitle=_subtitle(sa.text), anchor="start"),
+        title=alt.Title(head, subtitle=subtitle if effect_mode else subtitle[0], anchor="start"),
     )
 
 
-def positions_chart(frame: pd.DataFrame, title: str | None = None) -> alt.LayerChart:
-    """Mean attention weight by relative position, one line per model (Daniluk et al. 2017, Fig. 3).
+def positions_chart(frame: pd.DataFrame, title: str | None = None, measure: str = "weight") -> alt.LayerChart:
+    """Mean attention weight by relative position, one line per model (Daniluk et al. 2017, Fig. 3);
+    with ``measure="effect"`` the mean slot effect (bits) at each position instead.
 
-    ``frame`` columns: model, offset, mean, lo, hi, count; ``offset`` 1 is the most
-    recent memory slot. The x axis shows ``-offset``, so the most recent slot is
-    rightmost (``-L ... -1``), and the band spans ``lo``..``hi``.
+    ``frame`` columns: model, offset, mean, lo, hi, count (and effect, effect_lo, effect_hi
+    for effects); ``offset`` 1 is the most recent memory slot. The x axis shows
+    ``-offset``, so the most recent slot is rightmost (``-L ... -1``), and the band
+    spans the 95% confidence interval of the mean.
     """
-    _require(frame, ["model", "offset", "mean", "lo", "hi", "count"], "positions_chart")
+    if measure not in MEASURES:
+        raise ValueError(f"measure must be one of {', '.join(MEASURES)}, not {measure!r}")
+    effect_mode = measure == "effect"
+    need = ["model", "offset", "mean", "lo", "hi", "count"] + (["effect", "effect_lo", "effect_hi"] if effect_mode else [])
+    _require(frame, need, "positions_chart")
     df = frame.copy()
+    if effect_mode:
+        df = df[np.isfinite(df["effect"].astype(float))]
+        if df.empty:
+            raise ValueError("positions_chart: no slot effects in this frame")
     df["position"] = -df["offset"].astype(int)
     models = list(dict.fromkeys(df["model"].astype(str)))
     colour = alt.Color("model:N", title="model", scale=alt.Scale(domain=models, range=_categorical(len(models))))
     x = alt.X("position:Q", title="position relative to the predicted word (−1 = most recent)",
               axis=alt.Axis(tickMinStep=1, format="d"))
+    value, lo, hi = ("effect", "effect_lo", "effect_hi") if effect_mode else ("mean", "lo", "hi")
     tooltip = [
         alt.Tooltip("model:N"),
         alt.Tooltip("offset:Q", title="words back"),
         alt.Tooltip("mean:Q", title="mean weight", format=".3f"),
-        alt.Tooltip("lo:Q", title="band low", format=".3f"),
-        alt.Tooltip("hi:Q", title="band high", format=".3f"),
+        alt.Tooltip(f"{lo}:Q", title="band low", format=".3f"),
+        alt.Tooltip(f"{hi}:Q", title="band high", format=".3f"),
         alt.Tooltip("count:Q", title="rows", format=","),
     ]
+    if "effect" in df.columns:
+        tooltip.insert(3, alt.Tooltip("effect:Q", title="mean effect (bits)", format="+.4f"))
     base = alt.Chart(df).encode(x=x, color=colour)
-    band = base.mark_area(opacity=0.2).encode(y="lo:Q", y2="hi:Q")
+    band = base.mark_area(opacity=0.2).encode(y=f"{lo}:Q", y2=f"{hi}:Q")
+    y_title = "mean slot effect (bits)" if effect_mode else "mean attention weight"
     line = base.mark_line(point=True, strokeWidth=2).encode(
-        y=alt.Y("mean:Q", title="mean attention weight", scale=alt.Scale(zero=True)),
+        y=alt.Y(f"{value}:Q", title=y_title, scale=alt.Scale(zero=True)),
         strokeDash=alt.StrokeDash("model:N", legend=None),
         tooltip=tooltip,
     )
-    return alt.layer(band, line).properties(
+    layers = [band, line]
+    if effect_mode:  # no effect: the line the means sit on when the attention does nothing
+        layers.insert(0, alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color="#888", strokeDash=[4, 4]).encode(y="y:Q"))
+    if effect_mode:
+        head = title or "Mean slot effect by relative position"
+        sub = "log-probability of the word (bits) minus the same with that slot dropped; cf. the mean weight"
+    else:
+        head, sub = title or "Mean attention by relative position", "cf. Daniluk et al. (2017), Fig. 3"
+    return alt.layer(*layers).properties(
         width=480,
         height=300,
-        title=alt.Title(title or "Mean attention by relative position", subtitle="cf. Daniluk et al. (2017), Fig. 3",
-                        anchor="start"),
+        title=alt.Title(head, subtitle=sub, anchor="start"),
     )
 
 

@@ -140,6 +140,30 @@ def test_explorer_type_threshold_select_download(page):
     shot(page, "explorer")
 
 
+def test_effect_toggle_colours_the_heatmap_by_effect(page):
+    """The heat map's "Colour the cells by" control switches weight -> effect; the panel shows the read effect."""
+    text = "The dogs in the park are barking because they saw a cat , so the owners are running ."
+    page.goto(page.base + "/?model=amsrn&compare=kvp&target=5&text=" + urllib.request.quote(text))
+    wait_idle(page)
+    main = page.locator("[data-testid='stMain']")
+    assert main.get_by_text("Attention effect").first.is_visible()
+    assert main.get_by_text("Attention changed log₂ P(word) by").first.is_visible()
+    charts = main.locator("[data-testid='stVegaLiteChart']")
+    assert charts.count() == 2
+    before = [charts.nth(i).inner_html() for i in range(2)]
+    measure = main.locator("[data-testid='stButtonGroup'] button")  # the segmented control's options
+    measure.filter(has_text="Effect on P(word)").first.click()
+    wait_idle(page)
+    main.get_by_text("Blue: the slot helped").first.wait_for(timeout=30_000)
+    charts = main.locator("[data-testid='stVegaLiteChart']")
+    assert charts.count() == 2
+    assert [charts.nth(i).inner_html() for i in range(2)] != before, "the maps are redrawn"
+    shot(page, "explorer-effects")
+    measure.filter(has_text="Attention weight").first.click()
+    wait_idle(page)
+    assert main.get_by_text("Brighter = more attention").first.is_visible()
+
+
 def test_script_payload_is_shown_as_text(page):
     page.goto(page.base + "/?text=" + urllib.request.quote('<script>window.__pwned=1</script> <b>bold</b> end'))
     wait_idle(page)

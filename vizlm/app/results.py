@@ -9,9 +9,18 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
+import numpy as np
 import streamlit as st
 
-from vizlm.analysis import AnalysisError, SentenceAnalysis, analyze, analyze_tokens
+from vizlm.analysis import (
+    LN2,
+    AnalysisError,
+    SentenceAnalysis,
+    analyze,
+    analyze_tokens,
+    slot_effect_rows,
+    with_slot_effects,
+)
 from vizlm.app.checkpoints import UserError, get_checkpoint, model_key
 from vizlm.data import Corpus, load_corpus
 from vizlm.export import analysis_dict as export_dict
@@ -48,15 +57,43 @@ def analysis_dict(name: str, text: str, threshold: float | None, top_k: int | No
     return _analysis_dict(name, model_key(name), text, threshold, top_k)
 
 
+@st.cache_data(show_spinner=False, max_entries=ANALYSIS_CACHE_ENTRIES)
+def _full_effects(name: str, key: str, text: str) -> SentenceAnalysis:
+    return with_slot_effects(get_checkpoint(name), _analyze_text(name, key, text))
+
+
+def full_effects(name: str, text: str) -> SentenceAnalysis:
+    """The analysis of ``text`` with every slot effect: a text with more than
+    :data:`vizlm.analysis.EFFECT_PAIRS` (row, slot) pairs gets them here, once, on demand."""
+    return _full_effects(name, model_key(name), text)
+
+
+@st.cache_data(show_spinner=False, max_entries=1024)
+def _row_effects(name: str, key: str, text: str, row: int) -> np.ndarray:
+    return slot_effect_rows(get_checkpoint(name), _analyze_text(name, key, text), [row])[0]
+
+
+def row_effect_bits(name: str, text: str, row: int) -> np.ndarray | None:
+    """[S] the slot effects in bits of one predicted word, computed for that word alone when the
+    analysis has none (a long text); None for a model without attention."""
+    sa = _analyze_text(name, model_key(name), text)
+    if sa.attention is None:
+        return None
+    if sa.slot_effects is not None:
+        return sa.slot_effect_bits[row]
+    return _row_effects(name, model_key(name), text, row) / LN2
+
+
 @st.cache_data(show_spinner=False, max_entries=HEATMAP_CACHE_ENTRIES)
-def _heatmap_spec(name: str, key: str, text: str, threshold: float | None, top_k: int | None) -> dict:
-    return chart_spec(attention_heatmap(_analyze_text(name, key, text), threshold=threshold, top_k=top_k))
+def _heatmap_spec(name: str, key: str, text: str, threshold: float | None, top_k: int | None, measure: str) -> dict:
+    sa = _full_effects(name, key, text) if measure == "effect" else _analyze_text(name, key, text)
+    return chart_spec(attention_heatmap(sa, threshold=threshold, top_k=top_k, measure=measure))
 
 
-def heatmap_spec(name: str, text: str, threshold: float | None, top_k: int | None) -> dict:
-    """The attention heat map of ``text`` as a Vega-Lite spec, built and validated once per input
-    (Altair's schema validation is the costliest part of drawing it)."""
-    return _heatmap_spec(name, model_key(name), text, threshold, top_k)
+def heatmap_spec(name: str, text: str, threshold: float | None, top_k: int | None, measure: str = "weight") -> dict:
+    """The heat map of ``text`` (``measure``: attention weight or slot effect) as a Vega-Lite spec,
+    built and validated once per input (Altair's schema validation is the costliest part of drawing it)."""
+    return _heatmap_spec(name, model_key(name), text, threshold, top_k, measure)
 
 
 @st.cache_resource(show_spinner="Reading corpus…")

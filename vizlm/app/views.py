@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from vizlm.app.results import heatmap_spec
+from vizlm.app.results import full_effects, heatmap_spec
 from vizlm.app.widgets import analysis_downloads, chart_downloads, md_escape, show_chart
 from vizlm.export import chart_html, safe_filename
 from vizlm.plots import (
@@ -25,17 +25,38 @@ def highlight_page(sa, target: int, threshold: float | None, top_k: int | None) 
                       body_html=highlighted_html(sa, target, threshold=threshold, top_k=top_k)).encode("utf-8")
 
 
+MEASURE_LABELS = {"weight": "Attention weight", "effect": "Effect on P(word)"}  # the heat map's colour
+
+
 def render_heatmaps(analyses: dict, text: str, threshold: float | None, top_k: int | None) -> None:
     shown = {n: sa for n, sa in analyses.items() if sa.attention is not None}
     if not shown:
         st.info("None of the chosen models has attention (LSTM and N-gram RNN predict from their state alone).", icon=":material/info:")
         return
-    st.caption("Rows: the word being predicted; columns: the memory slots it may attend to (the start state and every earlier "
-               "word). Brighter = more attention; outlined cells are the highlighted ones. Hover a cell for its weight. "
-               "Both models use the same colour scale; a map wider than the page scrolls sideways.")
+    st.session_state.setdefault("heat_measure", "weight")
+    measure = st.segmented_control(
+        "Colour the cells by", list(MEASURE_LABELS), key="heat_measure", required=True, format_func=MEASURE_LABELS.get,
+        help="The attention weight says where the model looked; the effect says whether it mattered: how much "
+             "log₂ P(word) drops when that memory slot is dropped and the other weights renormalised.")
+    if measure == "effect":
+        st.caption("Rows: the word being predicted; columns: the memory slots. Each cell is the effect of that slot in bits: "
+                   "log₂ P(word) as computed minus the same without the slot. **Blue: the slot helped, red: it hurt, white: it "
+                   "did not matter, whatever its weight.** The colours are clipped at ±1 bit (twice or half as likely); "
+                   "hover a cell for its weight and effect. Outlined cells are the highlighted ones (by weight).")
+    else:
+        st.caption("Rows: the word being predicted; columns: the memory slots it may attend to (the start state and every "
+                   "earlier word). Brighter = more attention; outlined cells are the highlighted ones. Hover a cell for its "
+                   "weight. Both models use the same colour scale; a map wider than the page scrolls sideways.")
     for name, sa in shown.items():  # one under the other: two side by side do not fit a column
-        st.vega_lite_chart(heatmap_spec(name, text, threshold, top_k), width="content", theme=None)
-        analysis_downloads(sa, threshold, top_k, key=f"heat_{name}")
+        if measure == "effect" and sa.slot_effects is None:  # a long text: every slot's effect, once
+            with st.spinner(f"Computing the effect of every memory slot for {name}…", show_time=True):
+                spec = heatmap_spec(name, text, threshold, top_k, measure)
+        else:
+            spec = heatmap_spec(name, text, threshold, top_k, measure)
+        st.vega_lite_chart(spec, width="content", theme=None)
+        if measure == "effect":
+            sa = full_effects(name, text)  # cached: the one the map was drawn from
+        analysis_downloads(sa, threshold, top_k, key=f"heat_{name}", measure=measure)
 
 
 def render_surprisal(analyses: dict) -> None:
@@ -82,7 +103,8 @@ def render_data(analyses: dict, target: int, threshold: float | None, top_k: int
 
 
 def render_position_stats(stats, chart_fn, stem: str, key: str) -> None:
-    """The Daniluk-style plot of a :mod:`vizlm.corpus` position result, its entropy, and downloads."""
+    """The Daniluk-style plot of a :mod:`vizlm.corpus` position result, its entropy, the effects
+    (mean slot effect by position beside the weight, share of words the read moves by > 1 bit), and downloads."""
     if stats.skipped:
         st.caption("Without attention, left out: " + ", ".join(md_escape(n) for n in stats.skipped))
     if stats.frame.empty:
@@ -98,7 +120,25 @@ def render_position_stats(stats, chart_fn, stem: str, key: str) -> None:
             delta_arrow="off",
             help="Mean entropy of the attention rows: 0 = all weight on one slot, log(n) = spread evenly over n slots. "
                  "Below: the weight that falls further back than the window shown.")
-    chart = chart_fn(stats.frame)
+    for i, (name, e) in enumerate(stats.effects.items()):
+        cols[i % len(cols)].metric(
+            f"{name}: words the attention moves by > 1 bit", f"{e['share_over_1_bit']:.1%}",
+            delta=f"mean |effect| {e['mean_abs_read_bits']:.3f} bits over {e['tokens']:,} words", delta_color="off",
+            delta_arrow="off",
+            help="Read effect: log₂ P(word) with the attention read minus without it (the read set to zero). "
+                 "Share of the predicted words where it is more than 1 bit either way (twice or half as likely).")
     st.html(legend_html(list(dict.fromkeys(stats.frame["model"].astype(str)))))
-    show_chart(chart)
-    chart_downloads(chart, stem, key, stats.frame)
+    effects = bool(stats.effects) and stats.frame["effect"].notna().any()
+    left, right = st.columns(2, gap="large") if effects else (st.container(), None)
+    with left:
+        chart = chart_fn(stats.frame)
+        show_chart(chart)
+        chart_downloads(chart, stem, key, stats.frame)
+    if right is not None:
+        with right:
+            chart = chart_fn(stats.frame, measure="effect")
+            show_chart(chart)
+            chart_downloads(chart, stem + "-effect", key + "_effect", stats.frame)
+        st.caption("Right: the mean effect of the slot at each position, in bits — how much log₂ P(word) drops when that "
+                   "slot is dropped from the memory (the other weights renormalised). A position can carry much weight "
+                   "and little effect.")

@@ -69,11 +69,12 @@ def chart_downloads(chart, stem: str, key: str, frame=None, title: str = "vizlm"
     download_row(items, key)
 
 
-def analysis_downloads(sa, threshold: float | None, top_k: int | None, key: str) -> None:
-    """The five export formats of one analysis (:func:`vizlm.export.export_analysis`)."""
-    stem = safe_filename(f"{sa.model}-{sa.text[:30]}")
-    download_row([(fmt.upper(), (lambda f=fmt: export_analysis(sa, f, threshold=threshold, top_k=top_k)), f"{stem}.{fmt}", MIME[fmt])
-                  for fmt in FORMATS], key)
+def analysis_downloads(sa, threshold: float | None, top_k: int | None, key: str, measure: str = "weight") -> None:
+    """The five export formats of one analysis (:func:`vizlm.export.export_analysis`); the pictures
+    are the heat map coloured by ``measure``."""
+    stem = safe_filename(f"{sa.model}-{'effects-' if measure == 'effect' else ''}{sa.text[:30]}")
+    download_row([(fmt.upper(), (lambda f=fmt: export_analysis(sa, f, threshold=threshold, top_k=top_k, measure=measure)),
+                   f"{stem}.{fmt}", MIME[fmt]) for fmt in FORMATS], key)
 
 
 def write_explorer_query(state: ExplorerState) -> None:

@@ -20,7 +20,15 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from vizlm.models.base import BaseConfig, LMOutput, RecurrentLM, check_memory, masked_softmax, memory_of, slot_mask
+from vizlm.models.base import (
+    AttentionLM,
+    BaseConfig,
+    check_memory,
+    check_weights,
+    masked_softmax,
+    memory_of,
+    slot_mask,
+)
 
 SELECTIONS = ("none", "independent", "shared", "complementary")
 
@@ -40,8 +48,7 @@ class AMSRNConfig(BaseConfig):
             raise ValueError("entropy_weight must be >= 0")
 
 
-class AMSRN(RecurrentLM):
-    has_attention = True
+class AMSRN(AttentionLM):
 
     def __init__(self, config: AMSRNConfig):
         super().__init__(config)
@@ -77,9 +84,12 @@ class AMSRN(RecurrentLM):
     def window_size(self) -> int | None:
         return self.config.memory
 
-    def head(self, h: torch.Tensor, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None) -> LMOutput:
+    def attend(
+        self, h: torch.Tensor, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None,
+        weights: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         # h: LSTM outputs (B, T, d); memory: carried slots (B, M, d)
-        T = h.shape[1]
+        B, T, _ = h.shape
         if memory is None:
             mem = memory_of(h)  # (B, S=T, d)
             mask = slot_mask(T, self.window_size(), device=h.device)  # (T, S)
@@ -87,12 +97,23 @@ class AMSRN(RecurrentLM):
             mem = torch.cat([memory, h[:, :-1]], 1)  # (B, S=M+T-1, d)
             mask = slot_mask(T, self.window_size(), h.device, carried=memory.shape[1], valid=valid)  # (B, T, S)
         g1, g2 = self.gates(h)  # (B, T, d)
-        query = g1 * self.key(h)  # (B, T, d)
-        scores = query @ mem.transpose(1, 2)  # (B, T, S)
-        alpha = masked_softmax(scores, mask)  # (B, T, S)
-        read = (alpha @ mem) * g2  # (B, T, d)
+        if weights is None:
+            query = g1 * self.key(h)  # (B, T, d)
+            scores = query @ mem.transpose(1, 2)  # (B, T, S)
+            alpha = masked_softmax(scores, mask)  # (B, T, S)
+        else:
+            check_weights(weights, B, T, mem.shape[1])
+            alpha = weights.masked_fill(~mask, 0.0)  # (B, T, S)
+        read = (alpha @ mem) * g2  # (B, T, d): r_t = sum_i alpha_ti (h_i * g2_t)
+        extras = {} if self.config.selection == "none" else {"gate1": g1, "gate2": g2}
+        return read, alpha, extras
+
+    def readout(self, h: torch.Tensor, read: torch.Tensor) -> torch.Tensor:
         # W_ph h_t + b + W_pr r_t as one fused multiply-add: no second (B, T, V) temporary.
         logits = torch.addmm(self.decoder(h).flatten(0, 1), read.flatten(0, 1), self.read_proj.weight.t())
-        logits = logits.view(*h.shape[:2], -1)  # (B, T, V)
-        extras = {} if self.config.selection == "none" else {"gate1": g1, "gate2": g2}
-        return LMOutput(logits, alpha, extras)
+        return logits.view(*h.shape[:2], -1)  # (B, T, V)
+
+    def shift_logits(self, logits: torch.Tensor, read_change: torch.Tensor) -> torch.Tensor:
+        """``logits`` (P, V), changed in place, after the read changes by ``read_change`` (P, d): the read enters
+        linearly (``W_pr r_t``), so the attention effects need one product per pair, not two."""
+        return logits.addmm_(read_change, self.read_proj.weight.t())  # in place: ``logits`` is a fresh gather

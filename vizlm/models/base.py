@@ -174,6 +174,24 @@ def band_mask(
     return (rows + offs)[None] >= (window - valid.to(rows.device))[:, None, None]  # (B, T, L)
 
 
+def slots_to_band(weights: torch.Tensor, window: int, carried: int = 1) -> torch.Tensor:
+    """Gather slot weights into the band, the inverse of :func:`band_to_slots`: (B, T, S) -> (B, T, L).
+
+    Band position ``l`` of row ``r`` is slot ``carried - L + r + l`` (see :func:`band`); positions
+    before slot 0 get 0, and weight on a slot outside the row's band is dropped.
+    """
+    B, T, _ = weights.shape
+    padded = F.pad(weights, (window - carried, 0))  # (B, T, T + L - 1): slot s at column s + L - carried
+    idx = torch.arange(T, device=weights.device)[:, None] + torch.arange(window, device=weights.device)[None, :]
+    return padded.gather(2, idx.expand(B, T, window))  # (B, T, L)
+
+
+def check_weights(weights: torch.Tensor, B: int, T: int, S: int) -> None:
+    """Given attention weights must have the shape the model's own would have."""
+    if tuple(weights.shape) != (B, T, S):
+        raise ValueError(f"weights must have shape (B, T, S) = {(B, T, S)}, not {tuple(weights.shape)}")
+
+
 def band_to_slots(weights: torch.Tensor, carried: int = 1) -> torch.Tensor:
     """Scatter band weights back to the slot axis: (B, T, L) -> (B, T, S = carried + T - 1)."""
     B, T, L = weights.shape
@@ -293,3 +311,41 @@ class RecurrentLM(nn.Module):
         memory = torch.cat([state.memory, h], 1)[:, T:] if M else state.memory  # (B, M, d): the last M slots
         out.state = State(h_n, c_n, memory, (state.valid + T).clamp_max(M))
         return out
+
+
+class AttentionLM(RecurrentLM):
+    """A recurrent LM with attention on top of its LSTM: :meth:`attend`, then :meth:`readout`.
+
+    The split lets the attention effects (:mod:`vizlm.models.effects`) recompute the
+    prediction from other attention weights without running the LSTM again: ``head(h,
+    weights=w)`` uses ``w`` (B, T, S) in place of the softmax output, everything else as
+    computed. All-zero weights give a zero read ``r_t = 0``, each family's own path
+    without attention (the read enters every family linearly, so zero weights read zero).
+    """
+
+    has_attention = True
+
+    def attend(
+        self, h: torch.Tensor, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None,
+        weights: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:  # pragma: no cover - abstract
+        """``(read (B, T, k), weights (B, T, S), extras)`` for LSTM outputs ``h`` (B, T, d).
+
+        Without ``weights`` the attention weights are the model's own; with them (slot layout,
+        (B, T, S)) those are used instead, with the weight on slots a row may not use (later
+        slots, outside the window, padding of a carried memory) set to zero, and returned.
+        """
+        raise NotImplementedError
+
+    def readout(self, h: torch.Tensor, read: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        """Logits (B, T, V) from LSTM outputs ``h`` (B, T, d) and reads (B, T, k), row by row:
+        row ``t`` depends on ``h[:, t]`` and ``read[:, t]`` only."""
+        raise NotImplementedError
+
+    def head(
+        self, h: torch.Tensor, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None,
+        weights: torch.Tensor | None = None,
+    ) -> LMOutput:
+        """:meth:`RecurrentLM.head`; ``weights`` (B, T, S) replace the attention weights (see :meth:`attend`)."""
+        read, alpha, extras = self.attend(h, memory, valid, weights)  # (B, T, k), (B, T, S)
+        return LMOutput(self.readout(h, read), alpha, extras)

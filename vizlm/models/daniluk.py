@@ -17,7 +17,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vizlm.models.base import BaseConfig, LMOutput, RecurrentLM, band, band_mask, band_to_slots, memory_of
+from vizlm.models.base import (
+    AttentionLM,
+    BaseConfig,
+    LMOutput,
+    RecurrentLM,
+    band,
+    band_mask,
+    band_to_slots,
+    check_weights,
+    memory_of,
+    slots_to_band,
+)
 
 VARIANTS = {"attention": 1, "kv": 2, "kvp": 3}  # how many parts the LSTM output is split into
 
@@ -37,8 +48,7 @@ class DanilukConfig(BaseConfig):
             raise ValueError("window must be >= 1")
 
 
-class DanilukLM(RecurrentLM):
-    has_attention = True
+class DanilukLM(AttentionLM):
 
     def __init__(self, config: DanilukConfig):
         k = config.hidden_dim
@@ -81,10 +91,13 @@ class DanilukLM(RecurrentLM):
     def window_size(self) -> int | None:
         return self.config.window
 
-    def head(self, h: torch.Tensor, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None) -> LMOutput:
+    def attend(
+        self, h: torch.Tensor, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None,
+        weights: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         # h: LSTM outputs (B, T, parts * k); memory: the carried last L outputs (B, L, parts * k)
-        T, L = h.shape[1], self.config.window
-        key, value, pred = self.split(h)  # (B, T, k) each
+        B, T, L = h.shape[0], h.shape[1], self.config.window
+        key, value, _ = self.split(h)  # (B, T, k) each
         if memory is None:
             M = 1  # the zero start slot
             mem_key, mem_value = memory_of(key), memory_of(value)  # (B, S=T, k)
@@ -93,15 +106,23 @@ class DanilukLM(RecurrentLM):
             old_key, old_value, _ = self.split(memory)  # (B, M, k) each
             mem_key = torch.cat([old_key, key[:, :-1]], 1)  # (B, S=M+T-1, k)
             mem_value = torch.cat([old_value, value[:, :-1]], 1)  # (B, S, k)
-        keys = band(mem_key, L, carried=M)  # (B, T, L, k)
         values = band(mem_value, L, carried=M)  # (B, T, L, k)
-        m = torch.tanh(self.w_y(keys) + self.w_h(key)[:, :, None, :])  # (B, T, L, k)
-        scores = self.w(m).squeeze(-1)  # (B, T, L)
         mask = band_mask(T, L, device=h.device, carried=M, valid=valid)  # (T, L) or (B, T, L)
-        alpha = scores.masked_fill(~mask, float("-inf")).softmax(-1)  # (B, T, L)
-        read = (alpha[..., None] * values).sum(2)  # (B, T, k)
+        if weights is None:
+            keys = band(mem_key, L, carried=M)  # (B, T, L, k)
+            m = torch.tanh(self.w_y(keys) + self.w_h(key)[:, :, None, :])  # (B, T, L, k)
+            scores = self.w(m).squeeze(-1)  # (B, T, L)
+            alpha = scores.masked_fill(~mask, float("-inf")).softmax(-1)  # (B, T, L)
+        else:
+            check_weights(weights, B, T, M + T - 1)
+            alpha = slots_to_band(weights, L, carried=M).masked_fill(~mask, 0.0)  # (B, T, L)
+        read = (alpha[..., None] * values).sum(2)  # (B, T, k): r = Y_t alpha^T
+        return read, band_to_slots(alpha, carried=M), {}
+
+    def readout(self, h: torch.Tensor, read: torch.Tensor) -> torch.Tensor:
+        _, _, pred = self.split(h)  # (B, T, k)
         h_star = torch.tanh(self.w_r(read) + self.w_x(pred))  # (B, T, k)
-        return LMOutput(self.decoder(self.drop(h_star)), band_to_slots(alpha, carried=M))
+        return self.decoder(self.drop(h_star))  # (B, T, V)
 
 
 @dataclass

@@ -13,7 +13,15 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from vizlm.models.base import BaseConfig, LMOutput, RecurrentLM, check_memory, masked_softmax, memory_of, slot_mask
+from vizlm.models.base import (
+    AttentionLM,
+    BaseConfig,
+    check_memory,
+    check_weights,
+    masked_softmax,
+    memory_of,
+    slot_mask,
+)
 
 SCORES = ("single", "combined")
 
@@ -30,8 +38,7 @@ class SaltonConfig(BaseConfig):
             raise ValueError(f"unknown score {self.score!r}; valid: {', '.join(SCORES)}")
 
 
-class SaltonLM(RecurrentLM):
-    has_attention = True
+class SaltonLM(AttentionLM):
 
     def __init__(self, config: SaltonConfig):
         super().__init__(config)
@@ -51,20 +58,30 @@ class SaltonLM(RecurrentLM):
     def window_size(self) -> int | None:
         return self.config.memory
 
-    def head(self, h: torch.Tensor, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None) -> LMOutput:
+    def attend(
+        self, h: torch.Tensor, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None,
+        weights: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         # h: LSTM outputs (B, T, d); memory: carried slots (B, M, d)
-        T = h.shape[1]
+        B, T, _ = h.shape
         if memory is None:
             mem = memory_of(h)  # (B, S=T, d)
             mask = slot_mask(T, self.window_size(), device=h.device)  # (T, S)
         else:
             mem = torch.cat([memory, h[:, :-1]], 1)  # (B, S=M+T-1, d)
             mask = slot_mask(T, self.window_size(), h.device, carried=memory.shape[1], valid=valid)  # (B, T, S)
-        pre = self.w_s(mem)[:, None, :, :]  # (B, 1, S, d)
-        if self.w_q is not None:
-            pre = pre + self.w_q(h)[:, :, None, :]  # (B, T, S, d)
-        scores = self.v(torch.tanh(pre)).squeeze(-1).expand(-1, T, -1)  # (B, T, S)
-        alpha = masked_softmax(scores, mask)  # (B, T, S)
-        context = alpha @ mem  # (B, T, d)
-        h_prime = torch.tanh(self.w_c(torch.cat([h, context], -1)))  # (B, T, d)
-        return LMOutput(self.decoder(self.drop(h_prime)), alpha)
+        if weights is None:
+            pre = self.w_s(mem)[:, None, :, :]  # (B, 1, S, d)
+            if self.w_q is not None:
+                pre = pre + self.w_q(h)[:, :, None, :]  # (B, T, S, d)
+            scores = self.v(torch.tanh(pre)).squeeze(-1).expand(-1, T, -1)  # (B, T, S)
+            alpha = masked_softmax(scores, mask)  # (B, T, S)
+        else:
+            check_weights(weights, B, T, mem.shape[1])
+            alpha = weights.masked_fill(~mask, 0.0)  # (B, T, S)
+        context = alpha @ mem  # (B, T, d): c_t = sum_i a_ti h_i
+        return context, alpha, {}
+
+    def readout(self, h: torch.Tensor, read: torch.Tensor) -> torch.Tensor:
+        h_prime = torch.tanh(self.w_c(torch.cat([h, read], -1)))  # (B, T, d)
+        return self.decoder(self.drop(h_prime))  # (B, T, V)
