@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import ROOT
+
 from vizlm import cli, paths, reproduce
 from vizlm.models import REGISTRY
 
