@@ -6,9 +6,12 @@
     B = 8: checked with a 16-word vocabulary, so that the output layer (identical work in
     both) does not hide the attention; also printed with the 10k-word output layer;
 (b) interactive ``analyze`` of a 40-token sentence with lstm + amsrn + kvp (p50/p95,
-    model loading excluded); (c) per-sentence comparison of two models over the whole
-    Brown test split; (d) attention by position for all attention models over Brown
-    test; (e) peak memory. Caches are disabled so every figure is a real computation.
+    model loading excluded), without and with the attention effects (read effect of every
+    word and the effect of every memory slot); (c) per-sentence comparison of two models over
+    the whole Brown test split; (d) attention by position for all attention models over Brown
+    test (weights only); (e) the corpus effect statistics of one model (amsrn) over Brown
+    test: mean slot effect by position and the share of words moved by > 1 bit; (f) peak
+    memory. Caches are disabled so every figure is a real computation.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ SENTENCE = (
     "would have to raise taxes because the state refused to pay for the roads and the bridges ."
 )
 ATTENTION_VOCAB = 16  # output layer negligible: the speed-up of the attention computation itself
-TARGETS = {"speedup": 5.0, "analyze_p95_ms": 100.0, "compare_s": 30.0, "positions_s": 60.0, "peak_mb": 2048.0}
+TARGETS = {"speedup": 5.0, "analyze_p95_ms": 100.0, "analyze_effects_p95_ms": 50.0, "compare_s": 30.0,
+           "positions_s": 60.0, "effects_s": 60.0, "peak_mb": 2048.0}
 
 
 def timeit(fn, repeat: int) -> list[float]:
@@ -85,23 +89,33 @@ def main(argv=None) -> int:
     out["whole_model_vs_reference_T50"] = bench_masked_vs_reference(vocab=10_000)
     ckpts = {n: load_checkpoint(n) for n in ("lstm", "amsrn", "kvp")}
     ntok = len(analyze(ckpts["lstm"], SENTENCE).tokens)
-    times = timeit(lambda: [analyze(c, SENTENCE) for c in ckpts.values()], args.runs)
-    times.sort()
-    out["analyze_3_models"] = {"tokens": ntok, "p50_ms": times[len(times) // 2] * 1e3,
-                               "p95_ms": times[int(0.95 * (len(times) - 1))] * 1e3}
+    for key, effects in (("analyze_3_models", False), ("analyze_3_models_effects", True)):
+        times = timeit(lambda effects=effects: [analyze(c, SENTENCE, effects=effects) for c in ckpts.values()], args.runs)
+        times.sort()
+        out[key] = {"tokens": ntok, "p50_ms": times[len(times) // 2] * 1e3,
+                    "p95_ms": times[int(0.95 * (len(times) - 1))] * 1e3}
+    sa = analyze(ckpts["amsrn"], SENTENCE)
+    out["analyze_3_models_effects"]["slot_effects_per_model"] = {
+        n: int((analyze(c, SENTENCE).attention > 0).sum()) for n, c in ckpts.items() if c.has_attention}
+    assert sa.slot_effects is not None, "a 40-token sentence gets every slot effect"
     t = time.perf_counter()
     cmp = compare_corpus(ckpts["lstm"], ckpts["amsrn"], "brown", "test", use_cache=False)
     out["compare_brown_test"] = {"seconds": time.perf_counter() - t, "sentences": cmp.summary["sentences"]}
     t = time.perf_counter()
     attn = [c for c in (load_checkpoint(n) for n in bundled_checkpoints()) if c.has_attention]
-    positions_corpus(attn, "brown", "test", window=10, use_cache=False)
+    positions_corpus(attn, "brown", "test", window=10, use_cache=False, effects=False)
     out["positions_brown_test"] = {"seconds": time.perf_counter() - t, "models": [c.label for c in attn]}
+    t = time.perf_counter()
+    stats = positions_corpus([ckpts["amsrn"]], "brown", "test", window=10, use_cache=False, effects=True)
+    out["effects_brown_test"] = {"seconds": time.perf_counter() - t, "model": "amsrn", **stats.effects["amsrn"]}
     out["peak_memory_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     checks = {
         "speedup": min(v["speedup"] for v in out["masked_vs_reference_T50"].values()) / TARGETS["speedup"],
         "analyze_p95_ms": TARGETS["analyze_p95_ms"] / out["analyze_3_models"]["p95_ms"],
+        "analyze_effects_p95_ms": TARGETS["analyze_effects_p95_ms"] / out["analyze_3_models_effects"]["p95_ms"],
         "compare_s": TARGETS["compare_s"] / out["compare_brown_test"]["seconds"],
         "positions_s": TARGETS["positions_s"] / out["positions_brown_test"]["seconds"],
+        "effects_s": TARGETS["effects_s"] / out["effects_brown_test"]["seconds"],
         "peak_mb": TARGETS["peak_mb"] / out["peak_memory_mb"],
     }
     out["margin_vs_target"] = checks  # > 1 means the target is met with that factor to spare
@@ -116,10 +130,16 @@ def main(argv=None) -> int:
                   f"{v['reference_ms']:8.2f} ms  -> {v['speedup']:.1f}x")
     a = out["analyze_3_models"]
     print(f"analyze, {a['tokens']} tokens, lstm+amsrn+kvp: p50 {a['p50_ms']:.1f} ms, p95 {a['p95_ms']:.1f} ms")
+    a = out["analyze_3_models_effects"]
+    pairs = ", ".join(f"{n} {k}" for n, k in a["slot_effects_per_model"].items())
+    print(f"analyze with effects (read + every slot: {pairs}), same: p50 {a['p50_ms']:.1f} ms, p95 {a['p95_ms']:.1f} ms")
     print(f"compare lstm vs amsrn, Brown test ({cmp.summary['sentences']} sentences): "
           f"{out['compare_brown_test']['seconds']:.1f} s")
     print(f"positions {'+'.join(out['positions_brown_test']['models'])}, Brown test: "
           f"{out['positions_brown_test']['seconds']:.1f} s")
+    e = out["effects_brown_test"]
+    print(f"effects by position + read share, amsrn, Brown test ({e['tokens']:,} words): {e['seconds']:.1f} s "
+          f"({e['share_over_1_bit']:.2%} of words moved by > 1 bit)")
     print(f"peak memory: {out['peak_memory_mb']:.0f} MB")
     for k, ratio in checks.items():
         print(f"{'PASS' if ratio >= 1 else 'FAIL'} {k}: {ratio:.2f}x the target ({TARGETS[k]})")

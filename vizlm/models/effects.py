@@ -20,11 +20,11 @@ outputs ``h`` are fixed and only the head is recomputed, from other weights
 Both are in nats. :func:`slot_effects` batches the slots: copy ``o`` of a sentence drops,
 in every row, the slot ``o`` places before the row's newest one (so a window of ``L``
 needs ``L`` copies, not one per slot; only sentences with a pair at ``o`` are copied),
-and the output layer, the costly part (a
-10,000-word vocabulary), runs only on the (row, slot) pairs asked for, in chunks. A model
-whose read enters the logits linearly (AMSRN: ``W_pr r_t``) has ``shift_logits``: a pair's
-logits are then its row's logits shifted by the change of the read, one product instead of
-the whole output layer.
+and the output layer, the costly part (a 10,000-word vocabulary), runs only on the
+(row, slot) pairs asked for, in chunks. A model whose read enters the logits linearly
+(AMSRN: ``W_pr r_t``) has ``shift_logits``: the logits without the read, or with another
+read, are its row's logits shifted by the change of the read (``W_pr (r' - r)``), one
+product instead of the whole output layer; with ``W_pr = 0`` the shift is exactly zero.
 """
 
 from __future__ import annotations
@@ -65,9 +65,14 @@ def attention_effects(
     _check(model)
     out = out if out is not None else model.head(h, memory, valid)
     base = target_logprobs(out.logits, targets)  # (B, T) log P(target) as computed
-    off = model.head(h, memory, valid, weights=torch.zeros_like(out.attention))  # r_t = 0
-    read = base - target_logprobs(off.logits, targets)
-    return read, (_slot_effects(model, h, targets, out, base, select, memory, valid) if slots else None)
+    shift = getattr(model, "shift_logits", None)
+    own = model.attend(h, memory, valid)[0] if shift is not None else None  # (B, T, k) the reads as computed
+    if shift is not None:  # r_t = 0: take W_pr r_t back out of the logits (one product, not the output layer)
+        off = shift(out.logits.flatten(0, 1).clone(), -own.flatten(0, 1)).view_as(out.logits)
+    else:
+        off = model.head(h, memory, valid, weights=torch.zeros_like(out.attention)).logits  # r_t = 0
+    read = base - target_logprobs(off, targets)
+    return read, (_slot_effects(model, h, targets, out, base, select, memory, valid, own) if slots else None)
 
 
 def read_effect(
@@ -99,7 +104,7 @@ def slot_effects(
     return _slot_effects(model, h, targets, out, target_logprobs(out.logits, targets), select, memory, valid)
 
 
-def _slot_effects(model, h, targets, out, base, select, memory, valid) -> torch.Tensor:
+def _slot_effects(model, h, targets, out, base, select, memory, valid, own=None) -> torch.Tensor:
     alpha = out.attention  # (B, T, S)
     B, T, S = alpha.shape
     effects = torch.zeros_like(alpha)
@@ -120,7 +125,8 @@ def _slot_effects(model, h, targets, out, base, select, memory, valid) -> torch.
     order = torch.argsort(pair_copy)
     b_idx, r_idx, j_idx, pair_copy = b_idx[order], r_idx[order], j_idx[order], pair_copy[order]
     shift = getattr(model, "shift_logits", None)  # AMSRN: logits + W_pr (r' - r)
-    own = model.attend(h_used, memory, valid)[0] if shift is not None else None  # (B, R, k) the reads as computed
+    if shift is not None:  # (B, R, k) the reads as computed
+        own = model.attend(h_used, memory, valid)[0] if own is None else own[:, :rows]
     per_call = max(1, COPY_ELEMENTS // (rows * S_used))
     for n0 in range(0, len(copies), per_call):
         key = copies[n0 : n0 + per_call]  # (C,)
