@@ -91,13 +91,13 @@ def write_output(path: Path, data: bytes) -> None:
 
 
 @contextlib.contextmanager
-def scoring_progress(ckpts, sentences: list[list[str]] | None, desc: str):
+def scoring_progress(ckpts, sentences: list[list[str]] | None, desc: str, total: int | None = None):
     """A progress bar on stderr counting the sentences the models of ``ckpts`` read.
 
     Shown once a model runs (nothing when the result comes from the cache), and only when
     ``sentences`` hold more than :data:`PROGRESS_MIN_TOKENS` tokens (``None``: a corpus
-    loaded later, always). It counts forward passes through a hook, so the library code
-    needs no callback.
+    loaded later, always; ``total`` sentences per model when known). It counts forward passes
+    through a hook, so the library code needs no callback.
     """
     models = list({id(c.model): c.model for c in ckpts}.values())
     if not models or (sentences is not None and sum(map(len, sentences)) <= PROGRESS_MIN_TOKENS):
@@ -108,8 +108,8 @@ def scoring_progress(ckpts, sentences: list[list[str]] | None, desc: str):
     def tick(_module, args, _output):
         nonlocal bar
         if bar is None:
-            total = len(sentences) * len(models) if sentences is not None else None
-            bar = tqdm(total=total, desc=desc, unit="sentence", file=sys.stderr)
+            count = len(sentences) if sentences is not None else total
+            bar = tqdm(total=count and count * len(models), desc=desc, unit="sentence", file=sys.stderr)
         bar.update(int(args[0].shape[0]) if args and hasattr(args[0], "shape") else 1)
 
     handles = [m.register_forward_hook(tick) for m in models]
