@@ -180,3 +180,40 @@ def test_uneven_shards_scale_the_loss_to_the_whole_step():
         x, y = collate(seqs[r::2])
         parts.append(output_loss(model, model(x), y, denominator=n / 2)[0])
     assert torch.allclose(sum(parts) / 2, whole, atol=1e-12)
+
+
+def test_corpus_statistics_under_torchrun_equal_one_process(data, tmp_path, capsys):
+    """``vizlm positions`` and ``vizlm compare`` on a corpus split: two ranks score their shares."""
+    from vizlm.checkpoint import save_checkpoint
+    from vizlm.data import Vocab
+    from vizlm.models import build_model
+
+    vocab = Vocab.for_corpus("brown", data)
+    folders = {}
+    for seed, (name, kw) in enumerate([("lstm", {}), ("amsrn", {}), ("kvp", {"context": "document", "window": 3})]):
+        torch.manual_seed(seed)
+        model = build_model(name, vocab_size=len(vocab), emb_dim=6, hidden_dim=5, **kw)
+        folders[name] = str(tmp_path / name)
+        save_checkpoint(folders[name], model, name, vocab)
+    commands = [
+        ["positions", "--checkpoint", folders["amsrn"], folders["lstm"], "--corpus", "brown", "--split", "train",
+         "--window", "4", "--json"],
+        ["compare", "--a", folders["lstm"], "--b", folders["kvp"], "--corpus", "brown", "--split", "train", "--top", "5",
+         "--min-length", "0", "--json"],
+    ]
+    for argv in commands:
+        args = ["--data", str(data), "--cache", str(tmp_path / "cache"), *argv]
+        capsys.readouterr()
+        assert cli.main(args) == 0
+        one = json.loads(capsys.readouterr().out)
+        run = subprocess.run(_torchrun(2, args), env=_env(), capture_output=True, text=True, check=False, timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+        two = json.loads(run.stdout)
+        if argv[0] == "positions":
+            assert one["skipped"] == two["skipped"] == [Path(folders["lstm"]).name]
+            assert [r["count"] for r in one["positions"]] == [r["count"] for r in two["positions"]]
+            assert [r["mean"] for r in one["positions"]] == pytest.approx([r["mean"] for r in two["positions"]], rel=1e-6)
+            assert one["entropy"] == pytest.approx(two["entropy"], rel=1e-6)
+        else:
+            assert one["summary"] == pytest.approx(two["summary"], rel=1e-6)
+            assert [r["sentence_id"] for r in one["most_improved"]] == [r["sentence_id"] for r in two["most_improved"]]

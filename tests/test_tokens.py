@@ -212,3 +212,46 @@ def test_peak_memory_does_not_grow_with_the_corpus(tmp_path):
         peaks["text", size] = _peak_mb(["--data", str(root), *commands["eval"]], env)
     print("peak MB:", {f"{k[0]}/{k[1]}": round(v, 1) for k, v in peaks.items()})
     assert peaks["text", "large"] - peaks["text", "small"] > 150, peaks
+
+
+# --------------------------------------------------------------------------- corpus statistics
+def _tiny_checkpoint(folder: Path, name: str, vocab: Vocab, seed: int, **kw):
+    from vizlm.checkpoint import load_checkpoint, save_checkpoint
+
+    torch.manual_seed(seed)
+    model = build_model(name, vocab_size=len(vocab), emb_dim=6, hidden_dim=5, **kw)
+    if name == "amsrn":  # W_pr starts at zero; give the read path weight
+        torch.nn.init.uniform_(model.read_proj.weight, -0.3, 0.3)
+    save_checkpoint(folder / f"{name}-{seed}", model, name, vocab)
+    return load_checkpoint(folder / f"{name}-{seed}")
+
+
+@pytest.mark.parametrize("context", ["sentence", "document"])
+def test_corpus_statistics_in_chunks_equal_the_text(data, tmp_path, monkeypatch, context):
+    from vizlm import corpus as vc
+
+    paths.set_overrides(data=data)
+    monkeypatch.setenv("VIZLM_CHUNK_TOKENS", "300")  # many chunks
+    vocab = Vocab.for_corpus("brown", data)
+    a = _tiny_checkpoint(tmp_path, "lstm", vocab, 1)
+    b = _tiny_checkpoint(tmp_path, "kvp", vocab, 2, window=3, context=context)
+    c = load_corpus("brown", "valid", data)
+    chunked = vc.compare_corpus(a, b, "brown", "valid", use_cache=False)
+    whole = vc.compare(a, b, c.sentences, c.ids)
+    assert chunked.summary == pytest.approx(whole.summary, rel=1e-9)
+    assert np.allclose(chunked.table.ppl_b, whole.table.ppl_b, rtol=1e-9)
+    stored = TokenSplit.open(data / "brown", "valid")
+    total = vc.sentence_nll_split(b.model, stored)  # one process
+    shares = [vc.sentence_nll_split(b.model, stored, r, 3) for r in range(3)]  # three ranks' shares
+    assert all(np.count_nonzero(s) for s in shares) and sum(np.count_nonzero(s) for s in shares) == len(stored)
+    assert np.allclose(sum(shares), total, rtol=1e-12) and np.all(total > 0)
+    if context == "sentence":
+        amsrn = _tiny_checkpoint(tmp_path, "amsrn", vocab, 3)
+        got = vc.positions_corpus([a, amsrn, b], "brown", "valid", window=4, use_cache=False)
+        want = vc.attention_by_position([a, amsrn, b], c.sentences, window=4, use_cache=False)
+        assert got.skipped == want.skipped == [a.label]
+        assert np.allclose(got.frame[["mean", "lo", "hi"]].to_numpy(float), want.frame[["mean", "lo", "hi"]].to_numpy(float),
+                           rtol=1e-9, atol=1e-12)
+        assert got.entropy == pytest.approx(want.entropy, rel=1e-9) and got.beyond == pytest.approx(want.beyond, rel=1e-9)
+        batches = [list(vc._split_batches(stored, 16, r, 3)) for r in range(3)]
+        assert all(batches) and sum(int((t != 0).sum()) for share in batches for _, t in share) == stored.n_tokens

@@ -22,6 +22,7 @@ from tqdm import tqdm
 from vizlm.analysis import DEFAULT_THRESHOLD, MAX_TOKENS
 from vizlm.cases import LABELS
 from vizlm.data import CORPORA, MAX_TEXT_FILE_BYTES, read_text_file
+from vizlm.distributed import DEVICES, session
 from vizlm.text import clean_text
 
 TOP_K_MAX = 50  # --top-k: more highlights than this per word are no longer a highlight
@@ -133,6 +134,12 @@ def _source(p) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
+def _device(p) -> None:
+    p.add_argument("--device", choices=DEVICES, default="cpu",
+                   help="where the models run: cpu (default), cuda, or auto (the GPU when there is one); under "
+                        "torchrun every process scores its share of a --corpus split and rank 0 prints")
+
+
 def _highlight_mode(p) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--threshold", type=fraction, default=None,
@@ -155,6 +162,7 @@ def add_analysis_commands(sub) -> None:
     p.add_argument("--top", type=whole(0), default=10, help="how many most improved / worsened sentences to list")
     p.add_argument("--min-length", type=whole(0), default=5, help="only list sentences with at least this many words")
     p.add_argument("--csv", type=Path, help="write the whole per-sentence table as CSV")
+    _device(p)
 
     p = sub.add_parser("positions", help="average attention by relative position (Daniluk et al. Fig. 3)")
     p.add_argument("--checkpoint", nargs="+", required=True, help="one or more attention checkpoints")
@@ -163,6 +171,7 @@ def add_analysis_commands(sub) -> None:
                    help=f"how many positions back to show (1 to {WINDOW_MAX})")
     p.add_argument("--png", type=Path, help="write the plot as PNG")
     p.add_argument("--svg", type=Path, help="write the plot as SVG")
+    _device(p)
 
     p = sub.add_parser("cases", help="trigger / causal / phrase / grammar cases over a corpus")
     p.add_argument("--checkpoint", required=True, help="attention checkpoint")
@@ -228,13 +237,18 @@ def cmd_compare(args) -> int:
     from vizlm.export import export_frame
 
     a, b = load_checkpoint(args.a), load_checkpoint(args.b)
-    if args.text_file:
-        sents, ids, _, _ = _sentences(args, "compare")
-        with scoring_progress([a, b], sents, "compare"):
-            result = compare(a, b, sents, ids)
-    else:
-        with scoring_progress([a, b], None, "compare"):
-            result = compare_corpus(a, b, args.corpus, args.split)
+    with session(args.device) as ctx:
+        for c in (a, b):
+            c.model.to(ctx.device)
+        if args.text_file:
+            sents, ids, _, _ = _sentences(args, "compare")
+            with scoring_progress([a, b], sents, "compare"):
+                result = compare(a, b, sents, ids)
+        else:
+            with scoring_progress([a, b] if ctx.main else [], None, "compare"):
+                result = compare_corpus(a, b, args.corpus, args.split, ctx=ctx)
+        if not ctx.main:
+            return 0
     if args.csv:
         write_output(args.csv, export_frame(result.table, "csv"))
     if args.json:
@@ -262,13 +276,18 @@ def cmd_positions(args) -> int:
 
     ckpts = [load_checkpoint(c) for c in args.checkpoint]
     attending = [c for c in ckpts if c.has_attention]
-    if args.text_file:
-        sents, _, _, _ = _sentences(args, "analyse")
-        with scoring_progress(attending, sents, "positions"):
-            stats = attention_by_position(ckpts, sents, window=args.window)
-    else:
-        with scoring_progress(attending, None, "positions"):
-            stats = positions_corpus(ckpts, args.corpus, args.split, window=args.window)
+    with session(args.device) as ctx:
+        for c in ckpts:
+            c.model.to(ctx.device)
+        if args.text_file:
+            sents, _, _, _ = _sentences(args, "analyse")
+            with scoring_progress(attending, sents, "positions"):
+                stats = attention_by_position(ckpts, sents, window=args.window)
+        else:
+            with scoring_progress(attending if ctx.main else [], None, "positions"):
+                stats = positions_corpus(ckpts, args.corpus, args.split, window=args.window, ctx=ctx)
+        if not ctx.main:
+            return 0
     if args.png or args.svg:
         from vizlm.export import chart_bytes
         from vizlm.plots import positions_chart

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -58,6 +59,14 @@ class Context:
         t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self._comm_device)
         dist.all_reduce(t)
         return t.tolist()
+
+    def sum_array(self, values: np.ndarray) -> np.ndarray:
+        """Element-wise sum over all ranks of a float64 array (per-sentence scores, position sums)."""
+        if not self.distributed:
+            return np.asarray(values, dtype=np.float64)
+        t = torch.as_tensor(np.asarray(values, dtype=np.float64)).to(self._comm_device)
+        dist.all_reduce(t)
+        return t.cpu().numpy()
 
     def broadcast(self, obj):
         """Rank 0's ``obj`` on every rank."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -164,16 +165,56 @@ def score_split(model: nn.Module, split: TokenSplit, rank: int = 0, world: int =
     return total
 
 
+@torch.no_grad()
+def sentence_nll_split(model: nn.Module, split: TokenSplit, rank: int = 0, world: int = 1, batch_size: int = 128,
+                       streams: int = 64, segment: int = 50, max_tokens: int | None = None) -> np.ndarray:
+    """Per-sentence NLL (S,) float64 of ``split`` in the model's context, read a chunk at a time:
+    rank ``rank``'s share (the same as :func:`score_split`'s) filled in, zeros elsewhere, so the
+    ranks' arrays add up to one process's (:meth:`vizlm.distributed.Context.sum_array`)."""
+    was_training = model.training
+    model.eval()
+    device = _device(model)
+    out = np.zeros(len(split), dtype=np.float64)
+    document = getattr(model.config, "context", "sentence") == "document"
+    done = 0
+    for chunk in split.chunks(max_tokens):
+        if document and not len(mine := shard(chunk.d1 - chunk.d0, (rank - chunk.d0) % world, world)):
+            continue
+        data = split.read(chunk)
+        if document:
+            part = data.select_documents(mine)
+            tok = _document_target_nll(model, part, streams, segment)  # (targets,)
+            rows = np.concatenate([np.arange(*data.documents[[d, d + 1], 0]) for d in mine]) + chunk.s0
+            out[rows] = np.add.reduceat(tok, part.offsets[:-1])
+            continue
+        batches = plan_batches(data.lengths(), batch_size, max_tokens=EVAL_MAX_TOKENS)
+        first, done = done, done + len(batches)
+        for j in shard(len(batches), (rank - first) % world, world):
+            inputs, targets = data.collate(batches[j])
+            logits = model(inputs.to(device)).logits  # (B, T, V)
+            tok = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.to(device).reshape(-1), ignore_index=0,
+                                  reduction="none")
+            out[np.asarray(batches[j]) + chunk.s0] = tok.view(targets.shape).sum(1).double().cpu().numpy()
+    model.train(was_training)
+    return out
+
+
+def _document_target_nll(model: nn.Module, data: ChunkData, streams: int, segment: int) -> np.ndarray:
+    """NLL of every target of ``data``'s documents read as running text, in order (targets,)."""
+    plan = document_plan(data.document_targets(), streams, segment)
+    inputs = data.running_inputs()
+    tok_nll = np.zeros(len(data.tokens), dtype=np.float64)
+    segments = (plan_segment(plan, k, inputs, data.tokens) for k in range(len(plan)))
+    for seg, tok in _read_documents(model, segments):
+        real = seg.positions >= 0  # (B, T)
+        tok_nll[seg.positions[real].numpy()] = tok[real].double().numpy()
+    return tok_nll
+
+
 def _score_chunk_documents(model: nn.Module, data: ChunkData, streams: int, segment: int) -> Totals:
     if not len(data.tokens):
         return Totals()
-    plan = document_plan(data.document_targets(), streams, segment)
-    inputs = data.running_inputs()
-    nll = 0.0
-    segments = (plan_segment(plan, k, inputs, data.tokens) for k in range(len(plan)))
-    for seg, tok in _read_documents(model, segments):
-        nll += float(tok[seg.positions >= 0].double().sum())
-    return Totals(nll, len(data.tokens), len(data.offsets) - 1)
+    return Totals(float(_document_target_nll(model, data, streams, segment).sum()), len(data.tokens), len(data.offsets) - 1)
 
 
 def score(

@@ -246,6 +246,13 @@ class TokenSplit:
     def n_documents(self) -> int:
         return len(self._documents) - 1
 
+    def sentence_tokens(self) -> np.ndarray:
+        """Predicted tokens per sentence (words + </s>), (S,) int64, read a block at a time."""
+        out = np.empty(len(self), dtype=np.int64)
+        for b0 in range(0, len(self), _INDEX_BLOCK):
+            out[b0 : b0 + _INDEX_BLOCK] = np.diff(np.asarray(self._sentences[b0 : min(len(self), b0 + _INDEX_BLOCK) + 1]))
+        return out
+
     def head(self, sentences: int) -> TokenSplit:
         """The first ``sentences`` sentences, in memory (a dry run's few batches); the document
         they end in is cut there."""
