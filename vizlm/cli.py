@@ -11,6 +11,7 @@ from pathlib import Path
 from vizlm import commands, paths
 from vizlm.commands import fraction, positive_number, read_text, scoring_progress, whole
 from vizlm.data import CORPORA, TRAINABLE
+from vizlm.distributed import DEVICES
 from vizlm.models import REGISTRY
 
 MODEL_OPTIONS = {  # flag -> (config field, type, help)
@@ -51,7 +52,18 @@ def _add_train(sub) -> None:
     p.add_argument("--seed", type=int, default=1234, help="random seed")
     p.add_argument("--threads", type=whole(1), default=None, help="torch CPU threads")
     p.add_argument("--init-from", default=None, help="start from a trained checkpoint: AMSRN copies the LSTM; attention/kv/kvp/ngram take a trained LSTM as their predict part")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/resume")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from OUT/resume (the last epoch end or --save-every step; any number of processes)")
+    p.add_argument("--save-every", type=whole(0), default=1000, metavar="STEPS",
+                   help="also write OUT/resume every STEPS steps within an epoch, so a killed run loses at most "
+                        "that many (0: at epoch ends only; default 1000)")
+    p.add_argument("--device", choices=DEVICES, default="auto",
+                   help="auto: this process's GPU (cuda:LOCAL_RANK) when CUDA is available, else the CPU; "
+                        "under torchrun the process group uses NCCL on GPUs, gloo on CPUs")
+    p.add_argument("--max-batches", type=whole(1), default=None, help="train on the first N batches of each epoch only")
+    p.add_argument("--eval-batches", type=whole(1), default=None,
+                   help="score only the first N batches of valid and test (quick checks; not a result)")
+    p.add_argument("--log-steps", action="store_true", help="write the NLL per token of every step to OUT/steps.jsonl")
     p.add_argument("--dry-run", action="store_true", help="a few batches of one epoch, to check the pipeline")
 
 
@@ -63,6 +75,7 @@ def _add_eval(sub) -> None:
     src.add_argument("--text-file", type=Path, help="raw text, one paragraph or sentence a line")
     p.add_argument("--split", default="test", help="corpus split (train/valid/test)")
     p.add_argument("--batch-size", type=whole(1), default=128, help="sentences per batch (sentence-context checkpoints)")
+    p.add_argument("--device", choices=DEVICES, default="auto", help="auto: the GPU when CUDA is available, else the CPU")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -119,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="output folder (default: the data folder)")
     p.add_argument("--assets", type=Path, default=paths.ASSETS,
                    help="where the tagger, collocation table and examples go (default: the package's vizlm/assets)")
+    p.add_argument("--token-ids", action="store_true",
+                   help="only write the token-id files (SPLIT.tokens.npy, streamed by train and eval, for corpora "
+                        "larger than memory) of the processed splits already in --out; no raw corpora needed")
     _add_train(sub)
     _add_eval(sub)
     _add_reproduce(sub)
@@ -127,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_train(args) -> int:
+    from vizlm.distributed import session
     from vizlm.train import TrainConfig, train
 
     if args.threads:
@@ -139,34 +156,52 @@ def cmd_train(args) -> int:
         epochs=1 if args.dry_run else args.epochs, batch_size=args.batch_size, bptt=args.bptt, streams=args.streams,
         lr=args.lr, clip=args.clip,
         patience=args.patience, lr_decay=args.lr_decay, seed=args.seed,
-        max_batches=3 if args.dry_run else None, eval_batches=1 if args.dry_run else None,
+        max_batches=3 if args.dry_run else args.max_batches, eval_batches=1 if args.dry_run else args.eval_batches,
+        save_every=args.save_every or None, log_steps=args.log_steps,
         extra={"command": "vizlm " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["train"] else None},
     )
-    out = args.out or (Path(tempfile.mkdtemp(prefix="vizlm-dry-")) if args.dry_run else paths.checkpoints_dir() / args.model)
-    ckpt = train(args.model, kwargs, args.corpus, out, tc, init=args.init_from, resume=args.resume,
-                 match=args.match_params)
-    print(json.dumps({"checkpoint": str(out), "model": ckpt.name, "context": ckpt.model.config.context,
-                      "hidden_dim": ckpt.model.config.hidden_dim, "parameters": ckpt.meta["parameters"],
-                      **ckpt.meta["metrics"]}))
+    with session(args.device) as ctx:
+        out = args.out
+        if out is None:  # rank 0 chooses (a temp dir is different in every process)
+            out = ctx.broadcast(Path(tempfile.mkdtemp(prefix="vizlm-dry-")) if args.dry_run and ctx.main
+                                else paths.checkpoints_dir() / args.model)
+        ckpt = train(args.model, kwargs, args.corpus, out, tc, init=args.init_from, resume=args.resume,
+                     match=args.match_params, ctx=ctx)
+        if ctx.main:
+            print(json.dumps({"checkpoint": str(out), "model": ckpt.name, "context": ckpt.model.config.context,
+                              "hidden_dim": ckpt.model.config.hidden_dim, "parameters": ckpt.meta["parameters"],
+                              "world_size": ctx.world_size, **ckpt.meta["metrics"]}))
     return 0
 
 
 def cmd_eval(args) -> int:
+    """A text file is scored in memory (it is at most MAX_TEXT_FILE_BYTES); a corpus split is read a
+    chunk at a time (from its token-id files when there are some), shared out under torchrun."""
     from vizlm.checkpoint import load_checkpoint
-    from vizlm.data import document_sizes, encode_sentences, load_corpus
-    from vizlm.evaluate import score
+    from vizlm.data import encode_sentences
+    from vizlm.distributed import session
+    from vizlm.evaluate import Totals, score, score_split
+    from vizlm.tokens import open_split
 
     ckpt = load_checkpoint(args.checkpoint)
-    if args.text_file:  # a text file is one document (for document-context checkpoints)
-        sents, source = read_text(args.text_file), str(args.text_file)
-        sizes = [len(sents)]
-    else:
-        corpus = load_corpus(args.corpus, args.split)
-        sents, source, sizes = corpus.sentences, f"{args.corpus}/{args.split}", document_sizes(corpus.ids)
-    if not sents:
-        raise ValueError(f"no sentences to score: {source} has no words")
-    with scoring_progress([ckpt], sents, "eval"):
-        result = score(ckpt.model, encode_sentences(sents, ckpt.vocab), sizes, args.batch_size).summary()
+    with session(args.device) as ctx:
+        ckpt.model.to(ctx.device)
+        if args.text_file:  # a text file is one document (for document-context checkpoints)
+            sents, source = read_text(args.text_file), str(args.text_file)
+            if not sents:
+                raise ValueError(f"no sentences to score: {source} has no words")
+            with scoring_progress([ckpt], sents, "eval"):
+                result = score(ckpt.model, encode_sentences(sents, ckpt.vocab), [len(sents)], args.batch_size).summary()
+        else:
+            split, source = open_split(args.corpus, args.split, ckpt.vocab), f"{args.corpus}/{args.split}"
+            if not len(split):
+                raise ValueError(f"no sentences to score: {source} is empty")
+            with scoring_progress([ckpt] if ctx.main else [], None, "eval", total=len(split) // ctx.world_size):
+                mine = score_split(ckpt.model, split, ctx.rank, ctx.world_size, args.batch_size)
+            result = Totals(*ctx.sum([mine.nll, mine.tokens, mine.sentences])).summary()
+            result = {**result, "tokens": int(result["tokens"]), "sentences": int(result["sentences"])}
+        if not ctx.main:
+            return 0
     result = {"checkpoint": str(args.checkpoint), "source": source, "context": ckpt.model.config.context, **result}
     if args.json:
         print(json.dumps(result))
@@ -183,9 +218,12 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "prepare":
-            from vizlm.prepare import prepare
+            from vizlm.prepare import prepare, prepare_token_ids
 
-            counts = prepare(args.shared, args.out or paths.data_dir(), assets=args.assets)
+            if args.token_ids:
+                counts = prepare_token_ids(args.out or paths.data_dir())
+            else:
+                counts = prepare(args.shared, args.out or paths.data_dir(), assets=args.assets)
             print(json.dumps(counts))
             return 0
         if args.command == "train":

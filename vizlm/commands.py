@@ -22,6 +22,7 @@ from tqdm import tqdm
 from vizlm.analysis import ATTENTION_OFF, DEFAULT_THRESHOLD, MAX_TOKENS
 from vizlm.cases import LABELS, RANKINGS
 from vizlm.data import CORPORA, MAX_TEXT_FILE_BYTES, read_text_file
+from vizlm.distributed import DEVICES, session
 from vizlm.text import clean_text
 
 TOP_K_MAX = 50  # --top-k: more highlights than this per word are no longer a highlight
@@ -91,13 +92,13 @@ def write_output(path: Path, data: bytes) -> None:
 
 
 @contextlib.contextmanager
-def scoring_progress(ckpts, sentences: list[list[str]] | None, desc: str):
+def scoring_progress(ckpts, sentences: list[list[str]] | None, desc: str, total: int | None = None):
     """A progress bar on stderr counting the sentences the models of ``ckpts`` read.
 
     Shown once a model runs (nothing when the result comes from the cache), and only when
     ``sentences`` hold more than :data:`PROGRESS_MIN_TOKENS` tokens (``None``: a corpus
-    loaded later, always). It counts forward passes through a hook, so the library code
-    needs no callback.
+    loaded later, always; ``total`` sentences per model when known). It counts forward passes
+    through a hook, so the library code needs no callback.
     """
     models = list({id(c.model): c.model for c in ckpts}.values())
     if not models or (sentences is not None and sum(map(len, sentences)) <= PROGRESS_MIN_TOKENS):
@@ -108,8 +109,8 @@ def scoring_progress(ckpts, sentences: list[list[str]] | None, desc: str):
     def tick(_module, args, _output):
         nonlocal bar
         if bar is None:
-            total = len(sentences) * len(models) if sentences is not None else None
-            bar = tqdm(total=total, desc=desc, unit="sentence", file=sys.stderr)
+            count = len(sentences) if sentences is not None else total
+            bar = tqdm(total=count and count * len(models), desc=desc, unit="sentence", file=sys.stderr)
         bar.update(int(args[0].shape[0]) if args and hasattr(args[0], "shape") else 1)
 
     handles = [m.register_forward_hook(tick) for m in models]
@@ -131,6 +132,12 @@ def _source(p) -> None:
     src.add_argument("--text-file", type=Path, help="raw text, one paragraph or sentence a line")
     p.add_argument("--split", default="test", help="corpus split: train / valid / test (default test)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _device(p) -> None:
+    p.add_argument("--device", choices=DEVICES, default="cpu",
+                   help="where the models run: cpu (default), cuda, or auto (the GPU when there is one); under "
+                        "torchrun every process scores its share of a --corpus split and rank 0 prints")
 
 
 def _highlight_mode(p) -> None:
@@ -156,6 +163,7 @@ def add_analysis_commands(sub) -> None:
     p.add_argument("--top", type=whole(0), default=10, help="how many most improved / worsened sentences to list")
     p.add_argument("--min-length", type=whole(0), default=5, help="only list sentences with at least this many words")
     p.add_argument("--csv", type=Path, help="write the whole per-sentence table as CSV")
+    _device(p)
 
     p = sub.add_parser("positions", help="average attention and its effect by relative position (Daniluk et al. Fig. 3)")
     p.add_argument("--checkpoint", nargs="+", required=True, help="one or more attention checkpoints")
@@ -166,6 +174,7 @@ def add_analysis_commands(sub) -> None:
                    help="weights only: skip the slot and read effects (one output layer per slot: the slow part)")
     p.add_argument("--png", type=Path, help="write the plot as PNG (with effects: weight and effect side by side)")
     p.add_argument("--svg", type=Path, help="write the plot as SVG (with effects: weight and effect side by side)")
+    _device(p)
 
     p = sub.add_parser("cases", help="trigger / causal / phrase / grammar cases over a corpus")
     p.add_argument("--checkpoint", required=True, help="attention checkpoint")
@@ -251,13 +260,18 @@ def cmd_compare(args) -> int:
     from vizlm.export import export_frame
 
     a, b = load_checkpoint(args.a), load_checkpoint(args.b)
-    if args.text_file:
-        sents, ids, _, _ = _sentences(args, "compare")
-        with scoring_progress([a, b], sents, "compare"):
-            result = compare(a, b, sents, ids)
-    else:
-        with scoring_progress([a, b], None, "compare"):
-            result = compare_corpus(a, b, args.corpus, args.split)
+    with session(args.device) as ctx:
+        for c in (a, b):
+            c.model.to(ctx.device)
+        if args.text_file:
+            sents, ids, _, _ = _sentences(args, "compare")
+            with scoring_progress([a, b], sents, "compare"):
+                result = compare(a, b, sents, ids)
+        else:
+            with scoring_progress([a, b] if ctx.main else [], None, "compare"):
+                result = compare_corpus(a, b, args.corpus, args.split, ctx=ctx)
+        if not ctx.main:
+            return 0
     if args.csv:
         write_output(args.csv, export_frame(result.table, "csv"))
     if args.json:
@@ -286,13 +300,18 @@ def cmd_positions(args) -> int:
     ckpts = [load_checkpoint(c) for c in args.checkpoint]
     attending = [c for c in ckpts if c.has_attention]
     effects = not args.no_effects
-    if args.text_file:
-        sents, _, _, _ = _sentences(args, "analyse")
-        with scoring_progress(attending, sents, "positions"):
-            stats = attention_by_position(ckpts, sents, window=args.window, effects=effects)
-    else:
-        with scoring_progress(attending, None, "positions"):
-            stats = positions_corpus(ckpts, args.corpus, args.split, window=args.window, effects=effects)
+    with session(args.device) as ctx:
+        for c in ckpts:
+            c.model.to(ctx.device)
+        if args.text_file:
+            sents, _, _, _ = _sentences(args, "analyse")
+            with scoring_progress(attending, sents, "positions"):
+                stats = attention_by_position(ckpts, sents, window=args.window, effects=effects)
+        else:
+            with scoring_progress(attending if ctx.main else [], None, "positions"):
+                stats = positions_corpus(ckpts, args.corpus, args.split, window=args.window, effects=effects, ctx=ctx)
+        if not ctx.main:
+            return 0
     if (args.png or args.svg) and not stats.frame.empty:
         from vizlm.export import chart_bytes
         from vizlm.plots import positions_chart

@@ -5,6 +5,12 @@ by more than 1 bit (:mod:`vizlm.models.effects`).
 
 Both run batched forward passes over length buckets and are cached on disk
 (:mod:`vizlm.cache`) keyed by the checkpoints' weights and the corpus checksum.
+
+Over a processed split (:func:`compare_corpus`, :func:`positions_corpus`) the forward passes
+read the split a chunk at a time (:mod:`vizlm.tokens`; from its token-id files when it has
+some), so their memory does not grow with the corpus, and under torchrun each rank reads its
+share and the sums are added (``ctx``); the cache is then not used, since every rank must
+take part in the computation.
 """
 
 from __future__ import annotations
@@ -19,10 +25,12 @@ import torch
 
 from vizlm.cache import cached, checkpoint_digest
 from vizlm.checkpoint import Checkpoint
-from vizlm.data import document_sizes, encode_sentences, iter_batches, load_corpus
-from vizlm.evaluate import score
+from vizlm.data import document_sizes, encode_sentences, iter_batches, load_corpus, plan_batches
+from vizlm.distributed import SINGLE, Context, shard
+from vizlm.evaluate import score, sentence_nll_split
 from vizlm.models import effects as fx
 from vizlm.models.base import attention_entropy, slot_mask
+from vizlm.tokens import TokenSplit, open_split
 
 Progress = Callable[[float], None] | None
 LN2 = math.log(2)
@@ -59,10 +67,15 @@ def _check_same_vocab(a: Checkpoint, b: Checkpoint) -> None:
         )
 
 
-def _nll(ckpt: Checkpoint, sentences: list[list[str]], batch_size: int = 128,
-         ids: list[str] | None = None) -> tuple[list[float], list[int]]:
+def _nll(ckpt: Checkpoint, sentences: list[list[str]] | None = None, batch_size: int = 128,
+         ids: list[str] | None = None, split: TokenSplit | None = None,
+         ctx: Context = SINGLE) -> tuple[list[float], list[int]]:
     """Per-sentence NLL in the model's context: a document-context model reads the
-    documents of ``ids`` (``document:index``) as running text."""
+    documents of ``ids`` (``document:index``) as running text. Given a ``split`` instead, it
+    is read a chunk at a time, each rank of ``ctx`` scoring its share."""
+    if split is not None:
+        nll = ctx.sum_array(sentence_nll_split(ckpt.model, split, ctx.rank, ctx.world_size, batch_size))
+        return nll.tolist(), split.sentence_tokens().tolist()
     sizes = document_sizes(ids) if ids is not None else None
     s = score(ckpt.model, encode_sentences(sentences, ckpt.vocab), sizes, batch_size)
     return s.nll, s.tokens
@@ -79,17 +92,32 @@ def build_comparison(
         "ppl_a": ppl_a, "ppl_b": ppl_b, "difference": ppl_b - ppl_a, "log_ratio": np.log(ppl_b / ppl_a),
     })
     table = table.sort_values(["log_ratio", "sentence_id"], kind="stable").reset_index(drop=True)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(tok), size=(n_boot, len(tok)))
-    boot = np.exp((nll_b[idx].sum(1) - nll_a[idx].sum(1)) / tok[idx].sum(1))
+    boot = _bootstrap_ratios(nll_a, nll_b, tok, n_boot, seed)
     corpus_a, corpus_b = math.exp(nll_a.sum() / tok.sum()), math.exp(nll_b.sum() / tok.sum())
     summary = {
-        "sentences": int(len(tok)), "tokens": int(tok.sum()),
+        "sentences": len(tok), "tokens": int(tok.sum()),
         "perplexity_a": corpus_a, "perplexity_b": corpus_b, "ratio": corpus_b / corpus_a,
         "ratio_ci_low": float(np.quantile(boot, 0.025)), "ratio_ci_high": float(np.quantile(boot, 0.975)),
         "share_improved": float((ppl_b < ppl_a).mean()), "median_sentence_ratio": float(np.median(ppl_b / ppl_a)),
     }
     return Comparison(a.label, b.label, table, summary)
+
+
+BOOTSTRAP_BLOCK = 2**22  # resampled indices drawn at a time: ~32 MB, whatever the corpus size
+
+
+def _bootstrap_ratios(nll_a: np.ndarray, nll_b: np.ndarray, tok: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
+    """Corpus perplexity ratio b / a of ``n_boot`` resamples of the sentences (paired bootstrap),
+    drawn a block of resamples at a time: the same draws as one (n_boot, sentences) array, in
+    bounded memory (a million sentences would otherwise take 8 GB of indices)."""
+    rng = np.random.default_rng(seed)
+    n = len(tok)
+    rows = max(1, BOOTSTRAP_BLOCK // max(n, 1))
+    out = []
+    for r0 in range(0, n_boot, rows):
+        idx = rng.integers(0, n, size=(min(rows, n_boot - r0), n))
+        out.append(np.exp((nll_b[idx].sum(1) - nll_a[idx].sum(1)) / tok[idx].sum(1)))
+    return np.concatenate(out) if out else np.zeros(0)
 
 
 def compare(
@@ -108,8 +136,11 @@ def compare(
 
 
 def compare_corpus(a: Checkpoint, b: Checkpoint, corpus: str, split: str, progress: Progress = None,
-                   use_cache: bool = True) -> Comparison:
-    """:func:`compare` on a processed split; each model's per-sentence NLLs are cached."""
+                   use_cache: bool = True, ctx: Context = SINGLE) -> Comparison:
+    """:func:`compare` on a processed split; each model's per-sentence NLLs are cached.
+
+    The models read the split a chunk at a time (shared across the ranks of ``ctx``); the table
+    then holds every sentence's text."""
     _check_same_vocab(a, b)
     c = load_corpus(corpus, split)
     scores = []
@@ -119,9 +150,9 @@ def compare_corpus(a: Checkpoint, b: Checkpoint, corpus: str, split: str, progre
             parts["context"] = ckpt.model.config.context
 
         def compute(ckpt=ckpt):
-            return dict(zip(("nll", "tokens"), _nll(ckpt, c.sentences, ids=c.ids)))
+            return dict(zip(("nll", "tokens"), _nll(ckpt, split=open_split(corpus, split, ckpt.vocab), ctx=ctx)))
 
-        scores.append(cached(parts, compute, use_cache))
+        scores.append(cached(parts, compute, use_cache and not ctx.distributed))
         if progress:
             progress((k + 1) / 2)
     texts = [" ".join(o) for o in c.originals]
@@ -159,64 +190,107 @@ def offset_slots(T: int, window: int) -> tuple[torch.Tensor, torch.Tensor]:
     return slot.clamp_min(0), slot >= 0
 
 
+# The sums of one model's position statistics, in one float64 array that adds up over chunks and
+# ranks: total, total of squares and count of the weight at offsets 1..L; total and total of squares
+# of the slot effect (bits); entropy, beyond-window weight, rows; read-effect sum, |sum|, > 1 bit.
+def _layout(window: int) -> dict[str, slice]:
+    L = window
+    names = ["total", "total_sq", "count", "eff", "eff_sq"]
+    out = {n: slice(k * L, (k + 1) * L) for k, n in enumerate(names)}
+    for k, n in enumerate(["ent", "beyond", "rows", "read_sum", "read_abs", "read_big"]):
+        out[n] = slice(5 * L + k, 5 * L + k + 1)
+    return out
+
+
 @torch.no_grad()
-def _positions_one(ckpt: Checkpoint, seqs: list[list[int]], window: int, batch_size: int, tick,
-                   effects: bool = True) -> dict | None:
-    total = torch.zeros(window, dtype=torch.float64)
-    total_sq = torch.zeros(window, dtype=torch.float64)
-    count = torch.zeros(window, dtype=torch.float64)
-    eff, eff_sq = torch.zeros(window, dtype=torch.float64), torch.zeros(window, dtype=torch.float64)
-    ent_sum = beyond_sum = rows = 0.0
-    read_sum = read_abs = read_big = 0.0
-    for _, inputs, targets in iter_batches(seqs, batch_size):
-        out = ckpt.model(inputs)
-        att = out.attention  # (B, T, S)
-        if att is None:
+def _position_sums(ckpt: Checkpoint, batches, window: int, tick, effects: bool = True) -> np.ndarray | None:
+    """The summed statistics of :func:`_layout` over ``batches`` of ``(inputs, targets)``; None for a
+    model without attention."""
+    model = ckpt.model
+    device = next(model.parameters()).device
+    at = _layout(window)
+    sums = np.zeros(5 * window + 6, dtype=np.float64)
+    for inputs, targets in batches:
+        inputs, targets = inputs.to(device), targets.to(device)
+        out = model(inputs)
+        if out.attention is None:
             return None
+        att = out.attention.double()  # (B, T, S)
         B, T, _ = att.shape
         real = targets != 0  # (B, T)
         slot, exists = offset_slots(T, window)  # (T, L)
+        slot, exists = slot.to(device), exists.to(device)
         m = (exists[None] & real[..., None]).double()  # (B, T, L)
         if effects:
-            back = torch.arange(T)[:, None] - torch.arange(att.shape[2])[None, :]  # (T, S) offset - 1 of each slot
+            back = torch.arange(T, device=device)[:, None] - torch.arange(att.shape[2], device=device)[None, :]
             select = ((back >= 0) & (back < window))[None] & real[..., None]  # (B, T, S) offsets 1..L, real rows
-            h = ckpt.model.encode(inputs)  # as forward() computed it
-            read, e = fx.attention_effects(ckpt.model, h, targets, out=out, select=select)  # (B, T), (B, T, S) nats
+            h = model.encode(inputs)  # as forward() computed it
+            read, e = fx.attention_effects(model, h, targets, out=out, select=select)  # (B, T), (B, T, S) nats
             read = read.double() / LN2  # bits
-            read_sum += float((read * real).sum())
-            read_abs += float((read.abs() * real).sum())
-            read_big += float(((read.abs() > 1) & real).sum())
+            sums[at["read_sum"]] += float((read * real).sum())
+            sums[at["read_abs"]] += float((read.abs() * real).sum())
+            sums[at["read_big"]] += float(((read.abs() > 1) & real).sum())
             e = e.double().gather(2, slot.expand(B, T, window)) / LN2  # (B, T, L) bits
-            eff += (e * m).sum((0, 1))
-            eff_sq += (e * e * m).sum((0, 1))
-        att = att.double()
+            sums[at["eff"]] += (e * m).sum((0, 1)).cpu().numpy()
+            sums[at["eff_sq"]] += (e * e * m).sum((0, 1)).cpu().numpy()
         w = att.gather(2, slot.expand(B, T, window))  # (B, T, L)
-        total += (w * m).sum((0, 1))
-        total_sq += (w * w * m).sum((0, 1))
-        count += m.sum((0, 1))
-        ent_sum += float((attention_entropy(att, slot_mask(T)) * real).sum())
-        beyond_sum += float(((1 - (w * m).sum(-1)) * real).sum())
-        rows += float(real.sum())
+        sums[at["total"]] += (w * m).sum((0, 1)).cpu().numpy()
+        sums[at["total_sq"]] += (w * w * m).sum((0, 1)).cpu().numpy()
+        sums[at["count"]] += m.sum((0, 1)).cpu().numpy()
+        sums[at["ent"]] += float((attention_entropy(att, slot_mask(T, device=device)) * real).sum())
+        sums[at["beyond"]] += float(((1 - (w * m).sum(-1)) * real).sum())
+        sums[at["rows"]] += float(real.sum())
         tick()
+    return sums
+
+
+def _position_stats(sums: np.ndarray, window: int, effects: bool = True) -> dict:
+    """Means and 95% confidence bands from :func:`_position_sums`."""
+    at = _layout(window)
+    count = torch.from_numpy(sums[at["count"]])
+    rows = float(sums[at["rows"]][0])
 
     def band(s, sq):  # mean and 95% confidence interval of the mean
+        s, sq = torch.from_numpy(sums[s]), torch.from_numpy(sums[sq])
         mean = s / count.clamp_min(1)
         std = (sq / count.clamp_min(1) - mean**2).clamp_min(0).sqrt()
         half = 1.96 * std / count.clamp_min(1).sqrt()
         return mean, mean - half, mean + half
 
-    mean, lo, hi = band(total, total_sq)
+    mean, lo, hi = band(at["total"], at["total_sq"])
     res = {
         "offset": list(range(1, window + 1)), "mean": mean.tolist(), "lo": lo.tolist(),
         "hi": hi.tolist(), "count": count.long().tolist(),
-        "entropy": ent_sum / max(rows, 1), "beyond": beyond_sum / max(rows, 1),
+        "entropy": float(sums[at["ent"]][0]) / max(rows, 1), "beyond": float(sums[at["beyond"]][0]) / max(rows, 1),
     }
     if effects:
-        e_mean, e_lo, e_hi = band(eff, eff_sq)
+        e_mean, e_lo, e_hi = band(at["eff"], at["eff_sq"])
+        read_sum, read_abs, read_big = (float(sums[at[k]][0]) for k in ("read_sum", "read_abs", "read_big"))
         res |= {"effect": e_mean.tolist(), "effect_lo": e_lo.tolist(), "effect_hi": e_hi.tolist(),
                 "read": {"tokens": int(rows), "mean_read_bits": read_sum / max(rows, 1),
                          "mean_abs_read_bits": read_abs / max(rows, 1), "share_over_1_bit": read_big / max(rows, 1)}}
     return res
+
+
+def _positions_one(ckpt: Checkpoint, seqs: list[list[int]], window: int, batch_size: int, tick,
+                   effects: bool = True) -> dict | None:
+    batches = ((inputs, targets) for _, inputs, targets in iter_batches(seqs, batch_size))
+    sums = _position_sums(ckpt, batches, window, tick, effects)
+    return None if sums is None else _position_stats(sums, window, effects)
+
+
+def _split_batches(split: TokenSplit, batch_size: int, rank: int, world: int):
+    """Rank ``rank``'s length-bucketed batches of the non-empty sentences of ``split``, a chunk
+    at a time (as :func:`iter_batches` batches them, for a split of one chunk)."""
+    done = 0
+    for chunk in split.chunks():
+        data = split.read(chunk)
+        lengths = data.lengths()
+        keep = [i for i, n in enumerate(lengths) if n]
+        batches = plan_batches([lengths[i] for i in keep], batch_size)
+        first, done = done, done + len(batches)
+        for j in shard(len(batches), (rank - first) % world, world):
+            yield data.collate([keep[i] for i in batches[j]])
 
 
 def attention_by_position(ckpts: list[Checkpoint], sentences: list[list[str]], window: int = 10,
@@ -257,11 +331,42 @@ def attention_by_position(ckpts: list[Checkpoint], sentences: list[list[str]], w
 
 
 def positions_corpus(ckpts: list[Checkpoint], corpus: str, split: str, window: int = 10,
-                     progress: Progress = None, use_cache: bool = True, effects: bool = True) -> PositionStats:
-    """:func:`attention_by_position` over a processed split, cached."""
-    c = load_corpus(corpus, split)
-    return attention_by_position(ckpts, c.sentences, window, progress=progress, corpus_checksum=c.checksum,
-                                 use_cache=use_cache, effects=effects)
+                     progress: Progress = None, use_cache: bool = True, effects: bool = True, ctx: Context = SINGLE,
+                     batch_size: int = 128) -> PositionStats:
+    """:func:`attention_by_position` over a processed split, cached; the split is read a chunk at
+    a time, each rank of ``ctx`` reading its share of the batches (the sums add up over ranks)."""
+    if window < 1:
+        raise ValueError("window must be >= 1")
+    frames, entropy, beyond, skipped, read = [], {}, {}, [], {}
+    splits = [open_split(corpus, split, ckpt.vocab) for ckpt in ckpts]
+    n_batches = sum(math.ceil(len(sp) / batch_size / ctx.world_size) for sp, c in zip(splits, ckpts) if c.has_attention)
+    done = [0]
+
+    def tick():
+        done[0] += 1
+        if progress:
+            progress(min(1.0, done[0] / max(n_batches, 1)))
+
+    for ckpt, sp in zip(ckpts, splits):
+        def compute(ckpt=ckpt, sp=sp):
+            if not ckpt.has_attention:
+                return {}
+            sums = _position_sums(ckpt, _split_batches(sp, batch_size, ctx.rank, ctx.world_size), window, tick, effects)
+            return _position_stats(ctx.sum_array(sums), window, effects)
+
+        parts = {"kind": "positions", "version": POSITIONS_VERSION, "checkpoint": checkpoint_digest(ckpt),
+                 "corpus": sp.checksum, "window": window, "effects": effects}
+        res = cached(parts, compute, use_cache and not ctx.distributed)
+        if not res:
+            skipped.append(ckpt.label)
+            continue
+        nan = [math.nan] * window
+        frames.append(pd.DataFrame({"model": ckpt.label, **{k: res.get(k, nan) for k in POSITION_COLUMNS[1:]}}))
+        entropy[ckpt.label], beyond[ckpt.label] = res["entropy"], res["beyond"]
+        if "read" in res:
+            read[ckpt.label] = res["read"]
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=POSITION_COLUMNS)
+    return PositionStats(frame, entropy, beyond, skipped, read)
 
 
 def sentence_positions(sa, window: int = 10) -> pd.DataFrame:

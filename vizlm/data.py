@@ -170,23 +170,29 @@ def bucket_batches(lengths: list[int], batch_size: int, shuffle: bool, seed: int
     return batches
 
 
-def iter_batches(seqs: list[list[int]], batch_size: int, shuffle: bool = False, seed: int = 0,
-                 max_tokens: int | None = None):
-    """Yield ``(indices, inputs, targets)`` over length-bucketed batches.
+def plan_batches(lengths: list[int], batch_size: int, shuffle: bool = False, seed: int = 0,
+                 max_tokens: int | None = None) -> list[list[int]]:
+    """The index lists of :func:`iter_batches`, from sentence lengths alone.
 
     ``max_tokens`` bounds a batch's padded size (sentences x longest + 1): a bucket of long
     sentences is cut into smaller batches, so the (B, T, V) logits of scoring stay bounded
     whatever the text. Buckets within the budget are unchanged.
     """
-    lengths = [len(s) for s in seqs]
+    out = []
     for idx in bucket_batches(lengths, batch_size, shuffle, seed):
         step = len(idx)
         if max_tokens is not None:
             step = max(1, min(step, max_tokens // (max(lengths[i] for i in idx) + 1)))
-        for k in range(0, len(idx), step):
-            part = idx[k : k + step]
-            inputs, targets = collate([seqs[i] for i in part])
-            yield part, inputs, targets
+        out.extend(idx[k : k + step] for k in range(0, len(idx), step))
+    return out
+
+
+def iter_batches(seqs: list[list[int]], batch_size: int, shuffle: bool = False, seed: int = 0,
+                 max_tokens: int | None = None):
+    """Yield ``(indices, inputs, targets)`` over length-bucketed batches (:func:`plan_batches`)."""
+    for part in plan_batches([len(s) for s in seqs], batch_size, shuffle, seed, max_tokens):
+        inputs, targets = collate([seqs[i] for i in part])
+        yield part, inputs, targets
 
 
 # --------------------------------------------------------------------------- documents
@@ -247,32 +253,35 @@ class Segment:
     positions: torch.Tensor  # (B, T) long: index of each target in the documents' targets in order, -1 = padding
 
 
-def document_batches(
-    docs: list[list[list[int]]], streams: int = 64, bptt: int = 20, shuffle: bool = False, seed: int = 0
-) -> list[Segment]:
-    """Documents read as running text by ``streams`` parallel streams, ``bptt`` tokens a segment.
+@dataclass
+class DocumentPlan:
+    """Which targets each stream reads at each step: the layout of :func:`document_batches`,
+    from document sizes alone, so that a corpus on disk can be read one step (and one rank's
+    streams) at a time. Targets are numbered in the concatenated targets of the documents."""
 
-    Each document goes whole to one stream (the least loaded so far, in document order;
-    shuffled first when ``shuffle``). A document always starts a segment: its last
-    segment is padded, so a stream's state is reset only between segments
-    (``Segment.starts``), never inside one, and one LSTM call reads a whole segment.
-    That padding is under one segment per document (Brown documents are ~2,300
-    tokens, so about 0.4% at ``bptt`` 20). Streams run out of documents at different
-    times; they are ordered longest first and the batch shrinks to those still
-    reading, so the tail of an epoch computes no padding rows either. ``positions``
-    index the concatenated targets of ``docs`` in the given order, to gather per-token
-    and per-sentence scores.
-    """
+    start: torch.Tensor  # (K, B) long: the segment's first target
+    length: torch.Tensor  # (K, B) long: real targets in the segment, 0 = the stream is done
+    starts: torch.Tensor  # (K, B) bool: the stream begins a document here
+    active: list[int]  # (K,) streams still reading at each step (a prefix of the B streams)
+    bptt: int
+
+    def __len__(self) -> int:
+        return len(self.active)
+
+    def tokens(self, k: int) -> int:
+        """Real targets of step ``k`` over all streams."""
+        return int(self.length[k].sum())
+
+
+def document_plan(sizes: list[int], streams: int = 64, bptt: int = 20, shuffle: bool = False,
+                  seed: int = 0) -> DocumentPlan:
+    """The stream layout of documents with ``sizes`` targets each (see :func:`document_batches`)."""
     if bptt < 1 or streams < 1:
         raise ValueError("bptt and streams must be >= 1")
-    toks = [torch.tensor(document_tokens(d), dtype=torch.long) for d in docs]
-    sizes = [len(t) - 1 for t in toks]  # targets per document
     first = [0]  # index of each document's first target in the concatenated targets
     for n in sizes:
         first.append(first[-1] + n)
-    flat_inputs = torch.cat([t[:-1] for t in toks] + [torch.zeros(1, dtype=torch.long)])
-    flat_targets = torch.cat([t[1:] for t in toks] + [torch.zeros(1, dtype=torch.long)])
-    order = [i for i in range(len(docs)) if docs[i]]
+    order = [i for i in range(len(sizes)) if sizes[i]]
     if shuffle:
         random.Random(seed).shuffle(order)
     heap = [(0, b) for b in range(max(1, min(streams, len(order))))]  # (segments so far, stream)
@@ -294,14 +303,50 @@ def document_batches(
     for b, seg in enumerate(segs):
         grid[: len(seg), b] = seg
     start, length, starts = grid.unbind(2)  # (K, B) each
-    steps = torch.arange(bptt)
-    real = steps < length[..., None]  # (K, B, T)
-    positions = torch.where(real, start[..., None] + steps, -1)  # (K, B, T)
-    inputs = torch.where(real, flat_inputs[positions.clamp_min(0)], 0)  # (K, B, T)
-    targets = torch.where(real, flat_targets[positions.clamp_min(0)], 0)  # (K, B, T)
-    starts = starts.bool()
     active = (length > 0).sum(1).tolist()  # streams reading at each step
-    return [Segment(inputs[k, :a], targets[k, :a], starts[k, :a], positions[k, :a]) for k, a in enumerate(active)]
+    return DocumentPlan(start, length, starts.bool(), active, bptt)
+
+
+def plan_segment(plan: DocumentPlan, k: int, flat_inputs, flat_targets, lanes: range | None = None) -> Segment:
+    """Step ``k`` of ``plan`` for the streams ``lanes`` (default: every active one; they must
+    be active). ``flat_inputs`` / ``flat_targets``: the documents' inputs and targets, concatenated,
+    as 1-D tensors or arrays (a window of a corpus on disk); only the targets of this step are read."""
+    lanes = range(plan.active[k]) if lanes is None else lanes
+    sel = torch.as_tensor(list(lanes), dtype=torch.long)
+    start, length = plan.start[k, sel], plan.length[k, sel]  # (b,) each
+    steps = torch.arange(plan.bptt)
+    real = steps < length[:, None]  # (b, T)
+    positions = torch.where(real, start[:, None] + steps, -1)  # (b, T)
+    at = positions.clamp_min(0)
+    if not isinstance(flat_targets, torch.Tensor):  # a numpy window: fancy-index it, then convert
+        inputs, targets = (torch.from_numpy(flat[at.numpy()].astype("int64")) for flat in (flat_inputs, flat_targets))
+    else:
+        inputs, targets = flat_inputs[at], flat_targets[at]
+    zero = torch.zeros((), dtype=torch.long)
+    return Segment(torch.where(real, inputs, zero), torch.where(real, targets, zero), plan.starts[k, sel], positions)
+
+
+def document_batches(
+    docs: list[list[list[int]]], streams: int = 64, bptt: int = 20, shuffle: bool = False, seed: int = 0
+) -> list[Segment]:
+    """Documents read as running text by ``streams`` parallel streams, ``bptt`` tokens a segment.
+
+    Each document goes whole to one stream (the least loaded so far, in document order;
+    shuffled first when ``shuffle``). A document always starts a segment: its last
+    segment is padded, so a stream's state is reset only between segments
+    (``Segment.starts``), never inside one, and one LSTM call reads a whole segment.
+    That padding is under one segment per document (Brown documents are ~2,300
+    tokens, so about 0.4% at ``bptt`` 20). Streams run out of documents at different
+    times; they are ordered longest first and the batch shrinks to those still
+    reading, so the tail of an epoch computes no padding rows either. ``positions``
+    index the concatenated targets of ``docs`` in the given order, to gather per-token
+    and per-sentence scores. The layout is :func:`document_plan`'s.
+    """
+    toks = [torch.tensor(document_tokens(d), dtype=torch.long) for d in docs]
+    plan = document_plan([len(t) - 1 if d else 0 for t, d in zip(toks, docs)], streams, bptt, shuffle, seed)
+    flat_inputs = torch.cat([t[:-1] for t in toks] + [torch.zeros(1, dtype=torch.long)])
+    flat_targets = torch.cat([t[1:] for t in toks] + [torch.zeros(1, dtype=torch.long)])
+    return [plan_segment(plan, k, flat_inputs, flat_targets) for k in range(len(plan))]
 
 
 # --------------------------------------------------------------------------- text files

@@ -1,18 +1,24 @@
 """Perplexity: per-sentence NLL summed over predicted tokens (``</s>`` included,
 padding excluded). Sentence-context models are scored over length buckets; document-
 context models read whole documents as running text with their state carried
-between segments (:func:`score_documents`), and report the same per-sentence NLLs."""
+between segments (:func:`score_documents`), and report the same per-sentence NLLs.
+
+:func:`score_split` scores a split of any size a chunk at a time (:mod:`vizlm.tokens`), one
+rank's share of it in a data-parallel run, and returns totals only."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vizlm.data import document_batches, iter_batches, split_documents
+from vizlm.data import document_batches, document_plan, iter_batches, plan_batches, plan_segment, split_documents
+from vizlm.distributed import shard
+from vizlm.tokens import ChunkData, TokenSplit
 
 # Tokens per scoring batch at most: a batch's (B, T, V) logits and their softmax then take a few
 # hundred MB with a 10k vocabulary, however long the sentences (a text file of 400-token pieces).
@@ -37,12 +43,28 @@ class SentenceScores:
         return math.exp(self.total_nll / max(self.total_tokens, 1))
 
     def summary(self) -> dict:
-        return {
-            "perplexity": self.perplexity,
-            "nll": self.total_nll / max(self.total_tokens, 1),
-            "tokens": self.total_tokens,
-            "sentences": len(self.nll),
-        }
+        return Totals(self.total_nll, self.total_tokens, len(self.nll)).summary()
+
+
+@dataclass
+class Totals:
+    """Summed NLL (nats), predicted tokens and sentences: what a perplexity needs, and what the
+    ranks of a data-parallel run add up."""
+
+    nll: float = 0.0
+    tokens: int = 0
+    sentences: int = 0
+
+    def __add__(self, other: Totals) -> Totals:
+        return Totals(self.nll + other.nll, self.tokens + other.tokens, self.sentences + other.sentences)
+
+    @property
+    def perplexity(self) -> float:
+        return math.exp(self.nll / max(self.tokens, 1))
+
+    def summary(self) -> dict:
+        return {"perplexity": self.perplexity, "nll": self.nll / max(self.tokens, 1), "tokens": self.tokens,
+                "sentences": self.sentences}
 
 
 @torch.no_grad()
@@ -52,11 +74,13 @@ def score_sentences(model: nn.Module, seqs: list[list[int]], batch_size: int = 1
     model.eval()
     nll = [0.0] * len(seqs)
     count = [0] * len(seqs)
+    device = _device(model)
     for idx, inputs, targets in iter_batches(seqs, batch_size, max_tokens=EVAL_MAX_TOKENS):
-        logits = model(inputs).logits  # (B, T, V)
+        targets = targets.to(device)
+        logits = model(inputs.to(device)).logits  # (B, T, V)
         tok = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=0, reduction="none")
         tok = tok.view(targets.shape)  # (B, T)
-        per = tok.sum(1).double()  # (B,)
+        per = tok.sum(1).double().cpu()  # (B,)
         for b, i in enumerate(idx):
             nll[i] = float(per[b])
             count[i] = len(seqs[i]) + 1
@@ -81,20 +105,116 @@ def score_documents(
     model.eval()
     sizes = [len(s) + 1 for d in docs for s in d]  # predicted tokens per sentence
     tok_nll = torch.zeros(sum(sizes), dtype=torch.float64)
-    state = None
-    for seg in document_batches(docs, streams, segment):
-        if state is None:
-            state = model.initial_state(seg.inputs.shape[0])
-        out = model(seg.inputs, state.narrow(seg.inputs.shape[0]).reset(seg.starts))
-        state = out.state
-        logits = out.logits  # (B, T, V)
-        tok = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), seg.targets.reshape(-1), reduction="none")
+    for seg, tok in _read_documents(model, document_batches(docs, streams, segment)):
         real = seg.positions >= 0  # (B, T)
-        tok_nll[seg.positions[real]] = tok.view(seg.targets.shape)[real].double()
+        tok_nll[seg.positions[real]] = tok[real].double()
     model.train(was_training)
     sentence_of = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes, dtype=torch.long))
     per = torch.zeros(len(sizes), dtype=torch.float64).index_add_(0, sentence_of, tok_nll)  # (sentences,)
     return SentenceScores(per.tolist(), sizes)
+
+
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _read_documents(model: nn.Module, segments):
+    """``(segment, per-target NLL (B, T) on the CPU)`` for segments read in order, the state
+    carried between them and reset where documents start."""
+    device, state = _device(model), None
+    for seg in segments:
+        if state is None:
+            state = model.initial_state(seg.inputs.shape[0])
+        out = model(seg.inputs.to(device), state.narrow(seg.inputs.shape[0]).reset(seg.starts))
+        state = out.state
+        logits = out.logits  # (B, T, V)
+        tok = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), seg.targets.to(device).reshape(-1), reduction="none")
+        yield seg, tok.view(seg.targets.shape).cpu()  # (B, T)
+
+
+@torch.no_grad()
+def score_split(model: nn.Module, split: TokenSplit, rank: int = 0, world: int = 1, batch_size: int = 128,
+                streams: int = 64, segment: int = 50, max_tokens: int | None = None) -> Totals:
+    """Totals of rank ``rank``'s share of ``split`` (all of it when ``world`` is 1), read a chunk
+    at a time in the model's context: sentence batches ``rank, rank + world, ...`` of each chunk
+    (as :func:`score_sentences` batches them), or its documents ``rank, rank + world, ...`` read
+    as running text (as :func:`score_documents`). The ranks' totals add up to the whole split's
+    (:meth:`vizlm.distributed.Context.sum`), equal to one process's up to float rounding."""
+    was_training = model.training
+    model.eval()
+    device, total = _device(model), Totals()
+    document = getattr(model.config, "context", "sentence") == "document"
+    done = 0  # batches of the chunks before this one: the sharing goes on across chunks
+    for chunk in split.chunks(max_tokens):
+        if document and not len(mine := shard(chunk.d1 - chunk.d0, (rank - chunk.d0) % world, world)):
+            continue
+        data = split.read(chunk)
+        if document:  # documents rank, rank + world, ... of the split
+            total += _score_chunk_documents(model, data.select_documents(mine), streams, segment)
+            continue
+        batches = plan_batches(data.lengths(), batch_size, max_tokens=EVAL_MAX_TOKENS)
+        first, done = done, done + len(batches)
+        for j in shard(len(batches), (rank - first) % world, world):
+            inputs, targets = data.collate(batches[j])
+            targets = targets.to(device)
+            logits = model(inputs.to(device)).logits  # (B, T, V)
+            nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=0,
+                                  reduction="sum")
+            total += Totals(float(nll), int((targets != 0).sum()), len(batches[j]))
+    model.train(was_training)
+    return total
+
+
+@torch.no_grad()
+def sentence_nll_split(model: nn.Module, split: TokenSplit, rank: int = 0, world: int = 1, batch_size: int = 128,
+                       streams: int = 64, segment: int = 50, max_tokens: int | None = None) -> np.ndarray:
+    """Per-sentence NLL (S,) float64 of ``split`` in the model's context, read a chunk at a time:
+    rank ``rank``'s share (the same as :func:`score_split`'s) filled in, zeros elsewhere, so the
+    ranks' arrays add up to one process's (:meth:`vizlm.distributed.Context.sum_array`)."""
+    was_training = model.training
+    model.eval()
+    device = _device(model)
+    out = np.zeros(len(split), dtype=np.float64)
+    document = getattr(model.config, "context", "sentence") == "document"
+    done = 0
+    for chunk in split.chunks(max_tokens):
+        if document and not len(mine := shard(chunk.d1 - chunk.d0, (rank - chunk.d0) % world, world)):
+            continue
+        data = split.read(chunk)
+        if document:
+            part = data.select_documents(mine)
+            tok = _document_target_nll(model, part, streams, segment)  # (targets,)
+            rows = np.concatenate([np.arange(*data.documents[[d, d + 1], 0]) for d in mine]) + chunk.s0
+            out[rows] = np.add.reduceat(tok, part.offsets[:-1])
+            continue
+        batches = plan_batches(data.lengths(), batch_size, max_tokens=EVAL_MAX_TOKENS)
+        first, done = done, done + len(batches)
+        for j in shard(len(batches), (rank - first) % world, world):
+            inputs, targets = data.collate(batches[j])
+            logits = model(inputs.to(device)).logits  # (B, T, V)
+            tok = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.to(device).reshape(-1), ignore_index=0,
+                                  reduction="none")
+            out[np.asarray(batches[j]) + chunk.s0] = tok.view(targets.shape).sum(1).double().cpu().numpy()
+    model.train(was_training)
+    return out
+
+
+def _document_target_nll(model: nn.Module, data: ChunkData, streams: int, segment: int) -> np.ndarray:
+    """NLL of every target of ``data``'s documents read as running text, in order (targets,)."""
+    plan = document_plan(data.document_targets(), streams, segment)
+    inputs = data.running_inputs()
+    tok_nll = np.zeros(len(data.tokens), dtype=np.float64)
+    segments = (plan_segment(plan, k, inputs, data.tokens) for k in range(len(plan)))
+    for seg, tok in _read_documents(model, segments):
+        real = seg.positions >= 0  # (B, T)
+        tok_nll[seg.positions[real].numpy()] = tok[real].double().numpy()
+    return tok_nll
+
+
+def _score_chunk_documents(model: nn.Module, data: ChunkData, streams: int, segment: int) -> Totals:
+    if not len(data.tokens):
+        return Totals()
+    return Totals(float(_document_target_nll(model, data, streams, segment).sum()), len(data.tokens), len(data.offsets) - 1)
 
 
 def score(

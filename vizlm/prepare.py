@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vizlm import paths
-from vizlm.data import CORPORA, LICENCES, SPECIALS, SPLITS, VOCAB_SIZE, load_corpus
+from vizlm.data import CORPORA, CORPUS_LANGUAGE, LICENCES, SPECIALS, SPLITS, TRAINABLE, VOCAB_SIZE, Vocab, load_corpus
 from vizlm.resources import write_collocations
 from vizlm.tagger import write_tagger
 from vizlm.text import detokenize, normalize
+from vizlm.tokens import write_token_ids
 
 
 # --------------------------------------------------------------------------- readers
@@ -200,4 +201,22 @@ def prepare(shared: Path, out: Path, assets: Path | None = None) -> dict[str, in
     write_examples(out, assets)
     return counts
 
+
+def prepare_token_ids(data: Path) -> dict[str, int]:
+    """Write the token-id files (:mod:`vizlm.tokens`) of every processed split in ``data``, encoded
+    with the corpus's own vocabulary, or for a test-only corpus (WSJ) with that of the trainable
+    corpus in its language (Brown), which is what its checkpoints read. Returns tokens per split."""
+    data = Path(data)
+    counts: dict[str, int] = {}
+    for corpus, splits in CORPORA.items():
+        own = data / corpus / "vocab.txt"
+        kin = [c for c in TRAINABLE if CORPUS_LANGUAGE[c] == CORPUS_LANGUAGE[corpus]]
+        vocab_path = own if own.is_file() else data / kin[0] / "vocab.txt" if kin else own
+        for split in splits:
+            if (data / corpus / f"{split}.txt").is_file() and vocab_path.is_file():
+                meta = write_token_ids(data / corpus, split, Vocab.load(vocab_path))
+                counts[f"{corpus}/{split}"] = meta["tokens"]
+    if not counts:
+        raise FileNotFoundError(f"no processed splits with a vocabulary under {data}; run `vizlm prepare` first")
+    return counts
 

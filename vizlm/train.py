@@ -4,18 +4,32 @@ length-bucketed batches of sentences; document-context models on parallel docume
 streams with truncated BPTT, the state carried (detached) between segments and
 reset at each document start.
 
+Data parallel (``torchrun --nproc-per-node N vizlm train ...``, see docs/SCALING.md): the
+model is wrapped in :class:`~torch.nn.parallel.DistributedDataParallel`, every rank plans the
+same global steps and reads its share (sentences ``r, r + N, ...`` of each batch, or streams
+``r, r + N, ...`` of each document step; :mod:`vizlm.tokens`). A rank's loss is its summed NLL
+divided by the step's token count over all ranks, times N, so DDP's average of the ranks'
+gradients is the gradient of the whole step: the same step as one process, to float rounding
+(``tests/test_distributed.py``). Rank 0 alone writes the checkpoint, the logs, the resume state
+and the progress bar; validation and test are scored in shares and summed.
+
 Output folder layout::
 
-    model.safetensors, config.json   best model so far (the checkpoint)
+    model.safetensors, config.json   best model so far (the checkpoint; ``train.world_size``)
     train_log.jsonl                  one JSON object per epoch
-    resume/state.safetensors, .json  last epoch's weights + Adam state (not committed)
+    steps.jsonl                      with ``log_steps``: the NLL per token of every step
+    resume/state.safetensors, .json  weights + Adam state at the last epoch end or every
+                                     ``save_every`` steps, with the position in the epoch and the
+                                     carried document state of every stream (not committed)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -23,24 +37,19 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors import safe_open
+from safetensors.torch import save_file
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from vizlm.checkpoint import MAX_PARAMETERS, Checkpoint, load_checkpoint, save_checkpoint
-from vizlm.data import (
-    CORPORA,
-    Vocab,
-    document_batches,
-    document_sizes,
-    encode_sentences,
-    iter_batches,
-    load_corpus,
-    split_documents,
-)
-from vizlm.evaluate import score
+from vizlm.data import CORPORA, Vocab
+from vizlm.distributed import SINGLE, Context, shard
+from vizlm.evaluate import score_split
 from vizlm.models import LMOutput, build_model, check_config, count_parameters, match_parameters, parameter_count
 from vizlm.models.base import State, attention_entropy
+from vizlm.tokens import DocumentEpoch, SentenceEpoch, TokenSplit, open_split
 
 
 @dataclass
@@ -56,6 +65,8 @@ class TrainConfig:
     seed: int = 1234
     max_batches: int | None = None  # per epoch; for --dry-run
     eval_batches: int | None = None
+    save_every: int | None = 1000  # steps between resume states within an epoch (None: at epoch ends only)
+    log_steps: bool = False  # write every step's NLL per token to steps.jsonl
     extra: dict = field(default_factory=dict)  # stored in the checkpoint (command line, ...)
 
 
@@ -67,53 +78,76 @@ def lm_loss(
 
 
 def output_loss(
-    model: nn.Module, out: LMOutput, targets: torch.Tensor, state: State | None = None
+    model: nn.Module, out: LMOutput, targets: torch.Tensor, state: State | None = None,
+    denominator: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """(loss to minimise, summed NLL, token count) of an output for ``targets`` (B, T),
     read after ``state``. Adds AMSRN's entropy term.
 
     The entropy regulariser (Liu & Lee) is lambda * sum_t H(alpha_t); we divide it
     by the token count like the cross-entropy so lambda does not depend on batch size.
+    ``denominator`` replaces that count: data-parallel training passes the step's tokens over
+    all ranks divided by the world size (module docstring).
     """
     logits = out.logits  # (B, T, V); flat view keeps log_softmax on the contiguous axis
     nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=0, reduction="sum")
     n = int((targets != 0).sum())
-    loss = nll / max(n, 1)
+    d = max(n, 1) if denominator is None else denominator
+    loss = nll / d
     weight = getattr(model.config, "entropy_weight", 0.0)
     if weight and out.attention is not None:
         mask = model.allowed_slots(targets.shape[1], state, device=targets.device)  # (T, S) or (B, T, S)
         ent = attention_entropy(out.attention, mask)  # (B, T)
-        loss = loss + weight * (ent * (targets != 0)).sum() / max(n, 1)
+        loss = loss + weight * (ent * (targets != 0)).sum() / d
     return loss, nll.detach(), n
 
 
-def _save_resume(folder: Path, model: nn.Module, opt: torch.optim.Optimizer, state: dict) -> None:
+CARRIED = ("h", "c", "memory", "valid")  # the State fields a mid-epoch resume keeps, per stream
+
+
+def _save_resume(folder: Path, model: nn.Module, opt: torch.optim.Optimizer, state: dict,
+                 carried: dict[str, torch.Tensor] | None = None) -> None:
+    """Weights, Adam state, ``state`` (in the file's metadata and, for people, state.json) and the
+    carried document state of every stream. Written to a temporary name and renamed, so a run
+    killed while saving keeps the previous resume state whole."""
     folder.mkdir(parents=True, exist_ok=True)
-    tensors = {f"model.{k}": v.contiguous() for k, v in model.state_dict().items()}
+    tensors = {f"model.{k}": v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    state = {k: v for k, v in state.items() if k != "steps"}
     for i, p in enumerate(model.parameters()):
         s = opt.state.get(p)
         if s:
-            tensors[f"opt.{i}.exp_avg"] = s["exp_avg"].contiguous()
-            tensors[f"opt.{i}.exp_avg_sq"] = s["exp_avg_sq"].contiguous()
+            tensors[f"opt.{i}.exp_avg"] = s["exp_avg"].contiguous().cpu()
+            tensors[f"opt.{i}.exp_avg_sq"] = s["exp_avg_sq"].contiguous().cpu()
             state.setdefault("steps", {})[str(i)] = float(s["step"])
-    save_file(tensors, str(folder / "state.safetensors"))
-    (folder / "state.json").write_text(json.dumps(state, indent=1))
+    for k, v in (carried or {}).items():
+        tensors[f"carried.{k}"] = v.contiguous().cpu()
+    doc = json.dumps(state, indent=1)
+    for name, write in (("state.safetensors", lambda p: save_file(tensors, str(p), metadata={"state": doc})),
+                        ("state.json", lambda p: p.write_text(doc))):
+        tmp = folder / f".{name}.tmp"
+        write(tmp)
+        os.replace(tmp, folder / name)
 
 
-def _load_resume(folder: Path, model: nn.Module, opt: torch.optim.Optimizer) -> dict:
-    tensors = load_file(str(folder / "state.safetensors"))
-    state = json.loads((folder / "state.json").read_text())
+def _load_resume(folder: Path, model: nn.Module, opt: torch.optim.Optimizer) -> tuple[dict, dict | None]:
+    """(state, carried document state or None), weights and Adam state loaded into ``model`` / ``opt``."""
+    with safe_open(str(folder / "state.safetensors"), framework="pt") as f:
+        meta = f.metadata() or {}
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open is not a dict)
+    # the file's own copy first: state.json is written after it, so a kill between the two leaves it older
+    state = json.loads(meta["state"]) if "state" in meta else json.loads((folder / "state.json").read_text())
     model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
     for i, p in enumerate(model.parameters()):
         if f"opt.{i}.exp_avg" in tensors:
             opt.state[p] = {
-                "step": torch.tensor(state["steps"][str(i)]),
-                "exp_avg": tensors[f"opt.{i}.exp_avg"],
-                "exp_avg_sq": tensors[f"opt.{i}.exp_avg_sq"],
+                "step": torch.tensor(state["steps"][str(i)], dtype=torch.float32, device=p.device),
+                "exp_avg": tensors[f"opt.{i}.exp_avg"].to(p.device),
+                "exp_avg_sq": tensors[f"opt.{i}.exp_avg_sq"].to(p.device),
             }
     for g in opt.param_groups:
         g["lr"] = state["lr"]
-    return state
+    carried = {k: tensors[f"carried.{k}"] for k in CARRIED if f"carried.{k}" in tensors} or None
+    return state, carried
 
 
 def init_from(model: nn.Module, source: Checkpoint, vocab: Vocab) -> list[str]:
@@ -136,6 +170,67 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def _quiet(msg: str) -> None:
+    pass
+
+
+def _step_seed(seed: int, epoch: int, step: int, rank: int) -> int:
+    """The random seed (dropout) of a rank from ``step`` of an epoch on: one process's epoch seed
+    at the start of an epoch on rank 0, other streams elsewhere (dropout masks differ per rank)."""
+    return seed + epoch + 1_000_003 * rank + 7_919 * step
+
+
+def _idle(model: nn.Module, document: bool, device: torch.device) -> tuple:
+    """(inputs, targets, state) of a rank with no rows at a step (the last sentence batch or
+    document steps can be smaller than the world): one padding target, so the loss is zero but
+    every parameter is in the graph and DDP's gradient all-reduce still meets the other ranks."""
+    inputs = torch.full((1, 1), Vocab.bos_id, dtype=torch.long, device=device)
+    return inputs, torch.zeros_like(inputs), model.initial_state(1) if document else None
+
+
+def _gather_carried(carried: State | None, ctx: Context) -> dict[str, torch.Tensor] | None:
+    """Every stream's carried state on rank 0, in one process's stream order (rank ``r`` holds
+    streams ``r, r + world, ...``), so a resume can use any world size; None on other ranks."""
+    mine = None if carried is None else {k: getattr(carried, k).detach().cpu() for k in CARRIED}
+    parts = ctx.gather(mine)
+    if parts is None or all(p is None for p in parts):
+        return None
+    parts = [p for p in parts if p is not None]
+    B = sum(p["valid"].shape[0] for p in parts)
+    out = {}
+    for k in CARRIED:
+        dim = 1 if k in ("h", "c") else 0  # h, c: (1, B, H); memory: (B, M, H); valid: (B,)
+        shape = list(parts[0][k].shape)
+        shape[dim] = B
+        full = parts[0][k].new_zeros(shape)
+        for r, p in enumerate(parts):  # ranks without streams are the last ones: the others keep their index
+            full[(slice(None),) * dim + (slice(r, None, ctx.world_size),)] = p[k]
+        out[k] = full
+    return out
+
+
+def _scatter_carried(saved: dict[str, torch.Tensor] | None, ctx: Context, device: torch.device) -> State | None:
+    """This rank's streams (``rank, rank + world, ...``) of a saved carried state."""
+    if saved is None:
+        return None
+    rows = torch.as_tensor(list(shard(saved["valid"].shape[0], ctx.rank, ctx.world_size)), dtype=torch.long)
+    if not len(rows):
+        return None
+    return State(saved["h"][:, rows].to(device), saved["c"][:, rows].to(device), saved["memory"][rows].to(device),
+                 saved["valid"][rows].to(device))
+
+
+def _truncate_logs(out: Path, state: dict) -> None:
+    """After a resume: drop what a killed run logged after the state it resumes from."""
+    epoch, step = state["epoch"], state.get("step", 0)
+    for name, keep in (("train_log.jsonl", lambda r: r["epoch"] <= epoch),
+                       ("steps.jsonl", lambda r: r["epoch"] <= epoch or (r["epoch"] == epoch + 1 and r["step"] < step))):
+        path = out / name
+        if path.exists():
+            lines = [line for line in path.read_text().splitlines() if line.strip()]
+            path.write_text("".join(line + "\n" for line in lines if keep(json.loads(line))))
+
+
 def train(
     name: str,
     model_kwargs: dict,
@@ -145,100 +240,145 @@ def train(
     init: str | None = None,
     resume: bool = False,
     match: str | None = None,
+    ctx: Context = SINGLE,
 ) -> Checkpoint:
     """Train model ``name`` on ``corpus`` and write the best checkpoint to ``out``.
 
     ``match``: a model name (``lstm``); ``hidden_dim`` is then chosen so that this model
     has that one's parameter count (built with ``model_kwargs``' sizes), see
     :func:`vizlm.models.match_parameters`; the match is recorded in the checkpoint.
+    ``ctx``: this process in a data-parallel run (:func:`vizlm.distributed.session`); every
+    rank calls ``train`` with the same arguments.
     """
+    say = _log if ctx.main else _quiet
     torch.manual_seed(tc.seed)
     out = Path(out)
     vocab = Vocab.for_corpus(corpus)
-    splits = {s: load_corpus(corpus, s) for s in ("train", "valid", "test")}
-    data = {s: encode_sentences(c.sentences, vocab) for s, c in splits.items()}
+    splits = {s: open_split(corpus, s, vocab) for s in ("train", "valid", "test")}
     if tc.eval_batches is not None:
-        data["valid"] = data["valid"][: tc.eval_batches * tc.batch_size]
-        data["test"] = data["test"][: tc.eval_batches * tc.batch_size]
-    sizes = {s: document_sizes(c.ids[: len(data[s])]) for s, c in splits.items()}  # sentences per document
+        for s in ("valid", "test"):
+            splits[s] = splits[s].head(tc.eval_batches * tc.batch_size)
     matched = None
     if match:
         matched = match_parameters(name, {**model_kwargs, "vocab_size": len(vocab)}, match)
         model_kwargs = {**model_kwargs, "hidden_dim": matched["hidden_dim"]}
-        _log(f"{name}: hidden_dim {matched['hidden_dim']} has {matched['parameters']:,} parameters, "
-             f"{matched['ratio'] - 1:+.2%} of {match}'s at hidden_dim {matched['reference_hidden_dim']} "
-             f"({matched['reference_parameters']:,})")
+        say(f"{name}: hidden_dim {matched['hidden_dim']} has {matched['parameters']:,} parameters, "
+            f"{matched['ratio'] - 1:+.2%} of {match}'s at hidden_dim {matched['reference_hidden_dim']} "
+            f"({matched['reference_parameters']:,})")
     # What the loader would refuse must not train for hours first: its limits, before anything is built.
     config = check_config(name, {"vocab_size": len(vocab), **model_kwargs})
     if (n := parameter_count(name, **dataclasses.asdict(config))) > MAX_PARAMETERS:
         raise ValueError(f"{name} with these sizes has {n:,} parameters; checkpoints are limited to {MAX_PARAMETERS:,}")
-    model = build_model(name, config)
-    document = model.config.context == "document"
-    opt = torch.optim.Adam(model.parameters(), lr=tc.lr, fused=True)
+    core = build_model(name, config).to(ctx.device)
+    document = core.config.context == "document"
+    opt = torch.optim.Adam(core.parameters(), lr=tc.lr, fused=True)
     meta = {
-        "corpus": {"name": corpus, "checksums": {s: c.checksum for s, c in splits.items()}},
-        "parameters": count_parameters(model),
-        "train": {k: v for k, v in tc.__dict__.items() if k != "extra"} | tc.extra,
+        "corpus": {"name": corpus, "checksums": {s: sp.checksum for s, sp in splits.items()}},
+        "parameters": count_parameters(core),
+        "train": {k: v for k, v in tc.__dict__.items() if k != "extra"} | {"world_size": ctx.world_size} | tc.extra,
     }
     if matched:
         meta["match_params"] = matched
     state = {"epoch": 0, "best_valid": math.inf, "bad_epochs": 0, "lr": tc.lr, "wall_time": 0.0}
-    if resume and (out / "resume" / "state.json").exists():
-        state = _load_resume(out / "resume", model, opt)
+    saved_carried = None
+    resuming = resume and (out / "resume" / "state.safetensors").exists()
+    if resuming:
+        state, saved_carried = _load_resume(out / "resume", core, opt)
         if state.get("init_from"):
             meta["init_from"] = state["init_from"]  # keep the lineage across resumes
-        _log(f"resumed {name} from epoch {state['epoch']} (best valid ppl {state['best_valid']:.2f})")
+        where = f", step {state['step']} of epoch {state['epoch'] + 1}" if state.get("step") else ""
+        say(f"resumed {name} from epoch {state['epoch']}{where} (best valid ppl {state['best_valid']:.2f})"
+            + (f", trained with {state['world_size']} processes, now {ctx.world_size}"
+               if state.get("world_size", ctx.world_size) != ctx.world_size else ""))
     elif init:
         src = load_checkpoint(init)
-        copied = init_from(model, src, vocab)
+        copied = init_from(core, src, vocab)
         meta["init_from"] = {"checkpoint": str(init), "tensors": copied, "valid_perplexity": src.meta.get("metrics", {}).get("valid_perplexity")}
         state["init_from"] = meta["init_from"]
-        _log(f"initialised {len(copied)} tensors from {init}")
-    _log(f"{name}: {count_parameters(model):,} parameters, {len(data['train']):,} training sentences"
-         + (f" in {len(sizes['train']):,} documents, {tc.streams} streams, bptt {tc.bptt}" if document else ""))
-    if document and len(sizes["train"]) < tc.streams:
-        _log(f"warning: {corpus} has {len(sizes['train'])} training documents (sentence ids document:index) "
-             f"for {tc.streams} streams; the streams cannot all be busy")
-    log_path = out / "train_log.jsonl"
-    out.mkdir(parents=True, exist_ok=True)
-    if not resume and log_path.exists():
-        log_path.unlink()
+        say(f"initialised {len(copied)} tensors from {init}")
+    state["world_size"] = ctx.world_size
+    train_split: TokenSplit = splits["train"]
+    say(f"{name}: {count_parameters(core):,} parameters, {len(train_split):,} training sentences"
+        + (f" in {train_split.n_documents:,} documents, {tc.streams} streams, bptt {tc.bptt}" if document else "")
+        + (f"; {ctx.world_size} processes ({ctx.backend}, {ctx.device.type})" if ctx.distributed else ""))
+    if document and train_split.n_documents < tc.streams:
+        say(f"warning: {corpus} has {train_split.n_documents} training documents (sentence ids document:index) "
+            f"for {tc.streams} streams; the streams cannot all be busy")
+    # the parameters are rank 0's from here on: DDP broadcasts them when it wraps the model
+    model = (DistributedDataParallel(core, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+                                     broadcast_buffers=False) if ctx.distributed else core)
+    log_path, steps_path = out / "train_log.jsonl", out / "steps.jsonl"
+    if ctx.main:
+        out.mkdir(parents=True, exist_ok=True)
+        if resuming:
+            _truncate_logs(out, state)
+        else:
+            log_path.unlink(missing_ok=True)
+            steps_path.unlink(missing_ok=True)
     while state["epoch"] < tc.epochs and state["bad_epochs"] < tc.patience:
         epoch = state["epoch"] + 1
-        model.train()
-        torch.manual_seed(tc.seed + epoch)
-        t0 = time.time()
-        tot_nll, tot_n = 0.0, 0
+        begun = state.get("step", 0)  # global steps of this epoch already done (a resumed epoch)
+        core.train()
+        torch.manual_seed(_step_seed(tc.seed, epoch, begun, ctx.rank))
         if document:
-            docs = split_documents(data["train"], sizes["train"])
-            batches = document_batches(docs, tc.streams, tc.bptt, shuffle=True, seed=tc.seed + epoch)
+            plan = DocumentEpoch(train_split, tc.streams, tc.bptt, seed=tc.seed + epoch)
         else:
-            batches = list(iter_batches(data["train"], tc.batch_size, shuffle=True, seed=tc.seed + epoch))
-        if tc.max_batches is not None:
-            batches = batches[: tc.max_batches]
-        bar = tqdm(batches, desc=f"{name} epoch {epoch}", unit="batch", file=sys.stderr,
-                   mininterval=1.0 if sys.stderr.isatty() else 60.0, disable=None)
-        carried = None
-        for batch in bar:
-            if document:  # truncated BPTT: carry the state, detached, and reset it where documents start
-                if carried is None:
-                    carried = model.initial_state(batch.inputs.shape[0])
-                carried = carried.narrow(batch.inputs.shape[0]).reset(batch.starts)
-                result = model(batch.inputs, carried)
-                loss, nll, n = output_loss(model, result, batch.targets, carried)
-                carried = result.state.detach()
+            plan = SentenceEpoch(train_split, tc.batch_size, seed=tc.seed + epoch)
+        total = len(plan) if tc.max_batches is None else min(len(plan), tc.max_batches)
+        t0 = time.time() - state.get("epoch_seconds", 0.0)
+        # the epoch's summed NLL and tokens so far: a resumed run's (all ranks') go to rank 0
+        tot_nll, tot_n = (state.get("epoch_nll", 0.0), state.get("epoch_tokens", 0)) if ctx.main else (0.0, 0)
+        seen = state.get("epoch_tokens", 0)  # tokens of all ranks, for the progress bar
+        bar = tqdm(total=total, initial=begun, desc=f"{name} epoch {epoch}", unit="batch", file=sys.stderr,
+                   mininterval=1.0 if sys.stderr.isatty() else 60.0, disable=None if ctx.main else True)
+        carried = _scatter_carried(saved_carried, ctx, ctx.device) if begun else None
+        saved_carried = None
+        steps = itertools.islice(plan.steps(ctx.rank, ctx.world_size, start=begun), max(0, total - begun))
+        for k, step in enumerate(steps, start=begun):
+            idle = step.inputs is None
+            if idle:  # within a chunk a rank's streams only end, so it has none to carry any more
+                inputs, targets, before = _idle(core, document, ctx.device)
+                carried = None
             else:
-                _, inputs, targets = batch
-                loss, nll, n = lm_loss(model, inputs, targets)
+                inputs, targets = step.inputs.to(ctx.device), step.targets.to(ctx.device)
+                before = None
+                if document:  # truncated BPTT: carry the state, detached, and reset it where documents start
+                    if carried is None or step.fresh:
+                        carried = core.initial_state(inputs.shape[0])
+                    before = carried.narrow(inputs.shape[0]).reset(step.starts)
+            result = model(inputs, before)
+            loss, nll, n = output_loss(core, result, targets, before, denominator=step.tokens / ctx.world_size)
+            if document and not idle:
+                carried = result.state.detach()
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), tc.clip)
+            nn.utils.clip_grad_norm_(core.parameters(), tc.clip)
             opt.step()
             tot_nll += float(nll)
             tot_n += n
-            bar.set_postfix(ppl=f"{math.exp(tot_nll / tot_n):.1f}", tok_s=f"{tot_n / (time.time() - t0):.0f}")
+            seen += step.tokens
+            bar.update(1)
+            bar.set_postfix(ppl=f"{math.exp(tot_nll / max(tot_n, 1)):.1f}", tok_s=f"{seen / (time.time() - t0):.0f}")
+            if tc.log_steps:
+                step_nll, step_n = ctx.sum([float(nll), n])
+                if ctx.main:
+                    with steps_path.open("a") as f:
+                        f.write(json.dumps({"epoch": epoch, "step": k, "nll": step_nll / step_n, "tokens": int(step_n)}) + "\n")
+            if tc.save_every and (k + 1) % tc.save_every == 0 and k + 1 < total:
+                sums = ctx.sum([tot_nll, tot_n])
+                everyone = _gather_carried(carried, ctx) if document else None
+                if ctx.main:
+                    _save_resume(out / "resume", core, opt, {
+                        **state, "step": k + 1, "epoch_nll": sums[0], "epoch_tokens": int(sums[1]),
+                        "epoch_seconds": time.time() - t0}, everyone)
+        bar.close()
         seconds = time.time() - t0
-        valid = score(model, data["valid"], sizes["valid"]).perplexity
+        tot_nll, tot_n = ctx.sum([tot_nll, tot_n])
+        v = score_split(core, splits["valid"], ctx.rank, ctx.world_size)
+        v_nll, v_tokens = ctx.sum([v.nll, v.tokens])
+        valid = ctx.broadcast(math.exp(v_nll / max(v_tokens, 1)))  # every rank takes the same decisions below
+        for key in ("step", "epoch_nll", "epoch_tokens", "epoch_seconds"):
+            state.pop(key, None)
         state["wall_time"] += time.time() - t0
         record = {
             "epoch": epoch, "train_perplexity": math.exp(tot_nll / max(tot_n, 1)), "valid_perplexity": valid,
@@ -249,40 +389,47 @@ def train(
             state["best_valid"], state["bad_epochs"], state["best_epoch"] = valid, 0, epoch
             metrics = {"valid_perplexity": valid, "best_epoch": epoch, "epochs_trained": epoch,
                        "wall_time_s": round(state["wall_time"], 1)}
-            save_checkpoint(out, model, name, vocab, metrics=metrics, **meta)
+            if ctx.main:
+                save_checkpoint(out, core, name, vocab, metrics=metrics, **meta)
         else:
             state["bad_epochs"] += 1
             state["lr"] *= tc.lr_decay
             for g in opt.param_groups:
                 g["lr"] = state["lr"]
         state["epoch"] = epoch
-        with log_path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-        _save_resume(out / "resume", model, opt, state)
-        _log(f"epoch {epoch}: train ppl {record['train_perplexity']:.2f}  valid ppl {valid:.2f}"
-             f"  {record['tokens_per_s']} tok/s  {seconds:.0f}s{'  *best*' if improved else ''}")
-    return finalize(out, corpus, tc.eval_batches, state)
+        if ctx.main:
+            with log_path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+            _save_resume(out / "resume", core, opt, state)
+        say(f"epoch {epoch}: train ppl {record['train_perplexity']:.2f}  valid ppl {valid:.2f}"
+            f"  {record['tokens_per_s']} tok/s  {seconds:.0f}s{'  *best*' if improved else ''}")
+    ctx.barrier()  # the checkpoint is written before any rank reads it
+    return finalize(out, corpus, tc.eval_batches, state, ctx)
 
 
-def finalize(out: Path, corpus: str, eval_batches: int | None, state: dict) -> Checkpoint:
-    """Evaluate the best checkpoint on test (and WSJ for English) and store the metrics."""
+def finalize(out: Path, corpus: str, eval_batches: int | None, state: dict, ctx: Context = SINGLE) -> Checkpoint:
+    """Evaluate the best checkpoint on test (and WSJ for English) and store the metrics; in a
+    data-parallel run every rank scores its share and rank 0 writes."""
     ckpt = load_checkpoint(out)
+    model = ckpt.model.to(ctx.device)
     metrics = dict(ckpt.meta.get("metrics", {}))
     evals = {"test": (corpus, "test")}
     if corpus == "brown":
         evals["wsj"] = ("wsj", "test")
     for key, (c, split) in evals.items():
-        split_corpus = load_corpus(c, split)
-        seqs = encode_sentences(split_corpus.sentences, ckpt.vocab)
+        sp = open_split(c, split, ckpt.vocab)
         if eval_batches is not None:
-            seqs = seqs[: eval_batches * 64]
-        sizes = document_sizes(split_corpus.ids[: len(seqs)])
-        metrics[f"{key}_perplexity"] = score(ckpt.model, seqs, sizes).perplexity
+            sp = sp.head(eval_batches * 64)
+        t = score_split(model, sp, ctx.rank, ctx.world_size)
+        nll, tokens = ctx.sum([t.nll, t.tokens])
+        metrics[f"{key}_perplexity"] = ctx.broadcast(math.exp(nll / max(tokens, 1)))
     metrics.update(epochs_trained=state["epoch"], wall_time_s=round(state["wall_time"], 1))
     meta = {k: v for k, v in ckpt.meta.items() if k not in ("format", "format_version", "vizlm_version", "model", "config", "vocab")}
     meta["metrics"] = metrics
-    save_checkpoint(out, ckpt.model, ckpt.name, ckpt.vocab, **meta)
-    _log(f"{ckpt.name}: " + ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items()))
+    if ctx.main:
+        save_checkpoint(out, model, ckpt.name, ckpt.vocab, **meta)
+        _log(f"{ckpt.name}: " + ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items()))
+    ctx.barrier()
     return load_checkpoint(out)
 
 
