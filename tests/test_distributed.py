@@ -123,13 +123,15 @@ def _kill_mid_epoch(data: Path, out: Path, flags: list[str]) -> dict:
     """Start a two-process run and SIGKILL all its processes once it has saved a mid-epoch state."""
     args = ["--data", str(data), "train", *flags, *COMMON, "--out", str(out), "--epochs", "2", "--save-every", "7"]
     proc = subprocess.Popen(_torchrun(2, args), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    state_path = out / "resume" / "state.json"
+    state_path, steps_path = out / "resume" / "state.json", out / "steps.jsonl"
     deadline = time.time() + 120
     try:
         while time.time() < deadline and proc.poll() is None:
-            if state_path.exists() and json.loads(state_path.read_text() or "{}").get("step"):
+            # a saved mid-epoch state, and steps logged after it: the resume must drop those
+            step = json.loads(state_path.read_text() or "{}").get("step", 0) if state_path.exists() else 0
+            if step and steps_path.exists() and steps_path.read_text().count("\n") >= step + 2:
                 break
-            time.sleep(0.005)
+            time.sleep(0.002)
         for pid in [*_descendants(proc.pid), proc.pid]:  # the workers first: a crash, not a shutdown
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -139,11 +141,15 @@ def _kill_mid_epoch(data: Path, out: Path, flags: list[str]) -> dict:
         proc.wait(timeout=30)
     state = json.loads(state_path.read_text())
     assert state["epoch"] == 0 and state["step"] > 0, f"not killed mid-epoch: {state}"
+    assert len(_steps(out)) > state["step"], "no step logged after the saved state"
     return state
 
 
-@pytest.mark.parametrize("flags", [SENTENCE, DOCUMENT], ids=["sentence", "document"])
+@pytest.mark.parametrize("flags", [SENTENCE + ["--batch-size", "4"], DOCUMENT], ids=["sentence", "document"])
 def test_a_run_killed_mid_epoch_resumes_without_losing_anything(data, tmp_path, flags):
+    """SIGKILL to every process of a two-process run once it has saved a state in its first
+    epoch (every 7 steps) and logged steps beyond it; --resume then gives the steps and weights
+    of an uninterrupted run, with two processes or with one."""
     whole = tmp_path / "whole"
     _train(data, whole, flags + ["--epochs", "2", "--save-every", "7"], processes=2)
     cut = tmp_path / "cut"
