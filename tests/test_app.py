@@ -445,12 +445,17 @@ def test_panel_shows_the_read_effect_beside_the_weights():
     assert {m.label: m.value for m in at.metric}["Attention effect"] != metrics["Attention effect"]
 
 
-def test_long_text_effects_are_computed_on_demand():
-    text = " ".join(["the market rose because investors were hopeful and prices fell ."] * 8)  # 96 words: > EFFECT_PAIRS
-    at = explorer(model="amsrn", text=text, target="90")
+def test_slot_effects_are_computed_on_demand():
+    text = " ".join(["the market rose because investors were hopeful and prices fell ."] * 8)  # 88 words
+    at = explorer(model="amsrn", text=text, target="80")
     no_exception(at)
     table = next(d.value for d in at.dataframe if "effect (bits)" in d.value.columns)
-    assert table["effect (bits)"].notna().all()  # this word's slot effects, computed for it alone
+    from vizlm.analysis import analyze
+    from vizlm.checkpoint import load_checkpoint
+
+    full = analyze(load_checkpoint("amsrn"), text, max_effect_pairs=None)  # every slot effect at once
+    for row in table.itertuples(index=False):  # this word's slot effects, computed for it alone
+        assert row[2] == pytest.approx(full.slot_effect_bits[80, int(row[0].split()[0])], abs=1e-5)
     at.segmented_control(key="heat_measure").set_value("effect").run()
     no_exception(at)
     (spec,) = heatmap_specs(at)

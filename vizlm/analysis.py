@@ -404,11 +404,12 @@ def analyze_tokens(
     surfaces = [clean_text(w) for w in surfaces[:MAX_TOKENS]] if surfaces else surfaces
     text = clean_text(text) if text is not None else None
     inputs = _inputs(ckpt, norms)
-    out = ckpt.model(inputs)
+    h = ckpt.model.encode(inputs)  # (1, T, d)
+    out = ckpt.model.head(h)  # = ckpt.model(inputs), keeping h for the effects
     att, gates = out.attention, out.extras.get("gate1")
     read = slots = None
     if effects and att is not None:
-        h, targets = ckpt.model.encode(inputs), _targets(ckpt, norms)  # h: as forward() computed it
+        targets = _targets(ckpt, norms)
         all_slots = max_effect_pairs is None or _pairs(att) <= max_effect_pairs
         read, slots = fx.attention_effects(ckpt.model, h, targets, out=out, slots=all_slots)
         read, slots = read[0], None if slots is None else slots[0]

@@ -34,9 +34,15 @@ ANALYSIS_CACHE_ENTRIES = 64
 HEATMAP_CACHE_ENTRIES = 24
 
 
+# A page view needs the read effect of every word but the slot effects of the selected word only: the
+# analysis computes none (max_effect_pairs=0), row_effect_bits the selected word's, and full_effects all
+# of them when the heat map is coloured by effect or an export asks for them (cached).
+APP_EFFECT_PAIRS = 0
+
+
 @st.cache_data(show_spinner=False, max_entries=ANALYSIS_CACHE_ENTRIES)
 def _analyze_text(name: str, key: str, text: str) -> SentenceAnalysis:
-    return analyze(get_checkpoint(name), text)
+    return analyze(get_checkpoint(name), text, max_effect_pairs=APP_EFFECT_PAIRS)
 
 
 def analyze_text(name: str, text: str) -> SentenceAnalysis:
@@ -105,7 +111,8 @@ def load_corpus_cached(corpus: str, split: str) -> Corpus:
 def _analyze_corpus_sentence(name: str, key: str, corpus: str, split: str, index: int) -> SentenceAnalysis:
     c = load_corpus_cached(corpus, split)
     surfaces = [w.replace("_", " ") for w in c.originals[index]]
-    return analyze_tokens(get_checkpoint(name), c.sentences[index], surfaces, tags=c.tags[index])
+    # the gallery draws the weights: no effects (the report has each example's)
+    return analyze_tokens(get_checkpoint(name), c.sentences[index], surfaces, tags=c.tags[index], effects=False)
 
 
 def analyze_corpus_sentence(name: str, corpus: str, split: str, index: int) -> SentenceAnalysis:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from vizlm.app.results import full_effects, heatmap_spec
+from vizlm.analysis import with_slot_effects
+from vizlm.app.checkpoints import get_checkpoint
+from vizlm.app.results import heatmap_spec
 from vizlm.app.widgets import analysis_downloads, chart_downloads, md_escape, show_chart
 from vizlm.export import chart_html, safe_filename
 from vizlm.plots import (
@@ -26,6 +28,13 @@ def highlight_page(sa, target: int, threshold: float | None, top_k: int | None) 
 
 
 MEASURE_LABELS = {"weight": "Attention weight", "effect": "Effect on P(word)"}  # the heat map's colour
+
+
+def _with_effects(name: str, sa):
+    """For a download: ``sa`` with every slot effect, computed when the button is clicked (the page
+    itself computes the selected word's only)."""
+    ckpt = get_checkpoint(name)
+    return lambda: with_slot_effects(ckpt, sa)
 
 
 def render_heatmaps(analyses: dict, text: str, threshold: float | None, top_k: int | None) -> None:
@@ -48,15 +57,13 @@ def render_heatmaps(analyses: dict, text: str, threshold: float | None, top_k: i
                    "earlier word). Brighter = more attention; outlined cells are the highlighted ones. Hover a cell for its "
                    "weight. Both models use the same colour scale; a map wider than the page scrolls sideways.")
     for name, sa in shown.items():  # one under the other: two side by side do not fit a column
-        if measure == "effect" and sa.slot_effects is None:  # a long text: every slot's effect, once
+        if measure == "effect" and sa.slot_effects is None:  # every slot's effect, once per text (cached)
             with st.spinner(f"Computing the effect of every memory slot for {name}…", show_time=True):
                 spec = heatmap_spec(name, text, threshold, top_k, measure)
         else:
             spec = heatmap_spec(name, text, threshold, top_k, measure)
         st.vega_lite_chart(spec, width="content", theme=None)
-        if measure == "effect":
-            sa = full_effects(name, text)  # cached: the one the map was drawn from
-        analysis_downloads(sa, threshold, top_k, key=f"heat_{name}", measure=measure)
+        analysis_downloads(sa, threshold, top_k, key=f"heat_{name}", measure=measure, full=_with_effects(name, sa))
 
 
 def render_surprisal(analyses: dict) -> None:
@@ -95,7 +102,7 @@ def render_data(analyses: dict, target: int, threshold: float | None, top_k: int
     for name, sa in analyses.items():
         st.markdown(f"**{md_escape(name)}** · perplexity {sa.perplexity:.1f}")
         st.html(sentence_strip_html(sa, selected=target))
-        analysis_downloads(sa, threshold, top_k, key=f"data_{name}")
+        analysis_downloads(sa, threshold, top_k, key=f"data_{name}", full=_with_effects(name, sa))
         if sa.attention is not None:
             st.download_button("Highlighted sentence + heat map (standalone HTML)", data=lambda sa=sa: highlight_page(sa, target, threshold, top_k),
                                file_name=safe_filename(f"{name}-highlight-{sa.text[:20]}") + ".html", mime="text/html",

@@ -69,11 +69,14 @@ def chart_downloads(chart, stem: str, key: str, frame=None, title: str = "vizlm"
     download_row(items, key)
 
 
-def analysis_downloads(sa, threshold: float | None, top_k: int | None, key: str, measure: str = "weight") -> None:
+def analysis_downloads(sa, threshold: float | None, top_k: int | None, key: str, measure: str = "weight",
+                       full: Callable | None = None) -> None:
     """The five export formats of one analysis (:func:`vizlm.export.export_analysis`); the pictures
-    are the heat map coloured by ``measure``."""
+    are the heat map coloured by ``measure``. ``full()``, if given, returns the analysis to export
+    (e.g. ``sa`` with every slot effect), made only when a button is clicked."""
     stem = safe_filename(f"{sa.model}-{'effects-' if measure == 'effect' else ''}{sa.text[:30]}")
-    download_row([(fmt.upper(), (lambda f=fmt: export_analysis(sa, f, threshold=threshold, top_k=top_k, measure=measure)),
+    full = full or (lambda: sa)
+    download_row([(fmt.upper(), (lambda f=fmt: export_analysis(full(), f, threshold=threshold, top_k=top_k, measure=measure)),
                    f"{stem}.{fmt}", MIME[fmt]) for fmt in FORMATS], key)
 
 
