@@ -21,13 +21,11 @@ import torch
 from torch import nn
 
 from vizlm.models.base import (
-    AttentionLM,
     BaseConfig,
+    StateMemoryLM,
     check_memory,
     check_weights,
     masked_softmax,
-    memory_of,
-    slot_mask,
 )
 
 SELECTIONS = ("none", "independent", "shared", "complementary")
@@ -48,7 +46,7 @@ class AMSRNConfig(BaseConfig):
             raise ValueError("entropy_weight must be >= 0")
 
 
-class AMSRN(AttentionLM):
+class AMSRN(StateMemoryLM):
 
     def __init__(self, config: AMSRNConfig):
         super().__init__(config)
@@ -76,26 +74,13 @@ class AMSRN(AttentionLM):
         g2 = torch.sigmoid(self.gate2(h))  # complementary
         return 1 - g2, g2
 
-    def memory_size(self) -> int:
-        if self.config.memory is None:
-            raise ValueError("a state needs a finite memory: set `memory` (document context: 100)")
-        return self.config.memory
-
-    def window_size(self) -> int | None:
-        return self.config.memory
-
     def attend(
         self, h: torch.Tensor, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None,
         weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         # h: LSTM outputs (B, T, d); memory: carried slots (B, M, d)
         B, T, _ = h.shape
-        if memory is None:
-            mem = memory_of(h)  # (B, S=T, d)
-            mask = slot_mask(T, self.window_size(), device=h.device)  # (T, S)
-        else:
-            mem = torch.cat([memory, h[:, :-1]], 1)  # (B, S=M+T-1, d)
-            mask = slot_mask(T, self.window_size(), h.device, carried=memory.shape[1], valid=valid)  # (B, T, S)
+        mem, mask = self.memory_slots(h, memory, valid)  # (B, S, d), (T, S) or (B, T, S)
         g1, g2 = self.gates(h)  # (B, T, d)
         if weights is None:
             query = g1 * self.key(h)  # (B, T, d)

@@ -349,3 +349,29 @@ class AttentionLM(RecurrentLM):
         """:meth:`RecurrentLM.head`; ``weights`` (B, T, S) replace the attention weights (see :meth:`attend`)."""
         read, alpha, extras = self.attend(h, memory, valid, weights)  # (B, T, k), (B, T, S)
         return LMOutput(self.readout(h, read), alpha, extras)
+
+
+class StateMemoryLM(AttentionLM):
+    """Attention over the LSTM's own earlier states (AMSRN, Salton): the whole sentence, or in
+    document context the last ``config.memory`` states carried across segments."""
+
+    def memory_size(self) -> int:
+        if self.config.memory is None:
+            raise ValueError("a state needs a finite memory: set `memory` (document context: 100)")
+        return self.config.memory
+
+    def window_size(self) -> int | None:
+        return self.config.memory
+
+    def memory_slots(
+        self, h: torch.Tensor, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The slots a segment may attend to and which each row may use: (B, S, d), (T, S) or (B, T, S)."""
+        T = h.shape[1]
+        if memory is None:
+            mem = memory_of(h)  # (B, S=T, d)
+            mask = slot_mask(T, self.window_size(), device=h.device)  # (T, S)
+        else:
+            mem = torch.cat([memory, h[:, :-1]], 1)  # (B, S=M+T-1, d)
+            mask = slot_mask(T, self.window_size(), h.device, carried=memory.shape[1], valid=valid)  # (B, T, S)
+        return mem, mask

@@ -14,13 +14,11 @@ import torch
 from torch import nn
 
 from vizlm.models.base import (
-    AttentionLM,
     BaseConfig,
+    StateMemoryLM,
     check_memory,
     check_weights,
     masked_softmax,
-    memory_of,
-    slot_mask,
 )
 
 SCORES = ("single", "combined")
@@ -38,7 +36,7 @@ class SaltonConfig(BaseConfig):
             raise ValueError(f"unknown score {self.score!r}; valid: {', '.join(SCORES)}")
 
 
-class SaltonLM(AttentionLM):
+class SaltonLM(StateMemoryLM):
 
     def __init__(self, config: SaltonConfig):
         super().__init__(config)
@@ -50,26 +48,13 @@ class SaltonLM(AttentionLM):
         self.decoder = nn.Linear(d, config.vocab_size)
         self.reset_parameters()
 
-    def memory_size(self) -> int:
-        if self.config.memory is None:
-            raise ValueError("a state needs a finite memory: set `memory` (document context: 100)")
-        return self.config.memory
-
-    def window_size(self) -> int | None:
-        return self.config.memory
-
     def attend(
         self, h: torch.Tensor, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None,
         weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         # h: LSTM outputs (B, T, d); memory: carried slots (B, M, d)
         B, T, _ = h.shape
-        if memory is None:
-            mem = memory_of(h)  # (B, S=T, d)
-            mask = slot_mask(T, self.window_size(), device=h.device)  # (T, S)
-        else:
-            mem = torch.cat([memory, h[:, :-1]], 1)  # (B, S=M+T-1, d)
-            mask = slot_mask(T, self.window_size(), h.device, carried=memory.shape[1], valid=valid)  # (B, T, S)
+        mem, mask = self.memory_slots(h, memory, valid)  # (B, S, d), (T, S) or (B, T, S)
         if weights is None:
             pre = self.w_s(mem)[:, None, :, :]  # (B, 1, S, d)
             if self.w_q is not None:
