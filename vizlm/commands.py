@@ -135,9 +135,9 @@ def _source(p) -> None:
 
 
 def _device(p) -> None:
-    p.add_argument("--device", choices=DEVICES, default="cpu",
-                   help="where the models run: cpu (default), cuda, or auto (the GPU when there is one); under "
-                        "torchrun every process scores its share of a --corpus split and rank 0 prints")
+    p.add_argument("--device", choices=DEVICES, default="auto",
+                   help="where the models run: auto (the GPU when CUDA is available, else the CPU), cpu or cuda; "
+                        "under torchrun every process scores its share of a --corpus split and rank 0 prints")
 
 
 def _highlight_mode(p) -> None:

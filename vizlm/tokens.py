@@ -56,7 +56,7 @@ from vizlm.data import (
 )
 from vizlm.distributed import shard
 
-DEFAULT_CHUNK_TOKENS = 2**21  # 2M tokens: ~8 MB of ids, ~50 MB of batches; Brown train (1M) is one chunk
+DEFAULT_CHUNK_TOKENS = 2**21  # 2M tokens: 4-8 MB of ids, tens of MB of batches; Brown train (1M) is one chunk
 _INDEX_BLOCK = 2**16  # rows of the documents index read at a time when cutting chunks
 SUFFIXES = {"tokens": "tokens.npy", "sentences": "sentences.npy", "documents": "documents.npy", "meta": "tokens.json"}
 
