@@ -375,7 +375,26 @@ def _chunk_seed(seed: int, c: int) -> int:
     return seed + 1_000_003 * c  # chunk 0 keeps the epoch's seed: one chunk batches as in memory
 
 
-class SentenceEpoch:
+class _Epoch:
+    """An epoch as global steps over the chunks of a split, in ``order``; ``counts[c]`` steps in chunk ``c``."""
+
+    order: list[int]
+    counts: list[int]
+
+    def __len__(self) -> int:
+        return sum(self.counts)
+
+    def _chunks_from(self, start: int) -> Iterator[tuple[int, int]]:
+        """``(chunk, its first global step)`` for the chunks holding steps ``>= start``, in epoch order
+        (a resumed epoch reads none of the chunks before its position)."""
+        k = 0
+        for c in self.order:
+            if k + self.counts[c] > start:
+                yield c, k
+            k += self.counts[c]
+
+
+class SentenceEpoch(_Epoch):
     """The length-bucketed batches of an epoch (:func:`vizlm.data.bucket_batches` per chunk)."""
 
     def __init__(self, split: TokenSplit, batch_size: int, seed: int, shuffle: bool = True,
@@ -385,16 +404,9 @@ class SentenceEpoch:
         self.order = _chunk_order(len(self.chunks), shuffle, seed)
         self.counts = [-(-(c.s1 - c.s0) // batch_size) for c in self.chunks]
 
-    def __len__(self) -> int:
-        return sum(self.counts)
-
     def steps(self, rank: int = 0, world: int = 1, start: int = 0) -> Iterator[Step]:
         """Global steps ``start, start + 1, ...``: this rank's sentences of each batch."""
-        k = 0
-        for c in self.order:
-            if k + self.counts[c] <= start:
-                k += self.counts[c]
-                continue
+        for c, k in self._chunks_from(start):
             data = self.split.read(self.chunks[c])
             lengths = data.lengths()
             for idx in bucket_batches(lengths, self.batch_size, self.shuffle, _chunk_seed(self.seed, c)):
@@ -405,7 +417,7 @@ class SentenceEpoch:
                 k += 1
 
 
-class DocumentEpoch:
+class DocumentEpoch(_Epoch):
     """The document streams of an epoch (:func:`vizlm.data.document_plan` per chunk)."""
 
     def __init__(self, split: TokenSplit, streams: int, bptt: int, seed: int, shuffle: bool = True,
@@ -422,16 +434,9 @@ class DocumentEpoch:
     def _plan(self, c: int, sizes: list[int]):
         return document_plan(sizes, self.streams, self.bptt, self.shuffle, _chunk_seed(self.seed, c))
 
-    def __len__(self) -> int:
-        return sum(self.counts)
-
     def steps(self, rank: int = 0, world: int = 1, start: int = 0) -> Iterator[Step]:
         """Global steps ``start, start + 1, ...``: this rank's streams (``rank, rank + world, ...``)."""
-        k = 0
-        for c in self.order:
-            if k + self.counts[c] <= start:
-                k += self.counts[c]
-                continue
+        for c, k in self._chunks_from(start):
             data = self.split.read(self.chunks[c])
             plan = self._plan(c, data.document_targets())
             inputs = data.running_inputs()
