@@ -12,7 +12,8 @@ import torch
 from conftest import ATTENTION_MODELS, all_variants, tiny_model
 from reference import reference_document
 
-from vizlm.data import SPECIALS, Vocab, document_batches, document_sizes, document_tokens, split_documents
+from vizlm.data import (SPECIALS, Vocab, document_batches, document_plan, document_sizes, document_tokens,
+                        split_documents)
 from vizlm.evaluate import score, score_documents, score_sentences
 from vizlm.models import make_config
 from vizlm.models.base import slot_mask
@@ -188,6 +189,36 @@ def test_document_batches_cover_every_target_once(streams, bptt, shuffle):
             assert (seg.targets[b][~real[b]] == 0).all()
             seen += pos
     assert sorted(seen) == list(range(len(targets)))
+
+
+@pytest.mark.parametrize("streams,bptt,shuffle", [(3, 4, False), (2, 1, True), (64, 20, True), (5, 3, True)])
+def test_balanced_plan_keeps_every_stream_busy(streams, bptt, shuffle):
+    """Training's layout: the segments cut into equal runs, every target read once and in order
+    within a stream; a reset at each document start and at each stream's start, nowhere else;
+    every step but the last ones reads every stream."""
+    docs = random_docs(0)
+    sizes = [len(document_tokens(d)) - 1 for d in docs]
+    first = [sum(sizes[:d]) for d in range(len(docs))]
+    plan = document_plan(sizes, streams, bptt, shuffle, seed=3, balance=True)
+    whole = document_plan(sizes, streams, bptt, shuffle, seed=3)
+    n_segments = int((whole.length > 0).sum())
+    assert len(plan) == -(-n_segments // plan.start.shape[1])  # the fewest steps the segments fit in
+    assert len(plan) <= len(whole)
+    assert set(plan.active) <= {plan.start.shape[1], plan.start.shape[1] - 1}  # only the last stream ends early
+    seen = []
+    for b in range(plan.start.shape[1]):
+        for k in range(len(plan)):
+            n = int(plan.length[k, b])
+            if not n:
+                assert not plan.length[k:, b].any()  # a stream only stops at its end
+                break
+            s0 = int(plan.start[k, b])
+            continues = k > 0 and int(plan.start[k - 1, b] + plan.length[k - 1, b]) == s0 and s0 not in first
+            assert bool(plan.starts[k, b]) == (not continues)  # reset unless the stream reads on in its document
+            seen += range(s0, s0 + n)
+    assert sorted(seen) == list(range(sum(sizes)))
+    cut = int(plan.starts.sum()) - sum(1 for n in sizes if n)
+    assert 0 <= cut < plan.start.shape[1]  # at most one cut document per stream boundary
 
 
 @pytest.mark.parametrize("name,kw", VARIANTS)

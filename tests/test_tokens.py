@@ -72,7 +72,8 @@ def test_files_hold_the_text_and_its_documents(data):
     assert wsj.source == str(data / "wsj")
 
 
-def test_one_chunk_batches_exactly_as_in_memory(data):
+@pytest.mark.parametrize("balance", [False, True])
+def test_one_chunk_batches_exactly_as_in_memory(data, balance):
     stored = TokenSplit.open(data / "brown", "train")
     seqs, sizes = _text_split(data, "train")
     steps = list(SentenceEpoch(stored, 16, seed=7).steps())
@@ -81,8 +82,8 @@ def test_one_chunk_batches_exactly_as_in_memory(data):
     for step, (idx, inputs, targets) in zip(steps, batches):
         assert torch.equal(step.inputs, inputs) and torch.equal(step.targets, targets)
         assert step.tokens == int((targets != 0).sum())
-    segs = document_batches(split_documents(seqs, sizes), 5, 9, shuffle=True, seed=7)
-    steps = list(DocumentEpoch(stored, 5, 9, seed=7).steps())
+    segs = document_batches(split_documents(seqs, sizes), 5, 9, shuffle=True, seed=7, balance=balance)
+    steps = list(DocumentEpoch(stored, 5, 9, seed=7, balance=balance).steps())
     assert len(steps) == len(segs)
     for step, seg in zip(steps, segs):
         assert torch.equal(step.inputs, seg.inputs) and torch.equal(step.targets, seg.targets)

@@ -421,8 +421,9 @@ class DocumentEpoch(_Epoch):
     """The document streams of an epoch (:func:`vizlm.data.document_plan` per chunk)."""
 
     def __init__(self, split: TokenSplit, streams: int, bptt: int, seed: int, shuffle: bool = True,
-                 max_tokens: int | None = None):
+                 max_tokens: int | None = None, balance: bool = True):
         self.split, self.streams, self.bptt, self.seed, self.shuffle = split, streams, bptt, seed, shuffle
+        self.balance = balance  # equal streams (document_plan(balance=True)): the layout training reads
         self.chunks = split.chunks(max_tokens)
         self.order = _chunk_order(len(self.chunks), shuffle, seed)
         self.counts = [len(self._plan(c, self._sizes(c))) for c in range(len(self.chunks))]
@@ -432,7 +433,7 @@ class DocumentEpoch(_Epoch):
         return np.diff(np.asarray(self.split._documents[ch.d0 : ch.d1 + 1])[:, 1]).tolist()
 
     def _plan(self, c: int, sizes: list[int]):
-        return document_plan(sizes, self.streams, self.bptt, self.shuffle, _chunk_seed(self.seed, c))
+        return document_plan(sizes, self.streams, self.bptt, self.shuffle, _chunk_seed(self.seed, c), self.balance)
 
     def steps(self, rank: int = 0, world: int = 1, start: int = 0) -> Iterator[Step]:
         """Global steps ``start, start + 1, ...``: this rank's streams (``rank, rank + world, ...``)."""
