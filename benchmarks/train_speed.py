@@ -34,7 +34,13 @@ GOAL = 0.9
 
 
 def _anchor_data(folder: Path, batches: int) -> None:
-    """Brown train (first ``batches`` x BATCH x BPTT tokens and a little more), valid, test, as the anchor reads them."""
+    """Brown train (first ``batches`` x BATCH x BPTT tokens and a little more), valid, test, as the anchor reads them.
+
+    The anchor builds its output layer from the words of these files; the first batches of
+    train hold only ~7,500 of the 10,000, so valid ends with a line of every word of the
+    vocabulary (but ``</s>``, for which the anchor has its own ``<eos>``): both output layers
+    are 10,000 wide, as in a real run.
+    """
     from vizlm.data import Vocab, load_corpus
 
     vocab = Vocab.for_corpus("brown")
@@ -46,6 +52,8 @@ def _anchor_data(folder: Path, batches: int) -> None:
             n += len(sent) + 1
             if n > limit:
                 break
+        if split == "valid":
+            lines.append(" ".join(w for w in vocab.itos if w != vocab.itos[Vocab.eos_id]))
         (folder / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
