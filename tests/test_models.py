@@ -166,3 +166,51 @@ def test_match_params_fails_clearly_when_no_size_is_close():
 
     with pytest.raises(ValueError, match=r"cannot match lstm to kvp .* within ±2%: the closest, hidden_dim 2"):
         match_parameters("lstm", {"vocab_size": 40, "emb_dim": 6, "hidden_dim": 1}, reference="kvp")
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("rows", [1, 7, 256, 600])
+def test_fused_output_loss_equals_cross_entropy(rows, bias):
+    """The chunked output-layer loss (training) and per-token NLL (evaluation) equal
+    ``F.cross_entropy`` over the multiplied-out logits, padding ignored, gradients included,
+    across chunk boundaries (rows of 256)."""
+    import torch.nn.functional as F
+
+    from vizlm.models.base import Readout
+
+    g = torch.Generator().manual_seed(rows)
+    x = torch.randn(2, rows, 12, generator=g, dtype=torch.float64, requires_grad=True)
+    w = (torch.randn(50, 12, generator=g, dtype=torch.float64) / 3).requires_grad_()
+    b = torch.randn(50, generator=g, dtype=torch.float64).requires_grad_() if bias else None
+    t = torch.randint(0, 50, (2, rows), generator=g)
+    t[0, -1] = 0  # padding
+    r = Readout(x, w, b)
+    logits = r.logits()
+    ref = F.cross_entropy(logits.flatten(0, 1), t.reshape(-1), ignore_index=0, reduction="sum")
+    params = [p for p in (x, w, b) if p is not None]
+    want = torch.autograd.grad(ref, params)
+    got_loss = r.nll(t)
+    got = torch.autograd.grad(got_loss * 1.5, params)  # a scale on the loss reaches every gradient
+    torch.testing.assert_close(got_loss, ref)
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, 1.5 * e)
+    tok = F.cross_entropy(logits.flatten(0, 1), t.reshape(-1), ignore_index=0, reduction="none").view(t.shape)
+    torch.testing.assert_close(r.token_nll(t), tok.detach())
+    assert (r.token_nll(t)[t == 0] == 0).all()
+    assert torch.autograd.gradcheck(lambda x_, w_: Readout(x_, w_, None).nll(t[:, :5]), (x[:, :5].detach().requires_grad_(),
+                                                                                       w.detach().requires_grad_()))
+
+
+@pytest.mark.parametrize("name,kw", all_variants())
+def test_output_loss_matches_for_every_family(name, kw):
+    """Training's loss through each family's output layer equals cross-entropy over its logits."""
+    import torch.nn.functional as F
+
+    model = tiny_model(name, **kw)
+    V = model.config.vocab_size
+    g = torch.Generator().manual_seed(1)
+    inputs, targets = torch.randint(4, V, (3, 9), generator=g), torch.randint(0, V, (3, 9), generator=g)
+    out = model(inputs)
+    assert out.readout is not None  # every family's loss goes through the fused output layer
+    ref = F.cross_entropy(out.logits.flatten(0, 1), targets.reshape(-1), ignore_index=0, reduction="sum")
+    torch.testing.assert_close(out.nll(targets), ref)

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from vizlm.data import document_batches, document_plan, iter_batches, plan_batches, plan_segment, split_documents
@@ -77,9 +76,7 @@ def score_sentences(model: nn.Module, seqs: list[list[int]], batch_size: int = 1
     device = _device(model)
     for idx, inputs, targets in iter_batches(seqs, batch_size, max_tokens=EVAL_MAX_TOKENS):
         targets = targets.to(device)
-        logits = model(inputs.to(device)).logits  # (B, T, V)
-        tok = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=0, reduction="none")
-        tok = tok.view(targets.shape)  # (B, T)
+        tok = model(inputs.to(device)).token_nll(targets)  # (B, T), 0 at padding
         per = tok.sum(1).double().cpu()  # (B,)
         for b, i in enumerate(idx):
             nll[i] = float(per[b])
@@ -127,9 +124,7 @@ def _read_documents(model: nn.Module, segments):
             state = model.initial_state(seg.inputs.shape[0])
         out = model(seg.inputs.to(device), state.narrow(seg.inputs.shape[0]).reset(seg.starts))
         state = out.state
-        logits = out.logits  # (B, T, V)
-        tok = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), seg.targets.to(device).reshape(-1), reduction="none")
-        yield seg, tok.view(seg.targets.shape).cpu()  # (B, T)
+        yield seg, out.token_nll(seg.targets.to(device)).cpu()  # (B, T)
 
 
 @torch.no_grad()
@@ -157,9 +152,7 @@ def score_split(model: nn.Module, split: TokenSplit, rank: int = 0, world: int =
         for j in shard(len(batches), (rank - first) % world, world):
             inputs, targets = data.collate(batches[j])
             targets = targets.to(device)
-            logits = model(inputs.to(device)).logits  # (B, T, V)
-            nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=0,
-                                  reduction="sum")
+            nll = model(inputs.to(device)).token_nll(targets).sum(dtype=torch.float64)
             total += Totals(float(nll), int((targets != 0).sum()), len(batches[j]))
     model.train(was_training)
     return total
@@ -191,10 +184,8 @@ def sentence_nll_split(model: nn.Module, split: TokenSplit, rank: int = 0, world
         first, done = done, done + len(batches)
         for j in shard(len(batches), (rank - first) % world, world):
             inputs, targets = data.collate(batches[j])
-            logits = model(inputs.to(device)).logits  # (B, T, V)
-            tok = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.to(device).reshape(-1), ignore_index=0,
-                                  reduction="none")
-            out[np.asarray(batches[j]) + chunk.s0] = tok.view(targets.shape).sum(1).double().cpu().numpy()
+            tok = model(inputs.to(device)).token_nll(targets.to(device))  # (B, T)
+            out[np.asarray(batches[j]) + chunk.s0] = tok.sum(1).double().cpu().numpy()
     model.train(was_training)
     return out
 

@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
@@ -89,8 +88,7 @@ def output_loss(
     ``denominator`` replaces that count: data-parallel training passes the step's tokens over
     all ranks divided by the world size (module docstring).
     """
-    logits = out.logits  # (B, T, V); flat view keeps log_softmax on the contiguous axis
-    nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=0, reduction="sum")
+    nll = out.nll(targets)  # fused with the output layer: the (B, T, V) logits are never stored
     n = int((targets != 0).sum())
     d = max(n, 1) if denominator is None else denominator
     loss = nll / d

@@ -22,6 +22,7 @@ from torch import nn
 
 from vizlm.models.base import (
     BaseConfig,
+    Readout,
     StateMemoryLM,
     check_memory,
     check_weights,
@@ -93,10 +94,10 @@ class AMSRN(StateMemoryLM):
         extras = {} if self.config.selection == "none" else {"gate1": g1, "gate2": g2}
         return read, alpha, extras
 
-    def readout(self, h: torch.Tensor, read: torch.Tensor) -> torch.Tensor:
-        # W_ph h_t + b + W_pr r_t as one fused multiply-add: no second (B, T, V) temporary.
-        logits = torch.addmm(self.decoder(h).flatten(0, 1), read.flatten(0, 1), self.read_proj.weight.t())
-        return logits.view(*h.shape[:2], -1)  # (B, T, V)
+    def output_layer(self, h: torch.Tensor, read: torch.Tensor) -> Readout:
+        # W_ph h_t + W_pr r_t + b as one product: [W_ph W_pr] [h_t; r_t] + b
+        return Readout(torch.cat([h, read], -1), torch.cat([self.decoder.weight, self.read_proj.weight], 1),
+                       self.decoder.bias)  # logits (B, T, V)
 
     def shift_logits(self, logits: torch.Tensor, read_change: torch.Tensor) -> torch.Tensor:
         """``logits`` (P, V), changed in place, after the read changes by ``read_change`` (P, d): the read enters

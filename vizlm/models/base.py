@@ -21,7 +21,7 @@ state ``h_0``, so a sentence read without a state is the special case ``M = 1``:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -103,15 +103,116 @@ class State:
         )
 
 
-@dataclass
-class LMOutput:
-    """What every model returns for a batch."""
+LOSS_CHUNK = 256  # rows of logits the fused loss computes at once: 256 x 10k words (10 MB) stay in the CPU cache
 
-    logits: torch.Tensor  # (B, T, V) next-word logits
-    attention: torch.Tensor | None = None  # (B, T, S) weights over memory slots, rows sum to 1; S = T from
-    # a zero state, S = M + T - 1 after a State carrying M slots (module docstring)
-    extras: dict[str, torch.Tensor] = field(default_factory=dict)  # e.g. AMSRN gates (B, T, d)
-    state: State | None = None  # after the segment, when forward() was given a state
+
+class _LinearNLL(torch.autograd.Function):
+    """Summed NLL of ``softmax(x W^T + b)`` at ``targets`` (id 0 ignored), chunk by chunk.
+
+    The (N, V) logits are never stored: each chunk of rows is multiplied out, turned into
+    its NLL and, when gradients are wanted, at once into its gradient (softmax minus one-hot),
+    which is multiplied back into the gradients of ``x``, ``W`` and ``b``. On the CPU that is
+    2-3x faster than ``F.cross_entropy`` over stored logits (their 90 MB per batch of 64 x 35
+    go through memory five times: product, log-softmax, its backward, the zero-filled NLL
+    gradient, the products back) and equal to it up to float rounding (tests/test_models.py).
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, targets):  # x (N, F), weight (V, F), bias (V,) or None, targets (N,)
+        grads = any(ctx.needs_input_grad[:3])
+        gx = torch.zeros_like(x) if ctx.needs_input_grad[0] else None
+        gw = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
+        gb = torch.zeros_like(bias) if bias is not None and ctx.needs_input_grad[2] else None
+        total = x.new_zeros((), dtype=torch.float64)
+        for s in range(0, x.shape[0], LOSS_CHUNK):
+            xc, tc = x[s : s + LOSS_CHUNK], targets[s : s + LOSS_CHUNK]
+            z = torch.log_softmax(F.linear(xc, weight, bias), 1)  # (n, V)
+            real = (tc != 0).to(z.dtype)  # (n,)
+            total += -(z.gather(1, tc[:, None])[:, 0] * real).sum(dtype=torch.float64)
+            if not grads:
+                continue
+            z.exp_().mul_(real[:, None])  # d NLL / d logits = softmax - one-hot, on real rows only
+            z.scatter_add_(1, tc[:, None], -real[:, None])
+            if gx is not None:
+                torch.mm(z, weight, out=gx[s : s + LOSS_CHUNK])
+            if gw is not None:
+                gw.addmm_(z.t(), xc)
+            if gb is not None:
+                gb.add_(z.sum(0))
+        ctx.save_for_backward(gx, gw, gb)
+        return total.to(x.dtype)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        gx, gw, gb = ctx.saved_tensors
+        return tuple(None if g is None else g * grad for g in (gx, gw, gb)) + (None,)
+
+
+@dataclass
+class Readout:
+    """A model's output layer before it is applied: ``logits = features @ weight.T + bias``.
+
+    Kept apart so that training's loss (:meth:`nll`) and evaluation's per-token scores
+    (:meth:`token_nll`) never hold the (B, T, V) logits; :meth:`logits` multiplies them out.
+    """
+
+    features: torch.Tensor  # (B, T, F)
+    weight: torch.Tensor  # (V, F)
+    bias: torch.Tensor | None = None  # (V,)
+
+    def logits(self) -> torch.Tensor:
+        return F.linear(self.features, self.weight, self.bias)  # (B, T, V)
+
+    def nll(self, targets: torch.Tensor) -> torch.Tensor:
+        """Summed NLL over the targets (B, T) that are not padding (id 0), differentiable."""
+        return _LinearNLL.apply(self.features.flatten(0, 1), self.weight, self.bias, targets.reshape(-1))
+
+    @torch.no_grad()
+    def token_nll(self, targets: torch.Tensor) -> torch.Tensor:
+        """NLL of every target (B, T) (0 at padding), chunk by chunk: (B, T)."""
+        x, t = self.features.flatten(0, 1), targets.reshape(-1)
+        out = torch.empty(t.shape, dtype=x.dtype, device=x.device)
+        for s in range(0, x.shape[0], LOSS_CHUNK):
+            z = torch.log_softmax(F.linear(x[s : s + LOSS_CHUNK], self.weight, self.bias), 1)
+            out[s : s + LOSS_CHUNK] = -z.gather(1, t[s : s + LOSS_CHUNK, None])[:, 0]
+        return out.masked_fill_(t == 0, 0.0).view(targets.shape)
+
+
+class LMOutput:
+    """What every model returns for a batch: the output layer (:class:`Readout`), its logits
+    (multiplied out when first asked for), the attention weights and per-step extras, and the
+    state after the segment."""
+
+    def __init__(self, readout: Readout | torch.Tensor, attention: torch.Tensor | None = None,
+                 extras: dict[str, torch.Tensor] | None = None, state: State | None = None):
+        self.readout = readout if isinstance(readout, Readout) else None
+        self._logits = None if isinstance(readout, Readout) else readout  # (B, T, V), given or computed
+        self.attention = attention  # (B, T, S) weights over memory slots, rows sum to 1; S = T from a zero
+        # state, S = M + T - 1 after a State carrying M slots (module docstring)
+        self.extras = extras if extras is not None else {}  # e.g. AMSRN gates (B, T, d)
+        self.state = state  # after the segment, when forward() was given a state
+
+    @property
+    def logits(self) -> torch.Tensor:
+        """Next-word logits (B, T, V)."""
+        if self._logits is None:
+            self._logits = self.readout.logits()
+        return self._logits
+
+    def nll(self, targets: torch.Tensor) -> torch.Tensor:
+        """Summed NLL of the non-padding ``targets`` (B, T), differentiable (fused when no logits are held)."""
+        if self._logits is None:
+            return self.readout.nll(targets)
+        return F.cross_entropy(self._logits.flatten(0, 1), targets.reshape(-1), ignore_index=0, reduction="sum")
+
+    def token_nll(self, targets: torch.Tensor) -> torch.Tensor:
+        """NLL of every target (B, T), 0 at padding (id 0); no gradient."""
+        if self._logits is None:
+            return self.readout.token_nll(targets)
+        with torch.no_grad():
+            tok = F.cross_entropy(self._logits.flatten(0, 1), targets.reshape(-1), ignore_index=0, reduction="none")
+        return tok.view(targets.shape)
 
 
 def slot_mask(
@@ -337,10 +438,14 @@ class AttentionLM(RecurrentLM):
         """
         raise NotImplementedError
 
-    def readout(self, h: torch.Tensor, read: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
-        """Logits (B, T, V) from LSTM outputs ``h`` (B, T, d) and reads (B, T, k), row by row:
-        row ``t`` depends on ``h[:, t]`` and ``read[:, t]`` only."""
+    def output_layer(self, h: torch.Tensor, read: torch.Tensor) -> Readout:  # pragma: no cover - abstract
+        """The output layer (:class:`Readout`) for LSTM outputs ``h`` (B, T, d) and reads (B, T, k),
+        row by row: row ``t`` depends on ``h[:, t]`` and ``read[:, t]`` only."""
         raise NotImplementedError
+
+    def readout(self, h: torch.Tensor, read: torch.Tensor) -> torch.Tensor:
+        """Logits (B, T, V) from LSTM outputs ``h`` (B, T, d) and reads (B, T, k) (:meth:`output_layer`)."""
+        return self.output_layer(h, read).logits()
 
     def head(
         self, h: torch.Tensor, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None,
@@ -348,7 +453,7 @@ class AttentionLM(RecurrentLM):
     ) -> LMOutput:
         """:meth:`RecurrentLM.head`; ``weights`` (B, T, S) replace the attention weights (see :meth:`attend`)."""
         read, alpha, extras = self.attend(h, memory, valid, weights)  # (B, T, k), (B, T, S)
-        return LMOutput(self.readout(h, read), alpha, extras)
+        return LMOutput(self.output_layer(h, read), alpha, extras)
 
 
 class StateMemoryLM(AttentionLM):

@@ -21,6 +21,7 @@ from vizlm.models.base import (
     AttentionLM,
     BaseConfig,
     LMOutput,
+    Readout,
     RecurrentLM,
     band,
     band_mask,
@@ -119,10 +120,10 @@ class DanilukLM(AttentionLM):
         read = (alpha[..., None] * values).sum(2)  # (B, T, k): r = Y_t alpha^T
         return read, band_to_slots(alpha, carried=M), {}
 
-    def readout(self, h: torch.Tensor, read: torch.Tensor) -> torch.Tensor:
+    def output_layer(self, h: torch.Tensor, read: torch.Tensor) -> Readout:
         _, _, pred = self.split(h)  # (B, T, k)
         h_star = torch.tanh(self.w_r(read) + self.w_x(pred))  # (B, T, k)
-        return self.decoder(self.drop(h_star))  # (B, T, V)
+        return Readout(self.drop(h_star), self.decoder.weight, self.decoder.bias)  # logits (B, T, V)
 
 
 @dataclass
@@ -174,4 +175,4 @@ class NGramRNN(RecurrentLM):
             parts = torch.cat([memory, h], 1).split(k, dim=-1)  # N-1 x (B, M + T, k)
             shifted = [p[:, M - j : M - j + T] for j, p in enumerate(parts)]  # (B, T, k) each
         h_star = torch.tanh(self.w_n(torch.cat(shifted, -1)))  # (B, T, k)
-        return LMOutput(self.decoder(self.drop(h_star)))
+        return LMOutput(Readout(self.drop(h_star), self.decoder.weight, self.decoder.bias))  # logits (B, T, V)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from vizlm.models.base import BaseConfig, LMOutput, RecurrentLM
+from vizlm.models.base import BaseConfig, LMOutput, Readout, RecurrentLM
 
 
 @dataclass
@@ -23,4 +23,4 @@ class LSTMLM(RecurrentLM):
 
     def head(self, h: torch.Tensor, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None) -> LMOutput:
         # h: LSTM outputs (B, T, d); no memory: the LSTM state alone carries the document
-        return LMOutput(self.decoder(h))  # (B, T, V)
+        return LMOutput(Readout(h, self.decoder.weight, self.decoder.bias))  # logits (B, T, V)

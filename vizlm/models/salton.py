@@ -15,6 +15,7 @@ from torch import nn
 
 from vizlm.models.base import (
     BaseConfig,
+    Readout,
     StateMemoryLM,
     check_memory,
     check_weights,
@@ -67,6 +68,6 @@ class SaltonLM(StateMemoryLM):
         context = alpha @ mem  # (B, T, d): c_t = sum_i a_ti h_i
         return context, alpha, {}
 
-    def readout(self, h: torch.Tensor, read: torch.Tensor) -> torch.Tensor:
+    def output_layer(self, h: torch.Tensor, read: torch.Tensor) -> Readout:
         h_prime = torch.tanh(self.w_c(torch.cat([h, read], -1)))  # (B, T, d)
-        return self.decoder(self.drop(h_prime))  # (B, T, V)
+        return Readout(self.drop(h_prime), self.decoder.weight, self.decoder.bias)  # logits (B, T, V)
