@@ -25,15 +25,17 @@ def test_a_long_text_is_cut_before_it_is_tokenised_or_tagged(amsrn, monkeypatch)
     """100k characters: only MAX_TEXT_CHARS are tokenised and MAX_TOKENS tagged (it used to tag all: seconds)."""
     text = "The dogs in the park are barking because they are hungry . " * 1700  # 100,300 characters
     read, tagged = [], []
-    tokenize, tag = analysis.tokenize, analysis.tag_tokens
-    monkeypatch.setattr(analysis, "tokenize", lambda t: read.append(len(t)) or tokenize(t))
-    monkeypatch.setattr(analysis, "tag_tokens", lambda ws: tagged.append(len(ws)) or tag(ws))
+    split, tag = analysis.passage_sentences, analysis.tag_sentences
+    monkeypatch.setattr(analysis, "passage_sentences", lambda t: read.append(len(t)) or split(t))
+    monkeypatch.setattr(analysis, "tag_sentences", lambda ss: tagged.append(sum(map(len, ss))) or tag(ss))
     sa = analysis.analyze(amsrn, text)
     assert max(read) <= analysis.MAX_TEXT_CHARS < len(text)
     assert tagged == [analysis.MAX_TOKENS]
-    assert len(sa.norms) == len(sa.tags) == analysis.MAX_TOKENS and sa.truncated > 0
+    words = [w for w in sa.norms if w != analysis.BOUNDARY]
+    assert len(words) == analysis.MAX_TOKENS and len(sa.norms) == len(sa.tags) and sa.truncated > 0
+    assert len(sa.boundaries) == analysis.MAX_TOKENS // 12  # a passage: 33 whole sentences and a part of one
     assert any(f"{len(text):,} characters" in n and f"first {analysis.MAX_TOKENS} tokens" in n for n in sa.notes), sa.notes
-    assert text.startswith(sa.text) and all(sa.text[s:e] == w for w, (s, e) in zip(sa.tokens, sa.offsets))
+    assert text.startswith(sa.text) and all(sa.text[s:e] == w for w, (s, e) in zip(sa.tokens, sa.offsets) if w != "</s>")
 
 
 def test_a_text_just_over_the_token_limit_keeps_the_token_note(amsrn):

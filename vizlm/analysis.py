@@ -1,10 +1,10 @@
-"""Sentence analysis: the one computation path behind the CLI, the app and the tests.
+"""Text analysis: the one computation path behind the CLI, the app and the tests.
 
-:func:`analyze` runs a checkpoint on free text (or :func:`analyze_tokens` on a
-corpus sentence) and returns a :class:`SentenceAnalysis`: per predicted word its
-probability, surprisal and top predictions, the attention row over memory slots,
-and AMSRN's selection gates. Everything is plain numpy, so renderers never touch
-a model.
+:func:`analyze` runs a checkpoint on free text, a sentence or a passage of several
+sentences (:func:`analyze_sentences` on consecutive corpus sentences, :func:`analyze_tokens`
+on one), and returns a :class:`SentenceAnalysis`: per predicted word its probability,
+surprisal and top predictions, the attention row over memory slots, and AMSRN's selection
+gates. Everything is plain numpy, so renderers never touch a model.
 
 Rows and slots. The model reads ``<s> w_1 .. w_n`` and predicts ``w_1 .. w_n </s>``:
 row ``r`` (0-based) predicts ``targets[r]``. Memory slot 0 is the start state
@@ -12,6 +12,17 @@ row ``r`` (0-based) predicts ``targets[r]``. Memory slot 0 is the start state
 i.e. ``<s>`` for ``j = 1`` and word ``w_{j-1}`` for ``j >= 2``. Row ``r`` may attend
 to slots ``0..r``: when predicting ``w_{r+1}`` the current word ``w_r`` is the query,
 and the memory holds the words before it.
+
+Passages. The sentences of a passage are joined by a boundary token ``</s>`` (norm and
+surface ``</s>``), so the layout above holds for the whole text: ``w_1 .. w_n`` are the words
+of every sentence with a ``</s>`` between two sentences, and each sentence predicts its words
+and its ``</s>``, as :func:`vizlm.evaluate.score_documents` charges them. How a checkpoint
+reads it is its ``context`` (:data:`READINGS`): a **document** checkpoint reads the passage as
+running text (``<s> s_1 </s> s_2 </s> ...``, :func:`vizlm.data.document_tokens`), its state
+and memory crossing the boundaries (its window still limits each row); a **sentence**
+checkpoint reads each sentence alone from a zero state, so a row attends to the start slot
+0 and its own sentence only (its slot of the boundary before it holds that sentence's ``<s>``):
+its attention matrix is block diagonal (:meth:`SentenceAnalysis.allowed`).
 
 Effects (:mod:`vizlm.models.effects`). For every target of an attention model, the
 **read effect** is ``log P(target)`` with the attention read minus without it (``r_t = 0``)
@@ -24,6 +35,7 @@ prediction very little.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -32,10 +44,10 @@ import numpy as np
 import torch
 
 from vizlm.checkpoint import Checkpoint
-from vizlm.data import BOS, EOS, UNK, iter_batches
+from vizlm.data import BOS, EOS, UNK, collate, iter_batches
 from vizlm.models import effects as fx
-from vizlm.tagger import tag_tokens
-from vizlm.text import MAX_TOKENS, clean_text, cut_point, tokenize
+from vizlm.tagger import tag_sentences
+from vizlm.text import MAX_TOKENS, clean_text, cut_point, passage_sentences
 
 # Longer texts are cut, with a note, to keep the app responsive: to MAX_TOKENS tokens
 # (vizlm.text, where --text-file reading splits at the same length), and before that to
@@ -54,6 +66,12 @@ LN2 = math.log(2)  # nats per bit
 # them when there are at most this many (AMSRN: about 88 words, ~25 ms on one core); beyond that
 # slot_effects is None and slot_effect_rows / with_slot_effects compute them on demand.
 EFFECT_PAIRS = 4_000
+READINGS = {  # a checkpoint's config.context -> how it reads a text of several sentences
+    "sentence": "reads each sentence alone, from a zero state: its attention stays inside the sentence",
+    "document": "reads the text as running text: its state and memory cross sentence boundaries",
+}
+BOUNDARY = EOS  # the token between two sentences of a passage (norm and surface)
+BOUNDARY_TAG = "."  # its POS tag: Brown's tag of sentence-final punctuation
 
 
 class AnalysisError(ValueError):
@@ -73,7 +91,8 @@ class Highlight:
 
 @dataclass
 class SentenceAnalysis:
-    """One model on one sentence. ``n`` words; ``T = n + 1`` rows (``</s>`` last); ``S = T`` slots."""
+    """One model on one text, a sentence or a passage. ``n`` tokens (the words, and a ``</s>``
+    between two sentences); ``T = n + 1`` rows (``</s>`` last); ``S = T`` slots."""
 
     model: str  # checkpoint label
     text: str  # the text as given
@@ -93,6 +112,7 @@ class SentenceAnalysis:
     read_effect: np.ndarray | None = None  # [T] nats: log P(target) with the attention read minus without it
     slot_effects: np.ndarray | None = None  # [T, S] nats: log P(target) minus the same with slot j dropped
     # (row renormalised); 0 where the row cannot attend, NaN where not computed (see analyze_batch)
+    context: str = "sentence"  # how the model read the text (READINGS): each sentence alone, or running text
 
     @property
     def probs(self) -> np.ndarray:
@@ -108,9 +128,49 @@ class SentenceAnalysis:
         return float(np.exp(-self.logprobs.mean()))
 
     @property
+    def input_labels(self) -> list[str]:
+        """[T] the word read at each step, the attention query of its row: ``<s>``, then the tokens; a
+        boundary is ``</s>`` in running text, the next sentence's ``<s>`` when each sentence is read alone."""
+        start = BOS if self.context == "sentence" else BOUNDARY
+        return [BOS] + [start if w == BOUNDARY else w for w in self.norms[: len(self.targets) - 1]]
+
+    @property
     def slot_labels(self) -> list[str]:
-        """[S] label of each memory slot."""
-        return [BOS, BOS] + self.norms[: len(self.targets) - 2]
+        """[S] label of each memory slot: ``<s>`` for slots 0 (the start state) and 1, then the word read
+        at the step before (:attr:`input_labels`)."""
+        return [BOS] + self.input_labels[:-1]
+
+    @property
+    def boundaries(self) -> list[int]:
+        """Token indices of the sentence boundaries (``</s>`` between two sentences), in order."""
+        return [i for i, w in enumerate(self.norms) if w == BOUNDARY]
+
+    def sentence_of(self) -> np.ndarray:
+        """[T] the sentence each row belongs to (0-based): the row predicting a boundary ends its sentence."""
+        rows = np.arange(len(self.targets))
+        return np.searchsorted(np.asarray(self.boundaries, dtype=int), rows, side="left")
+
+    def first_rows(self) -> np.ndarray:
+        """[T] the first row of each row's reading: 0 in running text; in sentence context the row
+        that predicts the first word of its sentence."""
+        first = np.zeros(len(self.targets), dtype=int)
+        if self.context == "sentence":
+            for b in self.boundaries:
+                first[b + 1 :] = b + 1
+        return first
+
+    def current_word(self, row: int) -> str:
+        """The word read when predicting row ``row`` (the attention query)."""
+        return self.input_labels[row]
+
+    def slot_offsets(self) -> np.ndarray:
+        """[T, S] how many words back each slot is from each row: ``r + 1 - j`` (1 = the newest slot);
+        the start slot 0 counts from the row's own reading (:meth:`first_rows`)."""
+        T, S = len(self.targets), len(self.targets)
+        rows, slots = np.arange(T)[:, None], np.arange(S)[None, :]
+        offsets = rows + 1 - slots  # (T, S)
+        offsets[:, 0] = np.arange(T) + 1 - self.first_rows()
+        return offsets
 
     @property
     def read_effect_bits(self) -> np.ndarray | None:
@@ -123,8 +183,15 @@ class SentenceAnalysis:
         return None if self.slot_effects is None else self.slot_effects / LN2
 
     def allowed(self) -> np.ndarray | None:
-        """[T, S] the (row, slot) pairs each row could attend to (:func:`attention_mask`)."""
-        return None if self.attention is None else attention_mask(self.attention)
+        """[T, S] the (row, slot) pairs each row could attend to (:func:`attention_mask`); in sentence
+        context a row of a passage only the start slot and the slots of its own sentence."""
+        if self.attention is None:
+            return None
+        mask = attention_mask(self.attention)
+        if self.context == "sentence" and self.boundaries:
+            slots = np.arange(mask.shape[1])[None, :]
+            mask &= (slots == 0) | (slots > self.first_rows()[:, None])  # (T, S) block diagonal
+        return mask
 
     def effect_rank_correlation(self) -> float | None:
         """Spearman correlation of weight and slot effect over the allowed (row, slot) pairs.
@@ -164,7 +231,8 @@ class SentenceAnalysis:
         return table[:limit]
 
     def slot_token(self, slot: int) -> int:
-        """Index into ``tokens`` of the word held by ``slot``; -1 for the <s> slots."""
+        """Index into ``tokens`` of the word held by ``slot`` (a boundary slot: the ``</s>`` token); -1
+        for the <s> slots."""
         return slot - 2 if slot >= 2 else -1
 
     def highlights(self, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None) -> list[list[Highlight]]:
@@ -173,6 +241,8 @@ class SentenceAnalysis:
             return [[] for _ in self.targets]
         labels = self.slot_labels
         effects = self.slot_effect_bits
+        mask = self.allowed()
+        cut = threshold if threshold is not None else DEFAULT_THRESHOLD
         out = []
 
         def effect(r: int, j: int) -> float | None:
@@ -180,14 +250,14 @@ class SentenceAnalysis:
             return value if value is not None and math.isfinite(value) else None
 
         for r, row in enumerate(self.attention):
-            allowed = row[: r + 1]
+            slots = np.flatnonzero(mask[r])  # the slots this row could attend to
             if top_k is not None:
-                slots = np.argsort(-allowed, kind="stable")[:top_k]
-                slots = slots[allowed[slots] >= MIN_TOP_K_WEIGHT]
+                slots = slots[np.argsort(-row[slots], kind="stable")[:top_k]]
+                slots = slots[row[slots] >= MIN_TOP_K_WEIGHT]
             else:
-                slots = np.flatnonzero(allowed >= (threshold if threshold is not None else DEFAULT_THRESHOLD))
-                slots = slots[np.argsort(-allowed[slots], kind="stable")]
-            out.append([Highlight(int(j), labels[j], self.slot_token(int(j)), float(allowed[j]), effect(r, int(j)))
+                slots = slots[row[slots] >= cut]
+                slots = slots[np.argsort(-row[slots], kind="stable")]
+            out.append([Highlight(int(j), labels[j], self.slot_token(int(j)), float(row[j]), effect(r, int(j)))
                         for j in slots])
         return out
 
@@ -229,6 +299,8 @@ class SentenceAnalysis:
             "unk": list(self.unk),
             "offsets": [list(o) for o in self.offsets],
             "slots": self.slot_labels,
+            "context": self.context,
+            "sentences": len(self.boundaries) + 1,
             "perplexity": self.perplexity,
             "truncated": self.truncated,
             "notes": list(self.notes),
@@ -304,10 +376,89 @@ def _offsets(surfaces: list[str]) -> list[tuple[int, int]]:
     return out
 
 
+def split_at_boundaries(norms: list[str]) -> list[list[str]]:
+    """The sentences of a passage's tokens (split at the ``</s>`` between two sentences)."""
+    out: list[list[str]] = [[]]
+    for w in norms:
+        if w == BOUNDARY:
+            out.append([])
+        else:
+            out[-1].append(w)
+    return out
+
+
+def tag_passage(sentences: list[list[str]]) -> list[str] | None:
+    """POS tags of a passage's tokens: every sentence tagged alone (:func:`vizlm.tagger.tag_sentences`),
+    :data:`BOUNDARY_TAG` at the boundaries; None when the tagger has nothing to say."""
+    tags = tag_sentences(sentences)
+    return None if tags is None else _join(tags, BOUNDARY_TAG)
+
+
+def _join(sentences: list[list], boundary) -> list:
+    """One list of the sentences' items with ``boundary`` between two sentences."""
+    out: list = []
+    for i, s in enumerate(sentences):
+        if i:
+            out.append(boundary)
+        out.extend(s)
+    return out
+
+
+@dataclass
+class _Reading:
+    """How a model reads a text (its ``context``): the pieces it reads from a zero state, each
+    ``<s>`` then its tokens, right-padded into a batch. Document context: one piece, the whole
+    text as running text (a boundary is read as ``</s>``); sentence context: one piece per sentence.
+    Row ``i`` of piece ``b`` is the text's row ``first[b] + i``; its slot ``j >= 1`` the text's slot
+    ``first[b] + j``, and its slot 0 (the zero start state) slot 0."""
+
+    inputs: torch.Tensor  # (B, Tb) token ids, <s> first
+    targets: torch.Tensor  # (B, Tb) predicted ids, 0 = padding
+    first: list[int]  # [B] the text's row of each piece's first row
+    rows: list[int]  # [B] rows of each piece: its tokens + 1
+
+    def gather_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """The text's rows of a per-piece tensor: (B, Tb, ...) -> (T, ...)."""
+        return torch.cat([x[b, :n] for b, n in enumerate(self.rows)])
+
+    def gather_slots(self, x: torch.Tensor) -> torch.Tensor:
+        """The text's (row, slot) matrix of per-piece ones: (B, Tb, Sb) -> (T, T), zero between the
+        pieces (a row of a sentence read alone cannot attend to another sentence)."""
+        if len(self.rows) == 1:
+            return x[0, : self.rows[0], : self.rows[0]]
+        T = sum(self.rows)
+        out = x.new_zeros(T, T)
+        for b, (f, n) in enumerate(zip(self.first, self.rows)):
+            slots = torch.cat([torch.zeros(1, dtype=torch.long), torch.arange(f + 1, f + n)])  # (n,) slot map
+            out[f : f + n, slots] = x[b, :n, :n]
+        return out
+
+    def scatter_rows(self, rows: Sequence[int], like: torch.Tensor) -> torch.Tensor:
+        """(B, Tb, 1) bool: the pieces' rows that are the text's ``rows``."""
+        want = torch.zeros(like.shape[0], like.shape[1], 1, dtype=torch.bool)
+        for r in rows:
+            b = int(np.searchsorted(self.first, r, side="right")) - 1
+            want[b, r - self.first[b]] = True
+        return want
+
+
+def context_of(ckpt: Checkpoint) -> str:
+    """How ``ckpt`` reads text: ``"sentence"`` or ``"document"`` (:data:`READINGS`)."""
+    return getattr(ckpt.model.config, "context", "sentence")
+
+
+def _reading(ckpt: Checkpoint, norms: list[str], context: str) -> _Reading:
+    pieces = [norms] if context == "document" else split_at_boundaries(norms)
+    inputs, targets = collate([ckpt.vocab.encode(p) for p in pieces])  # (B, Tb) each
+    rows = [len(p) + 1 for p in pieces]
+    first = [sum(rows[:b]) for b in range(len(rows))]
+    return _Reading(inputs, targets, first, rows)
+
+
 def _build(
     ckpt: Checkpoint,
     norms: list[str],
-    logits: torch.Tensor,  # (T, V) for this sentence, T = n + 1
+    logits: torch.Tensor,  # (T, V) for this text, T = n + 1
     attention: torch.Tensor | None,  # (T, S)
     gates: torch.Tensor | None,  # (T, d)
     surfaces: list[str] | None,
@@ -318,8 +469,9 @@ def _build(
     truncated: int,
     read_effect: torch.Tensor | None = None,  # (T,)
     slot_effects: torch.Tensor | None = None,  # (T, S)
+    context: str = "sentence",
 ) -> SentenceAnalysis:
-    """One sentence's rows of a forward pass -> :class:`SentenceAnalysis`."""
+    """One text's rows of a forward pass -> :class:`SentenceAnalysis`."""
     vocab = ckpt.vocab
     surfaces = list(surfaces or norms)
     offsets = offsets or _offsets(surfaces)
@@ -335,7 +487,8 @@ def _build(
         top_p, top_i = logp.new_zeros(logp.shape[0], 0), torch.zeros(logp.shape[0], 0, dtype=torch.long)
     notes = []
     if truncated:
-        notes.append(f"the text has {len(norms) + truncated} tokens; only the first {MAX_TOKENS} were analysed")
+        words = sum(w != BOUNDARY for w in norms)
+        notes.append(_cut_note(words + truncated, words))
     if any(unk):
         notes.append(f"{sum(unk)} word(s) are not in the model's vocabulary and were read as <unk>")
     return SentenceAnalysis(
@@ -356,17 +509,8 @@ def _build(
         notes=notes,
         read_effect=None if read_effect is None else read_effect.double().numpy(),
         slot_effects=None if slot_effects is None else slot_effects.double().numpy(),
+        context=context,
     )
-
-
-def _targets(ckpt: Checkpoint, norms: list[str]) -> torch.Tensor:
-    """(1, T) the predicted ids: the words, then </s>."""
-    return torch.tensor([ckpt.vocab.encode(norms) + [ckpt.vocab.eos_id]])
-
-
-def _inputs(ckpt: Checkpoint, norms: list[str]) -> torch.Tensor:
-    """(1, T) the ids read: <s>, then the words."""
-    return torch.tensor([[ckpt.vocab.bos_id] + ckpt.vocab.encode(norms)])
 
 
 def _pairs(attention: torch.Tensor, select: torch.Tensor | None = None) -> int:
@@ -374,7 +518,108 @@ def _pairs(attention: torch.Tensor, select: torch.Tensor | None = None) -> int:
     return int(((attention > 0) if select is None else (attention > 0) & select).sum())
 
 
+def _first_tokens(sentences: list[list], limit: int) -> list[list]:
+    """The sentences cut to their first ``limit`` tokens in all (the last one kept may be cut)."""
+    out, left = [], limit
+    for s in sentences:
+        if left <= 0:
+            break
+        out.append(s[:left])
+        left -= len(s)
+    return out
+
+
 @torch.no_grad()
+def analyze_sentences(
+    ckpt: Checkpoint,
+    sentences: list[list[str]],
+    surfaces: list[list[str]] | None = None,
+    offsets: list[list[tuple[int, int]]] | None = None,
+    text: str | None = None,
+    tags: list[list[str]] | None = None,
+    top_k: int = 5,
+    effects: bool = True,
+    max_effect_pairs: int | None = EFFECT_PAIRS,
+    max_tokens: int | None = MAX_TOKENS,
+    effect_pairs: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> SentenceAnalysis:
+    """Analyse a passage: consecutive tokenised, normalised sentences (e.g. of a corpus document),
+    read in the checkpoint's context (:data:`READINGS`; the module docstring lays out the rows).
+
+    Only the first ``max_tokens`` tokens are read (None: all; ``truncated`` counts the rest, and a
+    note says so). Tokens and text go through :func:`vizlm.text.clean_text`. ``surfaces``,
+    ``offsets`` and ``tags`` are per sentence like ``sentences``; without ``text`` the text is the
+    sentences' surfaces, a sentence a line. With ``effects`` an attention model's read effects are
+    computed (one more head call), and its slot effects when there are at most ``max_effect_pairs``
+    pairs (None: always); ``effect_pairs`` maps the attention (B, T, S) of the pieces read to the
+    pairs wanted (the others are NaN), as in :func:`analyze_batch`.
+    """
+    total = sum(map(len, sentences))
+    if not total:
+        raise AnalysisError("nothing to analyse: the text has no words")
+    if max_tokens is not None:
+        sentences = _first_tokens(sentences, max_tokens)
+        surfaces, offsets, tags = (None if xs is None else [x[: len(s)] for x, s in zip(xs, sentences)]
+                                   for xs in (surfaces, offsets, tags))
+    truncated = total - sum(map(len, sentences))
+    norms = _join([[clean_text(w) for w in s] for s in sentences], BOUNDARY)
+    surface = _join([[clean_text(w) for w in s] for s in (surfaces or sentences)], BOUNDARY)
+    if text is None:  # a sentence a line
+        text = "\n".join(" ".join(s) for s in split_at_boundaries(surface))
+        offsets = None
+    spans = _with_boundaries(offsets) if offsets else _offsets_by_line(surface)
+    context = context_of(ckpt)
+    rd = _reading(ckpt, norms, context)
+    model = ckpt.model
+    h = model.encode(rd.inputs)  # (B, Tb, d)
+    out = model.head(h)  # = model(rd.inputs), keeping h for the effects
+    att, gates = out.attention, out.extras.get("gate1")  # (B, Tb, Sb), (B, Tb, d)
+    read = slots = None
+    if effects and att is not None:
+        select = (rd.targets != 0)[:, :, None]  # (B, Tb, 1) real rows only
+        if effect_pairs is not None:
+            select = select & effect_pairs(att)  # (B, Tb, Sb)
+        all_slots = max_effect_pairs is None or _pairs(att, select) <= max_effect_pairs
+        read, slots = fx.attention_effects(model, h, rd.targets, out=out, slots=all_slots, select=select)
+        if slots is not None and effect_pairs is not None:  # pairs not asked for: not computed
+            slots = torch.where(select | (att == 0), slots, torch.full_like(slots, math.nan))
+    return _build(
+        ckpt, norms, rd.gather_rows(out.logits), None if att is None else rd.gather_slots(att),
+        None if gates is None else rd.gather_rows(gates), surface, spans, clean_text(text),
+        _join(tags, BOUNDARY_TAG) if tags else None, top_k, truncated,
+        None if read is None else rd.gather_rows(read), None if slots is None else rd.gather_slots(slots), context,
+    )
+
+
+def _offsets_by_line(surface: list[str]) -> list[tuple[int, int]]:
+    """Character spans of a passage's tokens written a sentence a line, words joined by spaces;
+    a boundary is an empty span at the end of its line."""
+    out, pos = [], 0
+    for i, sentence in enumerate(split_at_boundaries(surface)):
+        if i:
+            out.append((pos, pos))
+            pos += 1  # the line break
+        for k, w in enumerate(sentence):
+            pos += 1 if k else 0
+            out.append((pos, pos + len(w)))
+            pos += len(w)
+    return out
+
+
+def _with_boundaries(offsets: list[list[tuple[int, int]]]) -> list[tuple[int, int]]:
+    """The sentences' spans as one list, a boundary an empty span where the previous token ends."""
+    out: list[tuple[int, int]] = []
+    for i, spans in enumerate(offsets):
+        if i:
+            out.append((out[-1][1],) * 2 if out else (0, 0))
+        out.extend(tuple(x) for x in spans)
+    return out
+
+
+def _cut_note(total: int, kept: int) -> str:
+    return f"the text has {total} tokens; only the first {kept} were analysed"
+
+
 def analyze_tokens(
     ckpt: Checkpoint,
     norms: list[str],
@@ -386,35 +631,11 @@ def analyze_tokens(
     effects: bool = True,
     max_effect_pairs: int | None = EFFECT_PAIRS,
 ) -> SentenceAnalysis:
-    """Analyse an already tokenised, normalised sentence (e.g. from a corpus).
-
-    Only the first :data:`MAX_TOKENS` tokens are read (``truncated`` counts the rest, and a
-    note says so). Tokens and text go through :func:`vizlm.text.clean_text`. With
-    ``effects`` an attention model's read effects are computed (one more head call), and
-    its slot effects when there are at most ``max_effect_pairs`` pairs (None: always).
-    """
-    if not norms:
-        raise AnalysisError("nothing to analyse: the text has no words")
-    truncated = max(0, len(norms) - MAX_TOKENS)
-
-    def cut(xs):
-        return xs[:MAX_TOKENS] if xs else xs
-
-    norms = [clean_text(w) for w in norms[:MAX_TOKENS]]
-    surfaces = [clean_text(w) for w in surfaces[:MAX_TOKENS]] if surfaces else surfaces
-    text = clean_text(text) if text is not None else None
-    inputs = _inputs(ckpt, norms)
-    h = ckpt.model.encode(inputs)  # (1, T, d)
-    out = ckpt.model.head(h)  # = ckpt.model(inputs), keeping h for the effects
-    att, gates = out.attention, out.extras.get("gate1")
-    read = slots = None
-    if effects and att is not None:
-        targets = _targets(ckpt, norms)
-        all_slots = max_effect_pairs is None or _pairs(att) <= max_effect_pairs
-        read, slots = fx.attention_effects(ckpt.model, h, targets, out=out, slots=all_slots)
-        read, slots = read[0], None if slots is None else slots[0]
-    return _build(ckpt, norms, out.logits[0], None if att is None else att[0], None if gates is None else gates[0],
-                  surfaces, cut(offsets), text, cut(tags), top_k, truncated, read, slots)
+    """Analyse one already tokenised, normalised sentence (e.g. from a corpus): :func:`analyze_sentences`
+    of that sentence alone, its first :data:`MAX_TOKENS` tokens read."""
+    return analyze_sentences(ckpt, [norms], None if surfaces is None else [surfaces],
+                             None if offsets is None else [offsets], text, None if tags is None else [tags],
+                             top_k, effects, max_effect_pairs)
 
 
 @torch.no_grad()
@@ -426,12 +647,12 @@ def slot_effect_rows(ckpt: Checkpoint, sa: SentenceAnalysis, rows: Sequence[int]
     rows = [int(r) for r in rows]
     if sa.slot_effects is not None and np.isfinite(sa.slot_effects[rows]).all():
         return sa.slot_effects[rows]
-    inputs, targets = _inputs(ckpt, sa.norms), _targets(ckpt, sa.norms)
-    out = ckpt.model(inputs)
-    select = torch.zeros_like(out.attention, dtype=torch.bool)
-    select[:, rows] = True
-    effects = fx.slot_effects(ckpt.model, ckpt.model.encode(inputs), targets, out=out, select=select)  # (1, T, S)
-    return effects[0, rows].double().numpy()
+    rd = _reading(ckpt, sa.norms, sa.context)
+    h = ckpt.model.encode(rd.inputs)  # (B, Tb, d)
+    out = ckpt.model.head(h)
+    select = rd.scatter_rows(rows, out.attention)  # (B, Tb, 1)
+    effects = fx.slot_effects(ckpt.model, h, rd.targets, out=out, select=select)  # (B, Tb, Sb)
+    return rd.gather_slots(effects)[rows].double().numpy()
 
 
 def with_slot_effects(ckpt: Checkpoint, sa: SentenceAnalysis) -> SentenceAnalysis:
@@ -440,7 +661,6 @@ def with_slot_effects(ckpt: Checkpoint, sa: SentenceAnalysis) -> SentenceAnalysi
         return sa
     return dataclasses.replace(sa, slot_effects=slot_effect_rows(ckpt, dataclasses.replace(sa, slot_effects=None),
                                                                  range(len(sa.targets))))
-
 
 
 @torch.no_grad()
@@ -496,15 +716,18 @@ def analyze(
     ckpt: Checkpoint, text: str, top_k: int = 5, tags: list[str] | None = None, effects: bool = True,
     max_effect_pairs: int | None = EFFECT_PAIRS,
 ) -> SentenceAnalysis:
-    """Tokenise ``text`` like the corpus and analyse it with ``ckpt``.
+    """Tokenise ``text`` like the corpus, a sentence or a passage, and analyse it with ``ckpt``.
 
-    The text is cleaned (:func:`vizlm.text.clean_text`: control characters, noncharacters
-    and lone surrogates replaced one for one, so ``text`` and the offsets stay aligned) and
-    bounded before any work: only its first :data:`MAX_TEXT_CHARS` characters (cut at a
-    space) are tokenised and only its first :data:`MAX_TOKENS` tokens tagged and analysed,
-    with a note. ``SentenceAnalysis.text`` is the part that was read. Raises
-    :class:`AnalysisError` with a readable message for empty input. ``effects`` and
-    ``max_effect_pairs``: as :func:`analyze_tokens`.
+    The text is split into sentences (:func:`vizlm.text.passage_sentences`: at a line break, or
+    at . ! ? before a capital, as ``vizlm eval --text-file`` splits a file) and read in the
+    checkpoint's context (:func:`analyze_sentences`). It is cleaned
+    (:func:`vizlm.text.clean_text`: control characters, noncharacters and lone surrogates
+    replaced one for one, so ``text`` and the offsets stay aligned) and bounded before any work:
+    only its first :data:`MAX_TEXT_CHARS` characters (cut at a space) are tokenised and only its
+    first :data:`MAX_TOKENS` tokens tagged and analysed, with a note. ``SentenceAnalysis.text``
+    is the part that was read. Raises :class:`AnalysisError` with a readable message for empty
+    input. ``tags`` (one per token, no boundaries) replace the tagger's. ``effects`` and
+    ``max_effect_pairs``: as :func:`analyze_sentences`.
     """
     if not isinstance(text, str):
         raise AnalysisError("please type a sentence: the text is empty")
@@ -514,20 +737,23 @@ def analyze(
     read = clean_text(text[: cut_point(text, MAX_TEXT_CHARS)])
     if not read.strip():
         raise AnalysisError("please type a sentence: the text is empty")
-    toks = tokenize(read)
-    if not toks:
+    sents = passage_sentences(read)
+    if not sents:
         raise AnalysisError("nothing to analyse: the text has no words")
-    n_read = len(toks)
+    n_read = sum(map(len, sents))
     more = len(read) < len(text) and not text[len(read) :].isspace()  # words beyond the character cut
-    if more:
-        toks = toks[:MAX_TOKENS]  # the token note would count only what was read: one note below instead
-    if tags is None:
-        tags = tag_tokens([t.norm for t in toks[:MAX_TOKENS]])  # tag only what is analysed (tagging is slow)
-    sa = analyze_tokens(
-        ckpt, [t.norm for t in toks], [t.text for t in toks], [(t.start, t.end) for t in toks], read, tags, top_k,
-        effects, max_effect_pairs,
-    )
-    if more:
-        sa.truncated = max(1, n_read - len(toks))  # at least: the rest of the text was never tokenised
-        sa.notes.insert(0, f"the text has {chars:,} characters; only its first {len(toks)} tokens were analysed")
+    sents = _first_tokens(sents, MAX_TOKENS)  # only what is analysed is tagged (tagging is slow)
+    kept = sum(map(len, sents))
+    norms = [[t.norm for t in s] for s in sents]
+    if tags is not None:  # one per token: cut like the sentences
+        starts = itertools.accumulate([0] + [len(s) for s in sents])
+        tags = [tags[i : i + len(s)] for i, s in zip(starts, sents)]
+    else:
+        tags = tag_sentences(norms)
+    sa = analyze_sentences(ckpt, norms, [[t.text for t in s] for s in sents], [[(t.start, t.end) for t in s] for s in sents],
+                           read, tags, top_k, effects, max_effect_pairs)
+    if more or kept < n_read:
+        sa.truncated = max(1, n_read - kept)  # at least 1: the rest of the text was never tokenised
+        sa.notes.insert(0, f"the text has {chars:,} characters; only its first {kept} tokens were analysed" if more
+                        else _cut_note(n_read, kept))
     return sa

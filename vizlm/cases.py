@@ -77,6 +77,13 @@ missing); the word-list rules still run.
       verb ("*did* they *know*"); only adverbs, *not* and subject pronouns lie
       between.
 
+Passages. In a passage (several sentences, ``</s>`` between two of them) a pair may cross
+sentence boundaries: a model that reads running text can attend to a word of an earlier
+sentence, which is where the AMSRN paper's triggers (an entity mentioned before) mostly live.
+**trigger** and **causal** apply across a boundary; **phrase** and **grammar** describe one
+sentence (:data:`WITHIN_SENTENCE`) and are not given to a pair a boundary separates. The
+boundary itself is never a case, neither as the attended word nor as the target.
+
 The rules are heuristics meant to make a highlight easy to read, not a parser:
 they can miss dependencies and can fire on coincidences. :func:`corpus_cases`
 counts the labels over a whole corpus split and keeps the strongest examples.
@@ -92,7 +99,15 @@ from pathlib import Path
 
 import torch
 
-from vizlm.analysis import DEFAULT_THRESHOLD, MIN_TOP_K_WEIGHT, SentenceAnalysis, analyze_batch
+from vizlm.analysis import (
+    BOUNDARY,
+    DEFAULT_THRESHOLD,
+    MIN_TOP_K_WEIGHT,
+    SentenceAnalysis,
+    analyze_batch,
+    split_at_boundaries,
+    tag_passage,
+)
 from vizlm.checkpoint import Checkpoint
 from vizlm.resources import Collocations, load_collocations
 from vizlm.tagger import simplify_tag, tag_tokens
@@ -229,7 +244,7 @@ class _Sentence:
 
     def is_content(self, i: int) -> bool:
         w = self.words[i]
-        if not _WORD.fullmatch(w) or w == NUMBER:
+        if not _WORD.fullmatch(w) or w in (NUMBER, BOUNDARY):
             return False
         if self.tags is not None:
             return _base(self.tags[i]) in CONTENT_TAGS and w not in STOPWORDS
@@ -247,7 +262,7 @@ def _rule_tags(sa: SentenceAnalysis) -> list[str] | None:
             return None
         if all(t == t.lower() for t in tags):
             return [simplify_tag(t) for t in tags]
-    return tag_tokens(sa.norms)  # Penn Treebank tags (WSJ) or none: tag like typed text
+    return tag_passage(split_at_boundaries(sa.norms))  # Penn Treebank tags (WSJ) or none: tag like typed text
 
 
 # --------------------------------------------------------------------------- rules
@@ -301,7 +316,7 @@ def _causal_ok(s: _Sentence, i: int, pattern: tuple[str, ...], t: int) -> bool:
     if word == "so":
         if tag == "cs":
             return True
-        return tag == "rb" and (i == 0 or s.words[i - 1] in (",", ";", ":", "and", "--", "."))
+        return tag == "rb" and (i == 0 or s.words[i - 1] in (",", ";", ":", "and", "--", ".", BOUNDARY))
     if word == "since":
         return tag == "cs"
     if word in _MAKE:
@@ -422,6 +437,7 @@ def _grammar(s: _Sentence, t: int, a: int) -> str | None:
 
 RULES = {"trigger": _trigger, "causal": _causal, "phrase": _phrase, "grammar": _grammar}
 assert tuple(RULES) == LABELS
+WITHIN_SENTENCE = frozenset({"phrase", "grammar"})  # rules about one sentence: not across a boundary
 
 
 # --------------------------------------------------------------------------- cases
@@ -466,15 +482,17 @@ def label_cases(
     """
     s = _Sentence(sa, collocations if collocations is not None else load_collocations())
     n = len(s.words)
+    sentence = sa.sentence_of()  # [T] the sentence of each row
     cases = []
     for t, row in enumerate(sa.highlights(threshold, top_k)):
         for h in row:
-            if h.token < 0:
+            if h.token < 0 or s.words[h.token] == BOUNDARY:
                 continue
             evidence = {}
-            if t < n:
+            if t < n and s.words[t] != BOUNDARY:
+                across = sentence[h.token] != sentence[t]  # row h.token predicts the attended word
                 for label, rule in RULES.items():
-                    why = rule(s, t, h.token)
+                    why = None if across and label in WITHIN_SENTENCE else rule(s, t, h.token)
                     if why:
                         evidence[label] = why
             word = s.words[t] if t < n else sa.targets[t]

@@ -230,24 +230,26 @@ def analysis_records(
 ) -> list[dict]:
     """One row per (target, memory slot it may attend to); one row per target without attention.
 
-    Columns: model, target_index, target (word predicted), current (word just
-    read), target_unk, prob, surprisal_bits, read_effect_bits, slot, attended (slot
+    Columns: model, target_index, target (word predicted), current (word just read),
+    sentence (of the target, 0-based: a passage has several), target_unk, prob, surprisal_bits, read_effect_bits, slot, attended (slot
     label), attended_token (index into ``tokens``, -1 for ``<s>``), weight,
     effect_bits (the slot effect), highlighted (above ``threshold`` or among the
     ``top_k``). Effects are empty where not computed.
     """
     hl = sa.highlights(threshold, top_k)
+    sentence = sa.sentence_of()  # [T]
     probs, surprisal = sa.probs, sa.surprisal
     read, effects = sa.read_effect_bits, sa.slot_effect_bits
-    labels = sa.slot_labels
-    mask = None if sa.attention is None else plots.attention_mask(sa.attention)
+    labels, inputs = sa.slot_labels, sa.input_labels
+    mask = sa.allowed()
     rows = []
     for r, word in enumerate(sa.targets):
         base = {
             "model": sa.model,
             "target_index": r,
             "target": word,
-            "current": "<s>" if r == 0 else sa.norms[r - 1],
+            "current": inputs[r],
+            "sentence": int(sentence[r]),
             "target_unk": bool(sa.unk[r]) if r < len(sa.unk) else False,
             "prob": float(probs[r]),
             "surprisal_bits": float(surprisal[r]),
@@ -283,13 +285,15 @@ def analysis_dict(
 
 
 def analysis_chart(
-    sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None, measure: str = "weight"
+    sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None, measure: str = "weight",
+    rows: tuple[int, int] | None = None, selected: int | None = None,
 ) -> alt.TopLevelMixin:
     """The figure that stands for one analysis: the attention heat map (coloured by ``measure``: weight
-    or slot effect), or surprisal without attention."""
+    or slot effect; ``rows`` and ``selected`` as :func:`vizlm.plots.attention_heatmap`), or surprisal
+    without attention."""
     if sa.attention is None:
         return plots.surprisal_chart([sa])
-    return plots.attention_heatmap(sa, threshold=threshold, top_k=top_k, measure=measure)
+    return plots.attention_heatmap(sa, threshold=threshold, top_k=top_k, measure=measure, rows=rows, selected=selected)
 
 
 def export_analysis(
@@ -300,15 +304,18 @@ def export_analysis(
     scale: float = PNG_SCALE,
     cases: bool = True,
     measure: str = "weight",
+    rows: tuple[int, int] | None = None,
+    selected: int | None = None,
 ) -> bytes:
-    """One analysis as ``png`` / ``svg`` / ``html`` (the heat map, coloured by ``measure``) or ``csv`` /
-    ``json`` (the numbers)."""
+    """One analysis as ``png`` / ``svg`` / ``html`` (the heat map, coloured by ``measure``; ``rows``: a
+    window of a long passage, ``selected``: an outlined row) or ``csv`` / ``json`` (the numbers, always
+    of the whole text)."""
     fmt = _check_format(fmt, FORMATS)
     if fmt == "csv":
         return _csv_bytes(pd.DataFrame(analysis_records(sa, threshold, top_k)))
     if fmt == "json":
         return _json_bytes(analysis_dict(sa, threshold, top_k, cases))
-    chart = analysis_chart(sa, threshold, top_k, measure)
+    chart = analysis_chart(sa, threshold, top_k, measure, rows, selected)
     if fmt != "html":
         return chart_bytes(chart, fmt, scale=scale)
     notes = "".join(f'<p class="vizlm-note">{html.escape(n)}</p>' for n in sa.notes)

@@ -29,7 +29,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from vizlm.analysis import DEFAULT_THRESHOLD, SentenceAnalysis, attention_mask
+from vizlm.analysis import BOUNDARY, DEFAULT_THRESHOLD, SentenceAnalysis
 from vizlm.cases import LABELS
 from vizlm.text import clean_text
 
@@ -54,6 +54,8 @@ CATEGORICAL = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00",
 UNK_TITLE = "not in vocabulary (read as <unk>)"
 HIGHLIGHT_MIN_ALPHA = 0.3  # the faintest highlight in running text (weight 0) is 30% colour, 70% white
 _MAX_LABEL_PX = 140  # long tokens are cut with an ellipsis on axes
+WINDOW_ROWS = 40  # rows of a heat map window around the selected word (heatmap_rows): a long passage stays readable
+SELECTED_COLOUR = "#d55e00"  # the outline of the predicted word, in the running text and the heat map
 
 
 # --------------------------------------------------------------------------- colours
@@ -116,11 +118,6 @@ def target_axis_labels(sa: SentenceAnalysis) -> list[str]:
     return [f"{r + 2} {w}" for r, w in enumerate(sa.targets)]
 
 
-def _current_word(sa: SentenceAnalysis, r: int) -> str:
-    """The word read when predicting row ``r`` (the attention query)."""
-    return "<s>" if r == 0 else sa.norms[r - 1]
-
-
 def _sizes(n: int) -> tuple[int, int, int]:
     """(cell px, font px, x label angle) for an ``n`` x ``n`` grid: small grids get big cells."""
     cell = int(min(30, max(9, 640 // max(n, 1))))
@@ -151,6 +148,46 @@ def _subtitle(text: str, limit: int = 110) -> str:
 # --------------------------------------------------------------------------- charts
 
 
+def heatmap_rows(sa: SentenceAnalysis, selected: int, size: int | None = None) -> tuple[int, int]:
+    """The rows ``(first, end)`` of a heat map window of ``size`` rows (default :data:`WINDOW_ROWS`)
+    around the ``selected`` one; every row when the text has no more."""
+    size = size or WINDOW_ROWS
+    T = len(sa.targets)
+    if T <= size:
+        return 0, T
+    first = min(max(0, selected - size // 2), T - size)
+    return first, first + size
+
+
+def _window_slots(allowed: np.ndarray, rows: tuple[int, int]) -> list[int]:
+    """The slots a heat map of ``rows`` shows: the start slot if any row may use it, and every slot
+    from the oldest other one a row may use to the newest (within the window, gaps stay blank)."""
+    r0, r1 = rows
+    used = np.flatnonzero(allowed[r0:r1].any(0))  # (n,)
+    later = used[used >= 1]
+    start = [0] if len(used) and used[0] == 0 else []
+    return start + (list(range(int(later[0]), int(later[-1]) + 1)) if len(later) else [])
+
+
+def _boundary_rules(sa: SentenceAnalysis, ylab: list[str], xlab: list[str], rows: list[str], slots: list[str],
+                    x: alt.X, y: alt.Y) -> list[alt.Chart]:
+    """Grey lines between two sentences of a passage: above the row predicting a sentence's first
+    word, and left of the slot that starts it (the ``<s>`` of a sentence read alone, the first word
+    in running text)."""
+    shift = 2 if sa.context == "sentence" else 3  # boundary token b: slot b + 2, its next word b + 3
+    row_lines = [ylab[b + 1] for b in sa.boundaries if ylab[b + 1] in rows]
+    slot_lines = [xlab[b + shift] for b in sa.boundaries if b + shift < len(xlab) and xlab[b + shift] in slots]
+    style = {"color": "#888888", "strokeDash": [4, 3], "strokeWidth": 1.5}
+    out = []
+    if slot_lines:
+        out.append(alt.Chart(pd.DataFrame({"slot": slot_lines})).mark_rule(**style).encode(
+            x=alt.X("slot:N", scale=x.scale, bandPosition=0)))
+    if row_lines:
+        out.append(alt.Chart(pd.DataFrame({"target": row_lines})).mark_rule(**style).encode(
+            y=alt.Y("target:N", scale=y.scale, bandPosition=0)))
+    return out
+
+
 def attention_heatmap(
     sa: SentenceAnalysis,
     threshold: float | None = None,
@@ -158,17 +195,22 @@ def attention_heatmap(
     top_k: int | None = None,
     values: bool | None = None,
     measure: str = "weight",
+    rows: tuple[int, int] | None = None,
+    selected: int | None = None,
 ) -> alt.LayerChart:
     """Targets (rows, top to bottom) x memory slots (columns); colour = attention weight, or with
     ``measure="effect"`` the slot effect in bits (:attr:`SentenceAnalysis.slot_effects`: how much
     log2 P(word) drops without that slot), on a diverging scale centred at 0.
 
-    Masked cells (future slots, slots outside a window; in effect mode also effects not
-    computed) are left blank. With ``threshold`` or ``top_k``, the cells
+    Masked cells (future slots, slots outside a window, another sentence read alone; in effect
+    mode also effects not computed) are left blank. With ``threshold`` or ``top_k``, the cells
     :meth:`SentenceAnalysis.highlights` picks (the same ones :func:`highlighted_html`
     colours) get an outline. ``values`` writes the weight (effect) in each cell (default:
-    only when the cells are big enough). Raises ``ValueError`` for models without
-    attention, and in effect mode for an analysis without slot effects.
+    only when the cells are big enough). ``rows`` ``(first, end)`` draws those rows only, and the
+    slots they may use (:func:`heatmap_rows`: a window around a word of a long passage);
+    ``selected`` outlines a row. Dashed lines separate the sentences of a passage. Raises
+    ``ValueError`` for models without attention, and in effect mode for an analysis without
+    slot effects.
     """
     if measure not in MEASURES:
         raise ValueError(f"measure must be one of {', '.join(MEASURES)}, not {measure!r}")
@@ -179,40 +221,49 @@ def attention_heatmap(
         raise ValueError(f"the analysis of {sa.model!r} has no slot effects (too long a text: compute them first)")
     att = np.asarray(sa.attention, dtype=float)  # (T, S)
     T, S = att.shape
-    mask = attention_mask(att)
+    r0, r1 = rows if rows is not None else (0, T)
+    if not 0 <= r0 < r1 <= T:
+        raise ValueError(f"rows {r0}..{r1} are not rows of this text (0..{T})")
+    allowed = sa.allowed()
+    mask = allowed.copy()
+    mask[:r0] = mask[r1:] = False
+    columns = _window_slots(allowed, (r0, r1))
     effects = None if sa.slot_effects is None else np.asarray(sa.slot_effect_bits, dtype=float)  # (T, S) bits
     if effect_mode:
         mask &= np.isfinite(effects)
     ylab, xlab = target_axis_labels(sa), slot_axis_labels(sa)
-    rows, cols = np.nonzero(mask)
+    row_domain, slot_domain = ylab[r0:r1], [xlab[j] for j in columns]
+    rows_, cols = np.nonzero(mask)
     marked = set()
     if threshold is not None or top_k is not None:
         marked = {(r, h.slot) for r, hs in enumerate(sa.highlights(threshold, top_k)) for h in hs}
+    labels, inputs = sa.slot_labels, sa.input_labels
     df = pd.DataFrame({
-        "target": [ylab[r] for r in rows],
+        "target": [ylab[r] for r in rows_],
         "slot": [xlab[j] for j in cols],
-        "predicting": [sa.targets[r] for r in rows],
-        "current": [_current_word(sa, r) for r in rows],
-        "attended": [sa.slot_labels[j] for j in cols],
-        "weight": att[rows, cols],
-        "highlighted": [(int(r), int(j)) in marked for r, j in zip(rows, cols)],
+        "predicting": [sa.targets[r] for r in rows_],
+        "current": [inputs[r] for r in rows_],
+        "attended": [labels[j] for j in cols],
+        "weight": att[rows_, cols],
+        "highlighted": [(int(r), int(j)) in marked for r, j in zip(rows_, cols)],
     })
     if effects is not None:
-        eff = effects[rows, cols]
+        eff = effects[rows_, cols]
         df["effect"] = np.where(np.isfinite(eff), eff, None)
+    T, S = r1 - r0, len(columns)
     cell, font, angle = _sizes(max(T, S))
     if values is None:
         values = cell >= 28
     x = alt.X(
         "slot:N",
         title="memory slot (attended word)",
-        scale=alt.Scale(domain=xlab),
+        scale=alt.Scale(domain=slot_domain),
         axis=_x_axis(angle, font),
     )
     y = alt.Y(
         "target:N",
         title="predicted word",
-        scale=alt.Scale(domain=ylab),
+        scale=alt.Scale(domain=row_domain),
         axis=alt.Axis(labelFontSize=font, labelLimit=_MAX_LABEL_PX, labelOverlap=True),
     )
     tooltip = [
@@ -267,7 +318,13 @@ def attention_heatmap(
         head += f" (outlined: top {top_k} by weight)" if effect_mode else f" (outlined: top {top_k})"
     elif threshold is not None:
         head += f" (outlined: weight ≥ {threshold:g})"
+    layers += _boundary_rules(sa, ylab, xlab, row_domain, slot_domain, x, y)
+    if selected is not None and r0 <= selected < r1:  # the selected word's row, outlined like in the running text
+        layers.append(alt.Chart(pd.DataFrame({"target": [ylab[selected]]})).mark_rect(
+            filled=False, stroke=SELECTED_COLOUR, strokeWidth=2).encode(y=alt.Y("target:N", scale=y.scale)))
     subtitle = [_subtitle(sa.text)]
+    if (r0, r1) != (0, len(ylab)):
+        subtitle[0] = f"rows {ylab[r0]} to {ylab[r1 - 1]} of {len(ylab)} · " + _subtitle(sa.text, 70)
     if effect_mode:
         biggest = float(np.nanmax(np.abs(effects[mask]))) if mask.any() else 0.0
         subtitle.append(f"log-probability minus the same with the slot dropped · blue: the slot helped, red: it hurt "
@@ -481,6 +538,7 @@ def gates_chart(sa: SentenceAnalysis, dims: bool = False) -> alt.Chart:
 
 _SPAN = "display:inline-block;margin:1px 0;padding:0 3px;border-radius:3px;line-height:1.7;"
 _MARKER = "font-size:0.7em;color:#666;vertical-align:middle;border:1px solid #bbb;border-radius:3px;padding:0 3px;"
+_BREAK = "border-left:3px solid #888;margin-left:2px;"  # a sentence read alone starts here
 
 
 def _esc(text: object) -> str:
@@ -514,20 +572,27 @@ def highlighted_html(
     threshold: float | None = DEFAULT_THRESHOLD,
     top_k: int | None = None,
     caption: bool = True,
+    span: tuple[int, int] | None = None,
 ) -> str:
     """The running text with attention for one target row as an HTML fragment (inline styles only).
 
     Attended words (weight >= ``threshold``, or the ``top_k`` heaviest) get a
     background on the :data:`SCHEME` scale; every word in memory has its weight in
-    a tooltip; the predicted word is outlined, words not read yet are faded, and
-    ``<unk>`` words have a dashed underline. All text is escaped.
+    a tooltip; the predicted word is outlined, words not read yet are faded, words read but
+    not in the row's memory (outside its window, or another sentence read alone) are grey, and
+    ``<unk>`` words have a dashed underline. Sentence boundaries of a passage are markers:
+    ``</s>`` in running text, ``</s>`` then a bar and the next sentence's ``<s>`` when each
+    sentence is read alone. ``span`` ``(first, end)`` shows those tokens only (with "…" where
+    text is left out). All text is escaped.
     """
     T = len(sa.targets)
     if not 0 <= target < T:
-        raise IndexError(f"target {target} out of range: the sentence has {T} predicted words (0..{T - 1})")
+        raise IndexError(f"target {target} out of range: the text has {T} predicted words (0..{T - 1})")
+    first, end = span if span is not None else (0, len(sa.tokens))
     att = None if sa.attention is None else np.asarray(sa.attention, dtype=float)
-    mask = None if att is None else attention_mask(att)
+    mask = sa.allowed()
     lit = {h.slot: h.weight for h in sa.highlights(threshold, top_k)[target]}
+    labels = sa.slot_labels
 
     def weight_of(slot: int) -> float | None:
         if att is None or mask is None or slot >= att.shape[1] or not mask[target, slot]:
@@ -538,49 +603,78 @@ def highlighted_html(
         bg = highlight_colour(weight)
         return f"background:{bg};color:{text_colour(bg)};"
 
-    parts = []
-    # <s>: slot 0 (start state h_0) and slot 1 (after reading <s>) share one marker.
-    start_w = [weight_of(0), weight_of(1)]
-    start_tip = "; ".join(
-        f"{name}: {w:.3f}" for name, w in zip(("slot 0 (start state)", "slot 1 (<s>)"), start_w) if w is not None
-    )
-    start_lit = [lit[s] for s in (0, 1) if s in lit]
-    start_style = style_for(min(1.0, sum(start_lit))) if start_lit else ""
-    start_title = _esc("sentence start" + (": " + start_tip if start_tip else ""))
-    parts.append(f'<span class="vz-start" style="{_MARKER}{start_style}" title="{start_title}">&lt;s&gt;</span> ')
-    gaps = _gaps(sa)
-    for i, tok in enumerate(sa.tokens):
-        slot = i + 2  # word w_{i+1} is held by slot i + 2
+    def slot_style(slot: int, tips: list[str]) -> tuple[str, list[str]]:
+        """Background and classes of a slot's marker or word: coloured when highlighted."""
         w = weight_of(slot)
+        if w is None:
+            return "", []
+        tips.append(f"attention {w:.3f}")
+        return (style_for(w), ["vz-attended"]) if slot in lit else ("", [])
+
+    parts = []
+    if first == 0:  # <s>: slot 0 (start state h_0) and slot 1 (after reading <s>) share one marker.
+        start_w = [weight_of(0), weight_of(1)]
+        start_tip = "; ".join(
+            f"{name}: {w:.3f}" for name, w in zip(("slot 0 (start state)", "slot 1 (<s>)"), start_w) if w is not None
+        )
+        start_lit = [lit[s] for s in (0, 1) if s in lit]
+        start_style = style_for(min(1.0, sum(start_lit))) if start_lit else ""
+        start_title = _esc("sentence start" + (": " + start_tip if start_tip else ""))
+        parts.append(f'<span class="vz-start" style="{_MARKER}{start_style}" title="{start_title}">&lt;s&gt;</span> ')
+    else:
+        parts.append(f'<span style="{_MARKER}" title="earlier text left out">…</span> ')
+    gaps = _gaps(sa)
+    target_outline = f"outline:2px solid {SELECTED_COLOUR};outline-offset:1px;"
+    for i in range(first, end):
+        tok, slot = sa.tokens[i], i + 2  # token i is held by slot i + 2
+        parts.append(_esc(gaps[i]) if i > first else "")
+        if sa.norms[i] == BOUNDARY:  # the end of a sentence: the row i predicts </s>, slot i + 2 holds it
+            tips = ["sentence end: </s>" + (" (predicted word)" if i == target else "")]
+            own = target_outline if i == target else ""
+            if labels[slot] == BOUNDARY:  # running text: the </s> read is a memory slot of later words
+                bg, cls = slot_style(slot, tips)
+                parts.append(f' <span class="vz-boundary {" ".join(cls)}" style="{_MARKER}{own}{bg}" '
+                             f'title="{_esc(" · ".join(tips))}">&lt;/s&gt;</span> ')
+                continue
+            parts.append(f' <span class="vz-boundary" style="{_MARKER}{own}" title="{_esc(tips[0])}">&lt;/s&gt;</span>')
+            tips = [f"sentence start: {sa.model} reads the next sentence alone, from a zero state"]
+            bg, cls = slot_style(slot, tips)
+            parts.append(f' <span class="vz-start {" ".join(cls)}" style="{_MARKER}{_BREAK}{bg}" '
+                         f'title="{_esc(" · ".join(tips))}">&lt;s&gt;</span> ')
+            continue
         tips = []
         style = _SPAN
         classes = ["vz-tok"]
         if i == target:
             classes.append("vz-target")
-            style += "outline:2px solid #d55e00;outline-offset:1px;font-weight:600;"
+            style += target_outline + "font-weight:600;"
             tips.append("predicted word")
         elif i > target:
             classes.append("vz-future")
             style += "opacity:0.45;"
             tips.append("not read yet")
-        if w is not None:
-            tips.append(f"attention {w:.3f}")
-            if slot in lit:
-                classes.append("vz-attended")
-                style += style_for(w)
+        elif att is not None and not mask[target, slot]:
+            classes.append("vz-outside")
+            style += "color:#8a8a8a;"
+            tips.append("not in this word's memory")
+        bg, cls = slot_style(slot, tips)
+        style += bg
+        classes += cls
         if i < len(sa.unk) and sa.unk[i]:
             classes.append("vz-unk")
-            style += "text-decoration:underline dashed #d55e00;text-underline-offset:3px;"
+            style += f"text-decoration:underline dashed {SELECTED_COLOUR};text-underline-offset:3px;"
             tips.append(UNK_TITLE)
         if i < len(sa.targets):
             tips.append(f"P = {float(sa.probs[i]):.4f}")
-        parts.append(_esc(gaps[i]) if i else "")
         title = _esc(" · ".join(tips))
         parts.append(f'<span class="{" ".join(classes)}" style="{style}" title="{title}">{_esc(tok)}</span>')
-    end_style = _MARKER + ("outline:2px solid #d55e00;outline-offset:1px;" if target == T - 1 else "")
-    parts.append(f' <span class="vz-end" style="{end_style}" title="sentence end">&lt;/s&gt;</span>')
-    if sa.truncated:
-        parts.append(f' <span style="{_MARKER}" title="{_esc(f"{sa.truncated} more tokens not analysed")}">…</span>')
+    if end == len(sa.tokens):
+        end_style = _MARKER + (target_outline if target == T - 1 else "")
+        parts.append(f' <span class="vz-end" style="{end_style}" title="sentence end">&lt;/s&gt;</span>')
+        if sa.truncated:
+            parts.append(f' <span style="{_MARKER}" title="{_esc(f"{sa.truncated} more tokens not analysed")}">…</span>')
+    else:
+        parts.append(f' <span style="{_MARKER}" title="later text left out">…</span>')
     body = "".join(parts)
     head = ""
     if caption:
@@ -592,7 +686,7 @@ def highlighted_html(
             what = f"highlighted: {_esc(rule)} ({len(lit)} slot{'s' if len(lit) != 1 else ''})"
         head = (
             f'<div style="font-size:0.85em;color:#555;margin-bottom:4px">predicting '
-            f"<b>{_esc(sa.targets[target])}</b> after “{_esc(_current_word(sa, target))}” · {what}</div>"
+            f"<b>{_esc(sa.targets[target])}</b> after “{_esc(sa.current_word(target))}” · {what}</div>"
         )
     return f'<div class="vizlm-highlight" style="font-size:1.05em;line-height:2">{head}{body}</div>'
 
@@ -619,9 +713,9 @@ def sentence_strip_html(sa: SentenceAnalysis, selected: int | None = None) -> st
             f"border-radius:4px;background:#f6f6f6;border-bottom:5px solid {colour};"
         )
         if r == selected:
-            style += "outline:2px solid #d55e00;"
-        word_style = "text-decoration:underline dashed #d55e00;text-underline-offset:3px;" if unk else ""
-        if r == len(sa.targets) - 1:
+            style += f"outline:2px solid {SELECTED_COLOUR};"
+        word_style = f"text-decoration:underline dashed {SELECTED_COLOUR};text-underline-offset:3px;" if unk else ""
+        if r == len(sa.targets) - 1 or sa.norms[r] == BOUNDARY:
             word_style += "color:#666;font-size:0.85em;"
         chips.append(
             f'<span class="vz-chip{" vz-unk" if unk else ""}" data-index="{r}" style="{style}" title="{_esc(tip)}">'

@@ -217,10 +217,17 @@ def tag_tokens(norms: list[str], path: str | None = None) -> list[str] | None:
     None when the tagger file is missing, or when no token has a Latin letter (the
     tagger knows English only: Chinese text stays untagged).
     """
-    if not any(_LATIN.search(w) for w in norms):
+    tags = tag_sentences([norms], path)
+    return None if tags is None else tags[0]
+
+
+def tag_sentences(sentences: list[list[str]], path: str | None = None) -> list[list[str]] | None:
+    """:func:`tag_tokens` for a passage: each sentence tagged alone (the tagger's paths start and end
+    at sentence boundaries). None when no token of any sentence has a Latin letter, or without a tagger."""
+    if not any(_LATIN.search(w) for s in sentences for w in s):
         return None
     tagger = load_tagger(str(path) if path else None)
-    return None if tagger is None else tagger.tag(list(norms))
+    return None if tagger is None else [tagger.tag(list(s)) for s in sentences]
 
 
 def accuracy(tagger: Tagger, sentences: list[list[str]], tags: list[list[str]]) -> tuple[float, float]:

@@ -161,25 +161,53 @@ def tokenize(text: str, abbreviations: frozenset[str] = DEFAULT_ABBREVIATIONS) -
     return tokens
 
 
-def split_sentences(text: str) -> list[str]:
-    """Split a paragraph into sentences at . ! ? followed by space and a capital/quote.
+_LINE_RE = re.compile("[^\r\n\u2028\u2029]+")
+_SENTENCE_END_RE = re.compile(r"[.!?]['\"”’)]*\s+(?=[\"“‘'(]?[A-Z0-9])")
 
-    Deliberately simple (used for ``--text-file`` paragraphs); abbreviations such
-    as "Mr." do not end a sentence.
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans ``(start, end)`` of the sentences of ``text``, blanks stripped.
+
+    A line break ends a sentence (text is one paragraph or sentence a line, as ``--text-file``
+    reads it), and so do . ! ? followed by space and a capital, digit or opening quote.
+    Deliberately simple; abbreviations such as "Mr." do not end a sentence.
     """
-    pieces: list[str] = []
-    start = 0
-    for m in re.finditer(r"[.!?]['\"”’)]*\s+(?=[\"“‘'(]?[A-Z0-9])", text):
-        candidate = text[start : m.end()].strip()
-        last_word = candidate.split()[-1].lower() if candidate.split() else ""
-        if last_word in DEFAULT_ABBREVIATIONS or re.fullmatch(r"(?:[a-z]\.)+", last_word):
-            continue
-        pieces.append(candidate)
-        start = m.end()
-    rest = text[start:].strip()
-    if rest:
-        pieces.append(rest)
-    return pieces
+    spans: list[tuple[int, int]] = []
+
+    def add(lo: int, hi: int) -> None:
+        piece = text[lo:hi]
+        lead, core = len(piece) - len(piece.lstrip()), piece.strip()
+        if core:
+            spans.append((lo + lead, lo + lead + len(core)))
+
+    for line in _LINE_RE.finditer(text):
+        start = line.start()
+        for m in _SENTENCE_END_RE.finditer(text, line.start(), line.end()):
+            words = text[start : m.end()].split()
+            last_word = words[-1].lower() if words else ""
+            if last_word in DEFAULT_ABBREVIATIONS or re.fullmatch(r"(?:[a-z]\.)+", last_word):
+                continue
+            add(start, m.end())
+            start = m.end()
+        add(start, line.end())
+    return spans
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of ``text`` (:func:`sentence_spans`)."""
+    return [text[s:e] for s, e in sentence_spans(text)]
+
+
+def passage_sentences(text: str) -> list[list[Token]]:
+    """The tokens of each sentence of ``text`` (:func:`sentence_spans`), offsets into ``text``;
+    sentences without a token are left out. What :func:`split_sentences` then :func:`tokenize` give,
+    with offsets."""
+    out = []
+    for s, e in sentence_spans(text):
+        toks = [Token(t.text, t.norm, t.start + s, t.end + s) for t in tokenize(text[s:e])]
+        if toks:
+            out.append(toks)
+    return out
 
 
 def detokenize(words: list[str]) -> str:
