@@ -1,10 +1,13 @@
-"""Explorer: type a sentence and see which earlier words each model attends to.
+"""Explorer: type a sentence or a passage and see which earlier words each model attends to.
 
 The app's front page (``app.py`` registers it as the default page). Thin, like every
 page: sidebar inputs -> validation (``st.stop()``) -> one cached library call
 (:func:`vizlm.analysis.analyze`) -> rendering with :mod:`vizlm.plots` / :mod:`vizlm.export`.
+A passage of several sentences is read as running text by document checkpoints and a
+sentence at a time by sentence checkpoints (:data:`vizlm.analysis.READINGS`); each panel says which.
 Its state lives in the URL: ``?model=amsrn&compare=lstm&text=...&threshold=0.2&target=3``
-(``topk=3`` instead of ``threshold`` for top-k mode), so a view can be shared and reopened.
+(``topk=3`` instead of ``threshold`` for top-k mode, ``measure=effect`` for the heat map coloured by
+effect), so a view can be shared and reopened.
 """
 
 from __future__ import annotations
@@ -13,16 +16,17 @@ import hashlib
 
 import streamlit as st
 
-from vizlm.analysis import ATTENTION_OFF, DEFAULT_THRESHOLD
+from vizlm.analysis import ATTENTION_OFF, DEFAULT_THRESHOLD, READINGS
 from vizlm.app import checkpoints as ck
 from vizlm.app import results
 from vizlm.app import widgets as ui
 from vizlm.app.shell import page_setup
 from vizlm.app.views import render_data, render_gates, render_heatmaps, render_surprisal
 from vizlm.corpus import compare_corpus
-from vizlm.data import CORPUS_LANGUAGE, CORPUS_TITLES, example_sentences
+from vizlm.data import CORPUS_LANGUAGE, CORPUS_TITLES, example_passages, example_sentences
 from vizlm.links import MAX_TOP_K, ExplorerState, parse_query
-from vizlm.plots import attention_key_html, highlighted_html, sentence_strip_html
+from vizlm.plots import attention_key_html, highlighted_html, sentence_strip_html, text_span
+from vizlm.text import MAX_TOKENS
 
 page_setup()
 
@@ -53,6 +57,8 @@ def _seed_from_url(names: list[str]) -> None:
         mode="Top-k" if state.top_k else "Threshold",
         threshold=state.threshold,
         topk=state.top_k or 3,
+        heat_measure=state.measure,
+        _measure=state.measure,
         _target_url=state.target,
         _url_notes=notes,
         example=None,
@@ -66,8 +72,10 @@ def _use_example() -> None:
 
 
 def _example_options(model: str, compare: str) -> dict[str, str]:
-    """``{"<group> · <sentence id>": text}`` for the example picker."""
-    opts = {f"WSJ · {sid}": text for sid, text in example_sentences("wsj", "test")}
+    """``{"<group> · <sentence id>": text}`` for the example picker: passages first, then sentences."""
+    opts = {f"{name} passage · {sid}": text for corpus, name in (("brown", "Brown"), ("wsj", "WSJ"))
+            for sid, text in example_passages(corpus, "test")}
+    opts |= {f"WSJ · {sid}": text for sid, text in example_sentences("wsj", "test")}
     opts |= {f"Brown · {sid}": text for sid, text in example_sentences("brown", "test")}
     improved = st.session_state.get("_improved", {}).get((compare, model))
     if improved:
@@ -116,6 +124,8 @@ def _model_panel(name: str, sa, doc: dict, r: int, threshold: float | None, top_
     t = doc["targets"][r]
     ppl = ck.perplexity(name)
     st.subheader(name, anchor=False, help=f"{ck.family(name)} checkpoint" + (f"; {ppl[0]} perplexity {ppl[1]:.1f}" if ppl else ""))
+    several = " (one sentence: both readings agree)" if not sa.boundaries else ""
+    st.caption(f":material/menu_book: **{sa.context}-level checkpoint**: {READINGS[sa.context]}{several}.")
     with st.container(horizontal=True, wrap=True, gap="medium"):  # wraps instead of cutting numbers off
         st.metric("P(word)", f"{t['prob']:.3f}", help="probability the model gave the actual next word", width="content")
         st.metric("Surprisal", f"{t['surprisal_bits']:.1f} bits", help="−log₂ P(word); lower is better", width="content")
@@ -125,11 +135,11 @@ def _model_panel(name: str, sa, doc: dict, r: int, threshold: float | None, top_
                            "attention changed this prediction. +1 bit = twice as likely with the attention.")
         st.metric("Perplexity", f"{sa.perplexity:.0f}", help="perplexity of the whole text", width="content")
     if sa.attention is None:
-        st.html(sentence_strip_html(sa, selected=r))
+        st.html(sentence_strip_html(sa, selected=r, span=text_span(sa, r)))
         st.caption(f"{name} has no attention: it predicts from its recurrent state alone. Each word shows the "
                    "probability this model gave it; the bar colour is its surprisal.")
     else:
-        st.html(highlighted_html(sa, r, threshold=threshold, top_k=top_k) + attention_key_html())
+        st.html(highlighted_html(sa, r, threshold=threshold, top_k=top_k, span=text_span(sa, r)) + attention_key_html())
         if (t["start_weight"] or 0) >= ATTENTION_OFF:
             st.caption(f":material/power_settings_new: **Attention mostly off for this word:** {t['start_weight']:.0%} of the "
                        "weight is on the empty start slot (a zero vector), so the read adds little to the prediction.")
@@ -211,8 +221,10 @@ def explorer() -> None:
 
     # ---------------------------------------------------------------- text input
     st.title("Explorer", anchor=False)
-    st.caption("Type a sentence. Each model reads it left to right; pick a word to see which earlier words "
-               "the model attended to while predicting it, how sure it was, and why the attention may have helped.")
+    st.caption(f"Type a sentence or a passage (up to {MAX_TOKENS} words; a line break or . ! ? before a capital ends a "
+               "sentence). Each model reads it left to right, a document-level model as running text, a sentence-level "
+               "model a sentence at a time; pick a word to see which earlier words the model attended to while "
+               "predicting it, how sure it was, and why the attention may have helped.")
     for note in st.session_state.pop("_url_notes", []):
         st.warning(note, icon=":material/link:")
     left, right = st.columns([3, 1], vertical_alignment="bottom")
@@ -220,8 +232,8 @@ def explorer() -> None:
         examples = _example_options(model, compare)
         st.session_state.setdefault("example", None)
         st.selectbox("Or pick an example", list(examples), key="example",
-                     placeholder="WSJ / Brown sentences…", on_change=_use_example,
-                     format_func=lambda k: f"{k.split(' · ')[0]} · {examples[k][:70]}")
+                     placeholder="WSJ / Brown passages and sentences…", on_change=_use_example,
+                     format_func=lambda k: f"{k.split(' · ')[0]} · {' '.join(examples[k][:70].split())}")
         can_rank = compare and ck.has_attention(model) and (compare, model) not in st.session_state.get("_improved", {})
         clicked = can_rank and st.button(
             f"Most improved by {model}", icon=":material/trending_down:", width="stretch", key="rank_improved",
@@ -230,12 +242,13 @@ def explorer() -> None:
         if clicked and _find_improved(model, compare):
             st.rerun()
     with left:
-        text = st.text_area("Sentence", key="text", height=96,
-                            placeholder="Type or paste English text…")
+        text = st.text_area("Sentence or passage", key="text", height=96,
+                            placeholder="Type or paste English text: a sentence, or several…")
 
     # ---------------------------------------------------------------- validation
     if not text or not text.strip():
-        st.info("Type a sentence above (or pick an example) to see the models' attention.", icon=":material/edit:")
+        st.info("Type a sentence or a passage above (or pick an example) to see the models' attention.",
+                icon=":material/edit:")
         st.stop()
     shown = [model] + ([compare] if compare else [])
     analyses, docs = {}, {}
@@ -273,13 +286,18 @@ def explorer() -> None:
                    icon=":material/link:")
     if st.session_state.get(tkey) not in range(T):
         st.session_state[tkey] = _default_target(docs[model])
+    if sa.boundaries:
+        st.caption(f"A passage of {len(sa.boundaries) + 1} sentences, {T} predicted words (each sentence ends with "
+                   "</s>). Dashed lines in the heat map and bars in the running text mark where a sentence begins.")
+    labels = ui.unique_labels([_word_label(sa, i) for i in range(T)])
     # long texts: the word picker scrolls instead of pushing everything down
     with st.container(height=220 if T > 60 else "content", border=False):
         r = st.pills("Predicted word — click one", list(range(T)), key=tkey, required=True,
-                     format_func=lambda i: _word_label(sa, i),
+                     format_func=labels.__getitem__,
                      help="Pick the word being predicted: the model has read every word before it. "
                           "Orange words marked ? are outside the vocabulary (read as <unk>).")
-    ui.write_explorer_query(ExplorerState(model, compare or None, text, threshold if threshold is not None else DEFAULT_THRESHOLD, top_k, r))
+    ui.write_explorer_query(ExplorerState(model, compare or None, text, threshold if threshold is not None else DEFAULT_THRESHOLD,
+                                          top_k, r, st.session_state.get("_measure", "weight")))
 
     # ---------------------------------------------------------------- per-model panels
     cols = st.columns(len(shown), gap="large")
@@ -287,11 +305,11 @@ def explorer() -> None:
         with col:
             _model_panel(name, analyses[name], docs[name], r, threshold, top_k, text)
 
-    # ---------------------------------------------------------------- whole-sentence views
+    # ---------------------------------------------------------------- whole-text views
     st.divider()
     # Only the open tab runs: each view costs a chart or an export, so nothing is drawn unseen.
     views = {
-        "Attention heatmap": lambda: render_heatmaps(analyses, text, threshold, top_k),
+        "Attention heatmap": lambda: render_heatmaps(analyses, text, threshold, top_k, r),
         "Surprisal per word": lambda: render_surprisal(analyses),
         "AMSRN gates": lambda: render_gates(analyses),
         "Data & downloads": lambda: render_data(analyses, r, threshold, top_k),

@@ -221,7 +221,7 @@ class SentenceAnalysis:
         def effect(j: int) -> float | None:
             return None if effect_bits is None else _finite(effect_bits[j])
 
-        shown = {h.slot for h in self.highlights(threshold, top_k)[row]}
+        shown = {h.slot for h in self.highlights(threshold, top_k, rows=[row])[0]}
         strongest = sorted(allowed, key=lambda j: -abs(effect(j) or 0.0))[:3] if effect_bits is not None else []
         shown |= {int(j) for j in strongest}
         labels = self.slot_labels
@@ -235,10 +235,13 @@ class SentenceAnalysis:
         for the <s> slots."""
         return slot - 2 if slot >= 2 else -1
 
-    def highlights(self, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None) -> list[list[Highlight]]:
-        """Per target, the slots with weight >= threshold, or the ``top_k`` heaviest slots."""
+    def highlights(self, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None,
+                   rows: Sequence[int] | None = None) -> list[list[Highlight]]:
+        """Per target (or per row of ``rows``), the slots with weight >= threshold, or the ``top_k``
+        heaviest slots, heaviest first."""
+        rows = range(len(self.targets)) if rows is None else rows
         if self.attention is None:
-            return [[] for _ in self.targets]
+            return [[] for _ in rows]
         labels = self.slot_labels
         effects = self.slot_effect_bits
         mask = self.allowed()
@@ -249,7 +252,8 @@ class SentenceAnalysis:
             value = None if effects is None else float(effects[r, j])
             return value if value is not None and math.isfinite(value) else None
 
-        for r, row in enumerate(self.attention):
+        for r in rows:
+            row = self.attention[r]
             slots = np.flatnonzero(mask[r])  # the slots this row could attend to
             if top_k is not None:
                 slots = slots[np.argsort(-row[slots], kind="stable")[:top_k]]
@@ -280,7 +284,7 @@ class SentenceAnalysis:
                 "prob": float(self.probs[r]),
                 "surprisal_bits": float(self.surprisal[r]),
                 "top": [{"word": w, "prob": float(p)} for w, p in zip(self.top_words[r], self.top_probs[r])],
-                "attention": None if self.attention is None else [float(a) for a in self.attention[r, : r + 1]],
+                "attention": None if self.attention is None else self.attention[r, : r + 1].tolist(),
                 "highlights": [asdict(h) for h in hl[r]],
                 "gate_mean": None if self.gates is None else float(self.gates[r].mean()),
                 # slot 0 is the zero start state: weight there reads nothing ("attention off")
@@ -332,14 +336,12 @@ def attention_mask(attention: np.ndarray) -> np.ndarray:
     """
     a = np.asarray(attention, dtype=float)
     T, S = a.shape
-    mask = np.arange(S)[None, :] <= np.arange(T)[:, None]
+    slots = np.arange(S)[None, :]  # (1, S)
+    mask = slots <= np.arange(T)[:, None]  # (T, S) causal
     finite = np.isfinite(a)
-    nonzero = finite & (a != 0) & mask
-    for r in range(T):
-        nz = np.flatnonzero(nonzero[r])
-        if len(nz):
-            mask[r, : nz[0]] = False
-    return mask & finite
+    nonzero = finite & (a != 0) & mask  # (T, S)
+    first = np.where(nonzero.any(1), nonzero.argmax(1), 0)  # (T,) the first slot with weight
+    return mask & finite & (slots >= first[:, None])
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:
@@ -477,12 +479,12 @@ def _build(
     offsets = offsets or _offsets(surfaces)
     unk = [w not in vocab for w in norms]
     ids = vocab.encode(norms) + [vocab.eos_id]
-    logp = logits.double().log_softmax(-1)  # (T, V)
-    lp = logp.gather(1, torch.tensor(ids)[:, None])[:, 0].numpy()  # (T,)
+    logp = logits.log_softmax(-1)  # (T, V) in the model's precision, as vizlm.evaluate scores
+    lp = logp.gather(1, torch.tensor(ids)[:, None])[:, 0].double().numpy()  # (T,)
     k = min(top_k, logp.shape[1])
     if k:
         top_i = logp.topk(k, dim=-1).indices  # (T, k): log is monotone, no need to exp the whole row
-        top_p = logp.gather(1, top_i).exp()  # (T, k)
+        top_p = logp.gather(1, top_i).double().exp()  # (T, k)
     else:  # corpus statistics: no top predictions
         top_p, top_i = logp.new_zeros(logp.shape[0], 0), torch.zeros(logp.shape[0], 0, dtype=torch.long)
     notes = []

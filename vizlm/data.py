@@ -99,6 +99,12 @@ def example_sentences(corpus: str, split: str) -> list[tuple[str, str]]:
     return [(sid, text) for sid, text in _examples().get(f"{corpus}/{split}", [])]
 
 
+def example_passages(corpus: str, split: str) -> list[tuple[str, str]]:
+    """Example passages of a split, consecutive sentences of a document, ``[("ca10:0-7", text a sentence
+    a line)]``, from the shipped ``examples.json``; empty for other splits."""
+    return [(sid, text) for sid, text in _examples().get(f"{corpus}/{split}/passages", [])]
+
+
 # --------------------------------------------------------------------------- vocabulary
 class Vocab:
     """Word <-> id mapping; everything outside it is ``<unk>``."""

@@ -182,6 +182,8 @@ def json_safe(obj: object) -> object:
     if isinstance(obj, dict):
         return {str(k): json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
+        if all(type(v) is float for v in obj):  # fast path: a row of weights (a 400-word passage has 80k)
+            return [v if math.isfinite(v) else None for v in obj]
         return [json_safe(v) for v in obj]
     if isinstance(obj, np.ndarray):
         return [json_safe(v) for v in obj.tolist()]

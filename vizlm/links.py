@@ -1,8 +1,9 @@
 """The Explorer's state as a URL query string: build it, and parse (validate) what a link brings.
 
 Pure logic, no Streamlit: ``?model=amsrn&compare=lstm&text=...&threshold=0.2&target=3``
-(``topk=3`` instead of ``threshold`` for top-k mode). Anything malformed or out of range
-in a link falls back to a default, with a note for the user each time.
+(``topk=3`` instead of ``threshold`` for top-k mode; ``measure=effect`` when the heat map is
+coloured by effect). Anything malformed or out of range in a link falls back to a default,
+with a note for the user each time.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from vizlm.analysis import DEFAULT_THRESHOLD, MAX_TEXT_CHARS
+from vizlm.plots import MEASURES
 
 MAX_TOP_K = 10  # the Explorer's top-k slider
 
@@ -23,6 +25,7 @@ class ExplorerState:
     threshold: float
     top_k: int | None
     target: int | None
+    measure: str = MEASURES[0]  # what colours the heat map: weight (left out of the link) or effect
 
     def query(self) -> dict[str, str]:
         q = {"model": self.model}
@@ -35,6 +38,8 @@ class ExplorerState:
             q["threshold"] = f"{self.threshold:g}"
         if self.target is not None:
             q["target"] = str(self.target)
+        if self.measure != MEASURES[0]:
+            q["measure"] = self.measure
         return q
 
 
@@ -63,7 +68,11 @@ def parse_query(params: dict, names: list[str], default_model: str, default_comp
     if len(text) > MAX_TEXT_CHARS:  # analysis reads no more than this anyway
         notes.append(f"the text in the link has {len(text):,} characters; only the first {MAX_TEXT_CHARS:,} are read")
         text = text[:MAX_TEXT_CHARS]
-    threshold, top_k, target = DEFAULT_THRESHOLD, None, None
+    threshold, top_k, target, measure = DEFAULT_THRESHOLD, None, None, params.get("measure", MEASURES[0])
+    if measure not in MEASURES:
+        notes.append(f"the heat map measure {measure!r} in the link is not one of {', '.join(MEASURES)}; "
+                     f"colouring by {MEASURES[0]}")
+        measure = MEASURES[0]
     if "threshold" in params:
         try:
             value = float(params["threshold"])
@@ -90,4 +99,4 @@ def parse_query(params: dict, names: list[str], default_model: str, default_comp
         except ValueError:
             notes.append("the selected word in the link is not a word number; picking one")
             target = None
-    return ExplorerState(model, compare, text, threshold, top_k, target), notes
+    return ExplorerState(model, compare, text, threshold, top_k, target, measure), notes

@@ -169,8 +169,8 @@ def _window_slots(allowed: np.ndarray, rows: tuple[int, int]) -> list[int]:
     return start + (list(range(int(later[0]), int(later[-1]) + 1)) if len(later) else [])
 
 
-def _boundary_rules(sa: SentenceAnalysis, ylab: list[str], xlab: list[str], rows: list[str], slots: list[str],
-                    x: alt.X, y: alt.Y) -> list[alt.Chart]:
+def _boundary_rules(sa: SentenceAnalysis, ylab: list[str], xlab: list[str], rows: list[str],
+                    slots: list[str]) -> list[alt.Chart]:
     """Grey lines between two sentences of a passage: above the row predicting a sentence's first
     word, and left of the slot that starts it (the ``<s>`` of a sentence read alone, the first word
     in running text)."""
@@ -181,10 +181,10 @@ def _boundary_rules(sa: SentenceAnalysis, ylab: list[str], xlab: list[str], rows
     out = []
     if slot_lines:
         out.append(alt.Chart(pd.DataFrame({"slot": slot_lines})).mark_rule(**style).encode(
-            x=alt.X("slot:N", scale=x.scale, bandPosition=0)))
+            x=alt.X("slot:N", scale=alt.Scale(domain=slots), bandPosition=0)))
     if row_lines:
         out.append(alt.Chart(pd.DataFrame({"target": row_lines})).mark_rule(**style).encode(
-            y=alt.Y("target:N", scale=y.scale, bandPosition=0)))
+            y=alt.Y("target:N", scale=alt.Scale(domain=rows), bandPosition=0)))
     return out
 
 
@@ -236,7 +236,8 @@ def attention_heatmap(
     rows_, cols = np.nonzero(mask)
     marked = set()
     if threshold is not None or top_k is not None:
-        marked = {(r, h.slot) for r, hs in enumerate(sa.highlights(threshold, top_k)) for h in hs}
+        window = range(r0, r1)
+        marked = {(r, h.slot) for r, hs in zip(window, sa.highlights(threshold, top_k, rows=window)) for h in hs}
     labels, inputs = sa.slot_labels, sa.input_labels
     df = pd.DataFrame({
         "target": [ylab[r] for r in rows_],
@@ -318,13 +319,13 @@ def attention_heatmap(
         head += f" (outlined: top {top_k} by weight)" if effect_mode else f" (outlined: top {top_k})"
     elif threshold is not None:
         head += f" (outlined: weight ≥ {threshold:g})"
-    layers += _boundary_rules(sa, ylab, xlab, row_domain, slot_domain, x, y)
+    layers += _boundary_rules(sa, ylab, xlab, row_domain, slot_domain)
     if selected is not None and r0 <= selected < r1:  # the selected word's row, outlined like in the running text
         layers.append(alt.Chart(pd.DataFrame({"target": [ylab[selected]]})).mark_rect(
-            filled=False, stroke=SELECTED_COLOUR, strokeWidth=2).encode(y=alt.Y("target:N", scale=y.scale)))
+            filled=False, stroke=SELECTED_COLOUR, strokeWidth=2).encode(y=alt.Y("target:N", scale=alt.Scale(domain=row_domain))))
     subtitle = [_subtitle(sa.text)]
     if (r0, r1) != (0, len(ylab)):
-        subtitle[0] = f"rows {ylab[r0]} to {ylab[r1 - 1]} of {len(ylab)} · " + _subtitle(sa.text, 70)
+        subtitle[0] = f"words {r0 + 2} to {r1 + 1} of {len(ylab) + 1} (a window) · " + _subtitle(sa.text, 70)
     if effect_mode:
         biggest = float(np.nanmax(np.abs(effects[mask]))) if mask.any() else 0.0
         subtitle.append(f"log-probability minus the same with the slot dropped · blue: the slot helped, red: it hurt "
@@ -591,7 +592,7 @@ def highlighted_html(
     first, end = span if span is not None else (0, len(sa.tokens))
     att = None if sa.attention is None else np.asarray(sa.attention, dtype=float)
     mask = sa.allowed()
-    lit = {h.slot: h.weight for h in sa.highlights(threshold, top_k)[target]}
+    lit = {h.slot: h.weight for h in sa.highlights(threshold, top_k, rows=[target])[0]}
     labels = sa.slot_labels
 
     def weight_of(slot: int) -> float | None:
@@ -612,17 +613,17 @@ def highlighted_html(
         return (style_for(w), ["vz-attended"]) if slot in lit else ("", [])
 
     parts = []
-    if first == 0:  # <s>: slot 0 (start state h_0) and slot 1 (after reading <s>) share one marker.
-        start_w = [weight_of(0), weight_of(1)]
-        start_tip = "; ".join(
-            f"{name}: {w:.3f}" for name, w in zip(("slot 0 (start state)", "slot 1 (<s>)"), start_w) if w is not None
-        )
-        start_lit = [lit[s] for s in (0, 1) if s in lit]
-        start_style = style_for(min(1.0, sum(start_lit))) if start_lit else ""
-        start_title = _esc("sentence start" + (": " + start_tip if start_tip else ""))
-        parts.append(f'<span class="vz-start" style="{_MARKER}{start_style}" title="{start_title}">&lt;s&gt;</span> ')
-    else:
-        parts.append(f'<span style="{_MARKER}" title="earlier text left out">…</span> ')
+    # <s>: slot 0 (start state h_0) and slot 1 (after reading <s>) share one marker.
+    start_w = [weight_of(0), weight_of(1)]
+    start_tip = "; ".join(
+        f"{name}: {w:.3f}" for name, w in zip(("slot 0 (start state)", "slot 1 (<s>)"), start_w) if w is not None
+    )
+    start_lit = [lit[s] for s in (0, 1) if s in lit]
+    start_style = style_for(min(1.0, sum(start_lit))) if start_lit else ""
+    start_title = _esc("sentence start" + (": " + start_tip if start_tip else ""))
+    parts.append(f'<span class="vz-start" style="{_MARKER}{start_style}" title="{start_title}">&lt;s&gt;</span> ')
+    if first > 0:
+        parts.append(f'<span style="{_MARKER}" title="{first} earlier tokens left out">…</span> ')
     gaps = _gaps(sa)
     target_outline = f"outline:2px solid {SELECTED_COLOUR};outline-offset:1px;"
     for i in range(first, end):
@@ -691,15 +692,35 @@ def highlighted_html(
     return f'<div class="vizlm-highlight" style="font-size:1.05em;line-height:2">{head}{body}</div>'
 
 
-def sentence_strip_html(sa: SentenceAnalysis, selected: int | None = None) -> str:
+def text_span(sa: SentenceAnalysis, target: int, around: int = 1, min_tokens: int | None = None) -> tuple[int, int]:
+    """The tokens ``(first, end)`` of a long passage worth showing for row ``target``: from ``around``
+    sentences before the oldest word the row may attend to (or its own sentence) to ``around`` sentences
+    after its own, whole sentences. Every token when the text has at most ``min_tokens`` (default
+    :data:`WINDOW_ROWS`)."""
+    n = len(sa.tokens)
+    if n <= (min_tokens or WINDOW_ROWS) or not sa.boundaries:
+        return 0, n
+    ends = [b + 1 for b in sa.boundaries] + [n]  # a sentence ends after its boundary token
+    starts = [0] + ends[:-1]
+    sentence = sa.sentence_of()  # [T]: row i predicts token i, so it is token i's sentence too
+    own = int(sentence[target])
+    words = [j - 2 for j in np.flatnonzero(sa.allowed()[target]) if j >= 2] if sa.attention is not None else []
+    oldest = int(sentence[min(words)]) if words else own
+    lo, hi = max(0, min(oldest, own) - around), min(len(ends) - 1, own + around)
+    return starts[lo], ends[hi]
+
+
+def sentence_strip_html(sa: SentenceAnalysis, selected: int | None = None, span: tuple[int, int] | None = None) -> str:
     """Each predicted word as a chip with its probability; the bar under it is coloured by surprisal.
 
     Colour: :data:`SCHEME` over ``[0, SURPRISAL_MAX_BITS]`` bits (brighter = more
-    surprising). ``selected`` (a target row) is outlined. All text is escaped.
+    surprising). ``selected`` (a target row) is outlined; ``span`` ``(first, end)`` shows the
+    words of those tokens only (:func:`text_span`). All text is escaped.
     """
     words = list(sa.tokens) + ["</s>"]
-    chips = []
-    for r in range(len(sa.targets)):
+    first, end = span if span is not None else (0, len(sa.tokens))
+    chips = [] if first == 0 else ['<span class="vz-chip" style="color:#666" title="earlier words left out">…</span>']
+    for r in range(first, len(sa.targets) if end == len(sa.tokens) else end):
         word = words[r] if r < len(words) else sa.targets[r]
         p, s = float(sa.probs[r]), float(sa.surprisal[r])
         colour = palette(s, 0.0, SURPRISAL_MAX_BITS)
@@ -722,6 +743,8 @@ def sentence_strip_html(sa: SentenceAnalysis, selected: int | None = None) -> st
             f'<span style="{word_style}">{_esc(word)}</span>'
             f'<span style="font-size:0.7em;color:#555">{_format_prob(p)}</span></span>'
         )
+    if end < len(sa.tokens):
+        chips.append('<span class="vz-chip" style="color:#666" title="later words left out">…</span>')
     return f'<div class="vizlm-strip" style="line-height:1.3">{"".join(chips)}</div>'
 
 

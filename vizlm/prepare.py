@@ -24,7 +24,7 @@ from vizlm import paths
 from vizlm.data import CORPORA, CORPUS_LANGUAGE, LICENCES, SPECIALS, SPLITS, TRAINABLE, VOCAB_SIZE, Vocab, load_corpus
 from vizlm.resources import write_collocations
 from vizlm.tagger import write_tagger
-from vizlm.text import detokenize, normalize
+from vizlm.text import MAX_TOKENS, detokenize, normalize
 from vizlm.tokens import write_token_ids
 
 
@@ -152,17 +152,44 @@ def build_vocab(sentences: list[list[str]], size: int = VOCAB_SIZE) -> list[str]
 EXAMPLE_SPLITS = (("wsj", "test"), ("brown", "test"))  # where the app's example texts come from
 EXAMPLE_SENTENCES = 12  # per split: the first sentences of ...
 EXAMPLE_LENGTH = (8, 25)  # ... this many tokens
+EXAMPLE_PASSAGES = 6  # per split: passages from the first documents of ...
+PASSAGE_TOKENS = 120  # ... at least this many tokens (whole sentences from the document's start), and one
+# passage of the first such document as long as the Explorer reads (MAX_TOKENS)
+
+
+def _passage(ids: list[str], words: list[list[str]], start: int, least: int) -> list[int]:
+    """Sentences ``start, start + 1, ...`` of one document (ids ``document:index``) until they hold
+    ``least`` tokens, never more than :data:`~vizlm.text.MAX_TOKENS`; [] if the document ends first."""
+    doc, picked, size = ids[start].rpartition(":")[0], [], 0
+    for i in range(start, len(ids)):
+        if ids[i].rpartition(":")[0] != doc or size + len(words[i]) > MAX_TOKENS:
+            break
+        picked.append(i)
+        size += len(words[i])
+        if size >= least:
+            return picked
+    return picked if least >= MAX_TOKENS and picked else []
 
 
 def write_examples(data: Path, assets: Path) -> Path:
     """``examples.json``: the first readable test sentences of each split in :data:`EXAMPLE_SPLITS`,
-    as ``{"wsj/test": [[sentence id, text], ...]}`` (text detokenised from the original tokens)."""
+    as ``{"wsj/test": [[sentence id, text], ...]}`` (text detokenised from the original tokens), and
+    passages of consecutive sentences of its first documents, ``{"wsj/test/passages": [[first id-last
+    index, text a sentence a line], ...]}``."""
     lo, hi = EXAMPLE_LENGTH
     doc = {}
     for corpus, split in EXAMPLE_SPLITS:
         c = load_corpus(corpus, split, data)
         picked = [[sid, detokenize(words)] for sid, words in zip(c.ids, c.originals) if lo <= len(words) <= hi]
         doc[f"{corpus}/{split}"] = picked[:EXAMPLE_SENTENCES]
+        starts = [i for i, sid in enumerate(c.ids) if i == 0 or sid.rpartition(":")[0] != c.ids[i - 1].rpartition(":")[0]]
+        passages = [p for p in (_passage(c.ids, c.originals, i, PASSAGE_TOKENS) for i in starts) if p]
+        passages = passages[:EXAMPLE_PASSAGES]
+        if passages:
+            passages.insert(1, _passage(c.ids, c.originals, passages[0][0], MAX_TOKENS))
+        doc[f"{corpus}/{split}/passages"] = [
+            [f"{c.ids[p[0]]}-{c.ids[p[-1]].rpartition(':')[2]}", "\n".join(detokenize(c.originals[i]) for i in p)]
+            for p in passages]
     path = Path(assets) / paths.EXAMPLES_FILE
     path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return path

@@ -91,15 +91,18 @@ def row_effect_bits(name: str, text: str, row: int) -> np.ndarray | None:
 
 
 @st.cache_data(show_spinner=False, max_entries=HEATMAP_CACHE_ENTRIES)
-def _heatmap_spec(name: str, key: str, text: str, threshold: float | None, top_k: int | None, measure: str) -> dict:
+def _heatmap_spec(name: str, key: str, text: str, threshold: float | None, top_k: int | None, measure: str,
+                  rows: tuple[int, int] | None, selected: int | None) -> dict:
     sa = _full_effects(name, key, text) if measure == "effect" else _analyze_text(name, key, text)
-    return chart_spec(attention_heatmap(sa, threshold=threshold, top_k=top_k, measure=measure))
+    return chart_spec(attention_heatmap(sa, threshold=threshold, top_k=top_k, measure=measure, rows=rows, selected=selected))
 
 
-def heatmap_spec(name: str, text: str, threshold: float | None, top_k: int | None, measure: str = "weight") -> dict:
-    """The heat map of ``text`` (``measure``: attention weight or slot effect) as a Vega-Lite spec,
-    built and validated once per input (Altair's schema validation is the costliest part of drawing it)."""
-    return _heatmap_spec(name, model_key(name), text, threshold, top_k, measure)
+def heatmap_spec(name: str, text: str, threshold: float | None, top_k: int | None, measure: str = "weight",
+                 rows: tuple[int, int] | None = None, selected: int | None = None) -> dict:
+    """The heat map of ``text`` (``measure``: attention weight or slot effect; ``rows``: a window of a long
+    text, ``selected``: the outlined row) as a Vega-Lite spec, built and validated once per input
+    (Altair's schema validation is the costliest part of drawing it)."""
+    return _heatmap_spec(name, model_key(name), text, threshold, top_k, measure, rows, selected)
 
 
 @st.cache_resource(show_spinner="Reading corpus…")

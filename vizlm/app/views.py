@@ -12,8 +12,10 @@ from vizlm.app.results import heatmap_spec
 from vizlm.app.widgets import analysis_downloads, chart_downloads, md_escape, show_chart
 from vizlm.export import chart_html, safe_filename
 from vizlm.plots import (
+    WINDOW_ROWS,
     attention_heatmap,
     gates_chart,
+    heatmap_rows,
     highlighted_html,
     legend_html,
     sentence_strip_html,
@@ -37,16 +39,33 @@ def _with_effects(name: str, sa):
     return lambda: with_slot_effects(ckpt, sa)
 
 
-def render_heatmaps(analyses: dict, text: str, threshold: float | None, top_k: int | None) -> None:
+HEATMAP_VIEWS = {"window": f"{WINDOW_ROWS} rows around the selected word", "all": "Every row"}  # a long text's heat map
+
+
+def _keep_measure() -> None:
+    st.session_state["_measure"] = st.session_state["heat_measure"]  # outlives the tab: the URL and other tabs read it
+
+
+def render_heatmaps(analyses: dict, text: str, threshold: float | None, top_k: int | None, target: int) -> None:
     shown = {n: sa for n, sa in analyses.items() if sa.attention is not None}
     if not shown:
         st.info("None of the chosen models has attention (LSTM and N-gram RNN predict from their state alone).", icon=":material/info:")
         return
-    st.session_state.setdefault("heat_measure", "weight")
-    measure = st.segmented_control(
+    st.session_state.setdefault("heat_measure", st.session_state.get("_measure", "weight"))
+    left, right = st.columns([2, 3], vertical_alignment="bottom")
+    measure = left.segmented_control(
         "Colour the cells by", list(MEASURE_LABELS), key="heat_measure", required=True, format_func=MEASURE_LABELS.get,
+        on_change=_keep_measure,
         help="The attention weight says where the model looked; the effect says whether it mattered: how much "
              "log₂ P(word) drops when that memory slot is dropped and the other weights renormalised.")
+    T = len(next(iter(shown.values())).targets)
+    view = "all"
+    if T > WINDOW_ROWS:  # a passage: the window keeps cells big enough to read; every row scrolls
+        st.session_state.setdefault("heat_rows", "window")
+        view = right.segmented_control("Rows", list(HEATMAP_VIEWS), key="heat_rows", required=True,
+                                       format_func=HEATMAP_VIEWS.get,
+                                       help="A long text's map has a row and a column per word: around the selected "
+                                            "word its cells stay readable; every row makes a large map that scrolls.")
     if measure == "effect":
         st.caption("Rows: the word being predicted; columns: the memory slots. Each cell is the effect of that slot in bits: "
                    "log₂ P(word) as computed minus the same without the slot. **Blue: the slot helped, red: it hurt, white: it "
@@ -57,13 +76,15 @@ def render_heatmaps(analyses: dict, text: str, threshold: float | None, top_k: i
                    "earlier word). Brighter = more attention; outlined cells are the highlighted ones. Hover a cell for its "
                    "weight. Both models use the same colour scale; a map wider than the page scrolls sideways.")
     for name, sa in shown.items():  # one under the other: two side by side do not fit a column
+        rows = heatmap_rows(sa, target) if view == "window" else None
         if measure == "effect" and sa.slot_effects is None:  # every slot's effect, once per text (cached)
             with st.spinner(f"Computing the effect of every memory slot for {name}…", show_time=True):
-                spec = heatmap_spec(name, text, threshold, top_k, measure)
+                spec = heatmap_spec(name, text, threshold, top_k, measure, rows, target)
         else:
-            spec = heatmap_spec(name, text, threshold, top_k, measure)
+            spec = heatmap_spec(name, text, threshold, top_k, measure, rows, target)
         st.vega_lite_chart(spec, width="content", theme=None)
-        analysis_downloads(sa, threshold, top_k, key=f"heat_{name}", measure=measure, full=_with_effects(name, sa))
+        analysis_downloads(sa, threshold, top_k, key=f"heat_{name}", measure=measure, full=_with_effects(name, sa),
+                           rows=rows, selected=target)
 
 
 def render_surprisal(analyses: dict) -> None:

@@ -34,6 +34,20 @@ def md_escape(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", str(text))
 
 
+def unique_labels(labels: list[str]) -> list[str]:
+    """``labels`` made distinct by invisible word joiners (U+2060), the n-th repeat getting n of them.
+
+    Streamlit's pills and select boxes send the chosen option's label back and look the option up
+    by it: with two equal labels ("the" twice in a text) a click on the first selects the last one,
+    and a selection set in code (a link's ``?target=``) comes back as the last one on the next run."""
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        out.append(label + "\u2060" * seen.get(label, 0))
+        seen[label] = seen.get(label, 0) + 1
+    return out
+
+
 def label_badge(label: str) -> str:
     """A case label as a coloured Streamlit Markdown badge."""
     return f":{LABEL_BADGES.get(label, 'gray')}-badge[{md_escape(label)}]"
@@ -70,13 +84,16 @@ def chart_downloads(chart, stem: str, key: str, frame=None, title: str = "vizlm"
 
 
 def analysis_downloads(sa, threshold: float | None, top_k: int | None, key: str, measure: str = "weight",
-                       full: Callable | None = None) -> None:
+                       full: Callable | None = None, rows: tuple[int, int] | None = None,
+                       selected: int | None = None) -> None:
     """The five export formats of one analysis (:func:`vizlm.export.export_analysis`); the pictures
-    are the heat map coloured by ``measure``. ``full()``, if given, returns the analysis to export
-    (e.g. ``sa`` with every slot effect), made only when a button is clicked."""
+    are the heat map coloured by ``measure`` (``rows``: the window shown, ``selected``: the outlined
+    row). ``full()``, if given, returns the analysis to export (e.g. ``sa`` with every slot effect),
+    made only when a button is clicked."""
     stem = safe_filename(f"{sa.model}-{'effects-' if measure == 'effect' else ''}{sa.text[:30]}")
     full = full or (lambda: sa)
-    download_row([(fmt.upper(), (lambda f=fmt: export_analysis(full(), f, threshold=threshold, top_k=top_k, measure=measure)),
+    download_row([(fmt.upper(), (lambda f=fmt: export_analysis(full(), f, threshold=threshold, top_k=top_k, measure=measure,
+                                                               rows=rows, selected=selected)),
                    f"{stem}.{fmt}", MIME[fmt]) for fmt in FORMATS], key)
 
 
