@@ -50,7 +50,9 @@ with st.sidebar:
 
 st.title("Cases", anchor=False)
 st.caption("When a model attends strongly to an earlier word, why? Transparent rules (see `vizlm/cases.py`) label each "
-           "highlighted pair as **trigger**, **causal**, **phrase** or **grammar** — or leave it unlabelled.")
+           "highlighted pair as **trigger**, **causal**, **phrase** or **grammar** — or leave it unlabelled. A document-level "
+           "model reads each document as running text, so its pairs can cross sentence boundaries (an entity mentioned in "
+           "an earlier sentence); a sentence-level model reads every sentence alone.")
 if not models:
     st.info("Pick at least one model in the sidebar.", icon=":material/info:")
     st.stop()
@@ -128,7 +130,14 @@ for i, (name, lab, ex) in enumerate(examples[:SHOW]):
                     f"**{ui.md_escape(ex['word'])}** · weight {ex['weight']:.2f}{effect} · {ui.md_escape(name)} · "
                     f":small[{ui.md_escape(ex['sentence_id'])}]")
         idx = results.sentence_index(corpus, split, ex["sentence_id"])
-        if idx is not None:
+        reading = ex.get("reading")  # a document read as running text: the case within its document
+        if reading:
+            first, last = (results.sentence_index(corpus, split, sid) for sid in reading["document"])
+            sa = results.analyze_corpus_passage(name, corpus, split, first, last)
+            span = (reading["span"][0], reading["span"][1] or len(sa.tokens))
+            st.html(highlighted_html(sa, reading["target"], threshold=threshold, caption=False, span=span))
+            text = ex["sentence"]
+        elif idx is not None:
             sa = results.analyze_corpus_sentence(name, corpus, split, idx)
             st.html(highlighted_html(sa, ex["target"], threshold=threshold, caption=False))
             text = results.sentence_text(corpus, split, idx)

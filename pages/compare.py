@@ -115,8 +115,15 @@ for i, (tab, frame) in enumerate(zip(tabs, frames)):
             picked = frame.iloc[rows[0]]
 st.caption(f"Improved / worsened: sentences of at least {min_length} words, ranked by log(B/A). "
            "Click a column header to sort; tick a row to open that sentence in the Explorer.")
+in_context = "document" in (ck.context(a), ck.context(b))
+if in_context:
+    st.caption("A document-level model scores each sentence in context: after the sentences before it in its document "
+               "(running text). The Explorer opens a sentence with the sentences before it, as many as it reads.")
 if picked is not None:
     idx = results.sentence_index(corpus, split, str(picked["sentence_id"]))
-    text = results.sentence_text(corpus, split, idx) if idx is not None else str(picked["text"])
-    st.page_link(EXPLORER, label=f"Open “{text[:80]}{'…' if len(text) > 80 else ''}” in the Explorer",
-                 icon=":material/open_in_new:", query_params=explorer_query(b, text, compare=a))
+    sentence = results.sentence_text(corpus, split, idx) if idx is not None else str(picked["text"])
+    text, row = results.passage_text(corpus, split, idx) if idx is not None and in_context else (sentence, None)
+    before = text.count("\n")
+    st.page_link(EXPLORER, label=f"Open “{sentence[:80]}{'…' if len(sentence) > 80 else ''}” in the Explorer"
+                 + (f" after the {before} sentence{'s' if before != 1 else ''} before it" if before else ""),
+                 icon=":material/open_in_new:", query_params=explorer_query(b, text, compare=a, target=row))

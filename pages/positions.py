@@ -14,6 +14,7 @@ from vizlm import corpus as vc
 from vizlm.app import checkpoints as ck
 from vizlm.app import results, views
 from vizlm.app import widgets as ui
+from vizlm.analysis import READINGS, split_at_boundaries
 from vizlm.app.shell import EXPLORER, page_setup
 from vizlm.data import example_sentences
 from vizlm.export import safe_filename
@@ -21,6 +22,8 @@ from vizlm.links import explorer_query
 from vizlm.plots import positions_chart, sentence_positions_chart
 
 page_setup()
+
+MAX_WINDOW, DEFAULT_WINDOW = 30, 10  # the window slider: positions back
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -30,23 +33,29 @@ def corpus_positions(models: tuple[str, ...], keys: tuple[str, ...], corpus: str
     if limit is None:
         return results.with_progress(vc.positions_corpus, ckpts, corpus, split, window=window, text=text)
     c = results.load_corpus_cached(corpus, split)
-    return results.with_progress(vc.attention_by_position, ckpts, c.sentences[:limit], window=window, text=text)
+    return results.with_progress(vc.attention_by_position, ckpts, c.sentences[:limit], window=window, text=text,
+                                 ids=c.ids[:limit])
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def one_sentence(models: tuple[str, ...], keys: tuple[str, ...], text: str, window: int):
-    """The corpus statistics restricted to one typed sentence, and its word-by-word offsets per model."""
+def one_text(models: tuple[str, ...], keys: tuple[str, ...], text: str, window: int):
+    """The corpus statistics restricted to one typed text (one document), and its word-by-word offsets per model."""
     sas = {m: results.analyze_text(m, text) for m in models}
-    stats = vc.attention_by_position([ck.get_checkpoint(m) for m in models], [sas[models[0]].norms], window=window)
+    sentences = split_at_boundaries(sas[models[0]].norms)
+    stats = vc.attention_by_position([ck.get_checkpoint(m) for m in models], sentences, window=window,
+                                     ids=[f"text:{i}" for i in range(len(sentences))])
     return stats, {m: vc.sentence_positions(sa, window) for m, sa in sas.items()}
 
 
 with st.sidebar:
     models = ui.attention_models_picker("Attention by position", "pos_models", "None of the checkpoints has attention.")
-    ui.keep_choice("pos_window", list(range(1, 31)), 10)
-    window = st.slider("Window (words back)", 1, 30, key="pos_window",
-                       help="How many positions before the predicted word to show. KVP's own window is "
-                            "a property of the checkpoint; beyond it its weights are zero.")
+    own = [ck.window(m) for m in models]  # the models' own windows: the paper draws each model's window
+    ui.keep_choice("pos_window", list(range(1, MAX_WINDOW + 1)),
+                   max(own) if own and all(w is not None and w <= MAX_WINDOW for w in own) else DEFAULT_WINDOW)
+    window = st.slider("Window (words back)", 1, MAX_WINDOW, key="pos_window",
+                       help="How many positions before the predicted word to show (at first the models' own window, "
+                            "when every one has one). KVP's own window is a property of the checkpoint; beyond it its "
+                            "weights are zero.")
     label, corpus, split = ui.corpus_picker("pos_corpus", models)
     limit = ui.sample_picker("pos_sample")
 
@@ -61,6 +70,13 @@ if not models:
 
 
 keys = tuple(ck.model_key(m) for m in models)
+readings = {c: [m for m in models if ck.context(m) == c] for c in READINGS}
+st.caption(" ".join(
+    f"**{', '.join(ui.md_escape(m) for m in ms)}** {READINGS[c]}"
+    + (" — positions reach across sentence boundaries, up to the model's own window"
+       + (f" ({', '.join(f'{ui.md_escape(m)}: {ck.window(m)}' for m in ms if ck.window(m))})" if any(map(ck.window, ms)) else "")
+       if c == "document" else " — the first words of a sentence have fewer positions behind them") + "."
+    for c, ms in readings.items() if ms))
 
 
 def corpus_view() -> None:
@@ -77,12 +93,13 @@ def corpus_view() -> None:
 def sentence_view() -> None:
     examples = example_sentences("brown", "test")
     st.session_state.setdefault("pos_text", examples[0][1] if examples else "")
-    text = st.text_area("Sentence", key="pos_text", help="The same statistics for the predictions of one sentence.")
+    text = st.text_area("Sentence or passage", key="pos_text",
+                        help="The same statistics for the predictions of one text, read by each model in its context.")
     if not text.strip():
-        st.info("Type a sentence to see its attention by position.", icon=":material/edit:")
+        st.info("Type a sentence or a passage to see its attention by position.", icon=":material/edit:")
         return
     try:
-        one, per_word = one_sentence(tuple(models), keys, text, window)
+        one, per_word = one_text(tuple(models), keys, text, window)
     except (ValueError, ck.UserError) as exc:
         ui.show_error(exc)
         return
@@ -97,12 +114,12 @@ def sentence_view() -> None:
             chart = sentence_positions_chart(frame, name, text)
             ui.show_chart(chart)
             ui.chart_downloads(chart, f"positions-{safe_filename(name)}-sentence", f"pos_words_{name}", frame)
-    st.page_link(EXPLORER, label="Open this sentence in the Explorer", icon=":material/open_in_new:",
+    st.page_link(EXPLORER, label="Open this text in the Explorer", icon=":material/open_in_new:",
                  query_params=explorer_query(models[0], text))
 
 
 # Only the open tab runs, so the other view's work is not done unseen.
-tabs = st.tabs([f"Whole split: {label}", "One sentence"], key="pos_view", on_change="rerun")
+tabs = st.tabs([f"Whole split: {label}", "One text"], key="pos_view", on_change="rerun")
 for tab, view in zip(tabs, (corpus_view, sentence_view)):
     if tab.open:
         with tab:

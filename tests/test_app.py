@@ -298,7 +298,7 @@ def test_positions_page_window_changes_the_plot():
     at.slider(key="pos_window").set_value(4).run()
     no_exception(at)
     assert spec() != first
-    at.session_state["pos_view"] = "One sentence"  # the per-sentence view
+    at.session_state["pos_view"] = "One text"  # the per-text view
     at.run()
     no_exception(at)
     assert len(spec()) >= 2 and at.text_area(key="pos_text").value

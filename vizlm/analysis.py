@@ -182,16 +182,28 @@ class SentenceAnalysis:
         """[T, S] slot effects in bits."""
         return None if self.slot_effects is None else self.slot_effects / LN2
 
+    def readable(self) -> np.ndarray:
+        """[T, S] the slots each row's reading holds: every earlier one in running text; in sentence
+        context the start slot and those of the row's own sentence (a block diagonal)."""
+        T = len(self.targets)
+        rows, slots = np.arange(T)[:, None], np.arange(T)[None, :]
+        mask = slots <= rows  # (T, S) causal
+        if self.context == "sentence" and self.boundaries:
+            mask &= (slots == 0) | (slots > self.first_rows()[:, None])
+        return mask
+
     def allowed(self) -> np.ndarray | None:
-        """[T, S] the (row, slot) pairs each row could attend to (:func:`attention_mask`); in sentence
-        context a row of a passage only the start slot and the slots of its own sentence."""
+        """[T, S] the (row, slot) pairs each row could attend to: :func:`attention_mask` (the model's
+        window) within :meth:`readable`. Read-only, computed once per attention matrix (a document of
+        the Cases gallery has 2,000 rows)."""
         if self.attention is None:
             return None
-        mask = attention_mask(self.attention)
-        if self.context == "sentence" and self.boundaries:
-            slots = np.arange(mask.shape[1])[None, :]
-            mask &= (slots == 0) | (slots > self.first_rows()[:, None])  # (T, S) block diagonal
-        return mask
+        memo = self.__dict__.get("_allowed")
+        if memo is None or memo[0] is not self.attention:
+            mask = attention_mask(self.attention) & self.readable()
+            mask.setflags(write=False)
+            memo = self.__dict__["_allowed"] = (self.attention, mask)
+        return memo[1]
 
     def effect_rank_correlation(self) -> float | None:
         """Spearman correlation of weight and slot effect over the allowed (row, slot) pairs.

@@ -97,6 +97,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from vizlm.analysis import (
@@ -105,13 +106,15 @@ from vizlm.analysis import (
     MIN_TOP_K_WEIGHT,
     SentenceAnalysis,
     analyze_batch,
+    analyze_sentences,
     split_at_boundaries,
     tag_passage,
 )
 from vizlm.checkpoint import Checkpoint
+from vizlm.data import document_sizes, load_corpus
 from vizlm.resources import Collocations, load_collocations
 from vizlm.tagger import simplify_tag, tag_tokens
-from vizlm.text import NUMBER
+from vizlm.text import NUMBER, detokenize
 
 __all__ = ["LABELS", "LABEL_DESCRIPTIONS", "RANKINGS", "Case", "CaseReport", "label_cases", "labelled_dict", "by_effect",
            "corpus_cases", "tag_tokens", "stem"]
@@ -538,6 +541,43 @@ class CaseReport:
         return doc
 
 
+def _documents(ckpt: Checkpoint, sentences: list[list[str]], ids: list[str], originals: list[list[str]] | None,
+               tags: list[list[str]] | None, candidates):
+    """``(index of its first sentence, analysis)`` of every document of ``sentences`` (by ``ids``) read
+    whole as running text, with the slot effects of the ``candidates`` pairs."""
+    first = 0
+    for size in document_sizes(ids):
+        part = slice(first, first + size)
+        if any(sentences[part]):
+            yield first, analyze_sentences(
+                ckpt, sentences[part], None if originals is None else originals[part], None, None,
+                None if tags is None else tags[part], top_k=0, max_effect_pairs=None, max_tokens=None,
+                effect_pairs=candidates)
+        first += size
+
+
+def _document_example(case: Case, first: int, boundaries: list[int], ids: list[str], originals: list[list[str]]) -> dict:
+    """A case of a document read as running text, on the passage that holds it: the sentence before
+    the attended word's (or the target's, whichever comes first) to the target's, a sentence a line.
+    ``target``, ``slot`` and ``token`` are the passage's (as :func:`vizlm.analysis.analyze` numbers a
+    text); ``reading`` says where it is in the document's analysis (``document``: the ids of its first
+    and last sentences, ``target``, ``span``: the passage's tokens)."""
+    starts = [0] + [b + 1 for b in boundaries]  # each sentence's first token in the document
+    ends = starts[1:] + [None]
+    own, attended = (int(np.searchsorted(boundaries, x, side="left")) for x in (case.target, case.token))
+    lo = max(0, min(own, attended) - 1)
+    shift = starts[lo]
+    doc = case.to_dict()
+    doc.update(target=case.target - shift, slot=case.slot - shift, token=case.token - shift)
+    return {
+        "sentence_id": ids[first + own],
+        "sentence": "\n".join(detokenize(originals[first + k]) for k in range(lo, own + 1)),
+        **doc,
+        "reading": {"context": "document", "document": [ids[first], ids[first + len(starts) - 1]],
+                    "target": case.target, "span": [shift, ends[own]]},  # None: to the document's end
+    }
+
+
 @torch.no_grad()
 def corpus_cases(
     ckpt: Checkpoint,
@@ -570,8 +610,6 @@ def corpus_cases(
     if sentences is None:
         if corpus is None:
             raise ValueError("give a corpus name or sentences")
-        from vizlm.data import load_corpus
-
         c = load_corpus(corpus, split, data_dir)
         sentences, ids, tags, originals = c.sentences, c.ids, c.tags, c.originals
         source = f"{corpus}/{split}"
@@ -593,20 +631,28 @@ def corpus_cases(
     least = MIN_TOP_K_WEIGHT if top_k is not None else (threshold if threshold is not None else DEFAULT_THRESHOLD)
 
     def candidates(att: torch.Tensor) -> torch.Tensor:
-        return (att >= least) & (torch.arange(att.shape[-1]) >= 2)
+        return (att >= least) & (torch.arange(att.shape[-1], device=att.device) >= 2)
 
-    for i, sa in analyze_batch(ckpt, sentences[:n], originals, tags, effects="slots", effect_pairs=candidates):
-        analysed += 1
+    document = ckpt.has_attention and ckpt.model.config.context == "document"
+    if document:  # running text: each document analysed whole, its cases crossing sentence boundaries
+        readings = _documents(ckpt, sentences[:n], ids[:n], originals, tags, candidates)
+    else:
+        readings = analyze_batch(ckpt, sentences[:n], originals, tags, effects="slots", effect_pairs=candidates)
+    for first, sa in readings:
+        analysed += len(sa.boundaries) + 1
+        sentence = sa.sentence_of()  # [T]
+        where = (first, sa.boundaries) if document else sa.text  # what the example needs of its text
         for k, case in enumerate(label_cases(sa, threshold, top_k, collocations=collocations)):
             pairs += 1
             labelled += bool(case.labels)
             strength = case.weight if rank == "weight" else (case.effect if case.effect is not None else -math.inf)
+            i = first + int(sentence[case.target])
             for label in case.labels:
                 counts[label] += 1
                 if case.effect is not None:
                     effect_sum[label] += case.effect
                     effect_n[label] += 1
-                item = (strength, -i, -k, case, sa.text)  # strongest, then earliest, kept
+                item = (strength, -i, -k, case, where)  # strongest, then earliest, kept
                 pair = (case.attended, case.word)  # one example per word pair: a table's "af ... af" once
                 heap, kept = heaps[label], best[label]
                 if pair in kept:
@@ -625,8 +671,10 @@ def corpus_cases(
     examples = {}
     for label, heap in heaps.items():
         examples[label] = [
-            {"sentence_id": ids[-neg_i], "sentence": text, **case.to_dict(), "evidence": case.evidence[label]}
-            for _w, neg_i, _k, case, text in sorted(heap, key=lambda x: x[:3], reverse=True)
+            {"sentence_id": ids[-neg_i], "sentence": where, **case.to_dict(), "evidence": case.evidence[label]}
+            if isinstance(where, str) else
+            {**_document_example(case, *where, ids, originals or sentences), "evidence": case.evidence[label]}
+            for _w, neg_i, _k, case, where in sorted(heap, key=lambda x: x[:3], reverse=True)
         ]
     mean_effect = {label: (effect_sum[label] / effect_n[label] if effect_n[label] else None) for label in LABELS}
     return CaseReport(ckpt.label, source, threshold, top_k, analysed, pairs, labelled, counts, examples, notes, rank,

@@ -25,17 +25,26 @@ import torch
 
 from vizlm.cache import cached, checkpoint_digest
 from vizlm.checkpoint import Checkpoint
-from vizlm.data import document_sizes, encode_sentences, iter_batches, load_corpus, plan_batches
+from vizlm.data import (
+    document_batches,
+    document_sizes,
+    encode_sentences,
+    iter_batches,
+    load_corpus,
+    plan_batches,
+    split_documents,
+)
 from vizlm.distributed import SINGLE, Context, shard
-from vizlm.evaluate import score, sentence_nll_split
+from vizlm.evaluate import read_documents, score, sentence_nll_split, split_segments
 from vizlm.models import effects as fx
-from vizlm.models.base import attention_entropy, slot_mask
+from vizlm.models.base import attention_entropy
 from vizlm.tokens import TokenSplit, open_split
 
 Progress = Callable[[float], None] | None
 LN2 = math.log(2)
 POSITIONS_VERSION = 2  # in the cache key: 2 added the effects
 POSITION_COLUMNS = ["model", "offset", "mean", "lo", "hi", "count", "effect", "effect_lo", "effect_hi"]
+DOC_STREAMS, DOC_SEGMENT = 64, 50  # how a document model reads text for the statistics (as vizlm.evaluate scores it)
 
 
 # --------------------------------------------------------------------------- comparison
@@ -182,11 +191,12 @@ class PositionStats:
         return cls(frame, d["entropy"], d["beyond_window"], d["skipped"], d.get("effects", {}))
 
 
-def offset_slots(T: int, window: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Slot index of offset ``d`` (1..L) for every row, and whether it exists: (T, L) each."""
+def offset_slots(T: int, window: int, carried: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Slot index of offset ``d`` (1..L) for every row of a segment read after ``carried`` memory slots
+    (1: a sentence from a zero state), and whether that slot exists: (T, L) each."""
     rows = torch.arange(T)[:, None]
     d = torch.arange(1, window + 1)[None, :]
-    slot = rows + 1 - d  # offset 1 is slot r, the newest memory entry
+    slot = rows + carried - d  # offset 1 is slot carried - 1 + r, the newest memory entry
     return slot.clamp_min(0), slot >= 0
 
 
@@ -203,29 +213,33 @@ def _layout(window: int) -> dict[str, slice]:
 
 
 @torch.no_grad()
-def _position_sums(ckpt: Checkpoint, batches, window: int, tick, effects: bool = True) -> np.ndarray | None:
-    """The summed statistics of :func:`_layout` over ``batches`` of ``(inputs, targets)``; None for a
-    model without attention."""
+def _position_sums(ckpt: Checkpoint, reads, window: int, tick, effects: bool = True) -> np.ndarray | None:
+    """The summed statistics of :func:`_layout` over ``reads``, ``(output, targets (B, T), state)`` of
+    a forward pass each (``state``: the carried memory a document segment was read after, None for
+    sentences read from a zero state); None for a model without attention. Offset ``d`` of a row is
+    the slot ``d`` steps back in the model's memory, across sentence boundaries in running text; it
+    exists where the slot is a real position (not before the text, not padding of a carried memory)."""
     model = ckpt.model
-    device = next(model.parameters()).device
     at = _layout(window)
     sums = np.zeros(5 * window + 6, dtype=np.float64)
-    for inputs, targets in batches:
-        inputs, targets = inputs.to(device), targets.to(device)
-        out = model(inputs)
+    for out, targets, state in reads:
         if out.attention is None:
             return None
+        device = targets.device
         att = out.attention.double()  # (B, T, S)
-        B, T, _ = att.shape
+        B, T, S = att.shape
+        carried = S - T + 1  # memory slots carried into the segment (1: the start slot of a sentence)
         real = targets != 0  # (B, T)
-        slot, exists = offset_slots(T, window)  # (T, L)
+        slot, exists = offset_slots(T, window, carried)  # (T, L)
         slot, exists = slot.to(device), exists.to(device)
-        m = (exists[None] & real[..., None]).double()  # (B, T, L)
+        exists = exists[None] if state is None else exists[None] & (slot[None] >= (carried - state.valid)[:, None, None])
+        m = (exists & real[..., None]).double()  # (B, T, L)
         if effects:
-            back = torch.arange(T, device=device)[:, None] - torch.arange(att.shape[2], device=device)[None, :]
+            back = torch.arange(T, device=device)[:, None] + (carried - 1) - torch.arange(S, device=device)[None, :]
             select = ((back >= 0) & (back < window))[None] & real[..., None]  # (B, T, S) offsets 1..L, real rows
-            h = model.encode(inputs)  # as forward() computed it
-            read, e = fx.attention_effects(model, h, targets, out=out, select=select)  # (B, T), (B, T, S) nats
+            memory, valid = (None, None) if state is None else (state.memory, state.valid)
+            read, e = fx.attention_effects(model, out.hidden, targets, out=out, select=select, memory=memory,
+                                           valid=valid)  # (B, T), (B, T, S) nats
             read = read.double() / LN2  # bits
             sums[at["read_sum"]] += float((read * real).sum())
             sums[at["read_abs"]] += float((read.abs() * real).sum())
@@ -237,11 +251,26 @@ def _position_sums(ckpt: Checkpoint, batches, window: int, tick, effects: bool =
         sums[at["total"]] += (w * m).sum((0, 1)).cpu().numpy()
         sums[at["total_sq"]] += (w * w * m).sum((0, 1)).cpu().numpy()
         sums[at["count"]] += m.sum((0, 1)).cpu().numpy()
-        sums[at["ent"]] += float((attention_entropy(att, slot_mask(T, device=device)) * real).sum())
+        allowed = model.allowed_slots(T, state, device)  # (T, S) or (B, T, S)
+        sums[at["ent"]] += float((attention_entropy(att, allowed) * real).sum())
         sums[at["beyond"]] += float(((1 - (w * m).sum(-1)) * real).sum())
         sums[at["rows"]] += float(real.sum())
         tick()
     return sums
+
+
+def _sentence_reads(model, batches):
+    """``(output, targets, None)`` of sentence batches ``(inputs, targets)`` read from a zero state."""
+    device = next(model.parameters()).device
+    for inputs, targets in batches:
+        yield model(inputs.to(device)), targets.to(device), None
+
+
+def _document_reads(model, segments):
+    """``(output, targets, state)`` of document segments read as running text (:func:`read_documents`)."""
+    device = next(model.parameters()).device
+    for seg, out, state in read_documents(model, segments):
+        yield out, seg.targets.to(device), state
 
 
 def _position_stats(sums: np.ndarray, window: int, effects: bool = True) -> dict:
@@ -272,13 +301,6 @@ def _position_stats(sums: np.ndarray, window: int, effects: bool = True) -> dict
     return res
 
 
-def _positions_one(ckpt: Checkpoint, seqs: list[list[int]], window: int, batch_size: int, tick,
-                   effects: bool = True) -> dict | None:
-    batches = ((inputs, targets) for _, inputs, targets in iter_batches(seqs, batch_size))
-    sums = _position_sums(ckpt, batches, window, tick, effects)
-    return None if sums is None else _position_stats(sums, window, effects)
-
-
 def _split_batches(split: TokenSplit, batch_size: int, rank: int, world: int):
     """Rank ``rank``'s length-bucketed batches of the non-empty sentences of ``split``, a chunk
     at a time (as :func:`iter_batches` batches them, for a split of one chunk)."""
@@ -293,70 +315,35 @@ def _split_batches(split: TokenSplit, batch_size: int, rank: int, world: int):
             yield data.collate([keep[i] for i in batches[j]])
 
 
-def attention_by_position(ckpts: list[Checkpoint], sentences: list[list[str]], window: int = 10,
-                          batch_size: int = 128, progress: Progress = None, corpus_checksum: str | None = None,
-                          use_cache: bool = True, effects: bool = True) -> PositionStats:
-    """Average attention by relative position for every attention model in ``ckpts``; with
-    ``effects``, the average slot effect at each position too (NaN without) and the read effects."""
-    if window < 1:
-        raise ValueError("window must be >= 1")
-    sents = [s for s in sentences if s]
-    n_batches = math.ceil(len(sents) / batch_size) * len(ckpts)
+def _reads_documents(ckpt: Checkpoint) -> bool:
+    return ckpt.model.config.context == "document"
+
+
+def _position_parts(ckpt: Checkpoint, corpus_checksum: str | None, window: int, effects: bool) -> dict:
+    """The cache key of one model's position statistics (a document model's read as running text)."""
+    parts = {"kind": "positions", "version": POSITIONS_VERSION, "checkpoint": checkpoint_digest(ckpt),
+             "corpus": corpus_checksum, "window": window, "effects": effects}
+    if _reads_documents(ckpt):
+        parts["context"] = "document"
+    return parts
+
+
+def _progress(total: int, progress: Progress):
+    """A ``tick()`` that reports ``done / total`` to ``progress``."""
     done = [0]
 
     def tick():
         done[0] += 1
         if progress:
-            progress(min(1.0, done[0] / max(n_batches, 1)))
+            progress(min(1.0, done[0] / max(total, 1)))
 
+    return tick
+
+
+def _collect(results: list[tuple[Checkpoint, dict]], window: int) -> PositionStats:
+    """:class:`PositionStats` of every model's :func:`_position_stats` ({} for a model without attention)."""
     frames, entropy, beyond, skipped, read = [], {}, {}, [], {}
-    for ckpt in ckpts:
-        def compute(ckpt=ckpt):
-            return _positions_one(ckpt, encode_sentences(sents, ckpt.vocab), window, batch_size, tick, effects) or {}
-
-        parts = {"kind": "positions", "version": POSITIONS_VERSION, "checkpoint": checkpoint_digest(ckpt),
-                 "corpus": corpus_checksum, "window": window, "effects": effects}
-        res = cached(parts, compute, use_cache and corpus_checksum is not None)
-        if not res:
-            skipped.append(ckpt.label)
-            continue
-        nan = [math.nan] * window
-        cols = {k: res.get(k, nan) for k in POSITION_COLUMNS[1:]}
-        frames.append(pd.DataFrame({"model": ckpt.label, **cols}))
-        entropy[ckpt.label], beyond[ckpt.label] = res["entropy"], res["beyond"]
-        if "read" in res:
-            read[ckpt.label] = res["read"]
-    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=POSITION_COLUMNS)
-    return PositionStats(frame, entropy, beyond, skipped, read)
-
-
-def positions_corpus(ckpts: list[Checkpoint], corpus: str, split: str, window: int = 10,
-                     progress: Progress = None, use_cache: bool = True, effects: bool = True, ctx: Context = SINGLE,
-                     batch_size: int = 128) -> PositionStats:
-    """:func:`attention_by_position` over a processed split, cached; the split is read a chunk at
-    a time, each rank of ``ctx`` reading its share of the batches (the sums add up over ranks)."""
-    if window < 1:
-        raise ValueError("window must be >= 1")
-    frames, entropy, beyond, skipped, read = [], {}, {}, [], {}
-    splits = [open_split(corpus, split, ckpt.vocab) for ckpt in ckpts]
-    n_batches = sum(math.ceil(len(sp) / batch_size / ctx.world_size) for sp, c in zip(splits, ckpts) if c.has_attention)
-    done = [0]
-
-    def tick():
-        done[0] += 1
-        if progress:
-            progress(min(1.0, done[0] / max(n_batches, 1)))
-
-    for ckpt, sp in zip(ckpts, splits):
-        def compute(ckpt=ckpt, sp=sp):
-            if not ckpt.has_attention:
-                return {}
-            sums = _position_sums(ckpt, _split_batches(sp, batch_size, ctx.rank, ctx.world_size), window, tick, effects)
-            return _position_stats(ctx.sum_array(sums), window, effects)
-
-        parts = {"kind": "positions", "version": POSITIONS_VERSION, "checkpoint": checkpoint_digest(ckpt),
-                 "corpus": sp.checksum, "window": window, "effects": effects}
-        res = cached(parts, compute, use_cache and not ctx.distributed)
+    for ckpt, res in results:
         if not res:
             skipped.append(ckpt.label)
             continue
@@ -369,22 +356,77 @@ def positions_corpus(ckpts: list[Checkpoint], corpus: str, split: str, window: i
     return PositionStats(frame, entropy, beyond, skipped, read)
 
 
+def attention_by_position(ckpts: list[Checkpoint], sentences: list[list[str]], window: int = 10,
+                          batch_size: int = 128, progress: Progress = None, corpus_checksum: str | None = None,
+                          use_cache: bool = True, effects: bool = True, ids: list[str] | None = None) -> PositionStats:
+    """Average attention by relative position for every attention model in ``ckpts``; with
+    ``effects``, the average slot effect at each position too (NaN without) and the read effects.
+
+    Each model reads ``sentences`` in its context: given their ``ids`` (``document:index``), a
+    document model reads the documents as running text (its offsets reach across sentence
+    boundaries, up to its own window), otherwise every sentence alone."""
+    if window < 1:
+        raise ValueError("window must be >= 1")
+    keep = [i for i, s in enumerate(sentences) if s]
+    sents = [sentences[i] for i in keep]
+    sizes = document_sizes([ids[i] for i in keep]) if ids is not None else None
+    tick = _progress(math.ceil(len(sents) / batch_size) * len(ckpts), progress)
+
+    def compute(ckpt: Checkpoint) -> dict:
+        seqs = encode_sentences(sents, ckpt.vocab)
+        if _reads_documents(ckpt) and sizes is not None:
+            reads = _document_reads(ckpt.model, document_batches(split_documents(seqs, sizes), DOC_STREAMS, DOC_SEGMENT))
+        else:
+            reads = _sentence_reads(ckpt.model, (b[1:] for b in iter_batches(seqs, batch_size)))
+        sums = _position_sums(ckpt, reads, window, tick, effects)
+        return {} if sums is None else _position_stats(sums, window, effects)
+
+    return _collect([(c, cached(_position_parts(c, corpus_checksum, window, effects), lambda c=c: compute(c),
+                                use_cache and corpus_checksum is not None)) for c in ckpts], window)
+
+
+def positions_corpus(ckpts: list[Checkpoint], corpus: str, split: str, window: int = 10,
+                     progress: Progress = None, use_cache: bool = True, effects: bool = True, ctx: Context = SINGLE,
+                     batch_size: int = 128) -> PositionStats:
+    """:func:`attention_by_position` over a processed split, cached; the split is read a chunk at
+    a time, each rank of ``ctx`` reading its share of the batches (the sums add up over ranks), a
+    document model its share of the documents as running text."""
+    if window < 1:
+        raise ValueError("window must be >= 1")
+    splits = [open_split(corpus, split, ckpt.vocab) for ckpt in ckpts]
+    tick = _progress(sum(math.ceil(len(sp) / batch_size / ctx.world_size) for sp, c in zip(splits, ckpts)
+                         if c.has_attention), progress)
+
+    def compute(ckpt: Checkpoint, sp: TokenSplit) -> dict:
+        if not ckpt.has_attention:
+            return {}
+        if _reads_documents(ckpt):
+            reads = _document_reads(ckpt.model, split_segments(sp, ctx.rank, ctx.world_size, DOC_STREAMS, DOC_SEGMENT))
+        else:
+            reads = _sentence_reads(ckpt.model, _split_batches(sp, batch_size, ctx.rank, ctx.world_size))
+        sums = _position_sums(ckpt, reads, window, tick, effects)
+        return _position_stats(ctx.sum_array(sums), window, effects)
+
+    return _collect([(c, cached(_position_parts(c, sp.checksum, window, effects), lambda c=c, sp=sp: compute(c, sp),
+                                use_cache and not ctx.distributed)) for c, sp in zip(ckpts, splits)], window)
+
+
 def sentence_positions(sa, window: int = 10) -> pd.DataFrame:
-    """Per-sentence view: weight (and slot effect in bits, NaN if not computed) at offsets 1..L
-    for every target of one analysis."""
+    """Per-text view: weight (and slot effect in bits, NaN if not computed) at offsets 1..L for every
+    target of one analysis, in the model's reading (:meth:`~vizlm.analysis.SentenceAnalysis.slot_offsets`:
+    a sentence read alone counts back to its own start slot, running text across sentences)."""
     columns = ["target", "word", "offset", "weight", "effect", "attended"]
     if sa.attention is None:
         return pd.DataFrame(columns=columns)
-    T = len(sa.targets)
-    slot, exists = offset_slots(T, window)
+    offsets = sa.slot_offsets()  # (T, S)
+    rows, slots = np.nonzero(sa.readable() & (offsets >= 1) & (offsets <= window))
+    order = np.lexsort((offsets[rows, slots], rows))  # by row, then offset
+    rows, slots = rows[order], slots[order]
     labels = sa.slot_labels
     effects = sa.slot_effect_bits
-    rows = []
-    for r in range(T):
-        for k in range(window):
-            if exists[r, k]:
-                j = int(slot[r, k])
-                rows.append({"target": r, "word": sa.targets[r], "offset": k + 1,
-                             "weight": float(sa.attention[r, j]),
-                             "effect": math.nan if effects is None else float(effects[r, j]), "attended": labels[j]})
-    return pd.DataFrame(rows, columns=columns)
+    return pd.DataFrame({
+        "target": rows, "word": [sa.targets[r] for r in rows], "offset": offsets[rows, slots],
+        "weight": sa.attention[rows, slots],
+        "effect": np.full(len(rows), math.nan) if effects is None else effects[rows, slots],
+        "attended": [labels[j] for j in slots],
+    }, columns=columns)

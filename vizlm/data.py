@@ -231,6 +231,17 @@ def split_documents(seqs: list, sizes: list[int] | None) -> list[list]:
     return [seqs[end - n : end] for n, end in zip(sizes, ends)]
 
 
+def passage_start(ids: list[str], lengths: list[int], index: int, max_tokens: int = MAX_TOKENS) -> int:
+    """The first sentence of the passage that ends with sentence ``index``: it and the sentences
+    before it in its document (ids ``document:index``, :func:`document_sizes`), as many whole ones as
+    fit in ``max_tokens`` tokens with it (it alone when it is longer)."""
+    doc, start, size = ids[index].rpartition(":")[0], index, lengths[index]
+    while doc and start > 0 and ids[start - 1].rpartition(":")[0] == doc and size + lengths[start - 1] <= max_tokens:
+        start -= 1
+        size += lengths[start]
+    return start
+
+
 def document_tokens(doc: list[list[int]]) -> list[int]:
     """A document as running text: ``<s> s_1 </s> s_2 </s> ... s_n </s>``.
 

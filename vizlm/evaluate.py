@@ -115,16 +115,41 @@ def _device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def _read_documents(model: nn.Module, segments):
-    """``(segment, per-target NLL (B, T) on the CPU)`` for segments read in order, the state
-    carried between them and reset where documents start."""
+def read_documents(model: nn.Module, segments):
+    """``(segment, output, state)`` for segments read in order, the state carried between them and
+    reset where documents start; ``state`` is the one the segment was read after (its carried
+    memory: the slots before the segment's own in ``output.attention``)."""
     device, state = _device(model), None
     for seg in segments:
         if state is None:
             state = model.initial_state(seg.inputs.shape[0])
-        out = model(seg.inputs.to(device), state.narrow(seg.inputs.shape[0]).reset(seg.starts))
+        start = state.narrow(seg.inputs.shape[0]).reset(seg.starts)
+        out = model(seg.inputs.to(device), start)
         state = out.state
+        yield seg, out, start
+
+
+def _read_documents(model: nn.Module, segments):
+    """``(segment, per-target NLL (B, T) on the CPU)`` of :func:`read_documents`."""
+    device = _device(model)
+    for seg, out, _ in read_documents(model, segments):
         yield seg, out.token_nll(seg.targets.to(device)).cpu()  # (B, T)
+
+
+def split_segments(split: TokenSplit, rank: int = 0, world: int = 1, streams: int = 64, segment: int = 50,
+                   max_tokens: int | None = None):
+    """The segments of documents ``rank, rank + world, ...`` of ``split`` read as running text (as
+    :func:`score_split` reads them), a chunk at a time; for :func:`read_documents`."""
+    for chunk in split.chunks(max_tokens):
+        mine = shard(chunk.d1 - chunk.d0, (rank - chunk.d0) % world, world)
+        if len(mine):
+            yield from _chunk_segments(split.read(chunk).select_documents(mine), streams, segment)
+
+
+def _chunk_segments(data: ChunkData, streams: int, segment: int):
+    plan = document_plan(data.document_targets(), streams, segment)
+    inputs = data.running_inputs()
+    return (plan_segment(plan, k, inputs, data.tokens) for k in range(len(plan)))
 
 
 @torch.no_grad()
@@ -192,11 +217,8 @@ def sentence_nll_split(model: nn.Module, split: TokenSplit, rank: int = 0, world
 
 def _document_target_nll(model: nn.Module, data: ChunkData, streams: int, segment: int) -> np.ndarray:
     """NLL of every target of ``data``'s documents read as running text, in order (targets,)."""
-    plan = document_plan(data.document_targets(), streams, segment)
-    inputs = data.running_inputs()
     tok_nll = np.zeros(len(data.tokens), dtype=np.float64)
-    segments = (plan_segment(plan, k, inputs, data.tokens) for k in range(len(plan)))
-    for seg, tok in _read_documents(model, segments):
+    for seg, tok in _read_documents(model, _chunk_segments(data, streams, segment)):
         real = seg.positions >= 0  # (B, T)
         tok_nll[seg.positions[real].numpy()] = tok[real].double().numpy()
     return tok_nll

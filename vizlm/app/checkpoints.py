@@ -166,14 +166,24 @@ def perplexity(name: str) -> tuple[str, float] | None:
     return None
 
 
+def context(name: str) -> str:
+    """How the model reads text: ``"sentence"`` or ``"document"`` (:data:`vizlm.analysis.READINGS`)."""
+    return (model_meta(name).get("config") or {}).get("context", "sentence")
+
+
+def window(name: str) -> int | None:
+    """How many memory slots back the model may attend to (its window or memory), None: the whole sentence."""
+    config = model_meta(name).get("config") or {}
+    return config.get("window", config.get("memory"))
+
+
 def model_label(name: str) -> str:
     """``amsrn · sentence · test ppl 140.3`` for select boxes (the context: how the model reads text)."""
     if not name:
         return "— none —"
     ppl = perplexity(name)
     tag = " (uploaded)" if name.startswith(UPLOAD_PREFIX) else ""
-    context = (model_meta(name).get("config") or {}).get("context", "sentence")
-    return f"{name}{tag} · {context}" + (f" · {ppl[0]} ppl {ppl[1]:.1f}" if ppl else "")
+    return f"{name}{tag} · {context(name)}" + (f" · {ppl[0]} ppl {ppl[1]:.1f}" if ppl else "")
 
 
 @st.cache_resource(show_spinner="Loading model…", max_entries=12)

@@ -17,12 +17,13 @@ from vizlm.analysis import (
     AnalysisError,
     SentenceAnalysis,
     analyze,
+    analyze_sentences,
     analyze_tokens,
     slot_effect_rows,
     with_slot_effects,
 )
 from vizlm.app.checkpoints import UserError, get_checkpoint, model_key
-from vizlm.data import Corpus, load_corpus
+from vizlm.data import Corpus, load_corpus, passage_start
 from vizlm.export import analysis_dict as export_dict
 from vizlm.export import chart_spec
 from vizlm.plots import attention_heatmap
@@ -126,6 +127,31 @@ def analyze_corpus_sentence(name: str, corpus: str, split: str, index: int) -> S
 def sentence_text(corpus: str, split: str, index: int) -> str:
     """A corpus sentence as readable text (:func:`vizlm.text.detokenize`)."""
     return detokenize(load_corpus_cached(corpus, split).originals[index])
+
+
+def passage_text(corpus: str, split: str, index: int) -> tuple[str, int]:
+    """Sentence ``index`` of a split after the sentences before it in its document, as many as the
+    Explorer reads (:func:`vizlm.data.passage_start`), a sentence a line; and the row that predicts
+    the sentence's first word there (each sentence before it: its words and its ``</s>``)."""
+    c = load_corpus_cached(corpus, split)
+    start = passage_start(c.ids, [len(w) for w in c.sentences], index)
+    return "\n".join(detokenize(c.originals[k]) for k in range(start, index + 1)), \
+        sum(len(c.sentences[k]) + 1 for k in range(start, index))
+
+
+@st.cache_data(show_spinner=False, max_entries=8)  # a Brown document's analysis is ~100 MB
+def _analyze_corpus_passage(name: str, key: str, corpus: str, split: str, first: int, last: int) -> SentenceAnalysis:
+    c = load_corpus_cached(corpus, split)
+    part = slice(first, last + 1)
+    surfaces = [[w.replace("_", " ") for w in o] for o in c.originals[part]]
+    return analyze_sentences(get_checkpoint(name), c.sentences[part], surfaces, tags=c.tags[part], effects=False,
+                             max_tokens=None)
+
+
+def analyze_corpus_passage(name: str, corpus: str, split: str, first: int, last: int) -> SentenceAnalysis:
+    """:func:`vizlm.analysis.analyze_sentences` on sentences ``first..last`` of a split (a document read
+    in the model's context, gold tags, every token), cached."""
+    return _analyze_corpus_passage(name, model_key(name), corpus, split, first, last)
 
 
 @st.cache_resource(show_spinner=False)

@@ -185,13 +185,15 @@ class LMOutput:
     state after the segment."""
 
     def __init__(self, readout: Readout | torch.Tensor, attention: torch.Tensor | None = None,
-                 extras: dict[str, torch.Tensor] | None = None, state: State | None = None):
+                 extras: dict[str, torch.Tensor] | None = None, state: State | None = None,
+                 hidden: torch.Tensor | None = None):
         self.readout = readout if isinstance(readout, Readout) else None
         self._logits = None if isinstance(readout, Readout) else readout  # (B, T, V), given or computed
         self.attention = attention  # (B, T, S) weights over memory slots, rows sum to 1; S = T from a zero
         # state, S = M + T - 1 after a State carrying M slots (module docstring)
         self.extras = extras if extras is not None else {}  # e.g. AMSRN gates (B, T, d)
         self.state = state  # after the segment, when forward() was given a state
+        self.hidden = hidden  # (B, T, d) the LSTM outputs the head read (set by forward(): the effects recompute from them)
 
     @property
     def logits(self) -> torch.Tensor:
@@ -400,7 +402,10 @@ class RecurrentLM(nn.Module):
         the state after this segment (not detached: call :meth:`State.detach` between segments).
         """
         if state is None:
-            return self.head(self.encode(inputs))
+            h = self.encode(inputs)  # (B, T, d)
+            out = self.head(h)
+            out.hidden = h
+            return out
         M = self.memory_size()
         if state.memory.shape[1] != M:
             raise ValueError(f"state carries {state.memory.shape[1]} memory slots; this model carries {M}")
@@ -411,6 +416,7 @@ class RecurrentLM(nn.Module):
         T = inputs.shape[1]
         memory = torch.cat([state.memory, h], 1)[:, T:] if M else state.memory  # (B, M, d): the last M slots
         out.state = State(h_n, c_n, memory, (state.valid + T).clamp_max(M))
+        out.hidden = h
         return out
 
 
