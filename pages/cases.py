@@ -49,10 +49,10 @@ with st.sidebar:
                                      "prediction most — log₂ P(word) minus the same with that slot dropped, in bits.")
 
 st.title("Cases", anchor=False)
-st.caption("When a model attends strongly to an earlier word, why? Transparent rules (see `vizlm/cases.py`) label each "
-           "highlighted pair as **trigger**, **causal**, **phrase** or **grammar** — or leave it unlabelled. A document-level "
-           "model reads each document as running text, so its pairs can cross sentence boundaries (an entity mentioned in "
-           "an earlier sentence); a sentence-level model reads every sentence alone.")
+st.caption("When a model attends strongly to an earlier word, why? Transparent rules (see `vizlm/cases.py`) label "
+           "each highlighted pair as **trigger**, **causal**, **phrase** or **grammar** — or leave it unlabelled. A "
+           "document-level model reads each document as running text, so its pairs can cross sentence boundaries (an "
+           "entity mentioned in an earlier sentence); a sentence-level model reads every sentence alone.")
 if not models:
     st.info("Pick at least one model in the sidebar.", icon=":material/info:")
     st.stop()

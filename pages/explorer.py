@@ -296,8 +296,9 @@ def explorer() -> None:
                      format_func=labels.__getitem__,
                      help="Pick the word being predicted: the model has read every word before it. "
                           "Orange words marked ? are outside the vocabulary (read as <unk>).")
-    ui.write_explorer_query(ExplorerState(model, compare or None, text, threshold if threshold is not None else DEFAULT_THRESHOLD,
-                                          top_k, r, st.session_state.get("_measure", "weight")))
+    ui.write_explorer_query(ExplorerState(model, compare or None, text,
+                                          threshold if threshold is not None else DEFAULT_THRESHOLD, top_k, r,
+                                          st.session_state.get("_measure", "weight")))
 
     # ---------------------------------------------------------------- per-model panels
     cols = st.columns(len(shown), gap="large")

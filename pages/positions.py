@@ -11,10 +11,10 @@ from __future__ import annotations
 import streamlit as st
 
 from vizlm import corpus as vc
+from vizlm.analysis import READINGS, split_at_boundaries
 from vizlm.app import checkpoints as ck
 from vizlm.app import results, views
 from vizlm.app import widgets as ui
-from vizlm.analysis import READINGS, split_at_boundaries
 from vizlm.app.shell import EXPLORER, page_setup
 from vizlm.data import example_sentences
 from vizlm.export import safe_filename
@@ -71,11 +71,11 @@ if not models:
 
 keys = tuple(ck.model_key(m) for m in models)
 readings = {c: [m for m in models if ck.context(m) == c] for c in READINGS}
+WHAT = {"document": "positions reach across sentence boundaries, up to the model's own window",
+        "sentence": "the first words of a sentence have fewer positions behind them"}
 st.caption(" ".join(
-    f"**{', '.join(ui.md_escape(m) for m in ms)}** {READINGS[c]}"
-    + (" — positions reach across sentence boundaries, up to the model's own window"
-       + (f" ({', '.join(f'{ui.md_escape(m)}: {ck.window(m)}' for m in ms if ck.window(m))})" if any(map(ck.window, ms)) else "")
-       if c == "document" else " — the first words of a sentence have fewer positions behind them") + "."
+    f"**{', '.join(ui.md_escape(m) for m in ms)}** {READINGS[c]} — {WHAT[c]}"
+    + "".join(f" ({ui.md_escape(m)}: {ck.window(m)})" for m in ms if c == "document" and ck.window(m)) + "."
     for c, ms in readings.items() if ms))
 
 

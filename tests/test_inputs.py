@@ -35,7 +35,8 @@ def test_a_long_text_is_cut_before_it_is_tokenised_or_tagged(amsrn, monkeypatch)
     assert len(words) == analysis.MAX_TOKENS and len(sa.norms) == len(sa.tags) and sa.truncated > 0
     assert len(sa.boundaries) == analysis.MAX_TOKENS // 12  # a passage: 33 whole sentences and a part of one
     assert any(f"{len(text):,} characters" in n and f"first {analysis.MAX_TOKENS} tokens" in n for n in sa.notes), sa.notes
-    assert text.startswith(sa.text) and all(sa.text[s:e] == w for w, (s, e) in zip(sa.tokens, sa.offsets) if w != "</s>")
+    assert text.startswith(sa.text)
+    assert all(sa.text[s:e] == w for w, (s, e) in zip(sa.tokens, sa.offsets) if w != analysis.BOUNDARY)
 
 
 def test_a_text_just_over_the_token_limit_keeps_the_token_note(amsrn):

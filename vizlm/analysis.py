@@ -764,8 +764,8 @@ def analyze(
         tags = [tags[i : i + len(s)] for i, s in zip(starts, sents)]
     else:
         tags = tag_sentences(norms)
-    sa = analyze_sentences(ckpt, norms, [[t.text for t in s] for s in sents], [[(t.start, t.end) for t in s] for s in sents],
-                           read, tags, top_k, effects, max_effect_pairs)
+    surfaces, spans = [[t.text for t in s] for s in sents], [[(t.start, t.end) for t in s] for s in sents]
+    sa = analyze_sentences(ckpt, norms, surfaces, spans, read, tags, top_k, effects, max_effect_pairs)
     if more or kept < n_read:
         sa.truncated = max(1, n_read - kept)  # at least 1: the rest of the text was never tokenised
         sa.notes.insert(0, f"the text has {chars:,} characters; only its first {kept} tokens were analysed" if more

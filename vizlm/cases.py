@@ -556,7 +556,8 @@ def _documents(ckpt: Checkpoint, sentences: list[list[str]], ids: list[str], ori
         first += size
 
 
-def _document_example(case: Case, first: int, boundaries: list[int], ids: list[str], originals: list[list[str]]) -> dict:
+def _document_example(case: Case, first: int, boundaries: list[int], ids: list[str],
+                      originals: list[list[str]]) -> dict:
     """A case of a document read as running text, on the passage that holds it: the sentence before
     the attended word's (or the target's, whichever comes first) to the target's, a sentence a line.
     ``target``, ``slot`` and ``token`` are the passage's (as :func:`vizlm.analysis.analyze` numbers a

@@ -232,7 +232,8 @@ def _position_sums(ckpt: Checkpoint, reads, window: int, tick, effects: bool = T
         real = targets != 0  # (B, T)
         slot, exists = offset_slots(T, window, carried)  # (T, L)
         slot, exists = slot.to(device), exists.to(device)
-        exists = exists[None] if state is None else exists[None] & (slot[None] >= (carried - state.valid)[:, None, None])
+        if state is not None:  # (B, T, L): the carried slots before a stream's document start are padding
+            exists = exists[None] & (slot[None] >= (carried - state.valid)[:, None, None])
         m = (exists & real[..., None]).double()  # (B, T, L)
         if effects:
             back = torch.arange(T, device=device)[:, None] + (carried - 1) - torch.arange(S, device=device)[None, :]
@@ -375,7 +376,8 @@ def attention_by_position(ckpts: list[Checkpoint], sentences: list[list[str]], w
     def compute(ckpt: Checkpoint) -> dict:
         seqs = encode_sentences(sents, ckpt.vocab)
         if _reads_documents(ckpt) and sizes is not None:
-            reads = _document_reads(ckpt.model, document_batches(split_documents(seqs, sizes), DOC_STREAMS, DOC_SEGMENT))
+            docs = split_documents(seqs, sizes)
+            reads = _document_reads(ckpt.model, document_batches(docs, DOC_STREAMS, DOC_SEGMENT))
         else:
             reads = _sentence_reads(ckpt.model, (b[1:] for b in iter_batches(seqs, batch_size)))
         sums = _position_sums(ckpt, reads, window, tick, effects)

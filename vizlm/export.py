@@ -233,7 +233,8 @@ def analysis_records(
     """One row per (target, memory slot it may attend to); one row per target without attention.
 
     Columns: model, target_index, target (word predicted), current (word just read),
-    sentence (of the target, 0-based: a passage has several), target_unk, prob, surprisal_bits, read_effect_bits, slot, attended (slot
+    sentence (of the target, 0-based: a passage has several), target_unk, prob, surprisal_bits,
+    read_effect_bits, slot, attended (slot
     label), attended_token (index into ``tokens``, -1 for ``<s>``), weight,
     effect_bits (the slot effect), highlighted (above ``threshold`` or among the
     ``top_k``). Effects are empty where not computed.
@@ -287,8 +288,8 @@ def analysis_dict(
 
 
 def analysis_chart(
-    sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None, measure: str = "weight",
-    rows: tuple[int, int] | None = None, selected: int | None = None,
+    sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None,
+    measure: str = "weight", rows: tuple[int, int] | None = None, selected: int | None = None,
 ) -> alt.TopLevelMixin:
     """The figure that stands for one analysis: the attention heat map (coloured by ``measure``: weight
     or slot effect; ``rows`` and ``selected`` as :func:`vizlm.plots.attention_heatmap`), or surprisal

@@ -322,7 +322,8 @@ def attention_heatmap(
     layers += _boundary_rules(sa, ylab, xlab, row_domain, slot_domain)
     if selected is not None and r0 <= selected < r1:  # the selected word's row, outlined like in the running text
         layers.append(alt.Chart(pd.DataFrame({"target": [ylab[selected]]})).mark_rect(
-            filled=False, stroke=SELECTED_COLOUR, strokeWidth=2).encode(y=alt.Y("target:N", scale=alt.Scale(domain=row_domain))))
+            filled=False, stroke=SELECTED_COLOUR, strokeWidth=2,
+        ).encode(y=alt.Y("target:N", scale=alt.Scale(domain=row_domain))))
     subtitle = [_subtitle(sa.text)]
     if (r0, r1) != (0, len(ylab)):
         subtitle[0] = f"words {r0 + 2} to {r1 + 1} of {len(ylab) + 1} (a window) · " + _subtitle(sa.text, 70)
@@ -673,7 +674,8 @@ def highlighted_html(
         end_style = _MARKER + (target_outline if target == T - 1 else "")
         parts.append(f' <span class="vz-end" style="{end_style}" title="sentence end">&lt;/s&gt;</span>')
         if sa.truncated:
-            parts.append(f' <span style="{_MARKER}" title="{_esc(f"{sa.truncated} more tokens not analysed")}">…</span>')
+            more = _esc(f"{sa.truncated} more tokens not analysed")
+            parts.append(f' <span style="{_MARKER}" title="{more}">…</span>')
     else:
         parts.append(f' <span style="{_MARKER}" title="later text left out">…</span>')
     body = "".join(parts)

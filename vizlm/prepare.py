@@ -182,7 +182,8 @@ def write_examples(data: Path, assets: Path) -> Path:
         c = load_corpus(corpus, split, data)
         picked = [[sid, detokenize(words)] for sid, words in zip(c.ids, c.originals) if lo <= len(words) <= hi]
         doc[f"{corpus}/{split}"] = picked[:EXAMPLE_SENTENCES]
-        starts = [i for i, sid in enumerate(c.ids) if i == 0 or sid.rpartition(":")[0] != c.ids[i - 1].rpartition(":")[0]]
+        docs = [sid.rpartition(":")[0] for sid in c.ids]
+        starts = [i for i, d in enumerate(docs) if i == 0 or d != docs[i - 1]]
         passages = [p for p in (_passage(c.ids, c.originals, i, PASSAGE_TOKENS) for i in starts) if p]
         passages = passages[:EXAMPLE_PASSAGES]
         if passages:

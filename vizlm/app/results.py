@@ -95,7 +95,8 @@ def row_effect_bits(name: str, text: str, row: int) -> np.ndarray | None:
 def _heatmap_spec(name: str, key: str, text: str, threshold: float | None, top_k: int | None, measure: str,
                   rows: tuple[int, int] | None, selected: int | None) -> dict:
     sa = _full_effects(name, key, text) if measure == "effect" else _analyze_text(name, key, text)
-    return chart_spec(attention_heatmap(sa, threshold=threshold, top_k=top_k, measure=measure, rows=rows, selected=selected))
+    return chart_spec(attention_heatmap(sa, threshold=threshold, top_k=top_k, measure=measure, rows=rows,
+                                        selected=selected))
 
 
 def heatmap_spec(name: str, text: str, threshold: float | None, top_k: int | None, measure: str = "weight",

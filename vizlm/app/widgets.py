@@ -92,9 +92,11 @@ def analysis_downloads(sa, threshold: float | None, top_k: int | None, key: str,
     made only when a button is clicked."""
     stem = safe_filename(f"{sa.model}-{'effects-' if measure == 'effect' else ''}{sa.text[:30]}")
     full = full or (lambda: sa)
-    download_row([(fmt.upper(), (lambda f=fmt: export_analysis(full(), f, threshold=threshold, top_k=top_k, measure=measure,
-                                                               rows=rows, selected=selected)),
-                   f"{stem}.{fmt}", MIME[fmt]) for fmt in FORMATS], key)
+    def make(fmt: str) -> bytes:
+        return export_analysis(full(), fmt, threshold=threshold, top_k=top_k, measure=measure, rows=rows,
+                               selected=selected)
+
+    download_row([(fmt.upper(), (lambda f=fmt: make(f)), f"{stem}.{fmt}", MIME[fmt]) for fmt in FORMATS], key)
 
 
 def write_explorer_query(state: ExplorerState) -> None:

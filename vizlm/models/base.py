@@ -193,7 +193,7 @@ class LMOutput:
         # state, S = M + T - 1 after a State carrying M slots (module docstring)
         self.extras = extras if extras is not None else {}  # e.g. AMSRN gates (B, T, d)
         self.state = state  # after the segment, when forward() was given a state
-        self.hidden = hidden  # (B, T, d) the LSTM outputs the head read (set by forward(): the effects recompute from them)
+        self.hidden = hidden  # (B, T, d) the LSTM outputs the head read (set by forward(); effects recompute from them)
 
     @property
     def logits(self) -> torch.Tensor:
