@@ -9,6 +9,7 @@ Corpus pages run on the first 200 sentences of a split to stay fast.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 from pathlib import Path
 
@@ -45,9 +46,28 @@ def tiny_dir(tmp_path_factory) -> Path:
     return folder
 
 
+DOC_KVP, DOC_LSTM = "tiny_kvp_doc", "tiny_lstm_doc"  # document checkpoints: they read running text
+
+
+@pytest.fixture(scope="session")
+def doc_dirs(tmp_path_factory) -> list[Path]:
+    """Small document-context checkpoints (KVP, window 3; LSTM) sharing the bundled vocabulary."""
+    meta = json.loads((bundled_dir() / bundled_checkpoints()[0] / "config.json").read_text(encoding="utf-8"))
+    vocab = Vocab(meta["vocab"])
+    folders = []
+    for name, family, kw in ((DOC_KVP, "kvp", {"window": 3}), (DOC_LSTM, "lstm", {})):
+        torch.manual_seed(0)
+        model = build_model(family, vocab_size=len(vocab), emb_dim=8, hidden_dim=6, context="document", **kw).eval()
+        folder = tmp_path_factory.mktemp("doc") / name
+        save_checkpoint(folder, model, family, vocab, metrics={"valid_perplexity": 9999.0}, corpus={"name": "brown"},
+                        parameters=sum(p.numel() for p in model.parameters()))
+        folders.append(folder)
+    return folders
+
+
 @pytest.fixture(autouse=True)
-def extra_checkpoints(tiny_dir, monkeypatch):
-    monkeypatch.setenv("VIZLM_EXTRA_CHECKPOINTS", str(tiny_dir))
+def extra_checkpoints(tiny_dir, doc_dirs, monkeypatch):
+    monkeypatch.setenv("VIZLM_EXTRA_CHECKPOINTS", os.pathsep.join(map(str, [tiny_dir, *doc_dirs])))
 
 
 def explorer(**params) -> AppTest:
@@ -479,3 +499,89 @@ def test_cases_gallery_ranks_by_effect():
     assert cards and "most helpful slot first" in " ".join(c.value for c in at.caption)
     effects = [float(c.split("· effect ")[1].split(" bits")[0]) for c in cards]
     assert effects == sorted(effects, reverse=True)
+
+
+# --------------------------------------------------------------------------- passages and document checkpoints
+PASSAGE = ("The senator said the city had spent too much money on the new schools. "
+           "He wants the council to raise taxes next year!\nThe mayor agreed with him")
+
+
+def test_a_passage_is_read_in_each_model_s_context():
+    at = explorer(model=DOC_KVP, compare="lstm", text=PASSAGE)
+    no_exception(at)
+    captions = " ".join(c.value for c in at.caption)
+    assert "A passage of 3 sentences" in captions
+    assert "**document-level checkpoint**: reads the text as running text" in captions
+    assert "**sentence-level checkpoint**: reads each sentence alone" in captions
+    body = html_of(at)
+    assert body.count('class="vz-boundary') == 2  # the running text of the document model: two </s> between sentences
+    options = pills(at).options
+    assert len(set(options)) == len(options) and sum("/s" in o for o in options) == 3  # distinct labels
+
+
+def test_a_repeated_word_stays_selected(monkeypatch):
+    """Streamlit sends a pill's label back: with "the" twice, the first "the" came back as the last one,
+    and a link's ?target= was replaced on the next interaction (unique labels fix both)."""
+    text = "the dogs saw the cat and the dogs ran ."
+    at = explorer(model=TINY, text=text, target="0")
+    assert pills(at).value == 0
+    at.slider(key="threshold").set_value(0.3).run()
+    no_exception(at)
+    assert pills(at).value == 0 and str(at.query_params["target"]).strip("[]'") == "0"
+    at.pills[0].set_value(3).run()
+    assert pills(at).value == 3 and str(at.query_params["target"]).strip("[]'") == "3"
+
+
+def test_a_long_passage_gets_a_heat_map_window():
+    text = " ".join(["The dogs in the park are barking because they saw a cat ."] * 8)  # 8 sentences, 96 words
+    at = explorer(model=DOC_KVP, text=text, target="50")
+    no_exception(at)
+    (spec,) = heatmap_specs(at)
+    rows = spec["layer"][0]["encoding"]["y"]["scale"]["domain"]
+    assert len(rows) == 40 and rows[0].startswith("32 ")  # rows 30..69 around word 50
+    assert any(layer.get("mark", {}).get("type") == "rule" for layer in spec["layer"])  # sentence boundaries
+    at.segmented_control(key="heat_rows").set_value("all").run()
+    no_exception(at)
+    (spec,) = heatmap_specs(at)
+    assert len(spec["layer"][0]["encoding"]["y"]["scale"]["domain"]) == len(pills(at).options)
+
+
+def test_the_heat_map_measure_lives_in_the_url():
+    at = explorer(model=TINY, text="the dogs in the park are barking .", measure="effect")
+    no_exception(at)
+    assert at.segmented_control(key="heat_measure").value == "effect"
+    assert str(at.query_params["measure"]).strip("[]'") == "effect"
+    at.session_state["explorer_view"] = "Surprisal per word"  # another tab: the measure is kept
+    at.run()
+    at.slider(key="threshold").set_value(0.3).run()
+    assert str(at.query_params["measure"]).strip("[]'") == "effect"
+    at.session_state["explorer_view"] = "Attention heatmap"
+    at.run()
+    assert at.segmented_control(key="heat_measure").value == "effect"
+    at.segmented_control(key="heat_measure").set_value("weight").run()
+    no_exception(at)
+    assert "measure" not in at.query_params
+
+
+def test_example_passages_fill_the_text():
+    at = explorer(model=DOC_KVP)
+    box = at.selectbox(key="example")
+    choice = next(o for o in box.options if o.startswith("Brown passage"))
+    box.set_value(choice).run()
+    no_exception(at)
+    text = at.text_area(key="text").value
+    assert text.count("\n") >= 2 and "A passage of" in " ".join(c.value for c in at.caption)
+
+
+def test_corpus_pages_read_document_checkpoints_in_context():
+    at = page("compare.py", cmp_a=DOC_LSTM, cmp_b=DOC_KVP, cmp_sample=SMALL, cmp_corpus="Brown test")
+    no_exception(at)
+    assert at.metric and "scores each sentence in context" in " ".join(c.value for c in at.caption)
+    at = page("positions.py", pos_models=[DOC_KVP], pos_sample=SMALL)
+    no_exception(at)
+    assert at.slider(key="pos_window").value == 3  # the model's own window, as Daniluk et al. draw it
+    assert "positions reach across sentence boundaries" in " ".join(c.value for c in at.caption)
+    at = page("cases.py", cases_models=[DOC_KVP], cases_sample=SMALL, cases_threshold=0.05)
+    no_exception(at)
+    links = [p.proto.query_string for p in at.get("page_link")] if at.get("page_link") else []
+    assert at.metric and links and any("%0A" in q or "\n" in q for q in links), links[:2]
