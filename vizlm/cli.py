@@ -72,7 +72,8 @@ def _add_eval(sub) -> None:
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or bundled name")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--corpus", choices=list(CORPORA), help="processed corpus")
-    src.add_argument("--text-file", type=Path, help="raw text, one paragraph or sentence a line")
+    src.add_argument("--text-file", type=Path, help="raw text, one paragraph or sentence a line; "
+                     "a blank line separates documents (read as running text by document-context checkpoints)")
     p.add_argument("--split", default="test", help="corpus split (train/valid/test)")
     p.add_argument("--batch-size", type=whole(1), default=128, help="sentences per batch (sentence-context checkpoints)")
     p.add_argument("--device", choices=DEVICES, default="auto", help="auto: the GPU when CUDA is available, else the CPU")
@@ -186,12 +187,14 @@ def cmd_eval(args) -> int:
     ckpt = load_checkpoint(args.checkpoint)
     with session(args.device) as ctx:
         ckpt.model.to(ctx.device)
-        if args.text_file:  # a text file is one document (for document-context checkpoints)
-            sents, source = read_text(args.text_file), str(args.text_file)
+        if args.text_file:  # blank lines separate documents (for document-context checkpoints)
+            sizes: list[int] = []
+            sents, source = read_text(args.text_file, sizes), str(args.text_file)
             if not sents:
                 raise ValueError(f"no sentences to score: {source} has no words")
             with scoring_progress([ckpt], sents, "eval"):
-                result = score(ckpt.model, encode_sentences(sents, ckpt.vocab), [len(sents)], args.batch_size).summary()
+                result = score(ckpt.model, encode_sentences(sents, ckpt.vocab), sizes, args.batch_size).summary()
+            result["documents"] = len(sizes)
         else:
             split, source = open_split(args.corpus, args.split, ckpt.vocab), f"{args.corpus}/{args.split}"
             if not len(split):
