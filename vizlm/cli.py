@@ -108,7 +108,8 @@ def cmd_reproduce(args) -> int:
                   + (f"  ({r['why']})" if r["why"] else ""))
         return 0
     if args.report:
-        path = reproduce.write_report(runs, paths.home() / "docs" / "RESULTS.md")
+        claims = reproduce.load_claims(args.manifest, runs)
+        path = reproduce.write_report(runs, paths.home() / "docs" / "RESULTS.md", claims)
         print(f"wrote {path}", file=sys.stderr)
         return 0
     names = list(runs) if args.all else args.only
