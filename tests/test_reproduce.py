@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from conftest import ROOT
 
 from vizlm import cli, paths, reproduce
@@ -206,3 +207,28 @@ def test_the_manifest_states_each_claim_of_the_issue():
     for claim in claims.values():  # a claim compares runs of one protocol, its paper's own
         names = claim.candidates()
         assert runs[names[0]].paper == claim.paper and len({runs[n].context for n in names}) == 1
+
+
+def test_bundle_stores_half_precision_when_it_is_harmless(manifest, tmp_path, monkeypatch, capsys):
+    """A finished run is copied into checkpoints/ as float16 (half the bytes) when that moves its
+    test perplexity by < 0.1%, loads back as float32, and is marked bundled in the manifest."""
+    monkeypatch.setenv("VIZLM_CHECKPOINTS", str(tmp_path / "ck"))
+    runs = reproduce.load_manifest(manifest)
+    reproduce.run_one(runs["base"], runs, dry_run=True)
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--bundle", "base", "--as", "tiny-lstm"]) == 0
+    dest = tmp_path / "ck" / "tiny-lstm"
+    from vizlm.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(dest)
+    storage = ckpt.meta["storage"]
+    assert storage["dtype"] == "float16" and abs(storage["relative_change"]) < reproduce.HALF_PRECISION_TOLERANCE
+    assert ckpt.meta["metrics"]["test_perplexity"] == storage["test_perplexity_float16"]
+    assert all(p.dtype == torch.float32 for p in ckpt.model.parameters())
+    full = load_checkpoint(runs["base"].folder)
+    assert (dest / "model.safetensors").stat().st_size < 0.6 * (runs["base"].folder / "model.safetensors").stat().st_size
+    for (k, a), b in zip(full.model.state_dict().items(), ckpt.model.state_dict().values()):
+        assert torch.equal(a.half().float(), b), k
+    again = reproduce.load_manifest(manifest)
+    assert again["base"].bundled == "tiny-lstm" and again["base"].folder == dest and again["base"].status() == "finished"
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--bundle", "base"]) == 2  # already bundled
+    assert "already bundled" in capsys.readouterr().err

@@ -87,6 +87,10 @@ def _add_reproduce(sub) -> None:
     what.add_argument("--only", nargs="+", metavar="NAME", help="train these runs (and the runs they start from) if not finished")
     what.add_argument("--all", action="store_true", help="train every run that is not finished or blocked")
     what.add_argument("--report", action="store_true", help="write the result tables into docs/RESULTS.md from the stored metrics")
+    what.add_argument("--bundle", metavar="NAME", help="copy a finished run into checkpoints/ (float16 where test "
+                      "perplexity changes < 0.1%%) and mark it bundled in the manifest")
+    p.add_argument("--as", dest="bundle_as", metavar="FOLDER", default=None, help="with --bundle: the folder name in "
+                   "checkpoints/ (default: the run's name)")
     p.add_argument("--manifest", type=Path, default=None, help="the manifest (default: experiments.toml in the vizlm home)")
     p.add_argument("--threads", type=whole(1), default=None, help="torch CPU threads for training")
     p.add_argument("--json", action="store_true", help="with --list: print JSON")
@@ -106,6 +110,11 @@ def cmd_reproduce(args) -> int:
             ppl = f"test {r['test']:.2f}" if r["test"] is not None else ""
             print(f"{r['run']:<24} {r['paper']:<10} {r['model']:<10} {r['context']:<9} {r['status']:<9} {ppl}"
                   + (f"  ({r['why']})" if r["why"] else ""))
+        return 0
+    if args.bundle:
+        if args.bundle not in runs:
+            raise ValueError(f"no run {args.bundle!r} in the manifest; see `vizlm reproduce --list`")
+        reproduce.bundle(runs[args.bundle], args.bundle_as, args.manifest)
         return 0
     if args.report:
         claims = reproduce.load_claims(args.manifest, runs)

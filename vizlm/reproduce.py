@@ -245,6 +245,68 @@ def pick(ref: str | list[str], runs: dict[str, Run]) -> Run | None:
     return min(done, key=lambda r: _metrics(r)["valid_perplexity"]) if done else None
 
 
+HALF_PRECISION_TOLERANCE = 0.001  # float16 storage may change test perplexity by less than this (relative)
+
+
+def bundle(run: Run, folder_name: str | None = None, manifest: Path | None = None, log=sys.stderr) -> Path:
+    """Copy the finished ``run`` into ``checkpoints/FOLDER`` (default: the run's name), as the app's
+    bundled checkpoint of it, and record that in the manifest (``bundled = "FOLDER"``).
+
+    Its weights are stored as float16 when that changes its test perplexity by less than
+    :data:`HALF_PRECISION_TOLERANCE` (measured here, both numbers kept in ``storage``), else as
+    they are. The training log goes with it; the resume state does not."""
+    import shutil
+
+    import torch
+
+    from vizlm.checkpoint import save_checkpoint
+    from vizlm.evaluate import score_split
+    from vizlm.tokens import open_split
+
+    if run.status() != "finished":
+        raise ValueError(f"{run.name} is {run.status()}; only a finished run can be bundled")
+    if run.bundled:
+        raise ValueError(f"{run.name} is already bundled in checkpoints/{run.bundled}")
+    ckpt = load_checkpoint(run.folder)
+    meta = {k: v for k, v in ckpt.meta.items() if k not in ("format", "format_version", "vizlm_version", "model",
+                                                             "config", "vocab")}
+    test = open_split(run.corpus, "test", ckpt.vocab)
+    full = score_split(ckpt.model, test).perplexity
+    state = {k: v.clone() for k, v in ckpt.model.state_dict().items()}
+    with torch.no_grad():
+        for p in ckpt.model.parameters():
+            p.copy_(p.half())  # the weights as float16 would give them back
+    half = score_split(ckpt.model, test).perplexity
+    ckpt.model.load_state_dict(state)
+    change = half / full - 1
+    use_half = abs(change) < HALF_PRECISION_TOLERANCE
+    meta["storage"] = {"dtype": "float16" if use_half else "float32", "test_perplexity_float32": full,
+                       "test_perplexity_float16": half, "relative_change": change}
+    if use_half:
+        meta["metrics"] = {**meta.get("metrics", {}), "test_perplexity": half}
+    name = folder_name or run.name
+    dest = paths.checkpoints_dir() / name
+    if dest.exists():
+        raise ValueError(f"checkpoints/{name} exists already; choose another name (--as)")
+    save_checkpoint(dest, ckpt.model, ckpt.name, ckpt.vocab, weights_dtype=torch.float16 if use_half else None, **meta)
+    if (run.folder / "train_log.jsonl").is_file():
+        shutil.copyfile(run.folder / "train_log.jsonl", dest / "train_log.jsonl")
+    _mark_bundled(Path(manifest) if manifest else paths.home() / MANIFEST, run.name, name)
+    print(f"bundled {run.name} -> {dest} ({meta['storage']['dtype']}: test perplexity {full:.3f} -> {half:.3f}, "
+          f"{100 * change:+.4f}%)", file=log)
+    return dest
+
+
+def _mark_bundled(manifest: Path, run: str, folder: str) -> None:
+    """Add ``bundled = "folder"`` under the run's table in the manifest (its comments kept)."""
+    lines = manifest.read_text(encoding="utf-8").splitlines(keepends=True)
+    heads = {f"[run.{run}]", f'[run."{run}"]'}
+    at = next(i for i, line in enumerate(lines) if line.strip() in heads)
+    lines.insert(at + 1, f'bundled = "{folder}"\n')
+    manifest.write_text("".join(lines), encoding="utf-8")
+    load_manifest(manifest)  # still a valid manifest
+
+
 def _pct(ratio: float) -> str:
     return f"{100 * (ratio - 1):+.1f}%"
 
@@ -337,5 +399,5 @@ def as_json(runs: dict[str, Run]) -> str:
     return json.dumps(table(runs), indent=1)
 
 
-__all__ = ["MANIFEST", "Claim", "Run", "decide", "load_claims", "load_manifest", "order", "pick", "report", "run_one",
+__all__ = ["MANIFEST", "Claim", "Run", "bundle", "decide", "load_claims", "load_manifest", "order", "pick", "report", "run_one",
            "table", "versus", "write_report"]
