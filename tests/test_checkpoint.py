@@ -365,7 +365,10 @@ def _with_header(header, body):
         (lambda h: h["key.weight"].update(shape=[10**6, 10**6]), r"is \(1000000, 1000000\)"),
         (lambda h: h["key.weight"].update(shape=[5, -5]), "header entry of tensor 'key.weight' is malformed"),
         (lambda h: h["key.weight"].update(shape="5x5"), "malformed"),
-        (lambda h: h["key.weight"].update(dtype="F16"), "torch.float16; expected"),
+        (lambda h: h["key.weight"].update(dtype="BF16"), "torch.bfloat16; expected"),
+        (lambda h: h["key.weight"].update(dtype="I32"), "torch.int32; expected"),
+        # float16 storage is allowed, but then the data must be half as long
+        (lambda h: h["key.weight"].update(dtype="F16"), "has 100 bytes of data; its shape needs 50"),
         (lambda h: h["key.weight"].update(dtype="Q7"), "Q7; expected"),
         (lambda h: h["key.weight"].update(data_offsets=[0, 10**12]), "corrupt or truncated"),
         (lambda h: h["key.weight"].update(data_offsets=[-4, 96]), "malformed"),

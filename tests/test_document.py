@@ -15,7 +15,7 @@ from reference import reference_document
 from vizlm.data import (SPECIALS, Vocab, document_batches, document_plan, document_sizes, document_tokens,
                         split_documents)
 from vizlm.evaluate import score, score_documents, score_sentences
-from vizlm.models import make_config
+from vizlm.models import build_model, make_config
 from vizlm.models.base import slot_mask
 from vizlm.train import lm_loss
 
@@ -359,3 +359,34 @@ def test_checkpoints_keep_the_start_slot_setting(tmp_path):
     del meta["config"]["start_slot"]
     (tmp_path / "config.json").write_text(json.dumps(meta))
     assert load_checkpoint(tmp_path).model.config.start_slot is True
+
+
+def test_a_text_file_is_one_document_per_blank_line_block(tmp_path, capsys):
+    """``vizlm eval --text-file``: blank lines separate documents; a document model reads each
+    block as running text (== score_documents over the blocks), not the file as one."""
+    import json
+
+    from vizlm.checkpoint import save_checkpoint
+    from vizlm.cli import main
+    from vizlm.data import read_text_file
+
+    text = tmp_path / "docs.txt"
+    text.write_text("The dog barked . It was loud .\nThe owner came .\n\n  \n\nA new story starts . It ends .\n\n",
+                    encoding="utf-8")
+    sizes: list[int] = []
+    sents = read_text_file(text, documents=sizes)
+    assert sizes == [3, 2] and len(sents) == 5  # whitespace-only lines are blank too; no empty document
+    words = sorted({w for s in sents for w in s})
+    vocab = Vocab([*SPECIALS, *words])
+    torch.manual_seed(0)
+    model = build_model("kvp", vocab_size=len(vocab), emb_dim=6, hidden_dim=5, window=3, context="document",
+                        init_range=1.0).eval()  # large weights: the context visibly changes the predictions
+    save_checkpoint(tmp_path / "ck", model, "kvp", vocab)
+    assert main(["eval", "--checkpoint", str(tmp_path / "ck"), "--text-file", str(text), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    seqs = [vocab.encode(s) for s in sents]
+    want = score_documents(model, [seqs[:3], seqs[3:]])
+    whole = score_documents(model, [seqs])
+    assert got["documents"] == 2 and got["sentences"] == 5
+    assert math.isclose(got["nll"], sum(want.nll) / sum(want.tokens), rel_tol=1e-6)
+    assert not math.isclose(got["nll"], sum(whole.nll) / sum(whole.tokens), rel_tol=1e-3)

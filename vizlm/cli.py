@@ -81,7 +81,8 @@ def _add_eval(sub) -> None:
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or bundled name")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--corpus", choices=list(CORPORA), help="processed corpus")
-    src.add_argument("--text-file", type=Path, help="raw text, one paragraph or sentence a line")
+    src.add_argument("--text-file", type=Path, help="raw text, one paragraph or sentence a line; "
+                     "a blank line separates documents (read as running text by document-context checkpoints)")
     p.add_argument("--split", default="test", help="corpus split (train/valid/test)")
     p.add_argument("--batch-size", type=whole(1), default=128, help="sentences per batch (sentence-context checkpoints)")
     p.add_argument("--device", choices=DEVICES, default="auto", help="auto: the GPU when CUDA is available, else the CPU")
@@ -95,6 +96,10 @@ def _add_reproduce(sub) -> None:
     what.add_argument("--only", nargs="+", metavar="NAME", help="train these runs (and the runs they start from) if not finished")
     what.add_argument("--all", action="store_true", help="train every run that is not finished or blocked")
     what.add_argument("--report", action="store_true", help="write the result tables into docs/RESULTS.md from the stored metrics")
+    what.add_argument("--bundle", metavar="NAME", help="copy a finished run into checkpoints/ (float16 where test "
+                      "perplexity changes < 0.1%%) and mark it bundled in the manifest")
+    p.add_argument("--as", dest="bundle_as", metavar="FOLDER", default=None, help="with --bundle: the folder name in "
+                   "checkpoints/ (default: the run's name)")
     p.add_argument("--manifest", type=Path, default=None, help="the manifest (default: experiments.toml in the vizlm home)")
     p.add_argument("--threads", type=whole(1), default=None, help="torch CPU threads for training")
     p.add_argument("--json", action="store_true", help="with --list: print JSON")
@@ -115,8 +120,14 @@ def cmd_reproduce(args) -> int:
             print(f"{r['run']:<24} {r['paper']:<10} {r['model']:<10} {r['context']:<9} {r['status']:<9} {ppl}"
                   + (f"  ({r['why']})" if r["why"] else ""))
         return 0
+    if args.bundle:
+        if args.bundle not in runs:
+            raise ValueError(f"no run {args.bundle!r} in the manifest; see `vizlm reproduce --list`")
+        reproduce.bundle(runs[args.bundle], args.bundle_as, args.manifest)
+        return 0
     if args.report:
-        path = reproduce.write_report(runs, paths.home() / "docs" / "RESULTS.md")
+        claims = reproduce.load_claims(args.manifest, runs)
+        path = reproduce.write_report(runs, paths.home() / "docs" / "RESULTS.md", claims)
         print(f"wrote {path}", file=sys.stderr)
         return 0
     names = list(runs) if args.all else args.only
@@ -195,12 +206,14 @@ def cmd_eval(args) -> int:
     ckpt = load_checkpoint(args.checkpoint)
     with session(args.device) as ctx:
         ckpt.model.to(ctx.device)
-        if args.text_file:  # a text file is one document (for document-context checkpoints)
-            sents, source = read_text(args.text_file), str(args.text_file)
+        if args.text_file:  # blank lines separate documents (for document-context checkpoints)
+            sizes: list[int] = []
+            sents, source = read_text(args.text_file, sizes), str(args.text_file)
             if not sents:
                 raise ValueError(f"no sentences to score: {source} has no words")
             with scoring_progress([ckpt], sents, "eval"):
-                result = score(ckpt.model, encode_sentences(sents, ckpt.vocab), [len(sents)], args.batch_size).summary()
+                result = score(ckpt.model, encode_sentences(sents, ckpt.vocab), sizes, args.batch_size).summary()
+            result["documents"] = len(sizes)
         else:
             split, source = open_split(args.corpus, args.split, ckpt.vocab), f"{args.corpus}/{args.split}"
             if not len(split):
