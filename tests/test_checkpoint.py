@@ -252,6 +252,11 @@ def _refused_fast(load, match, spy):
         (_cfg(init_range=float("inf")), "not inf"),
         (_cfg(entropy_weight=-1), "'entropy_weight' is -1.0"),
         (_cfg(selection=3), "'selection' must be one of 'none'"),
+        # booleans: JSON true or false only
+        (_cfg(start_slot=1), r"'start_slot' must be true or false, not 1$"),
+        (_cfg(start_slot=0), r"'start_slot' must be true or false, not 0$"),
+        (_cfg(start_slot="false"), r"'start_slot' must be true or false, not 'false' \(a string\)"),
+        (_cfg(start_slot=None), "'start_slot' must be true or false, not null"),
         (_cfg(window=3), r"amsrn has no option\(s\) \['window'\]; valid: \[.*'dropout'"),
         (lambda d: {**d, "config": ["not", "an", "object"]}, "'config' is missing or not a dict"),
         # the file's own fields

@@ -25,6 +25,7 @@ VARIANTS = all_variants() + [
     pytest.param("amsrn", {"selection": "independent", "memory": 1}, id="amsrn-memory=1"),
     pytest.param("salton", {"score": "combined", "memory": 3}, id="salton-memory=3"),
     pytest.param("salton", {"score": "single", "memory": 6}, id="salton-single-memory=6"),
+    pytest.param("amsrn", {"selection": "shared", "memory": 4, "start_slot": False}, id="amsrn-memory=4-no-start"),
 ]
 ATTENTION_VARIANTS = [p for p in VARIANTS if p.values[0] in ATTENTION_MODELS]
 CUTS = (5, 12, 13, 21)  # segment boundaries inside a 23-token document: segments of 5, 7, 1, 8, 2
@@ -114,9 +115,12 @@ def test_attention_rows_in_document_context(name, kw, document):
         _, att = read_in_segments(model, document)
     T = document.shape[1]
     allowed = slot_mask(T, model.window_size())
+    start = getattr(model.config, "start_slot", True)
+    if not start:
+        allowed[:, 0] = False  # no h_0: the first row of a document has nothing to attend to
     assert (att[:, ~allowed] == 0).all() and (att >= 0).all()
-    torch.testing.assert_close(att.sum(-1), torch.ones(att.shape[:2], dtype=att.dtype))
-    torch.testing.assert_close(att[:, 0, 0], torch.ones(2, dtype=att.dtype))  # only h_0 at the document start
+    torch.testing.assert_close(att.sum(-1), allowed.any(-1).to(att.dtype).expand(att.shape[:2]))
+    torch.testing.assert_close(att[:, 0, 0], torch.full((2,), float(start), dtype=att.dtype))  # only h_0 at the start
 
 
 @pytest.mark.parametrize("name,kw", ATTENTION_VARIANTS)
@@ -301,6 +305,60 @@ def test_entropy_regulariser_with_a_carried_state(document):
     model.config.entropy_weight = 0.0
     loss0, nll0, _ = lm_loss(model, document[:, 8:], targets[:, 8:], state)
     assert torch.isfinite(loss) and loss > loss0 and torch.equal(nll, nll0)
+
+
+# --------------------------------------------------------------------------- what a state carries
+def test_a_state_without_start_slot_counts_states_only(document):
+    """AMSRN without h_0 starts a document with no valid slot (reset too); narrow, detach and the
+    state after a segment keep that, so a later reset still drops the start slot."""
+    model = doc_model("amsrn", {"memory": 4, "start_slot": False})
+    state = model.initial_state(2)
+    assert state.start_slots == 0 and state.valid.tolist() == [0, 0]
+    with torch.no_grad():
+        after = model(document[:, :2], state).state
+    assert after.valid.tolist() == [2, 2] and after.start_slots == 0
+    for kept in (after.detach(), after.narrow(1), after.reset(torch.tensor([True, False]))):
+        assert kept.start_slots == 0
+    assert after.reset(torch.tensor([True, False])).valid.tolist() == [0, 2]
+    assert doc_model("amsrn", {"memory": 4}).initial_state(2).reset(torch.tensor([True, True])).valid.tolist() == [1, 1]
+
+
+@pytest.mark.parametrize("name,kw", [("rm", {"window": 4}), ("amsrn", {"memory": 5, "start_slot": False}),
+                                     ("kvp", {"window": 3})])
+def test_carried_state_survives_a_resume(name, kw, document):
+    """Training's resume keeps every stream's carried state (train._gather_carried / _scatter_carried):
+    RM's memory of word embeddings (2d wide) and a state without a start slot come back as they were,
+    and reading on from them equals reading on without the resume."""
+    from vizlm.distributed import SINGLE
+    from vizlm.train import _gather_carried, _scatter_carried
+
+    model = doc_model(name, kw)
+    with torch.no_grad():
+        state = model(document[:, :9], model.initial_state(2)).state
+        saved = _gather_carried(state, SINGLE)
+        back = _scatter_carried(saved, SINGLE, torch.device("cpu"), model.start_slots())
+        assert back.memory.shape == state.memory.shape == (2, model.memory_size(), model.slot_size())
+        assert back.start_slots == state.start_slots == model.start_slots()
+        torch.testing.assert_close(model(document[:, 9:], back).logits, model(document[:, 9:], state).logits,
+                                   atol=0, rtol=0)
+        fresh = back.reset(torch.tensor([True, True]))
+        torch.testing.assert_close(model(document[:, 9:], fresh).logits, model(document[:, 9:]).logits)
+
+
+def test_checkpoints_keep_the_start_slot_setting(tmp_path):
+    """start_slot is stored in config.json; a config.json written before it existed loads with the slot."""
+    import json
+
+    from vizlm.checkpoint import load_checkpoint, save_checkpoint
+
+    vocab = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])
+    save_checkpoint(tmp_path, tiny_model("amsrn", start_slot=False).float(), "amsrn", vocab)
+    meta = json.loads((tmp_path / "config.json").read_text())
+    assert meta["config"]["start_slot"] is False
+    assert load_checkpoint(tmp_path).model.start_slots() == 0
+    del meta["config"]["start_slot"]
+    (tmp_path / "config.json").write_text(json.dumps(meta))
+    assert load_checkpoint(tmp_path).model.config.start_slot is True
 
 
 def test_a_text_file_is_one_document_per_blank_line_block(tmp_path, capsys):

@@ -9,7 +9,7 @@ import torch
 from conftest import ROOT
 
 from vizlm import cli, paths, reproduce
-from vizlm.models import REGISTRY
+from vizlm.models import REGISTRY, make_config
 
 TINY = """
 [defaults]
@@ -53,6 +53,16 @@ def test_the_manifest_lists_every_run_of_the_issue():
             assert run.context == "document" and run.init is None  # theirs: running text, from scratch
     seeds = {run.name: run.seed for run in runs.values()}
     assert len({seeds[n] for n in ("lstm-doc", "lstm-doc-s2", "lstm-doc-s3")}) == 3
+    # the three runs that waited for a feature: RM, --freeze, AMSRN without the start slot
+    assert not any(run.blocked for run in runs.values())
+    rm = runs["rm-doc"]
+    assert (rm.model, rm.context, rm.match, rm.options, rm.init) == ("rm", "document", "lstm", {"window": 15}, None)
+    frozen = runs["amsrn-frozen"]
+    assert frozen.freeze and frozen.init == "lstm" and frozen.control == "lstm"
+    assert not any(run.freeze for name, run in runs.items() if name != "amsrn-frozen")
+    assert runs["amsrn-nostart"].options == {"selection": "shared", "start_slot": False}
+    for run in (rm, frozen, runs["amsrn-nostart"]):  # what train() would be given is a valid config
+        make_config(run.model, **run.model_kwargs())
 
 
 def test_bad_manifests_are_refused(tmp_path):
@@ -66,6 +76,10 @@ def test_bad_manifests_are_refused(tmp_path):
     bad.write_text(TINY + '\n[run.x]\npaper = "liu-lee"\nmodel = "lstm"\nlearning_rate = 1\n')
     with pytest.raises(ValueError, match="unknown field"):
         reproduce.load_manifest(bad)
+    for freeze in ("true", '"yes"'):  # freeze needs an init run, and is a boolean
+        bad.write_text(TINY + f'\n[run.x]\npaper = "liu-lee"\nmodel = "amsrn"\nfreeze = {freeze}\n')
+        with pytest.raises(ValueError, match="freeze must be true or false, and true needs an init run"):
+            reproduce.load_manifest(bad)
 
 
 @pytest.fixture
@@ -125,6 +139,22 @@ def test_runs_dir_follows_the_home(tmp_path, monkeypatch):
     monkeypatch.delenv("VIZLM_RUNS", raising=False)
     monkeypatch.setenv("VIZLM_HOME", str(tmp_path))
     assert paths.runs_dir() == tmp_path / "runs"
+
+
+def test_reproduce_passes_freeze_to_training(manifest):
+    """A run with ``freeze = true`` trains with ``--freeze``: the copied tensors stay its init run's."""
+    from safetensors.torch import load_file
+
+    manifest.write_text(TINY + '\n[run.frozen]\npaper = "liu-lee"\nmodel = "amsrn"\ninit = "base"\nfreeze = true\n'
+                        'control = "base"\noptions = { selection = "shared" }\n')
+    runs = reproduce.load_manifest(manifest)
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--only", "frozen", "--dry-run", "--threads", "1"]) == 0
+    meta = json.loads((runs["frozen"].folder / "config.json").read_text())
+    assert meta["train"]["freeze"] is True and meta["train"]["run"] == "frozen"
+    base = load_file(str(runs["base"].folder / "model.safetensors"))
+    frozen = load_file(str(runs["frozen"].folder / "model.safetensors"))
+    assert all(torch.equal(frozen[k], base[k]) for k in base)
+    assert "| frozen | amsrn selection=shared (init frozen) |" in reproduce.report(runs)
 
 
 CLAIMS = """

@@ -256,7 +256,8 @@ def attention_mask(attention: np.ndarray) -> np.ndarray:
 
     Causal: ``j <= r``. Windowed models (Daniluk et al. 2017) give exact zeros to
     slots that left the window, always a prefix of the row (``band_to_slots``), so
-    leading exact zeros are masked too; a softmax over finite scores is never 0.
+    leading exact zeros are masked too; a softmax over finite scores is never 0. A row
+    of zeros had no slot at all (AMSRN without the start slot, first row): all masked.
     """
     a = np.asarray(attention, dtype=float)
     T, S = a.shape
@@ -265,8 +266,7 @@ def attention_mask(attention: np.ndarray) -> np.ndarray:
     nonzero = finite & (a != 0) & mask
     for r in range(T):
         nz = np.flatnonzero(nonzero[r])
-        if len(nz):
-            mask[r, : nz[0]] = False
+        mask[r, : nz[0] if len(nz) else S] = False
     return mask & finite
 
 

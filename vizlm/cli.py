@@ -20,13 +20,16 @@ MODEL_OPTIONS = {  # flag -> (config field, type, help)
     "--dropout": ("dropout", fraction, "dropout on embeddings and outputs, from 0 to 1 (default 0)"),
     "--selection": ("selection", str, "AMSRN gates: none | independent | shared | complementary"),
     "--entropy-weight": ("entropy_weight", float, "AMSRN attention-entropy weight lambda (default 0)"),
-    "--window": ("window", whole(1), "Daniluk attention window L (default 5)"),
+    "--window": ("window", whole(1), "Daniluk attention window L (default 5); RM: the last n words (default 15)"),
     "--n": ("n", whole(1), "N of the N-gram RNN (default 4)"),
     "--score": ("score", str, "Salton attention score: single | combined"),
     "--context": ("context", str, (
         "sentence: every sentence read alone from a zero state (default); document: documents read as "
         "running text, state and memory carried across sentences and segments (Daniluk et al.)")),
     "--memory": ("memory", int, "AMSRN/Salton: attend to the last N states (default: the sentence; 100 in documents)"),
+    "--start-slot": ("start_slot", bool, (
+        "AMSRN: keep the zero start slot h_0 in the memory (default); --no-start-slot attends to h_1 .. h_{t-1} "
+        "only, and the first step reads nothing")),
 }
 
 
@@ -36,7 +39,10 @@ def _add_train(sub) -> None:
     p.add_argument("--corpus", default="brown", choices=TRAINABLE, help="training corpus")
     p.add_argument("--out", type=Path, help="checkpoint folder (default CHECKPOINTS/MODEL; a temp dir with --dry-run)")
     for flag, (_, typ, hlp) in MODEL_OPTIONS.items():
-        p.add_argument(flag, type=typ, default=None, help=hlp)
+        if typ is bool:  # --flag / --no-flag; None (not given) keeps the config's default
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=hlp)
+        else:
+            p.add_argument(flag, type=typ, default=None, help=hlp)
     p.add_argument("--epochs", type=whole(1), default=30, help="maximum epochs")
     p.add_argument("--batch-size", type=whole(1), default=64, help="sentences per batch (sentence context)")
     p.add_argument("--bptt", type=whole(1), default=20, help="tokens per truncated-BPTT segment (document context)")
@@ -52,6 +58,9 @@ def _add_train(sub) -> None:
     p.add_argument("--seed", type=int, default=1234, help="random seed")
     p.add_argument("--threads", type=whole(1), default=None, help="torch CPU threads")
     p.add_argument("--init-from", default=None, help="start from a trained checkpoint: AMSRN copies the LSTM; attention/kv/kvp/ngram take a trained LSTM as their predict part")
+    p.add_argument("--freeze", action="store_true",
+                   help="with --init-from: keep what it copied fixed and train only the rest (AMSRN from an LSTM: "
+                        "the embedding, LSTM and output layer stay the LSTM's; key, gates and read projection train)")
     p.add_argument("--resume", action="store_true",
                    help="continue from OUT/resume (the last epoch end or --save-every step; any number of processes)")
     p.add_argument("--save-every", type=whole(0), default=1000, metavar="STEPS",
@@ -168,7 +177,7 @@ def cmd_train(args) -> int:
         lr=args.lr, clip=args.clip,
         patience=args.patience, lr_decay=args.lr_decay, seed=args.seed,
         max_batches=3 if args.dry_run else args.max_batches, eval_batches=1 if args.dry_run else args.eval_batches,
-        save_every=args.save_every or None, log_steps=args.log_steps,
+        save_every=args.save_every or None, log_steps=args.log_steps, freeze=args.freeze,
         extra={"command": "vizlm " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["train"] else None},
     )
     with session(args.device) as ctx:

@@ -40,7 +40,7 @@ PAPERS = {  # manifest key -> title, in report order
 }
 REPORT_BEGIN, REPORT_END = "<!-- vizlm reproduce --report: begin -->", "<!-- vizlm reproduce --report: end -->"
 _FIELDS = {"paper", "model", "context", "corpus", "init", "control", "options", "match", "seed", "epochs", "bundled",
-           "blocked", "note", "emb_dim", "hidden_dim"}
+           "blocked", "note", "emb_dim", "hidden_dim", "freeze"}
 
 
 @dataclass
@@ -61,6 +61,7 @@ class Run:
     bundled: str | None = None
     blocked: str | None = None
     note: str | None = None
+    freeze: bool = False  # train only what `init` did not copy (vizlm train --freeze)
 
     @property
     def folder(self) -> Path:
@@ -150,6 +151,8 @@ def load_manifest(path: Path | None = None) -> dict[str, Run]:
             raise ValueError(f"{path}: run {name!r}: unknown paper {run.paper!r}; valid: {', '.join(PAPERS)}")
         if run.model not in REGISTRY and not run.blocked:
             raise ValueError(f"{path}: run {name!r}: unknown model {run.model!r}")
+        if type(run.freeze) is not bool or (run.freeze and not run.init):
+            raise ValueError(f"{path}: run {name!r}: freeze must be true or false, and true needs an init run")
         runs[name] = run
     for run in runs.values():
         for ref in (run.init, run.control):
@@ -214,7 +217,8 @@ def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run:
         torch.set_num_threads(threads)
     print(f"reproduce: {'resuming' if status == 'partial' else 'training'} {run.name} -> {run.folder}", file=log)
     tc = TrainConfig(epochs=1 if dry_run else run.epochs, seed=run.seed, max_batches=3 if dry_run else None,
-                     eval_batches=1 if dry_run else None, extra={"command": run.command(), "run": run.name})
+                     eval_batches=1 if dry_run else None, freeze=run.freeze,
+                     extra={"command": run.command(), "run": run.name})
     train(run.model, run.model_kwargs(), run.corpus, run.folder, tc,
           init=str(runs[run.init].folder) if run.init else None, resume=status == "partial", match=run.match)
     return run.status()
@@ -374,7 +378,8 @@ def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None) -> str:
             vs = "—" if c is None else (f"{c['ratio']:.3f} ({c['low']:.3f}–{c['high']:.3f}) vs {c['control']}; "
                                         + ("better" if c["high"] < 1 else "worse" if c["low"] > 1 else "no clear difference"))
             state = run.status() + (f": {run.blocked}" if run.blocked else "")
-            lines.append(f"| {run.name} | {run.model}{''.join(f' {k}={v}' for k, v in run.options.items())} | "
+            lines.append(f"| {run.name} | {run.model}{''.join(f' {k}={v}' for k, v in run.options.items())}"
+                         f"{' (init frozen)' if run.freeze else ''} | "
                          f"{run.context} | {_fmt(m.get('parameters'), ',')} | {_fmt(m.get('valid_perplexity'))} | "
                          f"{_fmt(m.get('test_perplexity'))} | {vs} | {state} |")
         lines.append("")
