@@ -28,7 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ANCHOR = ROOT.parent / "shared" / "anchors" / "word_language_model"
 FAMILIES = {"lstm": {}, "amsrn": {"selection": "shared"}, "attention": {"window": 5}, "kv": {"window": 5},
-            "kvp": {"window": 5}, "ngram": {"n": 4}, "salton": {"score": "single"}}
+            "kvp": {"window": 5}, "ngram": {"n": 4}, "salton": {"score": "single"},
+            # sentence context (batches of 64 sentences) for comparison: document mode must be no slower per token
+            "lstm-sentence": {"context": "sentence"}}
 BATCH, BPTT, UNITS = 64, 35, 50
 GOAL = 0.9
 
@@ -78,8 +80,8 @@ def vizlm_tokens_per_s(family: str, batches: int) -> float:
 
     with tempfile.TemporaryDirectory() as tmp:
         tc = TrainConfig(epochs=1, bptt=BPTT, streams=BATCH, max_batches=batches, eval_batches=1)
-        train(family, {"emb_dim": UNITS, "hidden_dim": UNITS, "context": "document", **FAMILIES[family]},
-              "brown", Path(tmp) / family, tc)
+        train(family.removesuffix("-sentence"), {"emb_dim": UNITS, "hidden_dim": UNITS, "context": "document",
+                                                **FAMILIES[family]}, "brown", Path(tmp) / family, tc)
         log = [json.loads(line) for line in (Path(tmp) / family / "train_log.jsonl").read_text().splitlines()]
     return float(log[-1]["tokens_per_s"])
 

@@ -11,16 +11,18 @@ from vizlm.models import REGISTRY, build_model
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data"
-ATTENTION_MODELS = ["amsrn", "attention", "kv", "kvp", "salton"]
+ATTENTION_MODELS = ["amsrn", "attention", "kv", "kvp", "salton", "rm"]
 TINY = {"vocab_size": 40, "emb_dim": 6, "hidden_dim": 5}
 VARIANTS = {  # every configuration a test should see
     "lstm": [{}],
-    "amsrn": [{"selection": s} for s in ("none", "independent", "shared", "complementary")],
+    "amsrn": [{"selection": s} for s in ("none", "independent", "shared", "complementary")]
+    + [{"selection": "shared", "start_slot": False}],
     "attention": [{"window": 1}, {"window": 3}],
     "kv": [{"window": 4}],
     "kvp": [{"window": 5}, {"window": 30}],
     "ngram": [{"n": 2}, {"n": 4}],
     "salton": [{"score": "single"}, {"score": "combined"}],
+    "rm": [{"window": 1}, {"window": 4}],
 }
 assert set(VARIANTS) == set(REGISTRY)
 

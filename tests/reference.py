@@ -18,9 +18,13 @@ def reference(
 
     From token ids ``inputs``, or from given LSTM outputs ``h`` (to time the heads alone).
     ``weights`` (B, T, T) replace each step's softmax: the weights of the slots in its memory
-    are used as given (the attention effects' recomputation, step by step).
+    are used as given (the attention effects' recomputation, step by step). RM's memory
+    holds words, so it needs ``inputs`` always (its ``h`` may be the LSTM's outputs alone, or
+    its own outputs ``[h; M x; C x]``, of which the reference uses the LSTM's part only).
     """
     name = type(model).__name__
+    if name == "RMLM" and inputs is None:
+        raise ValueError("RM's reference reads the words: give inputs")
     if h is None:
         h = model.encode(inputs)  # the recurrent part is shared; the heads differ
     B, T, _ = h.shape
@@ -38,7 +42,7 @@ def reference(
                 parts.append(h[:, src, j * k : (j + 1) * k] if src >= 0 else torch.zeros(B, k, dtype=h.dtype))
             logits.append(model.decoder(torch.tanh(model.w_n(torch.cat(parts, -1)))))
             continue
-        logits.append(_step(model, name, h, t, att, None if weights is None else weights[:, t]))
+        logits.append(_step(model, name, h, t, att, None if weights is None else weights[:, t], inputs))
     return torch.stack(logits, 1), att
 
 
@@ -48,13 +52,15 @@ def reference_document(model, inputs: torch.Tensor) -> tuple[torch.Tensor, torch
     for t in range(inputs.shape[1]):
         o, hc = model.rnn(model.embed(inputs[:, t : t + 1]), hc)  # one step, state carried
         outputs.append(o[:, 0])
-    return reference(model, h=torch.stack(outputs, 1))
+    return reference(model, inputs, h=torch.stack(outputs, 1))
 
 
 def _first(model, t: int) -> int:
-    """The oldest memory slot of step t: AMSRN and Salton keep the last ``memory`` states if set."""
+    """The oldest memory slot of step t: AMSRN and Salton keep the last ``memory`` states if set;
+    AMSRN without the start slot never has slot 0."""
     window = getattr(model.config, "memory", None)
-    return 0 if window is None else max(0, t + 1 - window)
+    first = 0 if window is None else max(0, t + 1 - window)
+    return first if getattr(model.config, "start_slot", True) else max(first, 1)
 
 
 def _slots(h: torch.Tensor, t: int, first: int) -> list[torch.Tensor]:
@@ -62,13 +68,17 @@ def _slots(h: torch.Tensor, t: int, first: int) -> list[torch.Tensor]:
     return [torch.zeros_like(h[:, 0]) if i == 0 else h[:, i - 1] for i in range(first, t + 1)]
 
 
-def _step(model, name, h, t, att, given=None):
+def _step(model, name, h, t, att, given=None, inputs=None):
     ht = h[:, t]
+    if name == "RMLM":
+        return _rm_step(model, h, t, att, given, inputs)
     if name == "AMSRN":
         g1, g2 = model.gates(ht)
         k = model.key(ht)
         first = _first(model, t)
         mem = _slots(h, t, first)
+        if not mem:  # no start slot, first step: nothing to attend to, nothing read
+            return model.decoder(ht) + model.read_proj(torch.zeros_like(ht))
         e = torch.stack([((m * g1) * k).sum(-1) for m in mem], -1)
         a = e.softmax(-1) if given is None else given[:, first : t + 1]
         r = sum(a[:, i, None] * (m * g2) for i, m in enumerate(mem))
@@ -98,6 +108,30 @@ def _step(model, name, h, t, att, given=None):
     return model.decoder(torch.tanh(model.w_r(r) + model.w_x(pred[:, t])))
 
 
+def _rm_step(model, h, t, att, given, inputs):
+    """Tran et al.'s RM(+tM-g) at row t: memory of the last n words before the current one
+    (slot i >= 1 is the word read at position i, slot 0 the zero start slot)."""
+    d, n = model.config.hidden_dim, model.config.window
+    B = h.shape[0]
+    ht = h[:, t, :d]  # the LSTM's output, whatever else h carries
+    first = max(0, t + 1 - n)
+
+    def word(table, i):
+        return torch.zeros(B, d, dtype=h.dtype) if i == 0 else table(inputs[:, i - 1])
+
+    slots = range(first, t + 1)  # temporal vector of slot i: its distance t - i from the newest, oldest first
+    scores = [((word(model.address, i) + model.temporal[n - 1 - (t - i)]) * ht).sum(-1) for i in slots]
+    p = torch.stack(scores, -1).softmax(-1) if given is None else given[:, first : t + 1]
+    s = sum(p[:, k, None] * word(model.content, i) for k, i in enumerate(slots))
+    att[:, t, first : t + 1] = p
+    w_r, w_z, w = model.w_s.weight.split(d)
+    u_r, u_z = model.u_rz.weight.split(d)
+    r = torch.sigmoid(s @ w_r.T + ht @ u_r.T)
+    z = torch.sigmoid(s @ w_z.T + ht @ u_z.T)
+    h_tilde = torch.tanh(s @ w.T + (r * ht) @ model.u.weight.T)
+    return model.decoder((1 - z) * ht + z * h_tilde)
+
+
 def reference_effects(model, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(read effect (B, T), slot effects (B, T, T)) in nats, the slow way: the step-by-step
     reference run again with all weights zero, then once for every (row, slot) pair with that
@@ -108,9 +142,9 @@ def reference_effects(model, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.
     def logp(logits):
         return logits.log_softmax(-1).gather(-1, targets[..., None])[..., 0]  # (B, T)
 
-    logits, att = reference(model, h=h)
+    logits, att = reference(model, inputs, h=h)
     base = logp(logits)
-    read = base - logp(reference(model, h=h, weights=torch.zeros_like(att))[0])
+    read = base - logp(reference(model, inputs, h=h, weights=torch.zeros_like(att))[0])
     B, T, S = att.shape
     slots = torch.zeros(B, T, S, dtype=h.dtype)
     for r in range(T):
@@ -119,6 +153,6 @@ def reference_effects(model, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.
             w[:, r, j] = 0.0
             rest = w[:, r].sum(-1, keepdim=True)
             w[:, r] = torch.where(rest > 0, w[:, r] / rest, torch.zeros_like(w[:, r]))
-            dropped = logp(reference(model, h=h, weights=w)[0])
+            dropped = logp(reference(model, inputs, h=h, weights=w)[0])
             slots[:, r, j] = torch.where(att[:, r, j] > 0, base[:, r] - dropped[:, r], torch.zeros_like(base[:, r]))
     return read, slots

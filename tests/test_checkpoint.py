@@ -252,6 +252,11 @@ def _refused_fast(load, match, spy):
         (_cfg(init_range=float("inf")), "not inf"),
         (_cfg(entropy_weight=-1), "'entropy_weight' is -1.0"),
         (_cfg(selection=3), "'selection' must be one of 'none'"),
+        # booleans: JSON true or false only
+        (_cfg(start_slot=1), r"'start_slot' must be true or false, not 1$"),
+        (_cfg(start_slot=0), r"'start_slot' must be true or false, not 0$"),
+        (_cfg(start_slot="false"), r"'start_slot' must be true or false, not 'false' \(a string\)"),
+        (_cfg(start_slot=None), "'start_slot' must be true or false, not null"),
         (_cfg(window=3), r"amsrn has no option\(s\) \['window'\]; valid: \[.*'dropout'"),
         (lambda d: {**d, "config": ["not", "an", "object"]}, "'config' is missing or not a dict"),
         # the file's own fields
@@ -360,7 +365,10 @@ def _with_header(header, body):
         (lambda h: h["key.weight"].update(shape=[10**6, 10**6]), r"is \(1000000, 1000000\)"),
         (lambda h: h["key.weight"].update(shape=[5, -5]), "header entry of tensor 'key.weight' is malformed"),
         (lambda h: h["key.weight"].update(shape="5x5"), "malformed"),
-        (lambda h: h["key.weight"].update(dtype="F16"), "torch.float16; expected"),
+        (lambda h: h["key.weight"].update(dtype="BF16"), "torch.bfloat16; expected"),
+        (lambda h: h["key.weight"].update(dtype="I32"), "torch.int32; expected"),
+        # float16 storage is allowed, but then the data must be half as long
+        (lambda h: h["key.weight"].update(dtype="F16"), "has 100 bytes of data; its shape needs 50"),
         (lambda h: h["key.weight"].update(dtype="Q7"), "Q7; expected"),
         (lambda h: h["key.weight"].update(data_offsets=[0, 10**12]), "corrupt or truncated"),
         (lambda h: h["key.weight"].update(data_offsets=[-4, 96]), "malformed"),

@@ -130,3 +130,25 @@ def test_corpus_results_are_cached(monkeypatch, tmp_path):
     second = compare_corpus(a, b, "wsj", "test")
     assert len(calls) == 2  # served from the cache
     assert first.table.equals(second.table) and first.summary == second.summary
+
+
+def test_running_text_is_resampled_by_document():
+    """With document sizes the bootstrap draws whole documents: the same corpus ratio, and an
+    interval that widens when the sentences of a document move together (as they do when a
+    model reads running text); without them every sentence is drawn on its own."""
+    from vizlm.corpus import build_comparison
+
+    a = Checkpoint(torch.nn.Module(), VOCAB, "a")
+    rng = np.random.default_rng(0)
+    docs, per_doc = 40, 25
+    doc_effect = np.repeat(rng.normal(0, 0.3, docs), per_doc)  # each document better or worse as a whole
+    tok = np.full(docs * per_doc, 20.0)
+    nll_a = tok * 5.0
+    nll_b = nll_a + tok * (doc_effect + rng.normal(0, 0.05, docs * per_doc))
+    ids = [f"d{i // per_doc}:{i % per_doc}" for i in range(docs * per_doc)]
+    flat = build_comparison(a, a, nll_a, nll_b, tok, ids, ids)
+    grouped = build_comparison(a, a, nll_a, nll_b, tok, ids, ids, documents=[per_doc] * docs)
+    assert flat.summary["resampled"] == "sentences" and grouped.summary["resampled"] == "documents"
+    assert grouped.summary["ratio"] == flat.summary["ratio"]
+    width = {k: c.summary["ratio_ci_high"] - c.summary["ratio_ci_low"] for k, c in (("flat", flat), ("grouped", grouped))}
+    assert width["grouped"] > 3 * width["flat"]

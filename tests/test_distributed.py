@@ -223,3 +223,27 @@ def test_corpus_statistics_under_torchrun_equal_one_process(data, tmp_path, caps
         else:
             assert one["summary"] == pytest.approx(two["summary"], rel=1e-6)
             assert [r["sentence_id"] for r in one["most_improved"]] == [r["sentence_id"] for r in two["most_improved"]]
+
+
+def test_two_nodes_by_rendezvous_equal_one_process(data, tmp_path):
+    """docs/SCALING.md's several-nodes command, as two torchrun launchers ("nodes") on this
+    machine meeting at a c10d rendezvous on loopback: the same loss curve as one process."""
+    import socket
+
+    flags = DOCUMENT + ["--epochs", "1"]
+    _train(data, tmp_path / "one", flags)
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = ["--data", str(data), "train", *flags, *COMMON, "--out", str(tmp_path / "nodes")]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+              "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "vizlm-test",
+              "-m", "vizlm.cli", *args]
+    nodes = [subprocess.Popen(launch, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [node.communicate(timeout=300) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], [err[-2000:] for _, err in outs]
+    assert sum(out.count("{") for out, _ in outs) == 1  # one rank 0 over both nodes prints the result
+    meta = json.loads((tmp_path / "nodes" / "config.json").read_text())
+    assert meta["train"]["world_size"] == 2
+    assert _same_curve(_steps(tmp_path / "one"), _steps(tmp_path / "nodes"), 1e-4)

@@ -15,7 +15,7 @@ from reference import reference_document
 from vizlm.data import (SPECIALS, Vocab, document_batches, document_plan, document_sizes, document_tokens,
                         split_documents)
 from vizlm.evaluate import score, score_documents, score_sentences
-from vizlm.models import make_config
+from vizlm.models import build_model, make_config
 from vizlm.models.base import slot_mask
 from vizlm.train import lm_loss
 
@@ -25,6 +25,7 @@ VARIANTS = all_variants() + [
     pytest.param("amsrn", {"selection": "independent", "memory": 1}, id="amsrn-memory=1"),
     pytest.param("salton", {"score": "combined", "memory": 3}, id="salton-memory=3"),
     pytest.param("salton", {"score": "single", "memory": 6}, id="salton-single-memory=6"),
+    pytest.param("amsrn", {"selection": "shared", "memory": 4, "start_slot": False}, id="amsrn-memory=4-no-start"),
 ]
 ATTENTION_VARIANTS = [p for p in VARIANTS if p.values[0] in ATTENTION_MODELS]
 CUTS = (5, 12, 13, 21)  # segment boundaries inside a 23-token document: segments of 5, 7, 1, 8, 2
@@ -114,9 +115,12 @@ def test_attention_rows_in_document_context(name, kw, document):
         _, att = read_in_segments(model, document)
     T = document.shape[1]
     allowed = slot_mask(T, model.window_size())
+    start = getattr(model.config, "start_slot", True)
+    if not start:
+        allowed[:, 0] = False  # no h_0: the first row of a document has nothing to attend to
     assert (att[:, ~allowed] == 0).all() and (att >= 0).all()
-    torch.testing.assert_close(att.sum(-1), torch.ones(att.shape[:2], dtype=att.dtype))
-    torch.testing.assert_close(att[:, 0, 0], torch.ones(2, dtype=att.dtype))  # only h_0 at the document start
+    torch.testing.assert_close(att.sum(-1), allowed.any(-1).to(att.dtype).expand(att.shape[:2]))
+    torch.testing.assert_close(att[:, 0, 0], torch.full((2,), float(start), dtype=att.dtype))  # only h_0 at the start
 
 
 @pytest.mark.parametrize("name,kw", ATTENTION_VARIANTS)
@@ -301,3 +305,88 @@ def test_entropy_regulariser_with_a_carried_state(document):
     model.config.entropy_weight = 0.0
     loss0, nll0, _ = lm_loss(model, document[:, 8:], targets[:, 8:], state)
     assert torch.isfinite(loss) and loss > loss0 and torch.equal(nll, nll0)
+
+
+# --------------------------------------------------------------------------- what a state carries
+def test_a_state_without_start_slot_counts_states_only(document):
+    """AMSRN without h_0 starts a document with no valid slot (reset too); narrow, detach and the
+    state after a segment keep that, so a later reset still drops the start slot."""
+    model = doc_model("amsrn", {"memory": 4, "start_slot": False})
+    state = model.initial_state(2)
+    assert state.start_slots == 0 and state.valid.tolist() == [0, 0]
+    with torch.no_grad():
+        after = model(document[:, :2], state).state
+    assert after.valid.tolist() == [2, 2] and after.start_slots == 0
+    for kept in (after.detach(), after.narrow(1), after.reset(torch.tensor([True, False]))):
+        assert kept.start_slots == 0
+    assert after.reset(torch.tensor([True, False])).valid.tolist() == [0, 2]
+    assert doc_model("amsrn", {"memory": 4}).initial_state(2).reset(torch.tensor([True, True])).valid.tolist() == [1, 1]
+
+
+@pytest.mark.parametrize("name,kw", [("rm", {"window": 4}), ("amsrn", {"memory": 5, "start_slot": False}),
+                                     ("kvp", {"window": 3})])
+def test_carried_state_survives_a_resume(name, kw, document):
+    """Training's resume keeps every stream's carried state (train._gather_carried / _scatter_carried):
+    RM's memory of word embeddings (2d wide) and a state without a start slot come back as they were,
+    and reading on from them equals reading on without the resume."""
+    from vizlm.distributed import SINGLE
+    from vizlm.train import _gather_carried, _scatter_carried
+
+    model = doc_model(name, kw)
+    with torch.no_grad():
+        state = model(document[:, :9], model.initial_state(2)).state
+        saved = _gather_carried(state, SINGLE)
+        back = _scatter_carried(saved, SINGLE, torch.device("cpu"), model.start_slots())
+        assert back.memory.shape == state.memory.shape == (2, model.memory_size(), model.slot_size())
+        assert back.start_slots == state.start_slots == model.start_slots()
+        torch.testing.assert_close(model(document[:, 9:], back).logits, model(document[:, 9:], state).logits,
+                                   atol=0, rtol=0)
+        fresh = back.reset(torch.tensor([True, True]))
+        torch.testing.assert_close(model(document[:, 9:], fresh).logits, model(document[:, 9:]).logits)
+
+
+def test_checkpoints_keep_the_start_slot_setting(tmp_path):
+    """start_slot is stored in config.json; a config.json written before it existed loads with the slot."""
+    import json
+
+    from vizlm.checkpoint import load_checkpoint, save_checkpoint
+
+    vocab = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])
+    save_checkpoint(tmp_path, tiny_model("amsrn", start_slot=False).float(), "amsrn", vocab)
+    meta = json.loads((tmp_path / "config.json").read_text())
+    assert meta["config"]["start_slot"] is False
+    assert load_checkpoint(tmp_path).model.start_slots() == 0
+    del meta["config"]["start_slot"]
+    (tmp_path / "config.json").write_text(json.dumps(meta))
+    assert load_checkpoint(tmp_path).model.config.start_slot is True
+
+
+def test_a_text_file_is_one_document_per_blank_line_block(tmp_path, capsys):
+    """``vizlm eval --text-file``: blank lines separate documents; a document model reads each
+    block as running text (== score_documents over the blocks), not the file as one."""
+    import json
+
+    from vizlm.checkpoint import save_checkpoint
+    from vizlm.cli import main
+    from vizlm.data import read_text_file
+
+    text = tmp_path / "docs.txt"
+    text.write_text("The dog barked . It was loud .\nThe owner came .\n\n  \n\nA new story starts . It ends .\n\n",
+                    encoding="utf-8")
+    sizes: list[int] = []
+    sents = read_text_file(text, documents=sizes)
+    assert sizes == [3, 2] and len(sents) == 5  # whitespace-only lines are blank too; no empty document
+    words = sorted({w for s in sents for w in s})
+    vocab = Vocab([*SPECIALS, *words])
+    torch.manual_seed(0)
+    model = build_model("kvp", vocab_size=len(vocab), emb_dim=6, hidden_dim=5, window=3, context="document",
+                        init_range=1.0).eval()  # large weights: the context visibly changes the predictions
+    save_checkpoint(tmp_path / "ck", model, "kvp", vocab)
+    assert main(["eval", "--checkpoint", str(tmp_path / "ck"), "--text-file", str(text), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    seqs = [vocab.encode(s) for s in sents]
+    want = score_documents(model, [seqs[:3], seqs[3:]])
+    whole = score_documents(model, [seqs])
+    assert got["documents"] == 2 and got["sentences"] == 5
+    assert math.isclose(got["nll"], sum(want.nll) / sum(want.tokens), rel_tol=1e-6)
+    assert not math.isclose(got["nll"], sum(whole.nll) / sum(whole.tokens), rel_tol=1e-3)

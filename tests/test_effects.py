@@ -37,7 +37,7 @@ def test_given_weights_reproduce_the_head(name, kw, batch):
             model.config.memory = 4  # a finite memory to carry
         state = model(batch, model.initial_state(batch.shape[0])).state
         first = model(batch, state)
-        again = model.head(model.rnn(model.embed(batch), (state.h, state.c))[0], state.memory, state.valid,
+        again = model.head(model.recur(batch, (state.h, state.c))[0], state.memory, state.valid,
                            weights=first.attention)
         assert torch.equal(again.logits, first.logits)
 
@@ -81,6 +81,8 @@ def _zero_read(name: str, model) -> None:
             model.read_proj.weight.zero_()  # W_pr
         elif name == "salton":
             model.w_c.weight[:, model.config.hidden_dim :] = 0.0  # the c_t half of W_c [h_t; c_t]
+        elif name == "rm":
+            model.w_s.weight.zero_()  # W_r, W_z, W: the read s_t in the gates
         else:
             model.w_r.weight.zero_()  # W^r
 
@@ -143,7 +145,8 @@ def ids(words) -> torch.Tensor:
     return torch.tensor([[VOCAB.bos_id] + VOCAB.encode(words)])
 
 
-@pytest.mark.parametrize("name,kw", all_variants(["amsrn", "kvp", "salton"]))
+@pytest.mark.parametrize(  # a window of 1 puts all weight on one slot: no ranks to correlate
+    "name,kw", all_variants(["amsrn", "kvp", "salton"]) + [pytest.param("rm", {"window": 4}, id="rm-window=4")])
 def test_analysis_carries_the_effects(name, kw):
     ckpt = tiny_ckpt(name, **kw)
     sa = analyze_tokens(ckpt, WORDS)
@@ -174,6 +177,20 @@ def test_spearman_ties_and_degenerate_cases():
     assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
     assert spearman([1, 1, 2, 3], [1, 2, 3, 4]) == pytest.approx(np.corrcoef([0.5, 0.5, 2, 3], [0, 1, 2, 3])[0, 1])
     assert spearman([1, 2], [1, 2]) is None and spearman([1, 1, 1], [1, 2, 3]) is None
+
+
+def test_analysis_without_start_slot():
+    """AMSRN without h_0: the first word has no slot to show (nothing allowed, no highlight, read effect
+    exactly 0); slot 0 is never allowed; the output is plain JSON."""
+    sa = analyze_tokens(tiny_ckpt("amsrn", scale=30.0, start_slot=False), WORDS)
+    allowed = sa.allowed()
+    assert not allowed[0].any() and not allowed[:, 0].any() and allowed[1:, 1].all()
+    assert sa.read_effect[0] == 0 and (sa.slot_effects[0] == 0).all() and (sa.slot_effects[:, 0] == 0).all()
+    assert np.abs(sa.read_effect[1:]).max() > 1e-3
+    doc = sa.to_dict(threshold=0.1)
+    assert json.loads(json.dumps(doc, allow_nan=False)) == doc
+    first = doc["targets"][0]
+    assert first["highlights"] == [] and first["start_weight"] == 0 and first["attention"] == [0.0]
 
 
 def test_read_effect_is_exactly_zero_in_the_analysis():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ATTENTION_MODELS, all_variants, tiny_model
+from conftest import ATTENTION_MODELS, TINY, all_variants, tiny_model
 from reference import reference
 
 from vizlm.models import build_model, make_config
@@ -51,12 +51,16 @@ def test_attention_rows(name, kw, batch):
     T = batch.shape[1]
     window = kw.get("window")
     allowed = slot_mask(T, window)
+    start = kw.get("start_slot", True)
+    if not start:
+        allowed[:, 0] = False  # AMSRN without the zero start slot: h_1 .. h_{t-1} only
     assert torch.isfinite(att).all()
     assert (att >= 0).all()
     assert (att[:, ~allowed] == 0).all(), "weight outside the memory (future slot or outside the window)"
-    torch.testing.assert_close(att.sum(-1), torch.ones(att.shape[:2], dtype=att.dtype))
-    # first step: only the start slot exists
-    torch.testing.assert_close(att[:, 0, 0], torch.ones(att.shape[0], dtype=att.dtype))
+    # rows sum to 1, except a row with no slot at all (the first, without a start slot): 0
+    torch.testing.assert_close(att.sum(-1), allowed.any(-1).to(att.dtype).expand(att.shape[:2]))
+    # first step: only the start slot exists (or nothing)
+    torch.testing.assert_close(att[:, 0, 0], torch.full(att.shape[:1], float(start), dtype=att.dtype))
 
 
 def test_entropy_is_finite_with_zero_weights():
@@ -134,7 +138,9 @@ def test_kvp_parameter_budget_matches_lstm():
 
 
 @pytest.mark.parametrize(
-    "name,kw,size", [("kvp", {}, 42), ("kv", {}, 46), ("attention", {}, 49), ("ngram", {"n": 4}, 42)]
+    "name,kw,size",
+    [("kvp", {}, 42), ("kv", {}, 46), ("attention", {}, 49), ("ngram", {"n": 4}, 42), ("rm", {"window": 15}, 17),
+     ("rm", {"window": 1}, 17)],
 )
 def test_match_params_gives_the_lstm_parameter_count(name, kw, size):
     """Daniluk et al. match every model's total parameter count to the LSTM's (here 50 units)."""
@@ -214,3 +220,84 @@ def test_output_loss_matches_for_every_family(name, kw):
     assert out.readout is not None  # every family's loss goes through the fused output layer
     ref = F.cross_entropy(out.logits.flatten(0, 1), targets.reshape(-1), ignore_index=0, reduction="sum")
     torch.testing.assert_close(out.nll(targets), ref)
+
+
+# --------------------------------------------------------------------------- AMSRN without the start slot
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_amsrn_without_start_slot_reads_nothing_at_the_first_step(batch, dtype):
+    """No h_0: the first row has no slot, so its attention row is all zero and its read exactly zero
+    (its logits are the LSTM path W_ph h_1 + b, no NaN from a softmax over nothing); the later rows
+    attend to h_1 .. h_{t-1} only and sum to 1. The loss (with the entropy term) has finite gradients."""
+    torch.manual_seed(0)
+    model = build_model("amsrn", **TINY, start_slot=False, entropy_weight=0.5).to(dtype)
+    torch.nn.init.uniform_(model.read_proj.weight, -0.3, 0.3)
+    h = model.encode(batch)
+    read, att, _ = model.attend(h)
+    out = model.head(h)
+    assert torch.isfinite(out.logits).all() and torch.isfinite(att).all()
+    assert (read[:, 0] == 0).all() and (att[:, 0] == 0).all() and (att[:, :, 0] == 0).all()
+    torch.testing.assert_close(out.logits[:, 0], model.decoder(h[:, 0]), atol=0, rtol=0)
+    torch.testing.assert_close(att[:, 1:].sum(-1), torch.ones(att.shape[0], att.shape[1] - 1, dtype=dtype))
+    assert (att[:, 1, 1] == 1).all()  # the second row has h_1 alone
+    loss, _, _ = lm_loss(model, batch, torch.roll(batch, -1, 1))
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
+    assert model.key.weight.grad.abs().sum() > 0  # the attention still learns from the later rows
+    with_start = build_model("amsrn", **TINY).to(dtype)
+    with_start.load_state_dict(model.state_dict())  # the same weights; only the memory differs
+    assert not torch.equal(with_start(batch).logits[:, 1:], out.logits[:, 1:])
+
+
+def test_masked_softmax_of_an_empty_row_is_zero_with_a_finite_gradient():
+    from vizlm.models.base import masked_softmax
+
+    scores = torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]], requires_grad=True)
+    mask = torch.tensor([[False, False, False], [True, True, False]])
+    alpha = masked_softmax(scores, mask)
+    torch.testing.assert_close(alpha[0], torch.zeros(3))
+    torch.testing.assert_close(alpha[1], torch.cat([torch.tensor([0.5, -1.0]).softmax(0), torch.zeros(1)]))
+    (alpha * torch.arange(3.0)).sum().backward()
+    assert torch.isfinite(scores.grad).all() and (scores.grad[0] == 0).all()
+
+
+# --------------------------------------------------------------------------- RM (Tran et al.)
+def test_rm_has_two_word_tables_a_temporal_matrix_and_gates():
+    """Parameters beyond the LSTM LM of the same size: M and C (V x d each), T (n x d), W_r, W_z, W,
+    U_r, U_z, U (d x d each, no biases)."""
+    from vizlm.models import count_parameters
+
+    V, d, n = 10_000, 17, 15
+    rm = build_model("rm", vocab_size=V, hidden_dim=d, window=n)
+    lstm = build_model("lstm", vocab_size=V, hidden_dim=d)
+    assert count_parameters(rm) - count_parameters(lstm) == 2 * V * d + n * d + 6 * d * d
+    assert rm.initial_state(3).memory.shape == (3, n, 2 * d)  # the carried words: [M x; C x]
+    assert rm.encode(torch.tensor([[1, 5, 6]])).shape == (1, 3, 3 * d)  # [h_t; M x_t; C x_t]
+
+
+def test_rm_addresses_with_one_table_and_reads_the_other(batch):
+    """The attention weights come from M (+T) and h_t, never from C; the read from C alone."""
+    model = tiny_model("rm", window=4)
+    with torch.no_grad():
+        base = model(batch)
+        model.content.weight.mul_(3.0)
+        content = model(batch)
+        assert torch.equal(content.attention, base.attention) and not torch.equal(content.logits, base.logits)
+        model.temporal[-1].add_(1.0)  # the previous word's vector (one for all would cancel in the softmax)
+        moved = model(batch).attention
+        assert not torch.equal(moved, base.attention) and torch.equal(moved[:, 0], base.attention[:, 0])
+
+
+def test_rm_initialised_from_lstm_copies_its_lstm(batch):
+    from vizlm.checkpoint import Checkpoint
+    from vizlm.data import SPECIALS, Vocab
+    from vizlm.train import init_from
+
+    vocab = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])
+    lstm = tiny_model("lstm")
+    rm = build_model("rm", **TINY, window=3).double()
+    copied = init_from(rm, Checkpoint(lstm, vocab, "lstm"), vocab)
+    assert set(copied) == {"embed.weight", "rnn.weight_ih_l0", "rnn.weight_hh_l0", "rnn.bias_ih_l0",
+                           "rnn.bias_hh_l0", "decoder.weight", "decoder.bias"}
+    with torch.no_grad():
+        torch.testing.assert_close(rm.encode(batch)[..., :5], lstm.encode(batch))

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from conftest import ROOT
 
 from vizlm import cli, paths, reproduce
-from vizlm.models import REGISTRY
+from vizlm.models import REGISTRY, make_config
 
 TINY = """
 [defaults]
@@ -52,6 +53,16 @@ def test_the_manifest_lists_every_run_of_the_issue():
             assert run.context == "document" and run.init is None  # theirs: running text, from scratch
     seeds = {run.name: run.seed for run in runs.values()}
     assert len({seeds[n] for n in ("lstm-doc", "lstm-doc-s2", "lstm-doc-s3")}) == 3
+    # the three runs that waited for a feature: RM, --freeze, AMSRN without the start slot
+    assert not any(run.blocked for run in runs.values())
+    rm = runs["rm-doc"]
+    assert (rm.model, rm.context, rm.match, rm.options, rm.init) == ("rm", "document", "lstm", {"window": 15}, None)
+    frozen = runs["amsrn-frozen"]
+    assert frozen.freeze and frozen.init == "lstm" and frozen.control == "lstm"
+    assert not any(run.freeze for name, run in runs.items() if name != "amsrn-frozen")
+    assert runs["amsrn-nostart"].options == {"selection": "shared", "start_slot": False}
+    for run in (rm, frozen, runs["amsrn-nostart"]):  # what train() would be given is a valid config
+        make_config(run.model, **run.model_kwargs())
 
 
 def test_bad_manifests_are_refused(tmp_path):
@@ -65,6 +76,10 @@ def test_bad_manifests_are_refused(tmp_path):
     bad.write_text(TINY + '\n[run.x]\npaper = "liu-lee"\nmodel = "lstm"\nlearning_rate = 1\n')
     with pytest.raises(ValueError, match="unknown field"):
         reproduce.load_manifest(bad)
+    for freeze in ("true", '"yes"'):  # freeze needs an init run, and is a boolean
+        bad.write_text(TINY + f'\n[run.x]\npaper = "liu-lee"\nmodel = "amsrn"\nfreeze = {freeze}\n')
+        with pytest.raises(ValueError, match="freeze must be true or false, and true needs an init run"):
+            reproduce.load_manifest(bad)
 
 
 @pytest.fixture
@@ -124,3 +139,126 @@ def test_runs_dir_follows_the_home(tmp_path, monkeypatch):
     monkeypatch.delenv("VIZLM_RUNS", raising=False)
     monkeypatch.setenv("VIZLM_HOME", str(tmp_path))
     assert paths.runs_dir() == tmp_path / "runs"
+
+
+def test_reproduce_passes_freeze_to_training(manifest):
+    """A run with ``freeze = true`` trains with ``--freeze``: the copied tensors stay its init run's."""
+    from safetensors.torch import load_file
+
+    manifest.write_text(TINY + '\n[run.frozen]\npaper = "liu-lee"\nmodel = "amsrn"\ninit = "base"\nfreeze = true\n'
+                        'control = "base"\noptions = { selection = "shared" }\n')
+    runs = reproduce.load_manifest(manifest)
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--only", "frozen", "--dry-run", "--threads", "1"]) == 0
+    meta = json.loads((runs["frozen"].folder / "config.json").read_text())
+    assert meta["train"]["freeze"] is True and meta["train"]["run"] == "frozen"
+    base = load_file(str(runs["base"].folder / "model.safetensors"))
+    frozen = load_file(str(runs["frozen"].folder / "model.safetensors"))
+    assert all(torch.equal(frozen[k], base[k]) for k in base)
+    assert "| frozen | amsrn selection=shared (init frozen) |" in reproduce.report(runs)
+
+
+CLAIMS = """
+[claim.beats]
+paper = "liu-lee"
+claim = "AMSRN beats the LSTM"
+paper_says = "-6.9%"
+kind = "better"
+run = "amsrn-tiny"
+against = "base"
+
+[claim.same]
+paper = "liu-lee"
+claim = "no change"
+kind = "equal"
+run = ["amsrn-tiny", "base"]
+against = "base"
+
+[claim.later]
+paper = "daniluk"
+claim = "waits for a blocked run"
+kind = "better"
+run = "later"
+against = "base"
+"""
+
+
+def test_claims_are_decided_by_the_interval(manifest, monkeypatch):
+    manifest.write_text(TINY + CLAIMS)
+    runs = reproduce.load_manifest(manifest)
+    claims = reproduce.load_claims(manifest, runs)
+    assert reproduce.decide(claims["beats"], runs)["verdict"] == "not tested"  # nothing trained yet
+    assert reproduce.decide(claims["later"], runs) == {"verdict": "not tested", "ours": "blocked: later (not implemented)"}
+    monkeypatch.setattr(reproduce.Run, "status", lambda self: "blocked" if self.blocked else "finished")
+    valid = {"base": 150.0, "amsrn-tiny": 140.0}
+    monkeypatch.setattr(reproduce, "_metrics", lambda run: {"valid_perplexity": valid[run.name]})
+    assert reproduce.pick(["amsrn-tiny", "base"], runs).name == "amsrn-tiny"  # the lowest valid perplexity
+    valid["base"] = 130.0
+    assert reproduce.pick(["amsrn-tiny", "base"], runs).name == "base"
+    interval = {}
+    monkeypatch.setattr(reproduce, "versus", lambda run, against: {
+        "ratio": interval["r"], "low": interval["lo"], "high": interval["hi"], "ppl": 1.0, "ppl_against": 1.0,
+        "resampled": "sentences", "control": against.name})
+    for (lo, r, hi), better, equal in [
+        ((0.95, 0.96, 0.97), "reproduced", "not reproduced (the interval leaves ±2%)"),
+        ((0.99, 1.00, 1.01), "not reproduced (no difference at 95%)", "reproduced"),
+        ((1.03, 1.04, 1.05), "not reproduced (the opposite)", "not reproduced (the interval leaves ±2%)"),
+    ]:
+        interval.update(lo=lo, r=r, hi=hi)
+        assert reproduce.decide(claims["beats"], runs)["verdict"] == better
+        assert reproduce.decide(claims["same"], runs)["verdict"] == equal
+    decided = reproduce.decide(claims["beats"], runs)
+    assert decided["runs"] == "amsrn-tiny vs base" and "+4.0%" in decided["ours"] and "95% CI +3.0% to +5.0%" in decided["ours"]
+
+
+def test_claims_in_the_report_and_bad_claims_refused(manifest, tmp_path):
+    manifest.write_text(TINY + CLAIMS)
+    runs = reproduce.load_manifest(manifest)
+    for name in ("base", "amsrn-tiny"):
+        reproduce.run_one(runs[name], runs, dry_run=True)
+    results = tmp_path / "RESULTS.md"
+    reproduce.write_report(runs, results, reproduce.load_claims(manifest, runs))
+    text = results.read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| AMSRN beats the LSTM "))
+    assert "| -6.9% |" in row and "amsrn-tiny vs base" in row and ("**reproduced**" in row or "**not reproduced" in row)
+    assert "| waits for a blocked run |" in text and "**not tested**" in text
+    for old, new, message in [('against = "base"\n', "", "needs an `against`"),
+                              ('kind = "better"', 'kind = "worse"', "kind one of"),
+                              ('run = "amsrn-tiny"', 'run = "nowhere"', "not in the manifest")]:
+        manifest.write_text(TINY + CLAIMS.replace(old, new, 1))
+        with pytest.raises(ValueError, match=message):
+            reproduce.load_claims(manifest)
+
+
+def test_the_manifest_states_each_claim_of_the_issue():
+    runs = reproduce.load_manifest(ROOT / reproduce.MANIFEST)
+    claims = reproduce.load_claims(ROOT / reproduce.MANIFEST, runs)
+    assert {"amsrn-beats-lstm", "selection-is-essential", "entropy-helps", "attention-beats-lstm", "kv-beats-attention",
+            "kvp-beats-kv", "kvp-equals-4gram", "kvp-flat-in-window", "attention-on-last-5"} <= set(claims)
+    for claim in claims.values():  # a claim compares runs of one protocol, its paper's own
+        names = claim.candidates()
+        assert runs[names[0]].paper == claim.paper and len({runs[n].context for n in names}) == 1
+
+
+def test_bundle_stores_half_precision_when_it_is_harmless(manifest, tmp_path, monkeypatch, capsys):
+    """A finished run is copied into checkpoints/ as float16 (half the bytes) when that moves its
+    test perplexity by < 0.1%, loads back as float32, and is marked bundled in the manifest."""
+    monkeypatch.setenv("VIZLM_CHECKPOINTS", str(tmp_path / "ck"))
+    runs = reproduce.load_manifest(manifest)
+    reproduce.run_one(runs["base"], runs, dry_run=True)
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--bundle", "base", "--as", "tiny-lstm"]) == 0
+    dest = tmp_path / "ck" / "tiny-lstm"
+    from vizlm.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(dest)
+    storage = ckpt.meta["storage"]
+    assert storage["dtype"] == "float16" and abs(storage["relative_change"]) < reproduce.HALF_PRECISION_TOLERANCE
+    assert ckpt.meta["metrics"]["test_perplexity"] == storage["test_perplexity_float16"]
+    assert all(p.dtype == torch.float32 for p in ckpt.model.parameters())
+    full = load_checkpoint(runs["base"].folder)
+    assert (dest / "model.safetensors").stat().st_size < 0.6 * (runs["base"].folder / "model.safetensors").stat().st_size
+    for (k, a), b in zip(full.model.state_dict().items(), ckpt.model.state_dict().values()):
+        assert torch.equal(a.half().float(), b), k
+    again = reproduce.load_manifest(manifest)
+    assert again["base"].bundled == "tiny-lstm" and again["base"].folder == dest and again["base"].status() == "finished"
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--bundle", "base"]) == 2  # already bundled
+    assert "already bundled" in capsys.readouterr().err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -166,3 +167,99 @@ def test_scoring_batches_stay_within_a_token_budget(monkeypatch):
     whole = score_sentences(model, seqs, batch_size=128)
     assert bounded.tokens == whole.tokens
     assert torch.allclose(torch.as_tensor(bounded.nll), torch.as_tensor(whole.nll), atol=1e-9)
+
+
+@pytest.fixture(scope="module")
+def small_lstm(tmp_path_factory):
+    """A tiny LSTM trained for three batches: the checkpoint --init-from starts from."""
+    from vizlm.train import TrainConfig, train
+
+    out = tmp_path_factory.mktemp("lstm") / "lstm"
+    train("lstm", {"emb_dim": 8, "hidden_dim": 8}, "brown", out, TrainConfig(epochs=1, max_batches=3, eval_batches=1))
+    return out
+
+
+@pytest.mark.parametrize("name,kw", [("amsrn", {}), ("kvp", {"window": 2})])
+def test_freeze_trains_only_what_init_from_did_not_copy(name, kw, small_lstm, tmp_path, monkeypatch):
+    """--freeze: after a few batches the tensors --init-from copied (AMSRN: embedding, LSTM, decoder;
+    KVP: those, its LSTM's rows of the copied units) are bit for bit the LSTM's, everything else moved;
+    without --freeze the copied tensors move too. The checkpoint records it."""
+    from safetensors.torch import load_file
+
+    import vizlm.train as tr
+
+    start, copies = {}, {}
+
+    def spy(model, copied):  # the weights training starts from, and what was copied
+        start.update({k: v.detach().clone() for k, v in model.state_dict().items()})
+        copies.update(copied)
+        return real(model, copied)
+
+    real = tr.freeze
+    monkeypatch.setattr(tr, "freeze", spy)
+    small = {"emb_dim": 8, "hidden_dim": 8, **kw}
+    tc = tr.TrainConfig(epochs=1, max_batches=4, eval_batches=1, lr=0.01, freeze=True)
+    tr.train(name, small, "brown", tmp_path / "frozen", tc, init=str(small_lstm))
+    after = load_file(str(tmp_path / "frozen" / "model.safetensors"))
+    lstm = load_file(str(small_lstm / "model.safetensors"))
+    assert {"embed.weight", "rnn.weight_ih_l0", "decoder.weight", "decoder.bias"} <= set(copies)
+    for key, value in after.items():
+        mask = copies.get(key, False)
+        if mask is None:  # copied whole: the LSTM's tensor, bit for bit
+            assert torch.equal(value, lstm[key]) and torch.equal(value, start[key]), key
+            continue
+        if mask is not False:  # copied in part: those entries fixed, the others trained
+            assert torch.equal(value[mask], start[key][mask]), key
+            mask = ~mask
+        else:
+            mask = torch.ones_like(value, dtype=torch.bool)
+        assert not torch.equal(value[mask], start[key][mask]), f"{key} did not train"
+    meta = json.loads((tmp_path / "frozen" / "config.json").read_text())
+    assert meta["train"]["freeze"] is True and set(meta["init_from"]["tensors"]) == set(copies)
+    tr.train(name, small, "brown", tmp_path / "free", dataclasses.replace(tc, freeze=False), init=str(small_lstm))
+    free = load_file(str(tmp_path / "free" / "model.safetensors"))
+    assert not torch.equal(free["embed.weight"], lstm["embed.weight"])
+    assert not torch.equal(free["decoder.weight"], lstm["decoder.weight"])
+
+
+def test_freeze_needs_init_from(tmp_path, capsys):
+    out = tmp_path / "x"
+    assert cli.main(["train", "--model", "amsrn", "--freeze", "--dry-run", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == ("vizlm train: error: --freeze needs --init-from: it keeps the tensors copied from that checkpoint "
+                   "fixed\n")
+    assert not out.exists()
+
+
+def test_freeze_survives_a_resume_and_refuses_an_unfrozen_run(small_lstm, tmp_path):
+    """Resuming a frozen run keeps the copied tensors fixed; resuming a run trained without --freeze
+    with it is refused (its copied tensors have moved), not silently frozen."""
+    from safetensors.torch import load_file
+
+    from vizlm.train import TrainConfig, train
+
+    small = {"emb_dim": 8, "hidden_dim": 8}
+    one = TrainConfig(epochs=1, max_batches=2, eval_batches=1, lr=0.01, freeze=True)
+    train("amsrn", small, "brown", tmp_path / "frozen", one, init=str(small_lstm))
+    train("amsrn", small, "brown", tmp_path / "frozen", dataclasses.replace(one, epochs=2), init=str(small_lstm),
+          resume=True)
+    after = load_file(str(tmp_path / "frozen" / "model.safetensors"))
+    lstm = load_file(str(small_lstm / "model.safetensors"))
+    assert json.loads((tmp_path / "frozen" / "resume" / "state.json").read_text())["epoch"] == 2
+    assert all(torch.equal(after[k], lstm[k]) for k in lstm)
+    train("amsrn", small, "brown", tmp_path / "free", dataclasses.replace(one, freeze=False), init=str(small_lstm))
+    with pytest.raises(ValueError, match="trained without --freeze"):
+        train("amsrn", small, "brown", tmp_path / "free", dataclasses.replace(one, epochs=2), init=str(small_lstm),
+              resume=True)
+
+
+def test_no_start_slot_through_the_cli(tmp_path, capsys):
+    out = tmp_path / "amsrn"
+    assert cli.main(["train", "--model", "amsrn", "--no-start-slot", "--context", "document", "--memory", "9",
+                     "--bptt", "7", "--streams", "8", "--emb-dim", "8", "--hidden-dim", "8", "--dry-run",
+                     "--out", str(out)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert math.isfinite(result["valid_perplexity"]) and math.isfinite(result["test_perplexity"])
+    assert json.loads((out / "config.json").read_text())["config"]["start_slot"] is False
+    assert cli.main(["train", "--model", "lstm", "--no-start-slot", "--dry-run", "--out", str(tmp_path / "x")]) == 2
+    assert "no option" in capsys.readouterr().err

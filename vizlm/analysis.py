@@ -344,7 +344,8 @@ def attention_mask(attention: np.ndarray) -> np.ndarray:
 
     Causal: ``j <= r``. Windowed models (Daniluk et al. 2017) give exact zeros to
     slots that left the window, always a prefix of the row (``band_to_slots``), so
-    leading exact zeros are masked too; a softmax over finite scores is never 0.
+    leading exact zeros are masked too; a softmax over finite scores is never 0. A row
+    of zeros had no slot at all (AMSRN without the start slot, first row): all masked.
     """
     a = np.asarray(attention, dtype=float)
     T, S = a.shape
@@ -352,7 +353,7 @@ def attention_mask(attention: np.ndarray) -> np.ndarray:
     mask = slots <= np.arange(T)[:, None]  # (T, S) causal
     finite = np.isfinite(a)
     nonzero = finite & (a != 0) & mask  # (T, S)
-    first = np.where(nonzero.any(1), nonzero.argmax(1), 0)  # (T,) the first slot with weight
+    first = np.where(nonzero.any(1), nonzero.argmax(1), S)  # (T,) the first slot with weight (S: none)
     return mask & finite & (slots >= first[:, None])
 
 

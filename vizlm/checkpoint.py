@@ -17,8 +17,9 @@ so *before* allocating anything sized by the file:
 2. The model is built on PyTorch's ``meta`` device (shapes only, no memory) to get
    the expected tensors; at most :data:`MAX_PARAMETERS` parameters.
 3. The safetensors header (8-byte little-endian length, then JSON) is parsed here:
-   the tensor names, dtypes and shapes must be exactly the expected ones, their
-   byte ranges must tile the data section, which must end where the file ends.
+   the tensor names, dtypes and shapes must be exactly the expected ones (a float
+   tensor may be stored as float16, :data:`STORED_FLOATS`), their byte ranges must
+   tile the data section, which must end where the file ends.
 4. Only then are the weights read; every float must be finite and within
    :data:`MAX_ABS_WEIGHT`, and the real model is built and filled.
 """
@@ -66,11 +67,19 @@ _DTYPES = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
     "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool,
 }
+# Float tensors may also be stored in these (bundled checkpoints: half the size, test perplexity
+# within 0.1%, docs/RESULTS.md); the model computes in its own dtype.
+STORED_FLOATS = (torch.float16,)
 # Top-level keys of config.json besides format/model/config/vocab, and their types when present.
 _OPTIONAL_KEYS = {
     "vizlm_version": str, "label": str, "parameters": int,
-    "metrics": dict, "corpus": dict, "train": dict, "init_from": dict,
+    "metrics": dict, "corpus": dict, "train": dict, "init_from": dict, "storage": dict,
 }
+
+
+def _stored_as(got: torch.dtype, ref: torch.dtype) -> bool:
+    """Whether a tensor of dtype ``ref`` may be stored as ``got``."""
+    return got == ref or (ref.is_floating_point and got in STORED_FLOATS)
 
 
 class CheckpointError(ValueError):
@@ -97,11 +106,17 @@ class Checkpoint:
         return self.model.has_attention
 
 
-def save_checkpoint(folder: Path, model: nn.Module, name: str, vocab: Vocab, **meta) -> Path:
-    """Write ``folder/model.safetensors`` and ``folder/config.json``."""
+def save_checkpoint(folder: Path, model: nn.Module, name: str, vocab: Vocab, weights_dtype: torch.dtype | None = None,
+                    **meta) -> Path:
+    """Write ``folder/model.safetensors`` and ``folder/config.json``; ``weights_dtype`` (one of
+    :data:`STORED_FLOATS`) stores the float tensors in that dtype."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    if weights_dtype is not None:
+        if weights_dtype not in STORED_FLOATS:
+            raise ValueError(f"weights can be stored as {STORED_FLOATS}, not {weights_dtype}")
+        state = {k: v.to(weights_dtype) if v.is_floating_point() else v for k, v in state.items()}
     (folder / WEIGHTS).write_bytes(st_save(state, metadata={"format": FORMAT, "model": name}))
     doc = {
         "format": FORMAT,
@@ -277,13 +292,14 @@ def _check_header(header: dict, expected: dict[str, torch.Tensor], model: str, d
         ):
             raise CheckpointError(f"weights file is corrupt: the header entry of tensor {key!r} is malformed")
         dtype, shape = _DTYPES.get(entry["dtype"], entry["dtype"][:20]), tuple(entry["shape"])
-        if shape != tuple(ref.shape) or dtype != ref.dtype:
+        if shape != tuple(ref.shape) or not isinstance(dtype, torch.dtype) or not _stored_as(dtype, ref.dtype):
             raise CheckpointError(f"tensor {key!r} is {shape} {dtype}; expected {tuple(ref.shape)} {ref.dtype}")
         begin, end = entry["data_offsets"]
-        if end - begin != ref.numel() * ref.element_size():
+        size = ref.numel() * dtype.itemsize
+        if end - begin != size:
             raise CheckpointError(
                 f"weights file is corrupt or truncated (tensor {key!r} has {end - begin} bytes of data; "
-                f"its shape needs {ref.numel() * ref.element_size()})"
+                f"its shape needs {size})"
             )
         spans.append((begin, end, key))
     pos = 0
@@ -379,7 +395,7 @@ def _build(plan: _Plan, weights: bytes, meta_raw: bytes | str) -> Checkpoint:
         raise CheckpointError(f"weights file is corrupt or truncated ({exc})") from None
     for key, ref in expected.items():
         got = state[key]
-        if got.shape != ref.shape or got.dtype != ref.dtype:  # the header said otherwise: a safetensors bug
+        if got.shape != ref.shape or not _stored_as(got.dtype, ref.dtype):  # the header said otherwise: a safetensors bug
             raise CheckpointError(
                 f"tensor {key!r} is {tuple(got.shape)} {got.dtype}; expected {tuple(ref.shape)} {ref.dtype}"
             )

@@ -20,13 +20,16 @@ MODEL_OPTIONS = {  # flag -> (config field, type, help)
     "--dropout": ("dropout", fraction, "dropout on embeddings and outputs, from 0 to 1 (default 0)"),
     "--selection": ("selection", str, "AMSRN gates: none | independent | shared | complementary"),
     "--entropy-weight": ("entropy_weight", float, "AMSRN attention-entropy weight lambda (default 0)"),
-    "--window": ("window", whole(1), "Daniluk attention window L (default 5)"),
+    "--window": ("window", whole(1), "Daniluk attention window L (default 5); RM: the last n words (default 15)"),
     "--n": ("n", whole(1), "N of the N-gram RNN (default 4)"),
     "--score": ("score", str, "Salton attention score: single | combined"),
     "--context": ("context", str, (
         "sentence: every sentence read alone from a zero state (default); document: documents read as "
         "running text, state and memory carried across sentences and segments (Daniluk et al.)")),
     "--memory": ("memory", int, "AMSRN/Salton: attend to the last N states (default: the sentence; 100 in documents)"),
+    "--start-slot": ("start_slot", bool, (
+        "AMSRN: keep the zero start slot h_0 in the memory (default); --no-start-slot attends to h_1 .. h_{t-1} "
+        "only, and the first step reads nothing")),
 }
 
 
@@ -36,7 +39,10 @@ def _add_train(sub) -> None:
     p.add_argument("--corpus", default="brown", choices=TRAINABLE, help="training corpus")
     p.add_argument("--out", type=Path, help="checkpoint folder (default CHECKPOINTS/MODEL; a temp dir with --dry-run)")
     for flag, (_, typ, hlp) in MODEL_OPTIONS.items():
-        p.add_argument(flag, type=typ, default=None, help=hlp)
+        if typ is bool:  # --flag / --no-flag; None (not given) keeps the config's default
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=hlp)
+        else:
+            p.add_argument(flag, type=typ, default=None, help=hlp)
     p.add_argument("--epochs", type=whole(1), default=30, help="maximum epochs")
     p.add_argument("--batch-size", type=whole(1), default=64, help="sentences per batch (sentence context)")
     p.add_argument("--bptt", type=whole(1), default=20, help="tokens per truncated-BPTT segment (document context)")
@@ -52,6 +58,9 @@ def _add_train(sub) -> None:
     p.add_argument("--seed", type=int, default=1234, help="random seed")
     p.add_argument("--threads", type=whole(1), default=None, help="torch CPU threads")
     p.add_argument("--init-from", default=None, help="start from a trained checkpoint: AMSRN copies the LSTM; attention/kv/kvp/ngram take a trained LSTM as their predict part")
+    p.add_argument("--freeze", action="store_true",
+                   help="with --init-from: keep what it copied fixed and train only the rest (AMSRN from an LSTM: "
+                        "the embedding, LSTM and output layer stay the LSTM's; key, gates and read projection train)")
     p.add_argument("--resume", action="store_true",
                    help="continue from OUT/resume (the last epoch end or --save-every step; any number of processes)")
     p.add_argument("--save-every", type=whole(0), default=1000, metavar="STEPS",
@@ -72,7 +81,8 @@ def _add_eval(sub) -> None:
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or bundled name")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--corpus", choices=list(CORPORA), help="processed corpus")
-    src.add_argument("--text-file", type=Path, help="raw text, one paragraph or sentence a line")
+    src.add_argument("--text-file", type=Path, help="raw text, one paragraph or sentence a line; "
+                     "a blank line separates documents (read as running text by document-context checkpoints)")
     p.add_argument("--split", default="test", help="corpus split (train/valid/test)")
     p.add_argument("--batch-size", type=whole(1), default=128, help="sentences per batch (sentence-context checkpoints)")
     p.add_argument("--device", choices=DEVICES, default="auto", help="auto: the GPU when CUDA is available, else the CPU")
@@ -86,6 +96,10 @@ def _add_reproduce(sub) -> None:
     what.add_argument("--only", nargs="+", metavar="NAME", help="train these runs (and the runs they start from) if not finished")
     what.add_argument("--all", action="store_true", help="train every run that is not finished or blocked")
     what.add_argument("--report", action="store_true", help="write the result tables into docs/RESULTS.md from the stored metrics")
+    what.add_argument("--bundle", metavar="NAME", help="copy a finished run into checkpoints/ (float16 where test "
+                      "perplexity changes < 0.1%%) and mark it bundled in the manifest")
+    p.add_argument("--as", dest="bundle_as", metavar="FOLDER", default=None, help="with --bundle: the folder name in "
+                   "checkpoints/ (default: the run's name)")
     p.add_argument("--manifest", type=Path, default=None, help="the manifest (default: experiments.toml in the vizlm home)")
     p.add_argument("--threads", type=whole(1), default=None, help="torch CPU threads for training")
     p.add_argument("--json", action="store_true", help="with --list: print JSON")
@@ -106,8 +120,14 @@ def cmd_reproduce(args) -> int:
             print(f"{r['run']:<24} {r['paper']:<10} {r['model']:<10} {r['context']:<9} {r['status']:<9} {ppl}"
                   + (f"  ({r['why']})" if r["why"] else ""))
         return 0
+    if args.bundle:
+        if args.bundle not in runs:
+            raise ValueError(f"no run {args.bundle!r} in the manifest; see `vizlm reproduce --list`")
+        reproduce.bundle(runs[args.bundle], args.bundle_as, args.manifest)
+        return 0
     if args.report:
-        path = reproduce.write_report(runs, paths.home() / "docs" / "RESULTS.md")
+        claims = reproduce.load_claims(args.manifest, runs)
+        path = reproduce.write_report(runs, paths.home() / "docs" / "RESULTS.md", claims)
         print(f"wrote {path}", file=sys.stderr)
         return 0
     names = list(runs) if args.all else args.only
@@ -157,7 +177,7 @@ def cmd_train(args) -> int:
         lr=args.lr, clip=args.clip,
         patience=args.patience, lr_decay=args.lr_decay, seed=args.seed,
         max_batches=3 if args.dry_run else args.max_batches, eval_batches=1 if args.dry_run else args.eval_batches,
-        save_every=args.save_every or None, log_steps=args.log_steps,
+        save_every=args.save_every or None, log_steps=args.log_steps, freeze=args.freeze,
         extra={"command": "vizlm " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["train"] else None},
     )
     with session(args.device) as ctx:
@@ -186,12 +206,14 @@ def cmd_eval(args) -> int:
     ckpt = load_checkpoint(args.checkpoint)
     with session(args.device) as ctx:
         ckpt.model.to(ctx.device)
-        if args.text_file:  # a text file is one document (for document-context checkpoints)
-            sents, source = read_text(args.text_file), str(args.text_file)
+        if args.text_file:  # blank lines separate documents (for document-context checkpoints)
+            sizes: list[int] = []
+            sents, source = read_text(args.text_file, sizes), str(args.text_file)
             if not sents:
                 raise ValueError(f"no sentences to score: {source} has no words")
             with scoring_progress([ckpt], sents, "eval"):
-                result = score(ckpt.model, encode_sentences(sents, ckpt.vocab), [len(sents)], args.batch_size).summary()
+                result = score(ckpt.model, encode_sentences(sents, ckpt.vocab), sizes, args.batch_size).summary()
+            result["documents"] = len(sizes)
         else:
             split, source = open_split(args.corpus, args.split, ckpt.vocab), f"{args.corpus}/{args.split}"
             if not len(split):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import math
 import sys
@@ -71,14 +72,15 @@ def whole(low: int = 1, high: int | None = None):
 
 
 # --------------------------------------------------------------------------- files and progress
-def read_text(path: Path) -> list[list[str]]:
-    """:func:`vizlm.data.read_text_file`, with a progress bar on stderr for a large file."""
+def read_text(path: Path, documents: list[int] | None = None) -> list[list[str]]:
+    """:func:`vizlm.data.read_text_file` (``documents``: its blank-line blocks), with a progress
+    bar on stderr for a large file."""
     path = Path(path)
     size = path.stat().st_size if path.is_file() else 0  # what is wrong with it read_text_file says
     if not READ_PROGRESS_BYTES < size <= MAX_TEXT_FILE_BYTES:
-        return read_text_file(path)
+        return read_text_file(path, documents=documents)
     with tqdm(total=size, unit="B", unit_scale=True, desc=f"reading {path.name}", file=sys.stderr) as bar:
-        return read_text_file(path, progress=lambda f: bar.update(max(0, round(f * size) - bar.n)))
+        return read_text_file(path, progress=lambda f: bar.update(max(0, round(f * size) - bar.n)), documents=documents)
 
 
 def write_output(path: Path, data: bytes) -> None:
@@ -197,14 +199,18 @@ def add_analysis_commands(sub) -> None:
 def _sentences(args, verb: str) -> tuple[list[list[str]], list[str], str, str | None]:
     """(normalised sentences, ids, label, corpus checksum) from --corpus/--split or --text-file.
 
-    A text file without a word is an error (``no sentences to <verb>``), not an empty result."""
+    A text file's sentences get ids ``docD:lineI``: blank lines separate its documents (read as
+    running text by document-context checkpoints). A text file without a word is an error
+    (``no sentences to <verb>``), not an empty result."""
     from vizlm.data import load_corpus
 
     if args.text_file:
-        sents = read_text(args.text_file)
+        sizes: list[int] = []
+        sents = read_text(args.text_file, sizes)
         if not sents:
             raise ValueError(f"no sentences to {verb}: {args.text_file} has no words")
-        return sents, [f"line{i}" for i in range(len(sents))], str(args.text_file), None
+        doc_of = itertools.chain.from_iterable(itertools.repeat(d, n) for d, n in enumerate(sizes, 1))
+        return sents, [f"doc{d}:line{i}" for i, d in enumerate(doc_of)], str(args.text_file), None
     corpus = load_corpus(args.corpus, args.split)
     return corpus.sentences, corpus.ids, f"{args.corpus}/{args.split}", corpus.checksum
 

@@ -91,9 +91,14 @@ def _nll(ckpt: Checkpoint, sentences: list[list[str]] | None = None, batch_size:
 
 
 def build_comparison(
-    a: Checkpoint, b: Checkpoint, nll_a, nll_b, tokens, ids, texts, n_boot: int = 1000, seed: int = 0
+    a: Checkpoint, b: Checkpoint, nll_a, nll_b, tokens, ids, texts, n_boot: int = 1000, seed: int = 0,
+    documents: list[int] | None = None,
 ) -> Comparison:
-    """The table and summary from per-sentence NLLs (nats) and token counts."""
+    """The table and summary from per-sentence NLLs (nats) and token counts.
+
+    ``documents`` (sentences per document, in order): the bootstrap resamples whole documents
+    instead of sentences, as it must when a model reads running text (its sentences within a
+    document are not independent); the summary says which (``resampled``)."""
     nll_a, nll_b, tok = np.asarray(nll_a, float), np.asarray(nll_b, float), np.asarray(tokens, float)
     ppl_a, ppl_b = np.exp(nll_a / tok), np.exp(nll_b / tok)
     table = pd.DataFrame({
@@ -101,13 +106,18 @@ def build_comparison(
         "ppl_a": ppl_a, "ppl_b": ppl_b, "difference": ppl_b - ppl_a, "log_ratio": np.log(ppl_b / ppl_a),
     })
     table = table.sort_values(["log_ratio", "sentence_id"], kind="stable").reset_index(drop=True)
-    boot = _bootstrap_ratios(nll_a, nll_b, tok, n_boot, seed)
+    if documents is not None:  # one unit per document: its summed NLLs and tokens
+        starts = np.cumsum([0, *documents[:-1]])
+        boot = _bootstrap_ratios(*(np.add.reduceat(x, starts) for x in (nll_a, nll_b, tok)), n_boot, seed)
+    else:
+        boot = _bootstrap_ratios(nll_a, nll_b, tok, n_boot, seed)
     corpus_a, corpus_b = math.exp(nll_a.sum() / tok.sum()), math.exp(nll_b.sum() / tok.sum())
     summary = {
         "sentences": len(tok), "tokens": int(tok.sum()),
         "perplexity_a": corpus_a, "perplexity_b": corpus_b, "ratio": corpus_b / corpus_a,
         "ratio_ci_low": float(np.quantile(boot, 0.025)), "ratio_ci_high": float(np.quantile(boot, 0.975)),
         "share_improved": float((ppl_b < ppl_a).mean()), "median_sentence_ratio": float(np.median(ppl_b / ppl_a)),
+        "resampled": "sentences" if documents is None else "documents",
     }
     return Comparison(a.label, b.label, table, summary)
 
@@ -141,7 +151,9 @@ def compare(
     nll_a, tokens = _nll(a, sents, batch_size, kept_ids)
     nll_b, _ = _nll(b, sents, batch_size, kept_ids)
     texts = [" ".join((originals or sentences)[i]) for i in keep]
-    return build_comparison(a, b, nll_a, nll_b, tokens, kept_ids, texts, n_boot, seed)
+    running = "document" in (a.model.config.context, b.model.config.context)
+    return build_comparison(a, b, nll_a, nll_b, tokens, kept_ids, texts, n_boot, seed,
+                            documents=document_sizes(kept_ids) if running else None)
 
 
 def compare_corpus(a: Checkpoint, b: Checkpoint, corpus: str, split: str, progress: Progress = None,
@@ -165,7 +177,9 @@ def compare_corpus(a: Checkpoint, b: Checkpoint, corpus: str, split: str, progre
         if progress:
             progress((k + 1) / 2)
     texts = [" ".join(o) for o in c.originals]
-    return build_comparison(a, b, scores[0]["nll"], scores[1]["nll"], scores[0]["tokens"], c.ids, texts)
+    running = "document" in (a.model.config.context, b.model.config.context)
+    return build_comparison(a, b, scores[0]["nll"], scores[1]["nll"], scores[0]["tokens"], c.ids, texts,
+                            documents=document_sizes(c.ids) if running else None)
 
 
 # --------------------------------------------------------------------------- positions

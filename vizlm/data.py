@@ -436,9 +436,12 @@ def _line_pieces(fh, limit: int = MAX_LINE_CHARS):
             return
 
 
-def read_text_file(path: Path, progress: Callable[[float], None] | None = None) -> list[list[str]]:
+def read_text_file(path: Path, progress: Callable[[float], None] | None = None,
+                   documents: list[int] | None = None) -> list[list[str]]:
     """Raw text, one paragraph or sentence a line, tokenised like user input: a list of
-    sentences, each a list of normalised tokens.
+    sentences, each a list of normalised tokens. ``documents``, when given a list, receives
+    the sentences of each document in order: a blank line ends one (document-context models
+    read each as running text).
 
     Bounded and streamed: ``path`` must be a regular file of at most
     :data:`MAX_TEXT_FILE_BYTES` (else :class:`ValueError`); it is read line by line, a line
@@ -451,8 +454,12 @@ def read_text_file(path: Path, progress: Callable[[float], None] | None = None) 
     words: dict[str, str] = {}  # one string object per distinct word: a large file's tokens share them
     out: list[list[str]] = []
     chars = reported = 0
+    done = 0  # sentences of the documents before the current one
     with open(path, encoding="utf-8-sig", errors="replace") as fh:
         for piece in _line_pieces(fh):
+            if documents is not None and piece.endswith("\n") and not piece.strip() and len(out) > done:
+                documents.append(len(out) - done)  # a blank line: the document so far ends
+                done = len(out)
             chars += len(piece)
             if chars > MAX_TEXT_FILE_BYTES:  # the file grew, or stat did not tell its size (e.g. /proc)
                 raise ValueError(f"{path} holds more than {MAX_TEXT_FILE_BYTES // 2**20} MiB of text; "
@@ -463,6 +470,8 @@ def read_text_file(path: Path, progress: Callable[[float], None] | None = None) 
             if progress and chars - reported >= _PROGRESS_STEP:
                 reported = chars
                 progress(min(1.0, chars / max(size, 1)))
+    if documents is not None and len(out) > done:
+        documents.append(len(out) - done)
     if progress:
         progress(1.0)
     return out

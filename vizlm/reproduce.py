@@ -21,7 +21,7 @@ from pathlib import Path
 
 from vizlm import paths
 from vizlm.checkpoint import CheckpointError, load_checkpoint, read_meta
-from vizlm.corpus import compare_corpus
+from vizlm.corpus import compare_corpus, positions_corpus
 from vizlm.models import REGISTRY
 from vizlm.train import TrainConfig, train
 
@@ -40,7 +40,7 @@ PAPERS = {  # manifest key -> title, in report order
 }
 REPORT_BEGIN, REPORT_END = "<!-- vizlm reproduce --report: begin -->", "<!-- vizlm reproduce --report: end -->"
 _FIELDS = {"paper", "model", "context", "corpus", "init", "control", "options", "match", "seed", "epochs", "bundled",
-           "blocked", "note", "emb_dim", "hidden_dim"}
+           "blocked", "note", "emb_dim", "hidden_dim", "freeze"}
 
 
 @dataclass
@@ -61,6 +61,7 @@ class Run:
     bundled: str | None = None
     blocked: str | None = None
     note: str | None = None
+    freeze: bool = False  # train only what `init` did not copy (vizlm train --freeze)
 
     @property
     def folder(self) -> Path:
@@ -84,10 +85,60 @@ class Run:
         return f"vizlm reproduce --only {self.name}"
 
 
+CLAIM_KINDS = ("better", "equal", "mass")
+_CLAIM_FIELDS = {"paper", "claim", "paper_says", "kind", "run", "against", "tolerance", "positions", "share"}
+
+
+@dataclass
+class Claim:
+    """A claim of a paper, decided from runs (the manifest's comment says how)."""
+
+    name: str
+    paper: str
+    claim: str
+    kind: str
+    run: str | list[str]
+    against: str | list[str] | None = None
+    paper_says: str = ""
+    tolerance: float = 0.02  # "equal": the interval must lie within 1 +- tolerance
+    positions: int = 5  # "mass": the most recent slots counted
+    share: float = 0.75  # "mass": the weight they must hold
+
+    def candidates(self) -> list[str]:
+        return [n for ref in (self.run, self.against) if ref for n in ([ref] if isinstance(ref, str) else ref)]
+
+
+def _read(path: Path | None) -> tuple[Path, dict]:
+    path = Path(path) if path else paths.home() / MANIFEST
+    return path, tomllib.loads(path.read_text(encoding="utf-8"))
+
+
+def load_claims(path: Path | None = None, runs: dict[str, Run] | None = None) -> dict[str, Claim]:
+    """The claims of ``experiments.toml``, checked against its runs."""
+    path, doc = _read(path)
+    runs = runs if runs is not None else load_manifest(path)
+    claims = {}
+    for name, spec in doc.get("claim", {}).items():
+        unknown = set(spec) - _CLAIM_FIELDS
+        if unknown:
+            raise ValueError(f"{path}: claim {name!r} has unknown field(s) {sorted(unknown)}")
+        claim = Claim(name=name, **spec)
+        if claim.paper not in PAPERS or claim.kind not in CLAIM_KINDS:
+            raise ValueError(f"{path}: claim {name!r}: paper must be one of {', '.join(PAPERS)} and kind one of "
+                             f"{', '.join(CLAIM_KINDS)}")
+        if (claim.kind == "mass") != (claim.against is None):
+            raise ValueError(f"{path}: claim {name!r}: a {claim.kind!r} claim {'has no' if claim.kind == 'mass' else 'needs an'} "
+                             "`against`")
+        missing = [n for n in claim.candidates() if n not in runs]
+        if missing:
+            raise ValueError(f"{path}: claim {name!r} refers to {missing}, which are not in the manifest")
+        claims[name] = claim
+    return claims
+
+
 def load_manifest(path: Path | None = None) -> dict[str, Run]:
     """The runs of ``experiments.toml`` (default: the one in the vizlm home), checked."""
-    path = Path(path) if path else paths.home() / MANIFEST
-    doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    path, doc = _read(path)
     defaults = doc.get("defaults", {})
     runs = {}
     for name, spec in doc.get("run", {}).items():
@@ -100,6 +151,8 @@ def load_manifest(path: Path | None = None) -> dict[str, Run]:
             raise ValueError(f"{path}: run {name!r}: unknown paper {run.paper!r}; valid: {', '.join(PAPERS)}")
         if run.model not in REGISTRY and not run.blocked:
             raise ValueError(f"{path}: run {name!r}: unknown model {run.model!r}")
+        if type(run.freeze) is not bool or (run.freeze and not run.init):
+            raise ValueError(f"{path}: run {name!r}: freeze must be true or false, and true needs an init run")
         runs[name] = run
     for run in runs.values():
         for ref in (run.init, run.control):
@@ -164,35 +217,158 @@ def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run:
         torch.set_num_threads(threads)
     print(f"reproduce: {'resuming' if status == 'partial' else 'training'} {run.name} -> {run.folder}", file=log)
     tc = TrainConfig(epochs=1 if dry_run else run.epochs, seed=run.seed, max_batches=3 if dry_run else None,
-                     eval_batches=1 if dry_run else None, extra={"command": run.command(), "run": run.name})
+                     eval_batches=1 if dry_run else None, freeze=run.freeze,
+                     extra={"command": run.command(), "run": run.name})
     train(run.model, run.model_kwargs(), run.corpus, run.folder, tc,
           init=str(runs[run.init].folder) if run.init else None, resume=status == "partial", match=run.match)
     return run.status()
 
 
+def versus(run: Run, against: Run) -> dict:
+    """Test perplexity of ``run`` against ``against`` (both finished), with the paired bootstrap
+    95% interval of the ratio (over documents when either reads running text)."""
+    a, b = load_checkpoint(against.folder), load_checkpoint(run.folder)
+    s = compare_corpus(a, b, run.corpus, "test").summary
+    return {"control": against.name, "ratio": s["ratio"], "low": s["ratio_ci_low"], "high": s["ratio_ci_high"],
+            "sentences": s["sentences"], "resampled": s["resampled"], "ppl": s["perplexity_b"],
+            "ppl_against": s["perplexity_a"]}
+
+
 def comparison(run: Run, runs: dict[str, Run]) -> dict | None:
-    """Test perplexity of ``run`` against its control, with the paired bootstrap 95% interval."""
+    """:func:`versus` the run's control, None until both are finished."""
     control = runs.get(run.control) if run.control else None
     if control is None or run.status() != "finished" or control.status() != "finished":
         return None
-    a, b = load_checkpoint(control.folder), load_checkpoint(run.folder)
-    s = compare_corpus(a, b, run.corpus, "test").summary
-    return {"control": control.name, "ratio": s["ratio"], "low": s["ratio_ci_low"], "high": s["ratio_ci_high"],
-            "sentences": s["sentences"]}
+    return versus(run, control)
+
+
+def pick(ref: str | list[str], runs: dict[str, Run]) -> Run | None:
+    """The run standing for ``ref``: that run, or of a list the finished one with the lowest
+    *valid* perplexity (a model's best window); None while none is finished."""
+    done = [runs[n] for n in ([ref] if isinstance(ref, str) else ref) if runs[n].status() == "finished"]
+    return min(done, key=lambda r: _metrics(r)["valid_perplexity"]) if done else None
+
+
+HALF_PRECISION_TOLERANCE = 0.001  # float16 storage may change test perplexity by less than this (relative)
+
+
+def bundle(run: Run, folder_name: str | None = None, manifest: Path | None = None, log=sys.stderr) -> Path:
+    """Copy the finished ``run`` into ``checkpoints/FOLDER`` (default: the run's name), as the app's
+    bundled checkpoint of it, and record that in the manifest (``bundled = "FOLDER"``).
+
+    Its weights are stored as float16 when that changes its test perplexity by less than
+    :data:`HALF_PRECISION_TOLERANCE` (measured here, both numbers kept in ``storage``), else as
+    they are. The training log goes with it; the resume state does not."""
+    import shutil
+
+    import torch
+
+    from vizlm.checkpoint import save_checkpoint
+    from vizlm.evaluate import score_split
+    from vizlm.tokens import open_split
+
+    if run.status() != "finished":
+        raise ValueError(f"{run.name} is {run.status()}; only a finished run can be bundled")
+    if run.bundled:
+        raise ValueError(f"{run.name} is already bundled in checkpoints/{run.bundled}")
+    ckpt = load_checkpoint(run.folder)
+    meta = {k: v for k, v in ckpt.meta.items() if k not in ("format", "format_version", "vizlm_version", "model",
+                                                             "config", "vocab")}
+    test = open_split(run.corpus, "test", ckpt.vocab)
+    full = score_split(ckpt.model, test).perplexity
+    state = {k: v.clone() for k, v in ckpt.model.state_dict().items()}
+    with torch.no_grad():
+        for p in ckpt.model.parameters():
+            p.copy_(p.half())  # the weights as float16 would give them back
+    half = score_split(ckpt.model, test).perplexity
+    ckpt.model.load_state_dict(state)
+    change = half / full - 1
+    use_half = abs(change) < HALF_PRECISION_TOLERANCE
+    meta["storage"] = {"dtype": "float16" if use_half else "float32", "test_perplexity_float32": full,
+                       "test_perplexity_float16": half, "relative_change": change}
+    if use_half:
+        meta["metrics"] = {**meta.get("metrics", {}), "test_perplexity": half}
+    name = folder_name or run.name
+    dest = paths.checkpoints_dir() / name
+    if dest.exists():
+        raise ValueError(f"checkpoints/{name} exists already; choose another name (--as)")
+    save_checkpoint(dest, ckpt.model, ckpt.name, ckpt.vocab, weights_dtype=torch.float16 if use_half else None, **meta)
+    if (run.folder / "train_log.jsonl").is_file():
+        shutil.copyfile(run.folder / "train_log.jsonl", dest / "train_log.jsonl")
+    _mark_bundled(Path(manifest) if manifest else paths.home() / MANIFEST, run.name, name)
+    print(f"bundled {run.name} -> {dest} ({meta['storage']['dtype']}: test perplexity {full:.3f} -> {half:.3f}, "
+          f"{100 * change:+.4f}%)", file=log)
+    return dest
+
+
+def _mark_bundled(manifest: Path, run: str, folder: str) -> None:
+    """Add ``bundled = "folder"`` under the run's table in the manifest (its comments kept)."""
+    lines = manifest.read_text(encoding="utf-8").splitlines(keepends=True)
+    heads = {f"[run.{run}]", f'[run."{run}"]'}
+    at = next(i for i, line in enumerate(lines) if line.strip() in heads)
+    lines.insert(at + 1, f'bundled = "{folder}"\n')
+    manifest.write_text("".join(lines), encoding="utf-8")
+    load_manifest(manifest)  # still a valid manifest
+
+
+def _pct(ratio: float) -> str:
+    return f"{100 * (ratio - 1):+.1f}%"
+
+
+def _waiting(ref: str | list[str], runs: dict[str, Run]) -> str:
+    names = [ref] if isinstance(ref, str) else ref
+    blocked = [f"{n} ({runs[n].blocked})" for n in names if runs[n].blocked]
+    return "blocked: " + "; ".join(blocked) if len(blocked) == len(names) else "waits for " + " or ".join(names)
+
+
+def decide(claim: Claim, runs: dict[str, Run]) -> dict:
+    """Whether ``claim`` is reproduced by the finished runs: ``verdict`` (reproduced | not
+    reproduced | not tested), ``ours`` (the effect and its 95% interval) and the runs used."""
+    run = pick(claim.run, runs)
+    against = pick(claim.against, runs) if claim.against else None
+    if run is None or (claim.against and against is None):
+        return {"verdict": "not tested", "ours": _waiting(claim.run if run is None else claim.against, runs)}
+    used = run.name + (f" vs {against.name}" if against else "")
+    if claim.kind == "mass":
+        ckpt = load_checkpoint(run.folder)
+        window = getattr(ckpt.model.config, "window", None) or 10
+        frame = positions_corpus([ckpt], run.corpus, "test", window=window).frame
+        share = float(frame.sort_values("offset")["mean"].iloc[: claim.positions].sum())
+        return {"verdict": "reproduced" if share >= claim.share else "not reproduced", "runs": used,
+                "ours": f"{share:.0%} of the weight on the {claim.positions} most recent of {window} positions"}
+    c = versus(run, against)
+    ours = (f"{c['ppl']:.1f} vs {c['ppl_against']:.1f}: {_pct(c['ratio'])} "
+            f"(95% CI {_pct(c['low'])} to {_pct(c['high'])}, {c['resampled']} resampled)")
+    if claim.kind == "better":
+        ok = c["high"] < 1
+        why = "" if ok else " (no difference at 95%)" if c["low"] < 1 else " (the opposite)"
+    else:
+        ok = 1 - claim.tolerance <= c["low"] and c["high"] <= 1 + claim.tolerance
+        why = "" if ok else f" (the interval leaves ±{claim.tolerance:.0%})"
+    return {"verdict": ("reproduced" if ok else "not reproduced") + why, "ours": ours, "runs": used}
 
 
 def _fmt(v, spec: str = ".1f") -> str:
     return "—" if v is None else format(v, spec)
 
 
-def report(runs: dict[str, Run]) -> str:
-    """The result tables (markdown), from the checkpoints' stored metrics and paired comparisons."""
+def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None) -> str:
+    """The result tables (markdown), from the checkpoints' stored metrics and paired comparisons,
+    and the verdict on each claim of the papers."""
     lines = [REPORT_BEGIN, "",
              "_Generated by `vizlm reproduce --report` from the checkpoints' stored metrics; do not edit by hand._", ""]
     for paper, title in PAPERS.items():
         members = [r for r in runs.values() if r.paper == paper]
         if not members:
             continue
+        mine = [c for c in (claims or {}).values() if c.paper == paper]
+        if mine:
+            lines += [f"### {title}: the claims", "", "| claim | the paper | ours (test) | runs | verdict |",
+                      "|---|---|---|---|---|"]
+            for c in mine:
+                d = decide(c, runs)
+                lines.append(f"| {c.claim} | {c.paper_says} | {d['ours']} | {d.get('runs', '—')} | **{d['verdict']}** |")
+            lines.append("")
         lines += [f"### {title}", "",
                   "| run | model | context | parameters | valid | test | vs control (95% CI) | state |",
                   "|---|---|---|---:|---:|---:|---|---|"]
@@ -202,7 +378,8 @@ def report(runs: dict[str, Run]) -> str:
             vs = "—" if c is None else (f"{c['ratio']:.3f} ({c['low']:.3f}–{c['high']:.3f}) vs {c['control']}; "
                                         + ("better" if c["high"] < 1 else "worse" if c["low"] > 1 else "no clear difference"))
             state = run.status() + (f": {run.blocked}" if run.blocked else "")
-            lines.append(f"| {run.name} | {run.model}{''.join(f' {k}={v}' for k, v in run.options.items())} | "
+            lines.append(f"| {run.name} | {run.model}{''.join(f' {k}={v}' for k, v in run.options.items())}"
+                         f"{' (init frozen)' if run.freeze else ''} | "
                          f"{run.context} | {_fmt(m.get('parameters'), ',')} | {_fmt(m.get('valid_perplexity'))} | "
                          f"{_fmt(m.get('test_perplexity'))} | {vs} | {state} |")
         lines.append("")
@@ -210,10 +387,10 @@ def report(runs: dict[str, Run]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(runs: dict[str, Run], path: Path) -> Path:
+def write_report(runs: dict[str, Run], path: Path, claims: dict[str, Claim] | None = None) -> Path:
     """Replace the generated part of ``path`` (between the markers), or append it."""
     text = path.read_text(encoding="utf-8") if path.is_file() else ""
-    new = report(runs)
+    new = report(runs, claims)
     if REPORT_BEGIN in text and REPORT_END in text:
         head, rest = text.split(REPORT_BEGIN, 1)
         text = head + new.rstrip("\n") + rest.split(REPORT_END, 1)[1]
@@ -227,4 +404,5 @@ def as_json(runs: dict[str, Run]) -> str:
     return json.dumps(table(runs), indent=1)
 
 
-__all__ = ["MANIFEST", "Run", "load_manifest", "table", "order", "run_one", "report", "write_report"]
+__all__ = ["MANIFEST", "Claim", "Run", "bundle", "decide", "load_claims", "load_manifest", "order", "pick", "report", "run_one",
+           "table", "versus", "write_report"]

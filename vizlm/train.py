@@ -1,8 +1,8 @@
 """Training: Adam, gradient-norm clipping, early stopping on validation perplexity,
-``--init-from``, ``--resume`` and ``--match-params``. Sentence-context models train on
-length-bucketed batches of sentences; document-context models on parallel document
-streams with truncated BPTT, the state carried (detached) between segments and
-reset at each document start.
+``--init-from`` (with ``--freeze``: only what it did not copy trains), ``--resume`` and
+``--match-params``. Sentence-context models train on length-bucketed batches of
+sentences; document-context models on parallel document streams with truncated BPTT,
+the state carried (detached) between segments and reset at each document start.
 
 Data parallel (``torchrun --nproc-per-node N vizlm train ...``, see docs/SCALING.md): the
 model is wrapped in :class:`~torch.nn.parallel.DistributedDataParallel`, every rank plans the
@@ -66,6 +66,7 @@ class TrainConfig:
     eval_batches: int | None = None
     save_every: int | None = 1000  # steps between resume states within an epoch (None: at epoch ends only)
     log_steps: bool = False  # write every step's NLL per token to steps.jsonl
+    freeze: bool = False  # keep what --init-from copied fixed; train only the rest
     extra: dict = field(default_factory=dict)  # stored in the checkpoint (command line, ...)
 
 
@@ -148,10 +149,12 @@ def _load_resume(folder: Path, model: nn.Module, opt: torch.optim.Optimizer) -> 
     return state, carried
 
 
-def init_from(model: nn.Module, source: Checkpoint, vocab: Vocab) -> list[str]:
+def init_from(model: nn.Module, source: Checkpoint, vocab: Vocab) -> dict[str, torch.Tensor | None]:
     """Start from a trained checkpoint: a model's own ``init_from_lstm`` when the source is
     an LSTM and the model has one (Daniluk models), else copy every tensor whose name and
-    shape match (AMSRN from a trained LSTM)."""
+    shape match (AMSRN from a trained LSTM). Returns what was copied: tensor name -> None
+    (the whole tensor) or a bool mask of the copied entries (an LSTM taken into part of a
+    wider one)."""
     if source.vocab.itos != vocab.itos:
         raise ValueError("--init-from checkpoint has a different vocabulary")
     if source.name == "lstm" and hasattr(model, "init_from_lstm"):
@@ -161,7 +164,41 @@ def init_from(model: nn.Module, source: Checkpoint, vocab: Vocab) -> list[str]:
     if not copied:
         raise ValueError(f"--init-from {source.name}: no tensor matches this model")
     model.load_state_dict({**own, **{k: source.model.state_dict()[k] for k in copied}})
-    return copied
+    return dict.fromkeys(copied)
+
+
+def freeze(model: nn.Module, copied: dict[str, torch.Tensor | None]) -> int:
+    """Keep what :func:`init_from` copied fixed (``--freeze``); returns how many numbers that is.
+
+    A tensor copied whole stops requiring a gradient. One copied in part has the gradient of
+    its copied entries zeroed before it is used, so Adam's moments stay zero there and its
+    step is exactly zero: the entries stay bit for bit what was copied.
+    """
+    params = dict(model.named_parameters())
+    fixed = 0
+    for name, mask in copied.items():
+        p = params[name]
+        if mask is None:
+            p.requires_grad_(False)
+            fixed += p.numel()
+        else:
+            keep = (~mask).to(device=p.device, dtype=p.dtype)
+            p.register_hook(lambda grad, keep=keep: grad * keep)
+            fixed += int(mask.sum())
+    return fixed
+
+
+def _check_frozen(model: nn.Module, copied: dict[str, torch.Tensor | None], source: dict[str, torch.Tensor],
+                  init: str) -> None:
+    """After a resume with ``--freeze``: the copied entries must still be ``source``'s (the run was frozen)."""
+    params = dict(model.named_parameters())
+    for name, mask in copied.items():
+        now, then = params[name].detach(), source[name]
+        if mask is not None:
+            now, then = now[mask.to(now.device)], then[mask.to(then.device)]
+        if not torch.equal(now, then):
+            raise ValueError(f"--freeze: the resume state's {name} is not the one copied from {init}: "
+                             "that run was trained without --freeze")
 
 
 def _log(msg: str) -> None:
@@ -207,15 +244,17 @@ def _gather_carried(carried: State | None, ctx: Context) -> dict[str, torch.Tens
     return out
 
 
-def _scatter_carried(saved: dict[str, torch.Tensor] | None, ctx: Context, device: torch.device) -> State | None:
-    """This rank's streams (``rank, rank + world, ...``) of a saved carried state."""
+def _scatter_carried(saved: dict[str, torch.Tensor] | None, ctx: Context, device: torch.device,
+                     start_slots: int = 1) -> State | None:
+    """This rank's streams (``rank, rank + world, ...``) of a saved carried state, for a model whose
+    documents start with ``start_slots`` slots (:meth:`~vizlm.models.base.RecurrentLM.start_slots`)."""
     if saved is None:
         return None
     rows = torch.as_tensor(list(shard(saved["valid"].shape[0], ctx.rank, ctx.world_size)), dtype=torch.long)
     if not len(rows):
         return None
     return State(saved["h"][:, rows].to(device), saved["c"][:, rows].to(device), saved["memory"][rows].to(device),
-                 saved["valid"][rows].to(device))
+                 saved["valid"][rows].to(device), start_slots)
 
 
 def _truncate_logs(out: Path, state: dict) -> None:
@@ -245,10 +284,14 @@ def train(
     ``match``: a model name (``lstm``); ``hidden_dim`` is then chosen so that this model
     has that one's parameter count (built with ``model_kwargs``' sizes), see
     :func:`vizlm.models.match_parameters`; the match is recorded in the checkpoint.
+    ``tc.freeze`` needs ``init``: what :func:`init_from` copies from it stays fixed
+    (:func:`freeze`), also after a resume (which then checks that it did).
     ``ctx``: this process in a data-parallel run (:func:`vizlm.distributed.session`); every
     rank calls ``train`` with the same arguments.
     """
     say = _log if ctx.main else _quiet
+    if tc.freeze and not init:
+        raise ValueError("--freeze needs --init-from: it keeps the tensors copied from that checkpoint fixed")
     torch.manual_seed(tc.seed)
     out = Path(out)
     vocab = Vocab.for_corpus(corpus)
@@ -280,20 +323,28 @@ def train(
     state = {"epoch": 0, "best_valid": math.inf, "bad_epochs": 0, "lr": tc.lr, "wall_time": 0.0}
     saved_carried = None
     resuming = resume and (out / "resume" / "state.safetensors").exists()
+    if init and (tc.freeze or not resuming):  # a frozen run resumed needs to know what was copied
+        src = load_checkpoint(init)
+        copied = init_from(core, src, vocab)
+        source = {k: v.detach().clone() for k, v in core.named_parameters() if k in copied} if resuming else {}
     if resuming:
         state, saved_carried = _load_resume(out / "resume", core, opt)
         if state.get("init_from"):
             meta["init_from"] = state["init_from"]  # keep the lineage across resumes
+        if tc.freeze:
+            _check_frozen(core, copied, source, init)
         where = f", step {state['step']} of epoch {state['epoch'] + 1}" if state.get("step") else ""
         say(f"resumed {name} from epoch {state['epoch']}{where} (best valid ppl {state['best_valid']:.2f})"
             + (f", trained with {state['world_size']} processes, now {ctx.world_size}"
                if state.get("world_size", ctx.world_size) != ctx.world_size else ""))
     elif init:
-        src = load_checkpoint(init)
-        copied = init_from(core, src, vocab)
-        meta["init_from"] = {"checkpoint": str(init), "tensors": copied, "valid_perplexity": src.meta.get("metrics", {}).get("valid_perplexity")}
+        meta["init_from"] = {"checkpoint": str(init), "tensors": list(copied),
+                             "valid_perplexity": src.meta.get("metrics", {}).get("valid_perplexity")}
         state["init_from"] = meta["init_from"]
         say(f"initialised {len(copied)} tensors from {init}")
+    if tc.freeze:
+        fixed = freeze(core, copied)
+        say(f"--freeze: {fixed:,} copied parameters stay fixed, {count_parameters(core) - fixed:,} train")
     state["world_size"] = ctx.world_size
     train_split: TokenSplit = splits["train"]
     say(f"{name}: {count_parameters(core):,} parameters, {len(train_split):,} training sentences"
@@ -329,7 +380,7 @@ def train(
         seen = state.get("epoch_tokens", 0)  # tokens of all ranks, for the progress bar
         bar = tqdm(total=total, initial=begun, desc=f"{name} epoch {epoch}", unit="batch", file=sys.stderr,
                    mininterval=1.0 if sys.stderr.isatty() else 60.0, disable=None if ctx.main else True)
-        carried = _scatter_carried(saved_carried, ctx, ctx.device) if begun else None
+        carried = _scatter_carried(saved_carried, ctx, ctx.device, core.start_slots()) if begun else None
         saved_carried = None
         steps = itertools.islice(plan.steps(ctx.rank, ctx.world_size, start=begun), max(0, total - begun))
         for k, step in enumerate(steps, start=begun):
@@ -431,4 +482,4 @@ def finalize(out: Path, corpus: str, eval_batches: int | None, state: dict, ctx:
     return load_checkpoint(out)
 
 
-__all__ = ["TrainConfig", "train", "lm_loss", "output_loss", "init_from", "CORPORA"]
+__all__ = ["TrainConfig", "train", "lm_loss", "output_loss", "init_from", "freeze", "CORPORA"]

@@ -17,6 +17,7 @@ from vizlm.models.amsrn import AMSRN, SELECTIONS, AMSRNConfig
 from vizlm.models.base import CONTEXTS, BaseConfig, LMOutput, RecurrentLM
 from vizlm.models.daniluk import VARIANTS, DanilukConfig, DanilukLM, NGramConfig, NGramRNN
 from vizlm.models.lstm import LSTMLM, LSTMConfig
+from vizlm.models.rm import RMLM, RMConfig
 from vizlm.models.salton import SCORES, SaltonConfig, SaltonLM
 
 # name -> (config class, model class, fixed config fields)
@@ -28,6 +29,7 @@ REGISTRY: dict[str, tuple[type[BaseConfig], type[RecurrentLM], dict]] = {
     "kvp": (DanilukConfig, DanilukLM, {"variant": "kvp"}),
     "ngram": (NGramConfig, NGramRNN, {}),
     "salton": (SaltonConfig, SaltonLM, {}),
+    "rm": (RMConfig, RMLM, {}),
 }
 
 
@@ -53,14 +55,17 @@ def make_config(name: str, **kwargs) -> BaseConfig:
 
 @dataclasses.dataclass(frozen=True)
 class Limit:
-    """The allowed values of one config field: a range (``lo <= v <= hi``, or ``< hi``) or choices."""
+    """The allowed values of one config field: a range (``lo <= v <= hi``, or ``< hi``) or choices
+    (strings, or ``(False, True)`` for a boolean)."""
 
     lo: float | None = None
     hi: float | None = None
     hi_open: bool = False
-    choices: tuple[str, ...] = ()
+    choices: tuple[str | bool, ...] = ()
 
     def describe(self, kind: type) -> str:
+        if kind is bool:
+            return "true or false"
         if self.choices:
             return "one of " + ", ".join(repr(c) for c in self.choices)
         if kind is int:
@@ -94,6 +99,7 @@ LIMITS: dict[str, Limit] = {
     "score": Limit(choices=SCORES),
     "context": Limit(choices=CONTEXTS),
     "memory": Limit(1, 10_000),  # carried states (B x M x hidden floats); None: the whole sentence
+    "start_slot": Limit(choices=(False, True)),
 }
 
 
@@ -116,8 +122,9 @@ def check_config(name: str, values: dict) -> BaseConfig:
 
     Unlike :func:`make_config` every value is checked against :data:`LIMITS` first:
     ints must be JSON integers (not booleans or floats), floats finite numbers, strings
-    one of their choices. Raises :class:`ValueError` with a message naming the field,
-    the value and what is allowed; nothing is built before everything passes.
+    one of their choices, booleans JSON ``true`` or ``false`` (not 0 or 1). Raises
+    :class:`ValueError` with a message naming the field, the value and what is allowed;
+    nothing is built before everything passes.
     """
     config_cls, _, fixed = lookup(name)
     if not isinstance(values, dict):
@@ -149,7 +156,10 @@ def check_config(name: str, values: dict) -> BaseConfig:
         elif kind is str:
             if type(value) is not str:
                 raise ValueError(wrong)
-        else:  # pragma: no cover - only int, float and str fields exist
+        elif kind is bool:
+            if type(value) is not bool:
+                raise ValueError(wrong)
+        else:  # pragma: no cover - only int, float, str and bool fields exist
             raise ValueError(f"{key!r} has a type ({kind}) the loader cannot check")
         if not limit.allows(value):
             if limit.choices:  # the wording the config classes use

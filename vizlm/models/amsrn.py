@@ -11,6 +11,13 @@ With key ``k_t = W_k h_t + b_k`` and selection gates ``g1_t, g2_t`` in (0,1)^d:
 
 Since ``(h_i * g1_t) . k_t = h_i . (g1_t * k_t)``, all scores are one batched
 matmul of the memory with the gated keys.
+
+``start_slot=False`` drops the zero start slot ``h_0`` (an extension, not in the paper):
+the memory is ``[h_1, ..., h_{t-1}]``, so the first step (and the first step of every
+document) has nothing to attend to; its read is exactly zero and its attention row all
+zero (:func:`~vizlm.models.base.masked_softmax`). With the start slot, attention can be
+"switched off" by putting weight on ``h_0``, which reads a zero vector; without it every
+row that has a memory must read from real states.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ class AMSRNConfig(BaseConfig):
     selection: str = "shared"  # none | independent | shared | complementary (paper Table 3)
     entropy_weight: float = 0.0  # lambda of the attention-entropy regulariser
     memory: int | None = None  # attend to the last `memory` states; None: the whole sentence
+    start_slot: bool = True  # the zero start slot h_0 in the memory (False: h_1 .. h_{t-1} only)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -60,6 +68,9 @@ class AMSRN(StateMemoryLM):
         self.reset_parameters()
         # W_pr = 0: an AMSRN initialised from an LSTM starts as exactly that LSTM.
         nn.init.zeros_(self.read_proj.weight)
+
+    def start_slots(self) -> int:
+        return int(self.config.start_slot)
 
     def gates(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Selection gates g1, g2 for every step: (B, T, d) each."""

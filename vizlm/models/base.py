@@ -16,7 +16,13 @@ slot ``M - 1 + i`` holds this segment's ``h_i``, and row ``r`` may use slots up 
 its document less than ``M`` steps ago has fewer); the older ones are masked. At a
 document start the carried memory is all zero with one valid slot, the zero start
 state ``h_0``, so a sentence read without a state is the special case ``M = 1``:
-``S = T`` and the layout above.
+``S = T`` and the layout above. A model without the start slot (AMSRN with
+``start_slot=False``) masks slot 0 of the sentence layout, and its documents start with
+no valid slot (:attr:`State.start_slots`): its first row has nothing to attend to.
+
+What a slot holds is the model's: its recurrent outputs, the LSTM's ``h_t`` for every
+family but RM, whose outputs also carry the embeddings of the word read at each step
+(:meth:`RecurrentLM.recur`, :meth:`RecurrentLM.to_slots`).
 """
 
 from __future__ import annotations
@@ -61,6 +67,12 @@ def check_memory(config: BaseConfig) -> None:
         raise ValueError("memory must be >= 1")
 
 
+def check_window(config: BaseConfig) -> None:
+    """A ``window`` field (Daniluk et al.'s models, RM): how many slots a row attends to, >= 1."""
+    if config.window < 1:
+        raise ValueError("window must be >= 1")
+
+
 @dataclass
 class State:
     """What a model carries from one segment of a document to the next.
@@ -70,36 +82,45 @@ class State:
     the window L for Daniluk et al.'s models, ``memory`` for AMSRN and Salton, N - 2
     outputs for the N-gram RNN, none for the LSTM. Streams start documents at
     different times, so ``valid`` says per stream how many of the newest slots are
-    real; the others are padding and masked.
+    real; the others are padding and masked. ``start_slots`` is how many a document
+    starts with: 1, the zero start slot ``h_0``, or 0 for a model without it (then
+    ``valid`` counts the states read since the document start).
+
+    A slot's width ``D`` is the model's (:meth:`RecurrentLM.slot_size`): the LSTM's size
+    ``H`` for every family but RM, which carries the two embeddings of each word read.
     """
 
     h: torch.Tensor  # (1, B, H) LSTM hidden state
     c: torch.Tensor  # (1, B, H) LSTM cell state
-    memory: torch.Tensor  # (B, M, H) carried memory slots, newest last
+    memory: torch.Tensor  # (B, M, D) carried memory slots, newest last
     valid: torch.Tensor  # (B,) long, 0 <= valid <= M
+    start_slots: int = 1  # valid slots at a document start: the zero start slot h_0, or none
+
+    def _with(self, h, c, memory, valid) -> State:
+        return State(h, c, memory, valid, self.start_slots)
 
     def detach(self) -> State:
         """The same state cut from the graph (truncated BPTT)."""
-        return State(self.h.detach(), self.c.detach(), self.memory.detach(), self.valid)
+        return self._with(self.h.detach(), self.c.detach(), self.memory.detach(), self.valid)
 
     def narrow(self, streams: int) -> State:
         """The state of the first ``streams`` streams (the others have no document left)."""
         if streams == self.valid.shape[0]:
             return self
-        return State(self.h[:, :streams], self.c[:, :streams], self.memory[:streams], self.valid[:streams])
+        return self._with(self.h[:, :streams], self.c[:, :streams], self.memory[:streams], self.valid[:streams])
 
     def reset(self, starts: torch.Tensor) -> State:
         """Streams where ``starts`` (B,) is True begin a new document: zero LSTM state, and a
-        memory holding only the zero start slot ``h_0``."""
+        memory holding only the zero start slot ``h_0`` (nothing without a start slot)."""
         if not bool(starts.any()):
             return self
         new = starts.to(self.h.device)
         zero = self.h.new_zeros(())
-        return State(
+        return self._with(
             torch.where(new[None, :, None], zero, self.h),  # (1, B, H)
             torch.where(new[None, :, None], zero, self.c),  # (1, B, H)
-            torch.where(new[:, None, None], zero, self.memory),  # (B, M, H)
-            torch.where(new, min(1, self.memory.shape[1]), self.valid),  # (B,)
+            torch.where(new[:, None, None], zero, self.memory),  # (B, M, D)
+            torch.where(new, min(self.start_slots, self.memory.shape[1]), self.valid),  # (B,)
         )
 
 
@@ -218,7 +239,8 @@ class LMOutput:
 
 
 def slot_mask(
-    T: int, window: int | None = None, device=None, carried: int = 1, valid: torch.Tensor | None = None
+    T: int, window: int | None = None, device=None, carried: int = 1, valid: torch.Tensor | None = None,
+    start: bool = True,
 ) -> torch.Tensor:
     """Allowed (row, slot) pairs over ``S = carried + T - 1`` slots (the module docstring's layout).
 
@@ -226,6 +248,8 @@ def slot_mask(
     memory), ``j > carried - 1 + r - window`` (the last ``window`` slots) and, given
     ``valid`` (B,), ``j >= carried - valid`` (a real carried slot). (T, S) bool, or
     (B, T, S) with ``valid``. The defaults give the sentence layout: slot j <= r.
+    ``start=False`` without ``valid``: no carried slot is real, so the sentence layout loses
+    slot 0, the zero start slot (with ``valid``, the state's count already leaves it out).
     """
     rows = torch.arange(T, device=device)[:, None] + (carried - 1)  # (T, 1) newest slot of each row
     slots = torch.arange(carried + T - 1, device=device)[None, :]  # (1, S)
@@ -235,6 +259,8 @@ def slot_mask(
     if valid is not None:
         real = slots >= (carried - valid.to(slots.device))[:, None]  # (B, S)
         allowed = allowed[None] & real[:, None, :]  # (B, T, S)
+    elif not start:
+        allowed = allowed & (slots >= carried)  # (T, S)
     return allowed  # (T, S) or (B, T, S)
 
 
@@ -244,8 +270,14 @@ def memory_of(h: torch.Tensor) -> torch.Tensor:
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Softmax over allowed slots; every row has at least one (slot 0 or slot r)."""
-    return scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+    """Softmax over allowed slots; a row with none (the first row without a start slot) is all zero.
+
+    An empty row is a softmax over its raw scores, then zeroed: all ``-inf`` would give NaN,
+    and NaN times the zero gradient is NaN again. Rows with a slot are untouched, bit for bit.
+    """
+    empty = ~mask.any(-1, keepdim=True)  # (..., T, 1)
+    alpha = scores.masked_fill(~(mask | empty), float("-inf")).softmax(dim=-1)  # (..., T, S)
+    return alpha.masked_fill(empty, 0.0)
 
 
 def attention_entropy(alpha: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -328,13 +360,14 @@ class RecurrentLM(nn.Module):
             self.rnn.bias_hh_l0.zero_()
             self.rnn.bias_ih_l0[d : 2 * d] = 1.0  # PyTorch gate order: i, f, g, o
 
-    def embed_lstm(self, lstm: dict[str, torch.Tensor], unit_offset: int) -> list[str]:
+    def embed_lstm(self, lstm: dict[str, torch.Tensor], unit_offset: int) -> dict[str, torch.Tensor | None]:
         """Copy a trained LSTM LM (state dict, LSTM of ``hidden_dim`` units) into this wider one.
 
         Its units go to ``unit_offset .. unit_offset + hidden_dim`` of this LSTM, with no
         weights into them from the other units, so they compute exactly what they computed
         there; embedding and output layer (``decoder``) are copied too. The other units keep
-        their random initialisation.
+        their random initialisation. Returns what was copied: tensor name -> None (all of it)
+        or a bool mask of its copied entries (the LSTM's rows of those units).
         """
         k, H = self.config.hidden_dim, self.rnn.hidden_size
         if lstm["rnn.weight_hh_l0"].shape != (4 * k, k) or lstm["embed.weight"].shape != self.embed.weight.shape:
@@ -350,13 +383,38 @@ class RecurrentLM(nn.Module):
             self.rnn.weight_hh_l0[rows, units] = lstm["rnn.weight_hh_l0"]
             for b in ("bias_ih_l0", "bias_hh_l0"):
                 getattr(self.rnn, b)[rows] = lstm[f"rnn.{b}"]
-        return ["embed.weight", "rnn.*", "decoder.weight", "decoder.bias"]
+        copied: dict[str, torch.Tensor | None] = dict.fromkeys(["embed.weight", "decoder.weight", "decoder.bias"])
+        for name, p in self.rnn.named_parameters():  # whole rows of the copied units, zeros from the others included
+            copied[f"rnn.{name}"] = torch.zeros(p.shape, dtype=torch.bool).index_fill_(0, rows, True)
+        return copied
+
+    def recur(
+        self, inputs: torch.Tensor, hc: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Token ids (B, T) -> (outputs (B, T, D), the LSTM's last ``(h, c)``), from ``hc`` or zeros.
+
+        The outputs are what :meth:`head` reads: the LSTM outputs ``h_1..h_T`` (``D = d``), and
+        for RM the embeddings of each step's word beside them.
+        """
+        x = self.drop(self.embed(inputs))  # (B, T, d_e)
+        h, hc = self.rnn(x, hc)  # (B, T, d)
+        return self.drop(h), hc
 
     def encode(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Token ids (B, T) -> LSTM outputs h_1..h_T (B, T, d). State starts at zero."""
-        x = self.drop(self.embed(inputs))  # (B, T, d_e)
-        h, _ = self.rnn(x)  # (B, T, d)
-        return self.drop(h)
+        """Token ids (B, T) -> outputs h_1..h_T (B, T, D) (:meth:`recur`). State starts at zero."""
+        return self.recur(inputs)[0]
+
+    def to_slots(self, outputs: torch.Tensor) -> torch.Tensor:
+        """What a memory slot keeps of each step's outputs: (B, T, D) -> (B, T, slot_size()); here all of it."""
+        return outputs
+
+    def slot_size(self) -> int:
+        """The width of a memory slot (:meth:`to_slots`): the LSTM's output size."""
+        return self.rnn.hidden_size
+
+    def start_slots(self) -> int:
+        """Slots before the first word: 1, the zero start slot ``h_0`` (0 for AMSRN without it)."""
+        return 1
 
     def head(
         self, h: torch.Tensor, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None
@@ -380,18 +438,24 @@ class RecurrentLM(nn.Module):
     def allowed_slots(self, T: int, state: State | None = None, device=None) -> torch.Tensor:
         """The attention mask of a segment of T steps read after ``state``: (T, S) or (B, T, S)."""
         if state is None:
-            return slot_mask(T, self.window_size(), device=device)
-        return slot_mask(T, self.window_size(), device, carried=state.memory.shape[1], valid=state.valid)
+            return self._slot_mask(T, device=device)
+        return self._slot_mask(T, state.memory.shape[1], state.valid, device)
+
+    def _slot_mask(self, T: int, carried: int = 1, valid: torch.Tensor | None = None, device=None) -> torch.Tensor:
+        """:func:`slot_mask` with this model's window and start slot: (T, S) or (B, T, S)."""
+        return slot_mask(T, self.window_size(), device, carried, valid, start=bool(self.start_slots()))
 
     def initial_state(self, batch_size: int) -> State:
-        """The state at a document start for ``batch_size`` streams: zeros, one valid slot (h_0)."""
+        """The state at a document start for ``batch_size`` streams: zeros, one valid slot (h_0; none
+        without a start slot)."""
         w = self.embed.weight  # dtype and device of the model
-        H, M = self.rnn.hidden_size, self.memory_size()
+        H, M, first = self.rnn.hidden_size, self.memory_size(), self.start_slots()
         return State(
             w.new_zeros(1, batch_size, H),
             w.new_zeros(1, batch_size, H),
-            w.new_zeros(batch_size, M, H),
-            torch.full((batch_size,), min(1, M), dtype=torch.long, device=w.device),
+            w.new_zeros(batch_size, M, self.slot_size()),
+            torch.full((batch_size,), min(first, M), dtype=torch.long, device=w.device),
+            first,
         )
 
     def forward(self, inputs: torch.Tensor, state: State | None = None) -> LMOutput:
@@ -409,13 +473,12 @@ class RecurrentLM(nn.Module):
         M = self.memory_size()
         if state.memory.shape[1] != M:
             raise ValueError(f"state carries {state.memory.shape[1]} memory slots; this model carries {M}")
-        x = self.drop(self.embed(inputs))  # (B, T, d_e)
-        h, (h_n, c_n) = self.rnn(x, (state.h, state.c))  # (B, T, d)
-        h = self.drop(h)
+        h, (h_n, c_n) = self.recur(inputs, (state.h, state.c))  # (B, T, D)
         out = self.head(h, state.memory, state.valid)
         T = inputs.shape[1]
-        memory = torch.cat([state.memory, h], 1)[:, T:] if M else state.memory  # (B, M, d): the last M slots
-        out.state = State(h_n, c_n, memory, (state.valid + T).clamp_max(M))
+        slots = self.to_slots(h)  # (B, T, slot)
+        memory = torch.cat([state.memory, slots], 1)[:, T:] if M else state.memory  # (B, M, slot): the last M slots
+        out.state = State(h_n, c_n, memory, (state.valid + T).clamp_max(M), state.start_slots)
         out.hidden = h
         return out
 
@@ -481,8 +544,54 @@ class StateMemoryLM(AttentionLM):
         T = h.shape[1]
         if memory is None:
             mem = memory_of(h)  # (B, S=T, d)
-            mask = slot_mask(T, self.window_size(), device=h.device)  # (T, S)
+            mask = self._slot_mask(T, device=h.device)  # (T, S)
         else:
             mem = torch.cat([memory, h[:, :-1]], 1)  # (B, S=M+T-1, d)
-            mask = slot_mask(T, self.window_size(), h.device, carried=memory.shape[1], valid=valid)  # (B, T, S)
+            mask = self._slot_mask(T, memory.shape[1], valid, h.device)  # (B, T, S)
         return mem, mask
+
+
+class WindowLM(AttentionLM):
+    """Attention over a sliding window of the last ``config.window`` slots (Daniluk et al.'s
+    models, RM), carried across segments in document context.
+
+    Every row is computed at once on a (B, T, L, D) band of the slots (:func:`band`), then
+    scattered to the (B, T, S) slot axis. A family gives :meth:`band_scores` (the scores of a
+    row's band) and :meth:`band_values` (what is read from it).
+    """
+
+    def memory_size(self) -> int:
+        return self.config.window  # the last L slots
+
+    def window_size(self) -> int | None:
+        return self.config.window
+
+    def band_scores(self, h: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        """Attention scores (B, T, L) of outputs ``h`` (B, T, D) over their bands ``slots`` (B, T, L, slot)."""
+        raise NotImplementedError
+
+    def band_values(self, slots: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        """What a row reads from its band: (B, T, L, slot) -> (B, T, L, k)."""
+        raise NotImplementedError
+
+    def attend(
+        self, h: torch.Tensor, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None,
+        weights: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        # h: outputs (B, T, D); memory: the carried last L slots (B, L, slot)
+        B, T, L = h.shape[0], h.shape[1], self.config.window
+        new = self.to_slots(h)  # (B, T, slot)
+        if memory is None:
+            M, mem = 1, memory_of(new)  # the zero start slot; (B, S=T, slot)
+        else:
+            M, mem = memory.shape[1], torch.cat([memory, new[:, :-1]], 1)  # (B, S=M+T-1, slot)
+        slots = band(mem, L, carried=M)  # (B, T, L, slot)
+        mask = band_mask(T, L, device=h.device, carried=M, valid=valid)  # (T, L) or (B, T, L)
+        if weights is None:
+            scores = self.band_scores(h, slots)  # (B, T, L)
+            alpha = scores.masked_fill(~mask, float("-inf")).softmax(-1)  # (B, T, L)
+        else:
+            check_weights(weights, B, T, M + T - 1)
+            alpha = slots_to_band(weights, L, carried=M).masked_fill(~mask, 0.0)  # (B, T, L)
+        read = (alpha[..., None] * self.band_values(slots)).sum(2)  # (B, T, k): the weighted sum of the band
+        return read, band_to_slots(alpha, carried=M), {}

@@ -5,8 +5,9 @@ previous L outputs, and the N-gram RNN.
 The memory at step t is ``[y_{t-L}, ..., y_{t-1}]`` (fewer at the sentence start;
 the zero start slot ``h_0`` counts while inside the window). All steps are
 computed at once on a (B, T, L, k) band of the memory, then scattered to the full
-(B, T, S) slot axis for display. In document context the window runs across
-sentence boundaries and the last L outputs are carried between segments.
+(B, T, S) slot axis for display (:class:`~vizlm.models.base.WindowLM`). In document
+context the window runs across sentence boundaries and the last L outputs are carried
+between segments.
 """
 
 from __future__ import annotations
@@ -17,19 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vizlm.models.base import (
-    AttentionLM,
-    BaseConfig,
-    LMOutput,
-    Readout,
-    RecurrentLM,
-    band,
-    band_mask,
-    band_to_slots,
-    check_weights,
-    memory_of,
-    slots_to_band,
-)
+from vizlm.models.base import BaseConfig, LMOutput, Readout, RecurrentLM, WindowLM, check_window
 
 VARIANTS = {"attention": 1, "kv": 2, "kvp": 3}  # how many parts the LSTM output is split into
 
@@ -45,11 +34,10 @@ class DanilukConfig(BaseConfig):
         super().__post_init__()
         if self.variant not in VARIANTS:
             raise ValueError(f"unknown variant {self.variant!r}; valid: {', '.join(VARIANTS)}")
-        if self.window < 1:
-            raise ValueError("window must be >= 1")
+        check_window(self)
 
 
-class DanilukLM(AttentionLM):
+class DanilukLM(WindowLM):
 
     def __init__(self, config: DanilukConfig):
         k = config.hidden_dim
@@ -62,7 +50,7 @@ class DanilukLM(AttentionLM):
         self.decoder = nn.Linear(k, config.vocab_size)  # W*, b
         self.reset_parameters()
 
-    def init_from_lstm(self, lstm: dict[str, torch.Tensor]) -> list[str]:
+    def init_from_lstm(self, lstm: dict[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
         """Start from a trained LSTM LM so that the prediction part *is* that LSTM.
 
         The LSTM's units become the last part (the predict part for kvp, value/predict
@@ -86,39 +74,15 @@ class DanilukLM(AttentionLM):
             return parts[0], parts[1], parts[1]
         return parts[0], parts[1], parts[2]
 
-    def memory_size(self) -> int:
-        return self.config.window  # the last L outputs
+    def band_scores(self, h: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        # h: LSTM outputs (B, T, parts * k); slots: each row's band of earlier outputs (B, T, L, parts * k)
+        key = self.split(h)[0]  # (B, T, k)
+        keys = self.split(slots)[0]  # (B, T, L, k)
+        m = torch.tanh(self.w_y(keys) + self.w_h(key)[:, :, None, :])  # (B, T, L, k)
+        return self.w(m).squeeze(-1)  # (B, T, L)
 
-    def window_size(self) -> int | None:
-        return self.config.window
-
-    def attend(
-        self, h: torch.Tensor, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None,
-        weights: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        # h: LSTM outputs (B, T, parts * k); memory: the carried last L outputs (B, L, parts * k)
-        B, T, L = h.shape[0], h.shape[1], self.config.window
-        key, value, _ = self.split(h)  # (B, T, k) each
-        if memory is None:
-            M = 1  # the zero start slot
-            mem_key, mem_value = memory_of(key), memory_of(value)  # (B, S=T, k)
-        else:
-            M = memory.shape[1]
-            old_key, old_value, _ = self.split(memory)  # (B, M, k) each
-            mem_key = torch.cat([old_key, key[:, :-1]], 1)  # (B, S=M+T-1, k)
-            mem_value = torch.cat([old_value, value[:, :-1]], 1)  # (B, S, k)
-        values = band(mem_value, L, carried=M)  # (B, T, L, k)
-        mask = band_mask(T, L, device=h.device, carried=M, valid=valid)  # (T, L) or (B, T, L)
-        if weights is None:
-            keys = band(mem_key, L, carried=M)  # (B, T, L, k)
-            m = torch.tanh(self.w_y(keys) + self.w_h(key)[:, :, None, :])  # (B, T, L, k)
-            scores = self.w(m).squeeze(-1)  # (B, T, L)
-            alpha = scores.masked_fill(~mask, float("-inf")).softmax(-1)  # (B, T, L)
-        else:
-            check_weights(weights, B, T, M + T - 1)
-            alpha = slots_to_band(weights, L, carried=M).masked_fill(~mask, 0.0)  # (B, T, L)
-        read = (alpha[..., None] * values).sum(2)  # (B, T, k): r = Y_t alpha^T
-        return read, band_to_slots(alpha, carried=M), {}
+    def band_values(self, slots: torch.Tensor) -> torch.Tensor:
+        return self.split(slots)[1]  # (B, T, L, k): r = Y_t alpha^T
 
     def output_layer(self, h: torch.Tensor, read: torch.Tensor) -> Readout:
         _, _, pred = self.split(h)  # (B, T, k)
@@ -148,7 +112,7 @@ class NGramRNN(RecurrentLM):
         self.decoder = nn.Linear(k, config.vocab_size)
         self.reset_parameters()
 
-    def init_from_lstm(self, lstm: dict[str, torch.Tensor]) -> list[str]:
+    def init_from_lstm(self, lstm: dict[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
         """Start from a trained LSTM LM: it becomes part 1 (the current step) and
         ``W_N = [I, 0, ...]``, so the first step predicts from ``tanh(h_t)`` of that LSTM."""
         k = self.config.hidden_dim
