@@ -287,8 +287,10 @@ def explorer() -> None:
     if st.session_state.get(tkey) not in range(T):
         st.session_state[tkey] = _default_target(docs[model])
     if sa.boundaries:
-        st.caption(f"A passage of {len(sa.boundaries) + 1} sentences, {T} predicted words (each sentence ends with "
-                   "</s>). Dashed lines in the heat map and bars in the running text mark where a sentence begins.")
+        documents = f" in {len(sa.breaks) + 1} documents (a blank line ends one)" if sa.breaks else ""
+        st.caption(f"A passage of {len(sa.boundaries) + 1} sentences{documents}, {T} predicted words (each sentence "
+                   "ends with </s>). Dashed lines in the heat map and bars in the running text mark where a sentence "
+                   "begins.")
     labels = ui.unique_labels([_word_label(sa, i) for i in range(T)])
     # long texts: the word picker scrolls instead of pushing everything down
     with st.container(height=220 if T > 60 else "content", border=False):

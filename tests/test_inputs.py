@@ -25,8 +25,8 @@ def test_a_long_text_is_cut_before_it_is_tokenised_or_tagged(amsrn, monkeypatch)
     """100k characters: only MAX_TEXT_CHARS are tokenised and MAX_TOKENS tagged (it used to tag all: seconds)."""
     text = "The dogs in the park are barking because they are hungry . " * 1700  # 100,300 characters
     read, tagged = [], []
-    split, tag = analysis.passage_sentences, analysis.tag_sentences
-    monkeypatch.setattr(analysis, "passage_sentences", lambda t: read.append(len(t)) or split(t))
+    split, tag = analysis.passage_documents, analysis.tag_sentences
+    monkeypatch.setattr(analysis, "passage_documents", lambda t: read.append(len(t)) or split(t))
     monkeypatch.setattr(analysis, "tag_sentences", lambda ss: tagged.append(sum(map(len, ss))) or tag(ss))
     sa = analysis.analyze(amsrn, text)
     assert max(read) <= analysis.MAX_TEXT_CHARS < len(text)

@@ -47,7 +47,7 @@ from vizlm.checkpoint import Checkpoint
 from vizlm.data import BOS, EOS, UNK, collate, iter_batches
 from vizlm.models import effects as fx
 from vizlm.tagger import tag_sentences
-from vizlm.text import MAX_TOKENS, clean_text, cut_point, passage_sentences
+from vizlm.text import MAX_TOKENS, clean_text, cut_point, passage_documents
 
 # Longer texts are cut, with a note, to keep the app responsive: to MAX_TOKENS tokens
 # (vizlm.text, where --text-file reading splits at the same length), and before that to
@@ -113,6 +113,8 @@ class SentenceAnalysis:
     slot_effects: np.ndarray | None = None  # [T, S] nats: log P(target) minus the same with slot j dropped
     # (row renormalised); 0 where the row cannot attend, NaN where not computed (see analyze_batch)
     context: str = "sentence"  # how the model read the text (READINGS): each sentence alone, or running text
+    breaks: list[int] = field(default_factory=list)  # boundaries that end a document (a blank line): every
+    # model starts afresh after one
 
     @property
     def probs(self) -> np.ndarray:
@@ -130,9 +132,11 @@ class SentenceAnalysis:
     @property
     def input_labels(self) -> list[str]:
         """[T] the word read at each step, the attention query of its row: ``<s>``, then the tokens; a
-        boundary is ``</s>`` in running text, the next sentence's ``<s>`` when each sentence is read alone."""
-        start = BOS if self.context == "sentence" else BOUNDARY
-        return [BOS] + [start if w == BOUNDARY else w for w in self.norms[: len(self.targets) - 1]]
+        boundary is ``</s>`` in running text, the next sentence's (document's) ``<s>`` where the reading
+        starts afresh (:attr:`restarts`)."""
+        restarts = set(self.restarts)
+        return [BOS] + [(BOS if i in restarts else BOUNDARY) if w == BOUNDARY else w
+                        for i, w in enumerate(self.norms[: len(self.targets) - 1])]
 
     @property
     def slot_labels(self) -> list[str]:
@@ -145,18 +149,23 @@ class SentenceAnalysis:
         """Token indices of the sentence boundaries (``</s>`` between two sentences), in order."""
         return [i for i, w in enumerate(self.norms) if w == BOUNDARY]
 
+    @property
+    def restarts(self) -> list[int]:
+        """The boundaries after which the model reads from a zero state: every one in sentence context,
+        the ends of documents (:attr:`breaks`) in running text."""
+        return self.boundaries if self.context == "sentence" else list(self.breaks)
+
     def sentence_of(self) -> np.ndarray:
         """[T] the sentence each row belongs to (0-based): the row predicting a boundary ends its sentence."""
         rows = np.arange(len(self.targets))
         return np.searchsorted(np.asarray(self.boundaries, dtype=int), rows, side="left")
 
     def first_rows(self) -> np.ndarray:
-        """[T] the first row of each row's reading: 0 in running text; in sentence context the row
-        that predicts the first word of its sentence."""
+        """[T] the first row of each row's reading: the row that predicts the first word of its sentence
+        (sentence context) or document (running text) (:attr:`restarts`)."""
         first = np.zeros(len(self.targets), dtype=int)
-        if self.context == "sentence":
-            for b in self.boundaries:
-                first[b + 1 :] = b + 1
+        for b in self.restarts:
+            first[b + 1 :] = b + 1
         return first
 
     def current_word(self, row: int) -> str:
@@ -183,12 +192,12 @@ class SentenceAnalysis:
         return None if self.slot_effects is None else self.slot_effects / LN2
 
     def readable(self) -> np.ndarray:
-        """[T, S] the slots each row's reading holds: every earlier one in running text; in sentence
-        context the start slot and those of the row's own sentence (a block diagonal)."""
+        """[T, S] the slots each row's reading holds: the start slot and every earlier one of the row's
+        own sentence (sentence context) or document (running text): block diagonal where it restarts."""
         T = len(self.targets)
         rows, slots = np.arange(T)[:, None], np.arange(T)[None, :]
         mask = slots <= rows  # (T, S) causal
-        if self.context == "sentence" and self.boundaries:
+        if self.restarts:
             mask &= (slots == 0) | (slots > self.first_rows()[:, None])
         return mask
 
@@ -317,6 +326,7 @@ class SentenceAnalysis:
             "slots": self.slot_labels,
             "context": self.context,
             "sentences": len(self.boundaries) + 1,
+            "documents": len(self.breaks) + 1,
             "perplexity": self.perplexity,
             "truncated": self.truncated,
             "notes": list(self.notes),
@@ -462,8 +472,10 @@ def context_of(ckpt: Checkpoint) -> str:
     return getattr(ckpt.model.config, "context", "sentence")
 
 
-def _reading(ckpt: Checkpoint, norms: list[str], context: str) -> _Reading:
-    pieces = [norms] if context == "document" else split_at_boundaries(norms)
+def _reading(ckpt: Checkpoint, norms: list[str], restarts: list[int]) -> _Reading:
+    """The pieces read from a zero state: ``norms`` cut at the boundaries ``restarts`` (token indices)."""
+    cuts = [-1, *restarts, len(norms)]
+    pieces = [norms[a + 1 : b] for a, b in zip(cuts, cuts[1:])]
     inputs, targets = collate([ckpt.vocab.encode(p) for p in pieces])  # (B, Tb) each
     rows = [len(p) + 1 for p in pieces]
     first = [sum(rows[:b]) for b in range(len(rows))]
@@ -485,6 +497,7 @@ def _build(
     read_effect: torch.Tensor | None = None,  # (T,)
     slot_effects: torch.Tensor | None = None,  # (T, S)
     context: str = "sentence",
+    breaks: list[int] | None = None,
 ) -> SentenceAnalysis:
     """One text's rows of a forward pass -> :class:`SentenceAnalysis`."""
     vocab = ckpt.vocab
@@ -525,6 +538,7 @@ def _build(
         read_effect=None if read_effect is None else read_effect.double().numpy(),
         slot_effects=None if slot_effects is None else slot_effects.double().numpy(),
         context=context,
+        breaks=list(breaks or []),
     )
 
 
@@ -557,14 +571,17 @@ def analyze_sentences(
     max_effect_pairs: int | None = EFFECT_PAIRS,
     max_tokens: int | None = MAX_TOKENS,
     effect_pairs: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    documents: list[int] | None = None,
 ) -> SentenceAnalysis:
     """Analyse a passage: consecutive tokenised, normalised sentences (e.g. of a corpus document),
     read in the checkpoint's context (:data:`READINGS`; the module docstring lays out the rows).
+    ``documents``: sentences per document (:func:`vizlm.evaluate.score`'s; None: one document);
+    every model reads each document from a zero state.
 
     Only the first ``max_tokens`` tokens are read (None: all; ``truncated`` counts the rest, and a
     note says so). Tokens and text go through :func:`vizlm.text.clean_text`. ``surfaces``,
     ``offsets`` and ``tags`` are per sentence like ``sentences``; without ``text`` the text is the
-    sentences' surfaces, a sentence a line. With ``effects`` an attention model's read effects are
+    sentences' surfaces, a sentence a line, a blank line between documents. With ``effects`` an attention model's read effects are
     computed (one more head call), and its slot effects when there are at most ``max_effect_pairs``
     pairs (None: always); ``effect_pairs`` maps the attention (B, T, S) of the pieces read to the
     pairs wanted (the others are NaN), as in :func:`analyze_batch`.
@@ -577,14 +594,18 @@ def analyze_sentences(
         surfaces, offsets, tags = (None if xs is None else [x[: len(s)] for x, s in zip(xs, sentences)]
                                    for xs in (surfaces, offsets, tags))
     truncated = total - sum(map(len, sentences))
+    ends = [e for e in itertools.accumulate(documents or []) if e < len(sentences)]  # documents' last sentences
     norms = _join([[clean_text(w) for w in s] for s in sentences], BOUNDARY)
     surface = _join([[clean_text(w) for w in s] for s in (surfaces or sentences)], BOUNDARY)
-    if text is None:  # a sentence a line
-        text = "\n".join(" ".join(s) for s in split_at_boundaries(surface))
-        offsets = None
-    spans = _with_boundaries(offsets) if offsets else _offsets_by_line(surface)
+    boundaries = [i for i, w in enumerate(norms) if w == BOUNDARY]
+    breaks = [boundaries[e - 1] for e in ends]  # the boundary after a document's last sentence
+    laid_out, spans = _layout(split_at_boundaries(surface), set(ends))
+    if text is None:  # a sentence a line, a blank line between documents
+        text = laid_out
+    elif offsets:
+        spans = _with_boundaries(offsets)
     context = context_of(ckpt)
-    rd = _reading(ckpt, norms, context)
+    rd = _reading(ckpt, norms, boundaries if context == "sentence" else breaks)
     model = ckpt.model
     h = model.encode(rd.inputs)  # (B, Tb, d)
     out = model.head(h)  # = model(rd.inputs), keeping h for the effects
@@ -603,22 +624,29 @@ def analyze_sentences(
         None if gates is None else rd.gather_rows(gates), surface, spans, clean_text(text),
         _join(tags, BOUNDARY_TAG) if tags else None, top_k, truncated,
         None if read is None else rd.gather_rows(read), None if slots is None else rd.gather_slots(slots), context,
+        breaks,
     )
 
 
-def _offsets_by_line(surface: list[str]) -> list[tuple[int, int]]:
-    """Character spans of a passage's tokens written a sentence a line, words joined by spaces;
-    a boundary is an empty span at the end of its line."""
-    out, pos = [], 0
-    for i, sentence in enumerate(split_at_boundaries(surface)):
+def _layout(sentences: list[list[str]], ends: set[int]) -> tuple[str, list[tuple[int, int]]]:
+    """A text of the sentences' tokens, a sentence a line and a blank line after the sentences
+    ``ends`` (the documents' ends), and the tokens' spans: a boundary is an empty span at the end
+    of its line."""
+    lines, spans, pos = [], [], 0
+    for i, sentence in enumerate(sentences):
         if i:
-            out.append((pos, pos))
-            pos += 1  # the line break
+            spans.append((pos, pos))
+            gap = "\n\n" if i in ends else "\n"
+            lines.append(gap)
+            pos += len(gap)
         for k, w in enumerate(sentence):
-            pos += 1 if k else 0
-            out.append((pos, pos + len(w)))
+            if k:
+                lines.append(" ")
+                pos += 1
+            spans.append((pos, pos + len(w)))
+            lines.append(w)
             pos += len(w)
-    return out
+    return "".join(lines), spans
 
 
 def _with_boundaries(offsets: list[list[tuple[int, int]]]) -> list[tuple[int, int]]:
@@ -662,7 +690,7 @@ def slot_effect_rows(ckpt: Checkpoint, sa: SentenceAnalysis, rows: Sequence[int]
     rows = [int(r) for r in rows]
     if sa.slot_effects is not None and np.isfinite(sa.slot_effects[rows]).all():
         return sa.slot_effects[rows]
-    rd = _reading(ckpt, sa.norms, sa.context)
+    rd = _reading(ckpt, sa.norms, sa.restarts)
     h = ckpt.model.encode(rd.inputs)  # (B, Tb, d)
     out = ckpt.model.head(h)
     select = rd.scatter_rows(rows, out.attention)  # (B, Tb, 1)
@@ -733,9 +761,10 @@ def analyze(
 ) -> SentenceAnalysis:
     """Tokenise ``text`` like the corpus, a sentence or a passage, and analyse it with ``ckpt``.
 
-    The text is split into sentences (:func:`vizlm.text.passage_sentences`: at a line break, or
-    at . ! ? before a capital, as ``vizlm eval --text-file`` splits a file) and read in the
-    checkpoint's context (:func:`analyze_sentences`). It is cleaned
+    The text is split into sentences and documents (:func:`vizlm.text.passage_documents`: a
+    sentence ends at a line break, or at . ! ? before a capital, a document at a blank line, as
+    ``vizlm eval --text-file`` splits a file) and read in the checkpoint's context
+    (:func:`analyze_sentences`). It is cleaned
     (:func:`vizlm.text.clean_text`: control characters, noncharacters and lone surrogates
     replaced one for one, so ``text`` and the offsets stay aligned) and bounded before any work:
     only its first :data:`MAX_TEXT_CHARS` characters (cut at a space) are tokenised and only its
@@ -752,7 +781,8 @@ def analyze(
     read = clean_text(text[: cut_point(text, MAX_TEXT_CHARS)])
     if not read.strip():
         raise AnalysisError("please type a sentence: the text is empty")
-    sents = passage_sentences(read)
+    docs = passage_documents(read)
+    sents = [s for d in docs for s in d]
     if not sents:
         raise AnalysisError("nothing to analyse: the text has no words")
     n_read = sum(map(len, sents))
@@ -766,7 +796,8 @@ def analyze(
     else:
         tags = tag_sentences(norms)
     surfaces, spans = [[t.text for t in s] for s in sents], [[(t.start, t.end) for t in s] for s in sents]
-    sa = analyze_sentences(ckpt, norms, surfaces, spans, read, tags, top_k, effects, max_effect_pairs)
+    sa = analyze_sentences(ckpt, norms, surfaces, spans, read, tags, top_k, effects, max_effect_pairs,
+                           documents=[len(d) for d in docs])
     if more or kept < n_read:
         sa.truncated = max(1, n_read - kept)  # at least 1: the rest of the text was never tokenised
         sa.notes.insert(0, f"the text has {chars:,} characters; only its first {kept} tokens were analysed" if more

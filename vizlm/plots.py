@@ -172,11 +172,12 @@ def _window_slots(allowed: np.ndarray, rows: tuple[int, int]) -> list[int]:
 def _boundary_rules(sa: SentenceAnalysis, ylab: list[str], xlab: list[str], rows: list[str],
                     slots: list[str]) -> list[alt.Chart]:
     """Grey lines between two sentences of a passage: above the row predicting a sentence's first
-    word, and left of the slot that starts it (the ``<s>`` of a sentence read alone, the first word
+    word, and left of the slot that starts it (the ``<s>`` of a sentence read afresh, the first word
     in running text)."""
-    shift = 2 if sa.context == "sentence" else 3  # boundary token b: slot b + 2, its next word b + 3
+    restarts = set(sa.restarts)  # boundary token b: slot b + 2 (the next <s> there), its next word b + 3
+    starts = [b + (2 if b in restarts else 3) for b in sa.boundaries]
     row_lines = [ylab[b + 1] for b in sa.boundaries if ylab[b + 1] in rows]
-    slot_lines = [xlab[b + shift] for b in sa.boundaries if b + shift < len(xlab) and xlab[b + shift] in slots]
+    slot_lines = [xlab[j] for j in starts if j < len(xlab) and xlab[j] in slots]
     style = {"color": "#888888", "strokeDash": [4, 3], "strokeWidth": 1.5}
     out = []
     if slot_lines:
@@ -583,8 +584,8 @@ def highlighted_html(
     a tooltip; the predicted word is outlined, words not read yet are faded, words read but
     not in the row's memory (outside its window, or another sentence read alone) are grey, and
     ``<unk>`` words have a dashed underline. Sentence boundaries of a passage are markers:
-    ``</s>`` in running text, ``</s>`` then a bar and the next sentence's ``<s>`` when each
-    sentence is read alone. ``span`` ``(first, end)`` shows those tokens only (with "…" where
+    ``</s>`` in running text, ``</s>`` then a bar and the next sentence's ``<s>`` where the model
+    starts afresh (each sentence read alone; a new document). ``span`` ``(first, end)`` shows those tokens only (with "…" where
     text is left out). All text is escaped.
     """
     T = len(sa.targets)
@@ -639,7 +640,8 @@ def highlighted_html(
                              f'title="{_esc(" · ".join(tips))}">&lt;/s&gt;</span> ')
                 continue
             parts.append(f' <span class="vz-boundary" style="{_MARKER}{own}" title="{_esc(tips[0])}">&lt;/s&gt;</span>')
-            tips = [f"sentence start: {sa.model} reads the next sentence alone, from a zero state"]
+            what = "sentence" if slot - 2 not in sa.breaks else "document (after a blank line)"
+            tips = [f"start of a {what}: {sa.model} reads it afresh, from a zero state"]
             bg, cls = slot_style(slot, tips)
             parts.append(f' <span class="vz-start {" ".join(cls)}" style="{_MARKER}{_BREAK}{bg}" '
                          f'title="{_esc(" · ".join(tips))}">&lt;s&gt;</span> ')

@@ -161,8 +161,39 @@ def tokenize(text: str, abbreviations: frozenset[str] = DEFAULT_ABBREVIATIONS) -
     return tokens
 
 
-_LINE_RE = re.compile("[^\r\n\u2028\u2029]+")
+_LINE_END_RE = re.compile(r"\r\n|\r|\n")  # what ends a line of a text file read in text mode
 _SENTENCE_END_RE = re.compile(r"[.!?]['\"”’)]*\s+(?=[\"“‘'(]?[A-Z0-9])")
+
+
+def _lines(text: str):
+    """``(start, end)`` of every line of ``text``, without its line break."""
+    start = 0
+    for m in _LINE_END_RE.finditer(text):
+        yield start, m.start()
+        start = m.end()
+    yield start, len(text)
+
+
+def _line_sentences(text: str, lo: int, hi: int) -> list[tuple[int, int]]:
+    """Sentence spans of the line ``text[lo:hi]``: . ! ? before a capital, digit or opening quote."""
+    spans: list[tuple[int, int]] = []
+
+    def add(a: int, b: int) -> None:
+        piece = text[a:b]
+        lead, core = len(piece) - len(piece.lstrip()), piece.strip()
+        if core:
+            spans.append((a + lead, a + lead + len(core)))
+
+    start = lo
+    for m in _SENTENCE_END_RE.finditer(text, lo, hi):
+        words = text[start : m.end()].split()
+        last_word = words[-1].lower() if words else ""
+        if last_word in DEFAULT_ABBREVIATIONS or re.fullmatch(r"(?:[a-z]\.)+", last_word):
+            continue
+        add(start, m.end())
+        start = m.end()
+    add(start, hi)
+    return spans
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
@@ -172,25 +203,7 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     reads it), and so do . ! ? followed by space and a capital, digit or opening quote.
     Deliberately simple; abbreviations such as "Mr." do not end a sentence.
     """
-    spans: list[tuple[int, int]] = []
-
-    def add(lo: int, hi: int) -> None:
-        piece = text[lo:hi]
-        lead, core = len(piece) - len(piece.lstrip()), piece.strip()
-        if core:
-            spans.append((lo + lead, lo + lead + len(core)))
-
-    for line in _LINE_RE.finditer(text):
-        start = line.start()
-        for m in _SENTENCE_END_RE.finditer(text, line.start(), line.end()):
-            words = text[start : m.end()].split()
-            last_word = words[-1].lower() if words else ""
-            if last_word in DEFAULT_ABBREVIATIONS or re.fullmatch(r"(?:[a-z]\.)+", last_word):
-                continue
-            add(start, m.end())
-            start = m.end()
-        add(start, line.end())
-    return spans
+    return [span for lo, hi in _lines(text) for span in _line_sentences(text, lo, hi)]
 
 
 def split_sentences(text: str) -> list[str]:
@@ -198,16 +211,26 @@ def split_sentences(text: str) -> list[str]:
     return [text[s:e] for s, e in sentence_spans(text)]
 
 
+def passage_documents(text: str) -> list[list[list[Token]]]:
+    """The documents of ``text``, each its sentences (:func:`sentence_spans`), each its tokens with
+    offsets into ``text``: a blank line ends a document, as in a ``--text-file``. Sentences without
+    a token are left out, and so are documents without a sentence."""
+    docs: list[list[list[Token]]] = [[]]
+    for lo, hi in _lines(text):
+        if not text[lo:hi].strip():
+            if docs[-1]:
+                docs.append([])
+            continue
+        for s, e in _line_sentences(text, lo, hi):
+            toks = [Token(t.text, t.norm, t.start + s, t.end + s) for t in tokenize(text[s:e])]
+            if toks:
+                docs[-1].append(toks)
+    return [d for d in docs if d]
+
+
 def passage_sentences(text: str) -> list[list[Token]]:
-    """The tokens of each sentence of ``text`` (:func:`sentence_spans`), offsets into ``text``;
-    sentences without a token are left out. What :func:`split_sentences` then :func:`tokenize` give,
-    with offsets."""
-    out = []
-    for s, e in sentence_spans(text):
-        toks = [Token(t.text, t.norm, t.start + s, t.end + s) for t in tokenize(text[s:e])]
-        if toks:
-            out.append(toks)
-    return out
+    """The sentences of every document of ``text`` (:func:`passage_documents`), in order."""
+    return [s for d in passage_documents(text) for s in d]
 
 
 def detokenize(words: list[str]) -> str:
