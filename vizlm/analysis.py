@@ -38,7 +38,7 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -87,6 +87,10 @@ class Highlight:
     token: int  # index into ``tokens`` of the attended word, -1 for <s>
     weight: float
     effect_bits: float | None = None  # the slot effect in bits (None: not computed)
+
+    def to_dict(self) -> dict:  # dataclasses.asdict deep-copies: 10x slower for a passage's thousand highlights
+        return {"slot": self.slot, "word": self.word, "token": self.token, "weight": self.weight,
+                "effect_bits": self.effect_bits}
 
 
 @dataclass
@@ -297,22 +301,26 @@ class SentenceAnalysis:
         hl = self.highlights(threshold, top_k)
         case_map = cases or {}
         read_bits, slot_bits = self.read_effect_bits, self.slot_effect_bits
+        # plain floats, row by row (numpy scalars cost 10x in a passage's 400 rows)
+        probs, surprisal, top_probs = self.probs.tolist(), self.surprisal.tolist(), self.top_probs.tolist()
+        gates = None if self.gates is None else self.gates.mean(1).tolist()
+        without = None if self.read_effect is None else np.exp(self.logprobs - self.read_effect).tolist()
         targets = []
         for r, word in enumerate(self.targets):
             targets.append({
                 "index": r,
                 "word": word,
-                "prob": float(self.probs[r]),
-                "surprisal_bits": float(self.surprisal[r]),
-                "top": [{"word": w, "prob": float(p)} for w, p in zip(self.top_words[r], self.top_probs[r])],
+                "prob": probs[r],
+                "surprisal_bits": surprisal[r],
+                "top": [{"word": w, "prob": p} for w, p in zip(self.top_words[r], top_probs[r])],
                 "attention": None if self.attention is None else self.attention[r, : r + 1].tolist(),
-                "highlights": [asdict(h) for h in hl[r]],
-                "gate_mean": None if self.gates is None else float(self.gates[r].mean()),
+                "highlights": [h.to_dict() for h in hl[r]],
+                "gate_mean": None if gates is None else gates[r],
                 # slot 0 is the zero start state: weight there reads nothing ("attention off")
                 "start_weight": None if self.attention is None else float(self.attention[r, 0]),
                 # effects in bits: log2 P(word) with the read minus without; per slot, minus with the slot dropped
                 "read_effect_bits": None if read_bits is None else _finite(read_bits[r]),
-                "prob_without_read": None if self.read_effect is None else float(np.exp(self.logprobs[r] - self.read_effect[r])),
+                "prob_without_read": None if without is None else without[r],
                 "effects_bits": None if slot_bits is None else [_finite(e) for e in slot_bits[r, : r + 1]],
                 "cases": case_map.get(r, []),
             })
@@ -444,6 +452,8 @@ class _Reading:
 
     def gather_rows(self, x: torch.Tensor) -> torch.Tensor:
         """The text's rows of a per-piece tensor: (B, Tb, ...) -> (T, ...)."""
+        if len(self.rows) == 1:  # running text: one piece, no copy (its logits are 16 MB)
+            return x[0, : self.rows[0]]
         return torch.cat([x[b, :n] for b, n in enumerate(self.rows)])
 
     def gather_slots(self, x: torch.Tensor) -> torch.Tensor:
@@ -485,7 +495,7 @@ def _reading(ckpt: Checkpoint, norms: list[str], restarts: list[int]) -> _Readin
 def _build(
     ckpt: Checkpoint,
     norms: list[str],
-    logits: torch.Tensor,  # (T, V) for this text, T = n + 1
+    logp: torch.Tensor,  # (T, V) log-softmax of the logits for this text, T = n + 1
     attention: torch.Tensor | None,  # (T, S)
     gates: torch.Tensor | None,  # (T, d)
     surfaces: list[str] | None,
@@ -505,7 +515,6 @@ def _build(
     offsets = offsets or _offsets(surfaces)
     unk = [w not in vocab for w in norms]
     ids = vocab.encode(norms) + [vocab.eos_id]
-    logp = logits.log_softmax(-1)  # (T, V) in the model's precision, as vizlm.evaluate scores
     lp = logp.gather(1, torch.tensor(ids)[:, None])[:, 0].double().numpy()  # (T,)
     k = min(top_k, logp.shape[1])
     if k:
@@ -610,17 +619,19 @@ def analyze_sentences(
     h = model.encode(rd.inputs)  # (B, Tb, d)
     out = model.head(h)  # = model(rd.inputs), keeping h for the effects
     att, gates = out.attention, out.extras.get("gate1")  # (B, Tb, Sb), (B, Tb, d)
+    logp = out.logits.log_softmax(-1)  # (B, Tb, V) in the model's precision, as vizlm.evaluate scores
     read = slots = None
     if effects and att is not None:
         select = (rd.targets != 0)[:, :, None]  # (B, Tb, 1) real rows only
         if effect_pairs is not None:
             select = select & effect_pairs(att)  # (B, Tb, Sb)
         all_slots = max_effect_pairs is None or _pairs(att, select) <= max_effect_pairs
-        read, slots = fx.attention_effects(model, h, rd.targets, out=out, slots=all_slots, select=select)
+        base = logp.gather(-1, rd.targets[..., None])[..., 0]  # (B, Tb) log P(target)
+        read, slots = fx.attention_effects(model, h, rd.targets, out=out, slots=all_slots, select=select, base=base)
         if slots is not None and effect_pairs is not None:  # pairs not asked for: not computed
             slots = torch.where(select | (att == 0), slots, torch.full_like(slots, math.nan))
     return _build(
-        ckpt, norms, rd.gather_rows(out.logits), None if att is None else rd.gather_slots(att),
+        ckpt, norms, rd.gather_rows(logp), None if att is None else rd.gather_slots(att),
         None if gates is None else rd.gather_rows(gates), surface, spans, clean_text(text),
         _join(tags, BOUNDARY_TAG) if tags else None, top_k, truncated,
         None if read is None else rd.gather_rows(read), None if slots is None else rd.gather_slots(slots), context,
@@ -690,12 +701,14 @@ def slot_effect_rows(ckpt: Checkpoint, sa: SentenceAnalysis, rows: Sequence[int]
     rows = [int(r) for r in rows]
     if sa.slot_effects is not None and np.isfinite(sa.slot_effects[rows]).all():
         return sa.slot_effects[rows]
-    rd = _reading(ckpt, sa.norms, sa.restarts)
+    last = max(rows)  # the model is causal: rows up to ``last`` read no token after it
+    rd = _reading(ckpt, sa.norms[: last + 1], [b for b in sa.restarts if b <= last])
     h = ckpt.model.encode(rd.inputs)  # (B, Tb, d)
     out = ckpt.model.head(h)
     select = rd.scatter_rows(rows, out.attention)  # (B, Tb, 1)
     effects = fx.slot_effects(ckpt.model, h, rd.targets, out=out, select=select)  # (B, Tb, Sb)
-    return rd.gather_slots(effects)[rows].double().numpy()
+    part = rd.gather_slots(effects)[rows].double().numpy()  # (len(rows), last + 2): no later slot has weight
+    return np.pad(part, ((0, 0), (0, len(sa.targets) - part.shape[1])))
 
 
 def with_slot_effects(ckpt: Checkpoint, sa: SentenceAnalysis) -> SentenceAnalysis:
@@ -746,7 +759,7 @@ def analyze_batch(
             i = keep[j]
             T = len(seqs[j]) + 1
             yield i, _build(
-                ckpt, sentences[i][:MAX_TOKENS], out.logits[b, :T],
+                ckpt, sentences[i][:MAX_TOKENS], out.logits[b, :T].log_softmax(-1),
                 None if out.attention is None else out.attention[b, :T, :T],
                 None if gates is None else gates[b, :T],
                 surfaces[i][:MAX_TOKENS] if surfaces is not None else None, None, None,

@@ -91,6 +91,7 @@ counts the labels over a whole corpus split and keeps the strongest examples.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import re
@@ -303,11 +304,21 @@ def _trigger(s: _Sentence, t: int, a: int) -> str | None:
     return None
 
 
-def _find(words: list[str], patterns, lo: int, hi: int):
-    """Every ``(start, pattern)`` with ``pattern`` wholly inside ``words[lo:hi]``, left to right."""
+@functools.lru_cache(maxsize=8)
+def _by_first_word(patterns: tuple[tuple[str, ...], ...]) -> dict[str, list[tuple[str, ...]]]:
+    out: dict[str, list[tuple[str, ...]]] = {}
+    for pattern in patterns:
+        out.setdefault(pattern[0], []).append(pattern)
+    return out
+
+
+def _find(words: list[str], patterns: tuple[tuple[str, ...], ...], lo: int, hi: int):
+    """Every ``(start, pattern)`` with ``pattern`` wholly inside ``words[lo:hi]``, left to right (a
+    passage has hundreds of pairs, some far apart: only the patterns starting with a word are tried)."""
+    by_first = _by_first_word(patterns)
     for i in range(lo, hi):
-        for pattern in patterns:
-            if words[i : i + len(pattern)] == list(pattern) and i + len(pattern) <= hi:
+        for pattern in by_first.get(words[i], ()):
+            if i + len(pattern) <= hi and tuple(words[i : i + len(pattern)]) == pattern:
                 yield i, pattern
 
 

@@ -130,11 +130,13 @@ h1 {{ font-size: 1.2rem; margin: 0 0 0.5rem; }}
 """
 
 
-def chart_spec(chart: alt.TopLevelMixin) -> dict:
+def chart_spec(chart: alt.TopLevelMixin, validate: bool = True) -> dict:
     """The chart's Vega-Lite spec with its data inline, however many rows (a whole split, a 400-word
-    heat map): Altair's 5,000-row guard protects notebooks, not files we write on request."""
+    heat map): Altair's 5,000-row guard protects notebooks, not files we write on request.
+    ``validate=False`` skips Altair's schema check, half the time of a heat map: for a figure whose
+    specs the tests validate (``tests/test_export.py``) and that the app draws on every click."""
     with alt.data_transformers.disable_max_rows():
-        return chart.to_dict()
+        return chart.to_dict(validate=validate)
 
 
 def chart_bytes(chart: alt.TopLevelMixin, fmt: str, scale: float = PNG_SCALE, title: str = "vizlm") -> bytes:
@@ -179,6 +181,11 @@ def safe_filename(text: str, default: str = "vizlm") -> str:
 
 def json_safe(obj: object) -> object:
     """Plain JSON types only: numpy scalars/arrays unwrapped, NaN and infinities as None."""
+    kind = type(obj)  # the plain types first, by identity: a passage's analysis has 30,000 values
+    if kind is str or kind is int or kind is bool or obj is None:
+        return obj
+    if kind is float:
+        return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
         return {str(k): json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

@@ -59,12 +59,14 @@ def _check(model) -> None:
 def attention_effects(
     model: AttentionLM, h: torch.Tensor, targets: torch.Tensor, out: LMOutput | None = None, slots: bool = True,
     select: torch.Tensor | None = None, memory: torch.Tensor | None = None, valid: torch.Tensor | None = None,
+    base: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(read effect (B, T), slot effects (B, T, S) or None)`` in nats (:func:`read_effect`,
-    :func:`slot_effects`), sharing the work both need."""
+    :func:`slot_effects`), sharing the work both need; ``base`` (B, T) is ``log P(target)`` of
+    ``out`` if the caller has it."""
     _check(model)
     out = out if out is not None else model.head(h, memory, valid)
-    base = target_logprobs(out.logits, targets)  # (B, T) log P(target) as computed
+    base = base if base is not None else target_logprobs(out.logits, targets)  # (B, T) log P(target) as computed
     shift = getattr(model, "shift_logits", None)
     own = model.attend(h, memory, valid)[0] if shift is not None else None  # (B, T, k) the reads as computed
     if shift is not None:  # r_t = 0: take W_pr r_t back out of the logits (one product, not the output layer)
