@@ -25,10 +25,11 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(log: Path):
-    """Yields ``(base URL, server process)``; stops the server afterwards."""
+def serve(log: Path, env: dict[str, str] | None = None):
+    """Yields ``(base URL, server process)``; stops the server afterwards. ``env``: more variables
+    for the server (e.g. ``VIZLM_EXTRA_CHECKPOINTS``)."""
     port = free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
            "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
     with open(log, "wb") as out:

@@ -29,13 +29,35 @@ pytestmark = [
 sync_api = pytest.importorskip("playwright.sync_api", reason="the Python package playwright is not installed (pip install playwright)")
 
 
+DOC_MODEL = "e2e_kvp_doc"  # a small document checkpoint (KVP, window 3): the bundled ones read sentences
+
+
+def document_checkpoint(folder: Path) -> Path:
+    """A small untrained KVP document checkpoint with the bundled vocabulary, in ``folder/DOC_MODEL``."""
+    import json
+
+    import torch
+
+    from vizlm.checkpoint import bundled_checkpoints, bundled_dir, save_checkpoint
+    from vizlm.data import Vocab
+    from vizlm.models import build_model
+
+    meta = json.loads((bundled_dir() / bundled_checkpoints()[0] / "config.json").read_text(encoding="utf-8"))
+    vocab = Vocab(meta["vocab"])
+    torch.manual_seed(0)
+    model = build_model("kvp", vocab_size=len(vocab), emb_dim=16, hidden_dim=12, window=3, context="document").eval()
+    save_checkpoint(folder / DOC_MODEL, model, "kvp", vocab, corpus={"name": "brown"})
+    return folder / DOC_MODEL
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     from vizlm.checkpoint import bundled_checkpoints
 
     if not bundled_checkpoints():
         pytest.skip("no bundled checkpoints in checkpoints/")
-    with serve(tmp_path_factory.mktemp("streamlit") / "server.log") as (base, _):
+    doc = document_checkpoint(tmp_path_factory.mktemp("checkpoints"))
+    with serve(tmp_path_factory.mktemp("streamlit") / "server.log", {"VIZLM_EXTRA_CHECKPOINTS": str(doc)}) as (base, _):
         yield base
 
 
@@ -162,6 +184,46 @@ def test_effect_toggle_colours_the_heatmap_by_effect(page):
     measure.filter(has_text="Attention weight").first.click()
     wait_idle(page)
     assert main.get_by_text("Brighter = more attention").first.is_visible()
+
+
+def test_passage_view(page):
+    """A passage of a Brown document: the document model reads it as running text, amsrn a sentence at a
+    time (each panel says so); a repeated word picked by the link stays picked; the heat map shows the
+    rows around it, or every row; PNG download; the measure in the URL."""
+    from vizlm.data import example_passages
+    from vizlm.text import passage_sentences
+
+    text = max((t for _, t in example_passages("brown", "test")), key=len)  # ~400 words, 18 sentences
+    words = [w for s in passage_sentences(text) for w in [t.norm for t in s] + ["</s>"]]  # row r predicts word r
+    target = words.index("the", 200)  # a word of the passage's middle, repeated many times
+    page.goto(page.base + f"/?model={DOC_MODEL}&compare=amsrn&target={target}&text=" + urllib.request.quote(text))
+    wait_idle(page)
+    main = page.locator("[data-testid='stMain']")
+    assert main.get_by_text("document-level checkpoint").first.is_visible()
+    assert main.get_by_text("sentence-level checkpoint").first.is_visible()
+    assert main.get_by_text("A passage of 18 sentences").first.is_visible()
+    assert page.locator(".vizlm-highlight .vz-boundary").count() >= 2
+    assert page.locator(".vizlm-highlight .vz-target").first.inner_text().lower() == "the"
+    slider = page.locator("[data-testid='stSidebar'] [data-testid='stSlider'] input[type='range']").first
+    slider.focus()
+    slider.press("ArrowRight")  # another interaction: the link's selection stays
+    wait_idle(page)
+    assert query(page)["target"] == str(target)
+    assert page.locator(".vizlm-highlight .vz-target").first.inner_text().lower() == "the"
+    charts = main.locator("[data-testid='stVegaLiteChart']")
+    assert charts.count() == 2 and main.get_by_text("40 rows around the selected word").first.is_visible()
+    shot(page, "explorer-passage")
+    button = page.locator("[data-testid='stDownloadButton'] button:visible").filter(has_text="PNG").first
+    with page.expect_download(timeout=120_000) as info:
+        button.click()
+    assert Path(info.value.path()).read_bytes()[:8] == PNG_MAGIC
+    main.locator("[data-testid='stButtonGroup'] button").filter(has_text="Every row").first.click()
+    wait_idle(page)
+    main.get_by_text("Effect on P(word)").first.click()
+    wait_idle(page)
+    main.get_by_text("Blue: the slot helped").first.wait_for(timeout=60_000)
+    assert query(page).get("measure") == "effect" and query(page)["target"] == str(target)
+    shot(page, "explorer-passage-every-row")
 
 
 def test_script_payload_is_shown_as_text(page):
