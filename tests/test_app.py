@@ -203,6 +203,8 @@ def test_example_picker_fills_the_text():
         ("   \n ", "type a sentence"),
         ("这是一个测试句子。", "vocabulary"),
         ("🙂🙂 🚀", "vocabulary"),
+        (" \n\n \n", "type a sentence"),  # blank lines only: no passage
+        ("这是一个测试句子。\n他们在家。\n\n我们去学校。", "vocabulary"),  # a Chinese passage, two documents
     ],
 )
 def test_bad_text_gives_a_message(text, expect):
@@ -218,9 +220,13 @@ def test_long_text_is_cut_with_a_note():
     assert "only the first" in messages(at)
 
 
-def test_script_payload_is_escaped():
-    payload = '<script>alert("x")</script> <img src=x onerror=alert(1)> the end'
-    at = explorer(model=TINY, compare="lstm", text=payload)
+@pytest.mark.parametrize("model", [TINY, DOC_KVP])
+@pytest.mark.parametrize("payload", [
+    '<script>alert("x")</script> <img src=x onerror=alert(1)> the end',
+    'The end. <script>alert("x")</script> Next one!\n<img src=x onerror=alert(1)>\n\n</s> <s> "quoted" end',
+])
+def test_script_payload_is_escaped(model, payload):
+    at = explorer(model=model, compare="lstm", text=payload)
     no_exception(at)
     body = html_of(at)
     assert "<script" not in body.lower() and "<img" not in body.lower()

@@ -226,6 +226,8 @@ def test_exports_of_a_passage(passage_sa):
     assert "vizlm-strip" in page and "&lt;/s&gt;" in page
     svg = export.export_analysis(sa, "svg", rows=plots.heatmap_rows(sa, 20), selected=20)
     assert svg.lstrip().startswith(b"<svg")
+    png = export.export_analysis(sa, "png")  # every row
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 
 
 # --------------------------------------------------------------------------- links
@@ -321,6 +323,8 @@ def test_a_passage_gives_the_cli_s_probabilities(doc_folder, tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     np.testing.assert_allclose([t["prob"] for t in doc["targets"]], sa.probs, rtol=1e-6)
     assert doc["context"] == "document" and doc["tokens"] == sa.tokens
+    assert cli.main(["analyze", "--checkpoint", str(doc_folder), "--text", PASSAGE]) == 0
+    assert "3 sentences; kvp-doc (document level) reads the text as running text" in capsys.readouterr().out
     path = tmp_path / "passage.txt"
     path.write_text(PASSAGE, encoding="utf-8")
     assert cli.main(["eval", "--checkpoint", str(doc_folder), "--text-file", str(path), "--json"]) == 0

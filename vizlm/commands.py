@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from vizlm.analysis import ATTENTION_OFF, DEFAULT_THRESHOLD, MAX_TOKENS
+from vizlm.analysis import ATTENTION_OFF, DEFAULT_THRESHOLD, MAX_TOKENS, READINGS
 from vizlm.cases import LABELS, RANKINGS
 from vizlm.data import CORPORA, MAX_TEXT_FILE_BYTES, read_text_file
 from vizlm.distributed import DEVICES, session
@@ -239,6 +239,8 @@ def cmd_analyze(args) -> int:
         _dump(doc)
         return 0
     print(f"{sa.model}: perplexity {sa.perplexity:.1f} over {len(sa.targets)} predicted tokens")
+    if sa.boundaries:
+        print(f"{len(sa.boundaries) + 1} sentences; {sa.model} ({sa.context} level) {READINGS[sa.context]}")
     effects = doc["effects"]
     if effects:
         rho = effects["rank_correlation"]
