@@ -657,6 +657,8 @@ def highlighted_html(
             classes.append("vz-future")
             style += "opacity:0.45;"
             tips.append("not read yet")
+        elif i == target - 1:
+            tips.append("read just now: the attention's query")
         elif att is not None and not mask[target, slot]:
             classes.append("vz-outside")
             style += "color:#8a8a8a;"
