@@ -312,9 +312,9 @@ def cmd_positions(args) -> int:
         for c in ckpts:
             c.model.to(ctx.device)
         if args.text_file:
-            sents, _, _, _ = _sentences(args, "analyse")
+            sents, ids, _, _ = _sentences(args, "analyse")  # ids: a document model reads each block as running text
             with scoring_progress(attending, sents, "positions"):
-                stats = attention_by_position(ckpts, sents, window=args.window, effects=effects)
+                stats = attention_by_position(ckpts, sents, window=args.window, effects=effects, ids=ids)
         else:
             with scoring_progress(attending if ctx.main else [], None, "positions"):
                 stats = positions_corpus(ckpts, args.corpus, args.split, window=args.window, effects=effects, ctx=ctx)
