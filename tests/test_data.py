@@ -173,3 +173,15 @@ def test_read_text_file_survives_invalid_utf8_and_control_characters(tmp_path):
     assert len(sents) == 1 and sents[0][0] == "the"  # the BOM is not a word; the control-only line is no sentence
     assert "\ufffd\ufffd" in sents[0] and "market" in sents[0] and "fell" in sents[0]
     assert not any(NOT_IN_OUTPUT.search(w) for w in sents[0])
+
+
+@pytest.mark.parametrize("corpus,split", [("brown", "test"), ("wsj", "test"), ("sinica", "valid")])
+def test_split_texts_are_the_corpus_texts_without_token_lists(corpus, split):
+    """The per-sentence tables' ids and texts, read line by line, equal load_corpus's."""
+    from vizlm.data import load_corpus, split_texts
+
+    ids, texts, checksum = split_texts(corpus, split)
+    c = load_corpus(corpus, split)
+    assert ids == c.ids and texts == [" ".join(o) for o in c.originals] and checksum == c.checksum
+    with pytest.raises(ValueError, match="has no split"):
+        split_texts("wsj", "train")

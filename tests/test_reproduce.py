@@ -56,7 +56,8 @@ def test_the_manifest_lists_every_run_of_the_issue():
     # the three runs that waited for a feature: RM, --freeze, AMSRN without the start slot
     assert not any(run.blocked for run in runs.values())
     rm = runs["rm-doc"]
-    assert (rm.model, rm.context, rm.match, rm.options, rm.init) == ("rm", "document", "lstm", {"window": 15}, None)
+    # at its natural size, as Daniluk et al. ran it (matched, it would have 17 units)
+    assert (rm.model, rm.context, rm.match, rm.options, rm.init) == ("rm", "document", None, {"window": 15}, None)
     frozen = runs["amsrn-frozen"]
     assert frozen.freeze and frozen.init == "lstm" and frozen.control == "lstm"
     assert not any(run.freeze for name, run in runs.items() if name != "amsrn-frozen")

@@ -30,9 +30,9 @@ from vizlm.data import (
     document_sizes,
     encode_sentences,
     iter_batches,
-    load_corpus,
     plan_batches,
     split_documents,
+    split_texts,
 )
 from vizlm.distributed import SINGLE, Context, shard
 from vizlm.evaluate import read_documents, score, sentence_nll_split, split_segments
@@ -163,10 +163,10 @@ def compare_corpus(a: Checkpoint, b: Checkpoint, corpus: str, split: str, progre
     The models read the split a chunk at a time (shared across the ranks of ``ctx``); the table
     then holds every sentence's text."""
     _check_same_vocab(a, b)
-    c = load_corpus(corpus, split)
+    ids, texts, checksum = split_texts(corpus, split)
     scores = []
     for k, ckpt in enumerate((a, b)):
-        parts = {"kind": "sentence_nll", "checkpoint": checkpoint_digest(ckpt), "corpus": c.checksum}
+        parts = {"kind": "sentence_nll", "checkpoint": checkpoint_digest(ckpt), "corpus": checksum}
         if ckpt.model.config.context != "sentence":
             parts["context"] = ckpt.model.config.context
 
@@ -176,10 +176,9 @@ def compare_corpus(a: Checkpoint, b: Checkpoint, corpus: str, split: str, progre
         scores.append(cached(parts, compute, use_cache and not ctx.distributed))
         if progress:
             progress((k + 1) / 2)
-    texts = [" ".join(o) for o in c.originals]
     running = "document" in (a.model.config.context, b.model.config.context)
-    return build_comparison(a, b, scores[0]["nll"], scores[1]["nll"], scores[0]["tokens"], c.ids, texts,
-                            documents=document_sizes(c.ids) if running else None)
+    return build_comparison(a, b, scores[0]["nll"], scores[1]["nll"], scores[0]["tokens"], ids, texts,
+                            documents=document_sizes(ids) if running else None)
 
 
 # --------------------------------------------------------------------------- positions

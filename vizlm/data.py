@@ -67,11 +67,16 @@ _FILES = {"sentences": "txt", "tags": "tags", "originals": "orig", "ids": "ids"}
 
 
 def sha256_file(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    """The file's sha256, read a MiB at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(2**20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
-def load_corpus(name: str, split: str, data_dir: Path | None = None) -> Corpus:
-    """Load a processed split from ``data/`` (run ``vizlm prepare`` to regenerate)."""
+def _split_folder(name: str, split: str, data_dir: Path | None = None) -> Path:
+    """The folder of a processed split, checked: a known corpus and split, its files there."""
     if name not in CORPORA:
         raise ValueError(f"unknown corpus {name!r}; valid: {', '.join(CORPORA)}")
     if split not in CORPORA[name]:
@@ -80,11 +85,30 @@ def load_corpus(name: str, split: str, data_dir: Path | None = None) -> Corpus:
     path = folder / f"{split}.txt"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing; run `vizlm prepare --shared ../shared/data --out data/`")
+    return folder
+
+
+def load_corpus(name: str, split: str, data_dir: Path | None = None) -> Corpus:
+    """Load a processed split from ``data/`` (run ``vizlm prepare`` to regenerate)."""
+    folder = _split_folder(name, split, data_dir)
+    path = folder / f"{split}.txt"
     cols = {}
     for field, ext in _FILES.items():
         lines = (folder / f"{split}.{ext}").read_text(encoding="utf-8").splitlines()
         cols[field] = lines if field == "ids" else [line.split() for line in lines]
     return Corpus(name, split, checksum=sha256_file(path), **cols)
+
+
+def split_texts(name: str, split: str, data_dir: Path | None = None) -> tuple[list[str], list[str], str]:
+    """``(ids, texts, checksum)`` of a processed split, read a line at a time: each sentence's
+    original tokens joined by spaces, as per-sentence tables show it. Unlike
+    :func:`load_corpus` no token lists are built, so a large corpus costs its text and no more."""
+    folder = _split_folder(name, split, data_dir)
+    with open(folder / f"{split}.ids", encoding="utf-8") as fh:
+        ids = [line.rstrip("\n") for line in fh]
+    with open(folder / f"{split}.orig", encoding="utf-8") as fh:
+        texts = [" ".join(line.split()) for line in fh]
+    return ids, texts, sha256_file(folder / f"{split}.txt")
 
 
 @functools.lru_cache(maxsize=1)
