@@ -3,9 +3,10 @@
     python benchmarks/passage.py [--json] [--threads N] [--runs 30] [--checkpoint DIR DIR DIR]
 
 The passage is the long Brown example of the Explorer (``vizlm/assets/examples.json``, cut at
-:data:`vizlm.text.MAX_TOKENS` tokens). The models are the ``--checkpoint`` folders, else
-document-context LSTM, AMSRN (memory 100) and KVP (window 5) of the bundled checkpoints' sizes
-and vocabulary, untrained (the work is the same as trained weights'). Every figure is a library
+:data:`vizlm.text.MAX_TOKENS` tokens). The models are the ``--checkpoint`` folders, else the
+bundled document-context LSTM, AMSRN and KVP, and for a family not bundled so an untrained
+document-context one of its bundled checkpoint's sizes and vocabulary (AMSRN: memory 100; the
+work is the same as trained weights'). Every figure is a library
 call with no cache, as the Explorer makes it the first time it sees a text:
 
 (a) ``analyze``: probabilities, top words, attention and read effects of every word (no slot
@@ -49,15 +50,21 @@ FAMILIES = ("lstm", "amsrn", "kvp")  # the default document models: the bundled 
 
 
 def document_models() -> list[Checkpoint]:
-    """Untrained document-context versions of the bundled lstm, amsrn and kvp (same sizes, vocabulary)."""
+    """The bundled document checkpoints of lstm, amsrn and kvp, and for a family without one an
+    untrained document-context version of its bundled sentence checkpoint (same sizes, vocabulary)."""
+    bundled = [load_checkpoint(n) for n in bundled_checkpoints()]
     out = []
     for name in FAMILIES:
-        if name not in bundled_checkpoints():
+        trained = [c for c in bundled if c.name == name and c.model.config.context == "document"]
+        if trained:
+            out.append(trained[0])
+            continue
+        sentence = [c for c in bundled if c.name == name]
+        if not sentence:
             raise SystemExit(f"no bundled {name} checkpoint to take the sizes from; give --checkpoint folders")
-        ckpt = load_checkpoint(name)
-        config = {k: v for k, v in ckpt.meta["config"].items() if k not in ("context", "memory")}
-        model = build_model(ckpt.name, **config, context="document").eval()
-        out.append(Checkpoint(model, ckpt.vocab, f"{name}-doc"))
+        config = {k: v for k, v in sentence[0].meta["config"].items() if k not in ("context", "memory")}
+        model = build_model(name, **config, context="document").eval()
+        out.append(Checkpoint(model, sentence[0].vocab, name, meta={"label": f"{name}-doc (untrained)"}))
     return out
 
 
