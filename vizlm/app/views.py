@@ -20,13 +20,16 @@ from vizlm.plots import (
     legend_html,
     sentence_strip_html,
     surprisal_chart,
+    text_span,
 )
 
 
 def highlight_page(sa, target: int, threshold: float | None, top_k: int | None) -> bytes:
-    """A standalone HTML page: the highlighted sentence above the attention heat map."""
-    return chart_html(attention_heatmap(sa, threshold=threshold, top_k=top_k), title=f"vizlm: {sa.model}",
-                      body_html=highlighted_html(sa, target, threshold=threshold, top_k=top_k)).encode("utf-8")
+    """A standalone HTML page: the highlighted text above the attention heat map, as the page shows
+    them (a long passage: the sentences around the word, the heat map rows around it)."""
+    chart = attention_heatmap(sa, threshold=threshold, top_k=top_k, rows=heatmap_rows(sa, target), selected=target)
+    body = highlighted_html(sa, target, threshold=threshold, top_k=top_k, span=text_span(sa, target))
+    return chart_html(chart, title=f"vizlm: {sa.model}", body_html=body).encode("utf-8")
 
 
 MEASURE_LABELS = {"weight": "Attention weight", "effect": "Effect on P(word)"}  # the heat map's colour
@@ -125,7 +128,7 @@ def render_data(analyses: dict, target: int, threshold: float | None, top_k: int
         st.html(sentence_strip_html(sa, selected=target))
         analysis_downloads(sa, threshold, top_k, key=f"data_{name}", full=_with_effects(name, sa))
         if sa.attention is not None:
-            st.download_button("Highlighted sentence + heat map (standalone HTML)", data=lambda sa=sa: highlight_page(sa, target, threshold, top_k),
+            st.download_button("Highlighted text + heat map (standalone HTML)", data=lambda sa=sa: highlight_page(sa, target, threshold, top_k),
                                file_name=safe_filename(f"{name}-highlight-{sa.text[:20]}") + ".html", mime="text/html",
                                key=f"dl_hl_{name}", icon=":material/download:", on_click="ignore")
 
