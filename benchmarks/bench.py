@@ -115,7 +115,8 @@ def main(argv=None) -> int:
     cmp = compare_corpus(ckpts["lstm"], ckpts["amsrn"], "brown", "test", use_cache=False)
     out["compare_brown_test"] = {"seconds": time.perf_counter() - t, "sentences": cmp.summary["sentences"]}
     t = time.perf_counter()
-    attn = [c for c in (load_checkpoint(n) for n in bundled_checkpoints()) if c.has_attention]
+    attn = [c for c in (load_checkpoint(n) for n in bundled_checkpoints())  # the Brown models (not Sinica's)
+            if c.has_attention and (c.meta.get("corpus") or {}).get("name") == "brown"]
     positions_corpus(attn, "brown", "test", window=10, use_cache=False, effects=False)
     out["positions_brown_test"] = {"seconds": time.perf_counter() - t, "models": [c.label for c in attn]}
     t = time.perf_counter()
