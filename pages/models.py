@@ -26,7 +26,7 @@ if not names:
 table = models_frame({name: ck.model_meta(name) for name in names})
 fmt = {c: st.column_config.NumberColumn(c, format="%.1f") for c in ("valid ppl", "test ppl", "WSJ ppl")}
 fmt["parameters"] = st.column_config.NumberColumn("parameters", format="localized")
-fmt["test ppl vs LSTM"] = st.column_config.NumberColumn("test ppl vs LSTM", format="percent", help="negative = better than the LSTM baseline")
+fmt["test ppl vs LSTM"] = st.column_config.NumberColumn("test ppl vs LSTM", format="percent", help="negative = better than the LSTM of the same corpus and reading (blank: there is none)")
 
 per_row = 2
 group = None
@@ -70,8 +70,8 @@ for i, name in enumerate(names):
                            "(made by a first stage, as above for lstm; every command is in docs/RESULTS.md).")
 
 st.subheader("All models and the papers", anchor=False)
-st.caption("This app's checkpoints (Brown corpus, 10k-word vocabulary). The last column is the change in test perplexity "
-           "relative to the LSTM baseline — the number to hold against the papers' own.")
+st.caption("This app's checkpoints. The last column is the change in test perplexity relative to the LSTM of the same "
+           "corpus and reading (sentence or running text) — the number to hold against the papers' own.")
 st.dataframe(table, hide_index=True, column_config=fmt, width="stretch")
 ui.download_row([("CSV", lambda: export_frame(table, "csv"), "models.csv", "text/csv"),
                   ("JSON", lambda: export_frame(table, "json"), "models.json", "application/json")], "models_table")

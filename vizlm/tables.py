@@ -28,8 +28,10 @@ PAPER_RESULTS = [
 
 
 def models_frame(metas: dict[str, dict]) -> pd.DataFrame:
-    """One row per checkpoint (``name -> config.json``): family, corpus, parameters, perplexities,
-    and the change in test perplexity relative to the first LSTM among them."""
+    """One row per checkpoint (``name -> config.json``): family, corpus, reading (context),
+    parameters, perplexities, and the change in test perplexity relative to the first LSTM among
+    them of the same corpus and reading (none without one: a Chinese model against an English
+    LSTM, or running text against sentences, would compare different test sets or protocols)."""
     rows = []
     for name, meta in metas.items():
         m = meta.get("metrics", {})
@@ -37,15 +39,18 @@ def models_frame(metas: dict[str, dict]) -> pd.DataFrame:
             "model": name,
             "family": meta.get("model", "?"),
             "corpus": (meta.get("corpus") or {}).get("name", "?"),
+            "context": (meta.get("config") or {}).get("context", "sentence"),
             "parameters": meta.get("parameters"),
             "epochs": m.get("epochs_trained"),
             "valid ppl": m.get("valid_perplexity"),
             "test ppl": m.get("test_perplexity"),
             "WSJ ppl": m.get("wsj_perplexity"),
         })
-    df = pd.DataFrame(rows, columns=["model", "family", "corpus", "parameters", "epochs", "valid ppl", "test ppl", "WSJ ppl"])
-    base = df.loc[df["family"] == BASELINE_FAMILY, "test ppl"].dropna()
-    df["test ppl vs LSTM"] = df["test ppl"] / base.iloc[0] - 1 if len(base) else None
+    keys = ["corpus", "context"]
+    df = pd.DataFrame(rows, columns=["model", "family", *keys, "parameters", "epochs", "valid ppl", "test ppl", "WSJ ppl"])
+    lstms = df[(df["family"] == BASELINE_FAMILY) & df["test ppl"].notna()].drop_duplicates(keys)
+    base = df.merge(lstms[[*keys, "test ppl"]], on=keys, how="left", suffixes=("", " of the LSTM"))["test ppl of the LSTM"]
+    df["test ppl vs LSTM"] = (df["test ppl"] / base - 1).to_numpy()
     return df
 
 
