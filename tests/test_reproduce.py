@@ -224,7 +224,8 @@ def test_claims_in_the_report_and_bad_claims_refused(manifest, tmp_path):
     assert "| waits for a blocked run |" in text and "**not tested**" in text
     for old, new, message in [('against = "base"\n', "", "needs an `against`"),
                               ('kind = "better"', 'kind = "worse"', "kind one of"),
-                              ('run = "amsrn-tiny"', 'run = "nowhere"', "not in the manifest")]:
+                              ('run = "amsrn-tiny"', 'run = "nowhere"', "not in the manifest"),
+                              ('claim = "AMSRN beats the LSTM"', "", r"lacks \['claim'\]")]:
         manifest.write_text(TINY + CLAIMS.replace(old, new, 1))
         with pytest.raises(ValueError, match=message):
             reproduce.load_claims(manifest)

@@ -119,9 +119,9 @@ def load_claims(path: Path | None = None, runs: dict[str, Run] | None = None) ->
     runs = runs if runs is not None else load_manifest(path)
     claims = {}
     for name, spec in doc.get("claim", {}).items():
-        unknown = set(spec) - _CLAIM_FIELDS
-        if unknown:
-            raise ValueError(f"{path}: claim {name!r} has unknown field(s) {sorted(unknown)}")
+        unknown, absent = set(spec) - _CLAIM_FIELDS, {"paper", "claim", "kind", "run"} - set(spec)
+        if unknown or absent:
+            raise ValueError(f"{path}: claim {name!r} has unknown field(s) {sorted(unknown)}, lacks {sorted(absent)}")
         claim = Claim(name=name, **spec)
         if claim.paper not in PAPERS or claim.kind not in CLAIM_KINDS:
             raise ValueError(f"{path}: claim {name!r}: paper must be one of {', '.join(PAPERS)} and kind one of "
