@@ -223,6 +223,7 @@ def test_balanced_plan_keeps_every_stream_busy(streams, bptt, shuffle):
     assert sorted(seen) == list(range(sum(sizes)))
     cut = int(plan.starts.sum()) - sum(1 for n in sizes if n)
     assert 0 <= cut < plan.start.shape[1]  # at most one cut document per stream boundary
+    assert plan.start.shape[1] <= min(streams, len(docs))  # no more streams than documents
 
 
 @pytest.mark.parametrize("name,kw", VARIANTS)

@@ -371,7 +371,8 @@ def _grid_plan(segs: list[torch.Tensor], bptt: int) -> DocumentPlan:
 def _balanced_plan(sizes: list[int], first: list[int], order: list[int], streams: int, bptt: int) -> DocumentPlan:
     """``document_plan(balance=True)``: the segments in reading order, cut into equal runs."""
     every = _segments(sizes, first, order, bptt)  # (S, 3)
-    steps = max(1, -(-len(every) // streams))
+    # at most one stream per document: fewer documents than streams are cut no more than that
+    steps = max(1, -(-len(every) // max(1, min(streams, len(order)))))
     if not len(every):
         return _grid_plan([every], bptt)
     runs = list(every.split(steps))
