@@ -205,16 +205,14 @@ class LMOutput:
     (multiplied out when first asked for), the attention weights and per-step extras, and the
     state after the segment."""
 
-    def __init__(self, readout: Readout | torch.Tensor, attention: torch.Tensor | None = None,
-                 extras: dict[str, torch.Tensor] | None = None, state: State | None = None,
-                 hidden: torch.Tensor | None = None):
-        self.readout = readout if isinstance(readout, Readout) else None
-        self._logits = None if isinstance(readout, Readout) else readout  # (B, T, V), given or computed
+    def __init__(self, readout: Readout, attention: torch.Tensor | None = None,
+                 extras: dict[str, torch.Tensor] | None = None, state: State | None = None):
+        self.readout = readout
+        self._logits: torch.Tensor | None = None  # (B, T, V), computed on first use
         self.attention = attention  # (B, T, S) weights over memory slots, rows sum to 1; S = T from a zero
         # state, S = M + T - 1 after a State carrying M slots (module docstring)
         self.extras = extras if extras is not None else {}  # e.g. AMSRN gates (B, T, d)
         self.state = state  # after the segment, when forward() was given a state
-        self.hidden = hidden  # (B, T, d) the LSTM outputs the head read (set by forward(); effects recompute from them)
 
     @property
     def logits(self) -> torch.Tensor:
@@ -224,18 +222,12 @@ class LMOutput:
         return self._logits
 
     def nll(self, targets: torch.Tensor) -> torch.Tensor:
-        """Summed NLL of the non-padding ``targets`` (B, T), differentiable (fused when no logits are held)."""
-        if self._logits is None:
-            return self.readout.nll(targets)
-        return F.cross_entropy(self._logits.flatten(0, 1), targets.reshape(-1), ignore_index=0, reduction="sum")
+        """Summed NLL of the non-padding ``targets`` (B, T), differentiable, without the (B, T, V) logits."""
+        return self.readout.nll(targets)
 
     def token_nll(self, targets: torch.Tensor) -> torch.Tensor:
         """NLL of every target (B, T), 0 at padding (id 0); no gradient."""
-        if self._logits is None:
-            return self.readout.token_nll(targets)
-        with torch.no_grad():
-            tok = F.cross_entropy(self._logits.flatten(0, 1), targets.reshape(-1), ignore_index=0, reduction="none")
-        return tok.view(targets.shape)
+        return self.readout.token_nll(targets)
 
 
 def slot_mask(
