@@ -120,6 +120,30 @@ def test_a_cut_run_is_partial_and_resumed(manifest):
     assert base.status() == "partial"
 
 
+def test_a_run_its_cap_stopped_goes_on_when_the_cap_is_raised(manifest, capsys):
+    """The epoch cap is a bound: a run that reached it still improving is said to be capped, and
+    when the manifest raises the cap it resumes (a run early stopping ended never does)."""
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--only", "base", "--dry-run", "--threads", "1"]) == 0
+    base = reproduce.load_manifest(manifest)["base"]
+    meta = json.loads((base.folder / "config.json").read_text())
+    assert meta["train"]["epochs"] == 1 and meta["metrics"]["best_epoch"] == meta["metrics"]["epochs_trained"] == 1
+    assert base.capped() is None, "a dry run is a pipeline check, not a run its cap stopped"
+    meta["train"]["max_batches"] = None  # as if the one epoch had been a whole one
+    (base.folder / "config.json").write_text(json.dumps(meta))
+    base.epochs = 1  # the manifest's bound is the one it was trained with
+    assert base.status() == "finished" and base.capped() == 1
+    capsys.readouterr()
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--list"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("base "))
+    assert "partial" in line and "cap" not in line, "TINY's bound is 2: the capped run goes on"
+    assert "base | lstm | sentence" in (text := reproduce.report({"base": base})) and "stopped at its 1-epoch cap" in text
+    base.epochs = 2  # the manifest's bound (TINY) is higher: it goes on from its resume state
+    assert base.status() == "partial"
+    meta["metrics"]["epochs_trained"] = 3  # ...but had early stopping ended it (2 epochs without a new best)
+    (base.folder / "config.json").write_text(json.dumps(meta))
+    assert base.capped() is None and base.status() == "finished"
+
+
 def test_report_is_generated_between_markers(manifest, tmp_path):
     runs = reproduce.load_manifest(manifest)
     for name in ("base", "amsrn-tiny"):

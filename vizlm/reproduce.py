@@ -4,7 +4,9 @@ missing, and the result tables written from the checkpoints' stored metrics.
 A run is *finished* when its checkpoint holds a test perplexity (``vizlm train`` stores it
 last), *partial* when only its resume state exists (a session ended mid-training: it is
 resumed, never restarted), *missing*, or *blocked* (the manifest says why). A finished
-run is never trained again. Runs live in :func:`vizlm.paths.runs_dir` (``runs/``), except
+run is never trained again, with one exception: a run its epoch cap stopped while it was still
+improving goes on from its resume state when the manifest raises the cap (the cap is a bound,
+early stopping on valid is the rule). Runs live in :func:`vizlm.paths.runs_dir` (``runs/``), except
 those bundled in ``checkpoints/``.
 
 Each comparison is against the run's *control* (same start, same training) on the test
@@ -74,9 +76,25 @@ class Run:
             metrics = read_meta(self.folder).get("metrics", {})
         except (CheckpointError, OSError):
             metrics = {}
+        resumable = (self.folder / "resume" / "state.json").is_file()
         if "test_perplexity" in metrics:
-            return "finished"
-        return "partial" if (self.folder / "resume" / "state.json").is_file() else "missing"
+            # a run cut by its epoch cap while still improving goes on when the manifest raises the cap
+            cap = self.capped()
+            return "partial" if cap is not None and self.epochs > cap and resumable else "finished"
+        return "partial" if resumable else "missing"
+
+    def capped(self) -> int | None:
+        """The epoch cap a finished run stopped at while still improving (fewer than ``patience``
+        epochs since its best), or None when early stopping ended it (or it is not finished)."""
+        try:
+            meta = read_meta(self.folder)
+        except (CheckpointError, OSError):
+            return None
+        metrics, trained = meta.get("metrics", {}), meta.get("train", {})
+        cap, done, best = trained.get("epochs"), metrics.get("epochs_trained"), metrics.get("best_epoch")
+        if None in (cap, done, best) or "test_perplexity" not in metrics or trained.get("max_batches"):
+            return None  # not finished, or a dry run (a pipeline check, not a run)
+        return cap if done >= cap and done - best < trained.get("patience", TrainConfig.patience) else None
 
     def model_kwargs(self) -> dict:
         return {"emb_dim": self.emb_dim, "hidden_dim": self.hidden_dim, "context": self.context, **self.options}
@@ -175,7 +193,7 @@ def table(runs: dict[str, Run]) -> list[dict]:
     for run in runs.values():
         m = _metrics(run) if run.status() == "finished" else {}
         rows.append({"run": run.name, "paper": run.paper, "model": run.model, "context": run.context,
-                     "status": run.status(), "parameters": m.get("parameters"), "valid": m.get("valid_perplexity"),
+                     "status": run.status(), "capped": run.capped(), "parameters": m.get("parameters"), "valid": m.get("valid_perplexity"),
                      "test": m.get("test_perplexity"), "why": run.blocked})
     return rows
 
@@ -348,6 +366,16 @@ def decide(claim: Claim, runs: dict[str, Run]) -> dict:
     return {"verdict": ("reproduced" if ok else "not reproduced") + why, "ours": ours, "runs": used}
 
 
+def _state(run: Run) -> str:
+    """The run's status, saying why it cannot run or that its cap (not early stopping) ended it."""
+    status = run.status()
+    if run.blocked:
+        return f"{status}: {run.blocked}"
+    if status == "finished" and (cap := run.capped()) is not None:
+        return f"{status} (stopped at its {cap}-epoch cap, still improving)"
+    return status
+
+
 def _fmt(v, spec: str = ".1f") -> str:
     return "—" if v is None else format(v, spec)
 
@@ -377,7 +405,7 @@ def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None) -> str:
             c = comparison(run, runs)
             vs = "—" if c is None else (f"{c['ratio']:.3f} ({c['low']:.3f}–{c['high']:.3f}) vs {c['control']}; "
                                         + ("better" if c["high"] < 1 else "worse" if c["low"] > 1 else "no clear difference"))
-            state = run.status() + (f": {run.blocked}" if run.blocked else "")
+            state = _state(run)
             lines.append(f"| {run.name} | {run.model}{''.join(f' {k}={v}' for k, v in run.options.items())}"
                          f"{' (init frozen)' if run.freeze else ''} | "
                          f"{run.context} | {_fmt(m.get('parameters'), ',')} | {_fmt(m.get('valid_perplexity'))} | "
