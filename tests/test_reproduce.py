@@ -29,6 +29,19 @@ init = "base"
 control = "base"
 options = { selection = "shared" }
 
+[run.base-s2]
+paper = "liu-lee"
+model = "lstm"
+seed = 2
+
+[run.amsrn-tiny-s2]
+paper = "liu-lee"
+model = "amsrn"
+init = "base"
+control = "base-s2"
+seed = 2
+options = { selection = "shared" }
+
 [run.later]
 paper = "daniluk"
 model = "rm"
@@ -94,11 +107,11 @@ def manifest(tmp_path, monkeypatch):
 
 def test_reproduce_trains_what_is_missing_in_order_and_never_retrains(manifest, capsys):
     runs = reproduce.load_manifest(manifest)
-    assert [r.status() for r in runs.values()] == ["missing", "missing", "blocked"]
+    assert [r.status() for r in runs.values()] == ["missing", "missing", "missing", "missing", "blocked"]
     assert [r.name for r in reproduce.order(runs, ["amsrn-tiny"])] == ["base", "amsrn-tiny"]
     code = cli.main(["reproduce", "--manifest", str(manifest), "--only", "amsrn-tiny", "--dry-run", "--threads", "1"])
     assert code == 0
-    assert [r.status() for r in runs.values()] == ["finished", "finished", "blocked"]
+    assert [r.status() for r in runs.values()] == ["finished", "finished", "missing", "missing", "blocked"]
     meta = json.loads((runs["amsrn-tiny"].folder / "config.json").read_text())
     assert meta["init_from"]["checkpoint"] == str(runs["base"].folder)
     assert meta["train"]["command"] == "vizlm reproduce --only amsrn-tiny"
@@ -156,6 +169,16 @@ def test_report_is_generated_between_markers(manifest, tmp_path):
     row = next(line for line in first.splitlines() if line.startswith("| amsrn-tiny "))
     assert "vs base" in row and "(" in row and "finished" in row
     assert "| later | rm | sentence |" in first and "blocked: not implemented" in first
+    assert [[r.name for r in g] for g in reproduce.seed_groups(runs)] == [["base", "base-s2"], ["amsrn-tiny", "amsrn-tiny-s2"]]
+    seeds = next(line for line in first.splitlines() if line.startswith("| amsrn-tiny, amsrn-tiny-s2 "))
+    assert "| 1 of 2 |" in seeds and "better in" in seeds, "a seed without its partner: no spread yet"
+    for name in ("base-s2", "amsrn-tiny-s2"):
+        reproduce.run_one(runs[name], runs, dry_run=True)
+    reproduce.write_report(runs, results)
+    first = results.read_text()
+    seeds = next(line for line in first.splitlines() if line.startswith("| amsrn-tiny, amsrn-tiny-s2 ")).split(" | ")
+    assert seeds[1] == "2 of 2" and " ± " in seeds[3] and seeds[4].count("(") == 2 and " ± " in seeds[5], seeds
+    assert seeds[6].endswith("of 2 |")
     reproduce.write_report(runs, results)
     assert results.read_text() == first, "regenerating replaces the generated part, nothing else"
 

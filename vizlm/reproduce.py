@@ -366,6 +366,41 @@ def decide(claim: Claim, runs: dict[str, Run]) -> dict:
     return {"verdict": ("reproduced" if ok else "not reproduced") + why, "ours": ours, "runs": used}
 
 
+_NOT_SETUP = {"name", "seed", "control", "bundled", "note"}  # what may differ between seeds of one setup
+
+
+def seed_groups(runs: dict[str, Run]) -> list[list[Run]]:
+    """Runs that differ only in their seed (and so in their control's seed), two or more to a
+    group, in manifest order: the spread a single comparison cannot show."""
+    groups: dict[str, list[Run]] = {}
+    for run in runs.values():
+        if run.blocked:
+            continue
+        key = json.dumps({k: v for k, v in vars(run).items() if k not in _NOT_SETUP}, sort_keys=True)
+        groups.setdefault(key, []).append(run)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def _spread(values: list[float]) -> str:
+    import statistics
+
+    if len(values) < 2:
+        return "—"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def _seed_rows(group: list[Run], runs: dict[str, Run]) -> str:
+    done = [r for r in group if r.status() == "finished"]
+    tests = [_metrics(r)["test_perplexity"] for r in done]
+    cs = [c for r in done if (c := comparison(r, runs))]
+    ratios = ", ".join(f"{c['ratio']:.3f} ({c['low']:.3f}–{c['high']:.3f})" for c in cs) or "—"
+    better, worse = sum(c["high"] < 1 for c in cs), sum(c["low"] > 1 for c in cs)
+    agree = f"better in {better}, worse in {worse}, unclear in {len(cs) - better - worse} of {len(cs)}" if cs else "—"
+    return (f"| {', '.join(r.name for r in group)} | {len(done)} of {len(group)} | "
+            f"{', '.join(f'{t:.2f}' for t in tests) or '—'} | {_spread(tests)} | {ratios} | "
+            f"{_spread([c['ratio'] for c in cs]) if len(cs) > 1 else '—'} | {agree} |")
+
+
 def _state(run: Run) -> str:
     """The run's status, saying why it cannot run or that its cap (not early stopping) ended it."""
     status = run.status()
@@ -411,6 +446,13 @@ def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None) -> str:
                          f"{run.context} | {_fmt(m.get('parameters'), ',')} | {_fmt(m.get('valid_perplexity'))} | "
                          f"{_fmt(m.get('test_perplexity'))} | {vs} | {state} |")
         lines.append("")
+        if groups := [g for g in seed_groups(runs) if g[0].paper == paper]:
+            lines += [f"### {title}: seeds", "",
+                      "Each row: one setup trained with different seeds, each seed against its own control "
+                      "(the control's run with the same seed).", "",
+                      "| runs | finished | test per seed | test mean ± sd | vs control per seed (95% CI) | "
+                      "ratio mean ± sd | seeds |", "|---|---|---|---|---|---|---|"]
+            lines += [_seed_rows(g, runs) for g in groups] + [""]
     lines.append(REPORT_END)
     return "\n".join(lines) + "\n"
 
@@ -432,5 +474,5 @@ def as_json(runs: dict[str, Run]) -> str:
     return json.dumps(table(runs), indent=1)
 
 
-__all__ = ["MANIFEST", "Claim", "Run", "bundle", "decide", "load_claims", "load_manifest", "order", "pick", "report", "run_one",
+__all__ = ["MANIFEST", "Claim", "Run", "bundle", "decide", "load_claims", "load_manifest", "order", "pick", "report", "run_one", "seed_groups",
            "table", "versus", "write_report"]
