@@ -256,6 +256,13 @@ def test_claims_are_decided_by_the_interval(manifest, monkeypatch):
         assert reproduce.decide(claims["same"], runs)["verdict"] == equal
     decided = reproduce.decide(claims["beats"], runs)
     assert decided["runs"] == "amsrn-tiny vs base" and "+4.0%" in decided["ours"] and "95% CI +3.0% to +5.0%" in decided["ours"]
+    assert "over 2 seeds: ratio 1.040 ± 0.000, the same verdict in 2" in decided["ours"]  # amsrn-tiny-s2 vs base-s2
+    assert [(r.name, a.name) for r, a in reproduce.seed_pairs(runs["amsrn-tiny"], runs["base"], runs)] == [
+        ("amsrn-tiny", "base"), ("amsrn-tiny-s2", "base-s2")]
+    monkeypatch.setattr(reproduce, "versus", lambda run, against: {
+        "ratio": 0.96 if run.seed == 2 else 1.0, "low": 0.95 if run.seed == 2 else 0.99, "high": 0.97 if run.seed == 2 else 1.01,
+        "ppl": 1.0, "ppl_against": 1.0, "resampled": "sentences", "control": against.name})
+    assert reproduce.decide(claims["beats"], runs)["verdict"] == "not reproduced (no difference at 95%) (seeds disagree: 1 of 2)"
 
 
 def test_claims_in_the_report_and_bad_claims_refused(manifest, tmp_path):

@@ -357,13 +357,31 @@ def decide(claim: Claim, runs: dict[str, Run]) -> dict:
     c = versus(run, against)
     ours = (f"{c['ppl']:.1f} vs {c['ppl_against']:.1f}: {_pct(c['ratio'])} "
             f"(95% CI {_pct(c['low'])} to {_pct(c['high'])}, {c['resampled']} resampled)")
+    def holds(c: dict) -> bool:
+        if claim.kind == "better":
+            return c["high"] < 1
+        return 1 - claim.tolerance <= c["low"] and c["high"] <= 1 + claim.tolerance
+
+    ok = holds(c)
     if claim.kind == "better":
-        ok = c["high"] < 1
         why = "" if ok else " (no difference at 95%)" if c["low"] < 1 else " (the opposite)"
     else:
-        ok = 1 - claim.tolerance <= c["low"] and c["high"] <= 1 + claim.tolerance
         why = "" if ok else f" (the interval leaves ±{claim.tolerance:.0%})"
+    if len(pairs := seed_pairs(run, against, runs)) > 1:  # the same comparison, seed by seed
+        cs = [versus(r, a) for r, a in pairs]
+        same = sum(holds(x) == ok for x in cs)
+        ours += f"; over {len(cs)} seeds: ratio {_spread([x['ratio'] for x in cs], '.3f')}, the same verdict in {same}"
+        why += "" if same == len(cs) else f" (seeds disagree: {same} of {len(cs)})"
     return {"verdict": ("reproduced" if ok else "not reproduced") + why, "ours": ours, "runs": used}
+
+
+def seed_pairs(run: Run, against: Run, runs: dict[str, Run]) -> list[tuple[Run, Run]]:
+    """(run, against) seed by seed: finished members of their seed groups with equal seeds."""
+    def group(r: Run) -> list[Run]:
+        return next((g for g in seed_groups(runs) if r in g), [r])
+
+    return [(r, a) for r in group(run) for a in group(against)
+            if r.seed == a.seed and r.status() == "finished" and a.status() == "finished"]
 
 
 _NOT_SETUP = {"name", "seed", "control", "bundled", "note"}  # what may differ between seeds of one setup
@@ -381,12 +399,12 @@ def seed_groups(runs: dict[str, Run]) -> list[list[Run]]:
     return [g for g in groups.values() if len(g) > 1]
 
 
-def _spread(values: list[float]) -> str:
+def _spread(values: list[float], spec: str = ".2f") -> str:
     import statistics
 
     if len(values) < 2:
         return "—"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+    return f"{statistics.mean(values):{spec}} ± {statistics.stdev(values):{spec}}"
 
 
 def _seed_rows(group: list[Run], runs: dict[str, Run]) -> str:
@@ -398,7 +416,7 @@ def _seed_rows(group: list[Run], runs: dict[str, Run]) -> str:
     agree = f"better in {better}, worse in {worse}, unclear in {len(cs) - better - worse} of {len(cs)}" if cs else "—"
     return (f"| {', '.join(r.name for r in group)} | {len(done)} of {len(group)} | "
             f"{', '.join(f'{t:.2f}' for t in tests) or '—'} | {_spread(tests)} | {ratios} | "
-            f"{_spread([c['ratio'] for c in cs]) if len(cs) > 1 else '—'} | {agree} |")
+            f"{_spread([c['ratio'] for c in cs], '.3f')} | {agree} |")
 
 
 def _state(run: Run) -> str:
@@ -474,5 +492,5 @@ def as_json(runs: dict[str, Run]) -> str:
     return json.dumps(table(runs), indent=1)
 
 
-__all__ = ["MANIFEST", "Claim", "Run", "bundle", "decide", "load_claims", "load_manifest", "order", "pick", "report", "run_one", "seed_groups",
+__all__ = ["MANIFEST", "Claim", "Run", "bundle", "decide", "load_claims", "load_manifest", "order", "pick", "report", "run_one", "seed_groups", "seed_pairs",
            "table", "versus", "write_report"]
