@@ -20,6 +20,7 @@ from vizlm.tokens import open_split
 def start_slot_mass(path: str, corpus: str, split: str, every: int) -> tuple[float, int] | None:
     """(mean weight on slot 0, predicted words), None for a model without a start slot."""
     ckpt = load_checkpoint(path)
+    model = ckpt.model.eval()
     if ckpt.model.config.context != "sentence" or not getattr(ckpt.model.config, "start_slot", False):
         return None
     data, bos = open_split(corpus, split, ckpt.vocab), ckpt.vocab.stoi["<s>"]
@@ -28,7 +29,7 @@ def start_slot_mass(path: str, corpus: str, split: str, every: int) -> tuple[flo
         for chunk in data.chunks():
             part = data.read(chunk)
             for i in range(0, len(part.offsets) - 1, every):
-                attention = ckpt.model.eval()(torch.tensor([[bos] + part.sentence(i)])).attention[0]
+                attention = model(torch.tensor([[bos] + part.sentence(i)])).attention[0]
                 total += float(attention[:, 0].sum())
                 words += attention.shape[0]
     return total / words, words

@@ -118,8 +118,7 @@ def cmd_reproduce(args) -> int:
         for r in rows:
             ppl = f"test {r['test']:.2f}" if r["test"] is not None else ""
             print(f"{r['run']:<24} {r['paper']:<10} {r['model']:<10} {r['context']:<9} {r['status']:<9} {ppl}"
-                  + (f"  ({r['why']})" if r["why"] else "")
-                  + (f"  (stopped at its {r['capped']}-epoch cap, still improving)" if r["capped"] and r["status"] == "finished" else ""))
+                  + (f"  ({r['note']})" if r["note"] else ""))
         return 0
     if args.bundle:
         if args.bundle not in runs:

@@ -17,6 +17,7 @@ split: the corpus perplexity ratio with a paired bootstrap 95% interval over sen
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,27 +70,28 @@ class Run:
     def folder(self) -> Path:
         return paths.checkpoints_dir() / self.bundled if self.bundled else paths.runs_dir() / self.name
 
-    def status(self) -> str:
+    def meta(self) -> dict:
+        """The checkpoint's config.json, {} while there is none (or it cannot be read)."""
+        try:
+            return read_meta(self.folder)
+        except (CheckpointError, OSError):
+            return {}
+
+    def status(self, meta: dict | None = None) -> str:
         if self.blocked:
             return "blocked"
-        try:
-            metrics = read_meta(self.folder).get("metrics", {})
-        except (CheckpointError, OSError):
-            metrics = {}
+        meta = self.meta() if meta is None else meta
         resumable = (self.folder / "resume" / "state.json").is_file()
-        if "test_perplexity" in metrics:
+        if "test_perplexity" in meta.get("metrics", {}):
             # a run cut by its epoch cap while still improving goes on when the manifest raises the cap
-            cap = self.capped()
+            cap = self.capped(meta)
             return "partial" if cap is not None and self.epochs > cap and resumable else "finished"
         return "partial" if resumable else "missing"
 
-    def capped(self) -> int | None:
+    def capped(self, meta: dict | None = None) -> int | None:
         """The epoch cap a finished run stopped at while still improving (fewer than ``patience``
         epochs since its best), or None when early stopping ended it (or it is not finished)."""
-        try:
-            meta = read_meta(self.folder)
-        except (CheckpointError, OSError):
-            return None
+        meta = self.meta() if meta is None else meta
         metrics, trained = meta.get("metrics", {}), meta.get("train", {})
         cap, done, best = trained.get("epochs"), metrics.get("epochs_trained"), metrics.get("best_epoch")
         if None in (cap, done, best) or "test_perplexity" not in metrics or trained.get("max_batches"):
@@ -179,21 +181,21 @@ def load_manifest(path: Path | None = None) -> dict[str, Run]:
     return runs
 
 
-def _metrics(run: Run) -> dict:
-    try:
-        meta = read_meta(run.folder)
-    except (CheckpointError, OSError):
-        return {}
-    return {**meta.get("metrics", {}), "parameters": meta.get("parameters")}
+def _metrics(run: Run, meta: dict | None = None) -> dict:
+    meta = run.meta() if meta is None else meta
+    return {**meta.get("metrics", {}), "parameters": meta.get("parameters")} if meta else {}
 
 
 def table(runs: dict[str, Run]) -> list[dict]:
     """One row per run: state and stored metrics (for ``--list``)."""
     rows = []
     for run in runs.values():
-        m = _metrics(run) if run.status() == "finished" else {}
+        meta = run.meta()
+        status = run.status(meta)
+        m = _metrics(run, meta) if status == "finished" else {}
         rows.append({"run": run.name, "paper": run.paper, "model": run.model, "context": run.context,
-                     "status": run.status(), "capped": run.capped(), "parameters": m.get("parameters"), "valid": m.get("valid_perplexity"),
+                     "status": status, "capped": run.capped(meta), "note": state_note(run, status, meta),
+                     "parameters": m.get("parameters"), "valid": m.get("valid_perplexity"),
                      "test": m.get("test_perplexity"), "why": run.blocked})
     return rows
 
@@ -400,8 +402,6 @@ def seed_groups(runs: dict[str, Run]) -> list[list[Run]]:
 
 
 def _spread(values: list[float], spec: str = ".2f") -> str:
-    import statistics
-
     if len(values) < 2:
         return "—"
     return f"{statistics.mean(values):{spec}} ± {statistics.stdev(values):{spec}}"
@@ -419,14 +419,21 @@ def _seed_rows(group: list[Run], runs: dict[str, Run]) -> str:
             f"{_spread([c['ratio'] for c in cs], '.3f')} | {agree} |")
 
 
-def _state(run: Run) -> str:
-    """The run's status, saying why it cannot run or that its cap (not early stopping) ended it."""
-    status = run.status()
+def state_note(run: Run, status: str, meta: dict) -> str:
+    """What the status alone does not say: why a run cannot run, or that its cap (not early
+    stopping) ended it."""
     if run.blocked:
-        return f"{status}: {run.blocked}"
-    if status == "finished" and (cap := run.capped()) is not None:
-        return f"{status} (stopped at its {cap}-epoch cap, still improving)"
-    return status
+        return run.blocked
+    if status == "finished" and (cap := run.capped(meta)) is not None:
+        return f"stopped at its {cap}-epoch cap, still improving"
+    return ""
+
+
+def _state(run: Run) -> str:
+    meta = run.meta()
+    status = run.status(meta)
+    note = state_note(run, status, meta)
+    return f"{status}: {note}" if run.blocked else f"{status} ({note})" if note else status
 
 
 def _fmt(v, spec: str = ".1f") -> str:
@@ -466,10 +473,10 @@ def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None) -> str:
         lines.append("")
         if groups := [g for g in seed_groups(runs) if g[0].paper == paper]:
             lines += [f"### {title}: seeds", "",
-                      "Each row: one setup trained with different seeds, each seed against its own control "
-                      "(the control's run with the same seed).", "",
-                      "| runs | finished | test per seed | test mean ± sd | vs control per seed (95% CI) | "
-                      "ratio mean ± sd | seeds |", "|---|---|---|---|---|---|---|"]
+                      ("Each row: one setup trained with different seeds, each seed against its own control "
+                       "(the control's run with the same seed)."), "",
+                      ("| runs | finished | test per seed | test mean ± sd | vs control per seed (95% CI) | "
+                       "ratio mean ± sd | seeds |"), "|---|---|---|---|---|---|---|"]
             lines += [_seed_rows(g, runs) for g in groups] + [""]
     lines.append(REPORT_END)
     return "\n".join(lines) + "\n"
@@ -493,4 +500,4 @@ def as_json(runs: dict[str, Run]) -> str:
 
 
 __all__ = ["MANIFEST", "Claim", "Run", "bundle", "decide", "load_claims", "load_manifest", "order", "pick", "report", "run_one", "seed_groups", "seed_pairs",
-           "table", "versus", "write_report"]
+           "state_note", "table", "versus", "write_report"]
