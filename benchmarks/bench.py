@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from reference import reference  # noqa: E402
 
 from vizlm.analysis import analyze, slot_effect_rows  # noqa: E402
-from vizlm.checkpoint import bundled_checkpoints, load_checkpoint  # noqa: E402
+from vizlm.checkpoint import bundled_checkpoints, load_checkpoint, meta_corpus  # noqa: E402
 from vizlm.corpus import compare_corpus, positions_corpus  # noqa: E402
 from vizlm.models import build_model  # noqa: E402
 
@@ -116,7 +116,7 @@ def main(argv=None) -> int:
     out["compare_brown_test"] = {"seconds": time.perf_counter() - t, "sentences": cmp.summary["sentences"]}
     t = time.perf_counter()
     attn = [c for c in (load_checkpoint(n) for n in bundled_checkpoints())  # the Brown models (not Sinica's)
-            if c.has_attention and (c.meta.get("corpus") or {}).get("name") == "brown"]
+            if c.has_attention and meta_corpus(c.meta) == "brown"]
     positions_corpus(attn, "brown", "test", window=10, use_cache=False, effects=False)
     out["positions_brown_test"] = {"seconds": time.perf_counter() - t, "models": [c.label for c in attn]}
     t = time.perf_counter()

@@ -22,6 +22,7 @@ from vizlm.app import results
 from vizlm.app import widgets as ui
 from vizlm.app.shell import page_setup
 from vizlm.app.views import render_data, render_gates, render_heatmaps, render_surprisal
+from vizlm.checkpoint import meta_corpus
 from vizlm.corpus import compare_corpus
 from vizlm.data import CORPUS_LANGUAGE, CORPUS_TITLES, example_passages, example_sentences
 from vizlm.links import MAX_TOP_K, ExplorerState, parse_query
@@ -265,7 +266,7 @@ def explorer() -> None:
     for name, a in analyses.items():
         unknown = sum(a.unk) / max(1, len(a.unk))
         if unknown > UNKNOWN_WARNING:  # e.g. Chinese text for an English model
-            corpus = (ck.model_meta(name).get("corpus") or {}).get("name")
+            corpus = meta_corpus(ck.model_meta(name))
             trained = f" {CORPUS_LANGUAGE[corpus]}-only: it was trained on {CORPUS_TITLES[corpus]}" if corpus in CORPUS_LANGUAGE else ""
             st.warning(f"{unknown:.0%} of these words are not in {name}'s vocabulary ({name} is{trained or ' not trained on text like this'}). "
                        "It reads them as <unk>, so its attention and probabilities say little about this text.",

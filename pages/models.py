@@ -9,6 +9,7 @@ import streamlit as st
 from vizlm.app import checkpoints as ck
 from vizlm.app import widgets as ui
 from vizlm.app.shell import page_setup
+from vizlm.checkpoint import meta_corpus
 from vizlm.export import export_frame, safe_filename
 from vizlm.plots import training_curve_chart
 from vizlm.tables import models_frame, paper_frame
@@ -50,7 +51,7 @@ for i, name in enumerate(names):
                 st.metric(label, f"{v:.1f}" if isinstance(v, (int, float)) else "—", width="content",
                           help=None if v is not None else "not measured yet (training still running?)")
         config = meta.get("config", {})
-        corpus = (meta.get("corpus") or {}).get("name", "?")
+        corpus = meta_corpus(meta) or "?"
         st.caption(f"Trained on **{ui.md_escape(corpus)}** · vocabulary {meta.get('vocab_size', 0):,} words · "
                    f"{metrics.get('epochs_trained', '?')} epochs (best {metrics.get('best_epoch', '?')}) · "
                    + " · ".join(f"{ui.md_escape(k)} {ui.md_escape(v)}" for k, v in config.items() if k != "vocab_size"))

@@ -468,6 +468,16 @@ def read_meta(path: Path | str) -> dict:
     return parse_meta(_read_inside(meta, weights.parent, MAX_META_BYTES))
 
 
+def meta_corpus(meta: dict) -> str | None:
+    """The corpus a checkpoint was trained on, from its ``config.json`` (None: not recorded)."""
+    return (meta.get("corpus") or {}).get("name")
+
+
+def meta_context(meta: dict) -> str:
+    """How a checkpoint reads text, from its ``config.json`` (older ones: the config's default)."""
+    return (meta.get("config") or {}).get("context", BaseConfig.context)
+
+
 def load_checkpoint(path: Path | str) -> Checkpoint:
     """The one loader: a folder with ``model.safetensors`` + ``config.json`` (or a bundled name)."""
     weights, meta = resolve(path)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from vizlm.checkpoint import meta_context, meta_corpus
+
 BASELINE_FAMILY = "lstm"  # what every model's change in perplexity is measured against
 
 # Published test perplexities (different corpora from ours: Liu & Lee use Penn Treebank
@@ -38,8 +40,8 @@ def models_frame(metas: dict[str, dict]) -> pd.DataFrame:
         rows.append({
             "model": name,
             "family": meta.get("model", "?"),
-            "corpus": (meta.get("corpus") or {}).get("name", "?"),
-            "context": (meta.get("config") or {}).get("context", "sentence"),
+            "corpus": meta_corpus(meta) or "?",
+            "context": meta_context(meta),
             "parameters": meta.get("parameters"),
             "epochs": m.get("epochs_trained"),
             "valid ppl": m.get("valid_perplexity"),

@@ -28,6 +28,7 @@ from vizlm.checkpoint import (
     bundled_dir,
     checkpoint_from_bytes,
     load_checkpoint,
+    meta_context,
     read_meta,
 )
 from vizlm.models import ATTENTION_MODELS
@@ -168,7 +169,7 @@ def perplexity(name: str) -> tuple[str, float] | None:
 
 def context(name: str) -> str:
     """How the model reads text: ``"sentence"`` or ``"document"`` (:data:`vizlm.analysis.READINGS`)."""
-    return (model_meta(name).get("config") or {}).get("context", "sentence")
+    return meta_context(model_meta(name))
 
 
 def window(name: str) -> int | None:

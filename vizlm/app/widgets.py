@@ -16,7 +16,7 @@ from vizlm.app.checkpoints import (
     register_upload,
 )
 from vizlm.cases import LABELS
-from vizlm.checkpoint import MAX_META_BYTES
+from vizlm.checkpoint import MAX_META_BYTES, meta_corpus
 from vizlm.data import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES
 from vizlm.export import FORMATS, MIME, chart_bytes, export_analysis, export_frame, safe_filename
 from vizlm.links import ExplorerState
@@ -128,7 +128,7 @@ def corpus_splits(models: list[str] | None = None) -> dict[str, tuple[str, str]]
     """Picker label -> (corpus, split): the held-out splits of every processed corpus in the language
     the ``models`` were trained on (a model scores text of another language as one unknown word after
     another; its perplexity there means nothing)."""
-    trained = {(model_meta(m).get("corpus") or {}).get("name") for m in models or []}
+    trained = {meta_corpus(model_meta(m)) for m in models or []}
     languages = {CORPUS_LANGUAGE.get(c) for c in trained} - {None}
     out = {}
     for corpus, splits in CORPORA.items():
