@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -170,6 +171,9 @@ def test_report_is_generated_between_markers(manifest, tmp_path):
     assert "vs base" in row and "(" in row and "finished" in row
     assert "| later | rm | sentence |" in first and "blocked: not implemented" in first
     assert [[r.name for r in g] for g in reproduce.seed_groups(runs)] == [["base", "base-s2"], ["amsrn-tiny", "amsrn-tiny-s2"]]
+    alike = dict(runs, twin=dataclasses.replace(runs["base-s2"], name="twin", seed=runs["base"].seed))
+    assert [[r.name for r in g] for g in reproduce.seed_groups(alike)] == [["amsrn-tiny", "amsrn-tiny-s2"]], \
+        "two runs with one seed are not a spread over seeds"
     seeds = next(line for line in first.splitlines() if line.startswith("| amsrn-tiny, amsrn-tiny-s2 "))
     assert "| 1 of 2 |" in seeds and "better in" in seeds, "a seed without its partner: no spread yet"
     for name in ("base-s2", "amsrn-tiny-s2"):

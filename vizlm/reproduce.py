@@ -398,7 +398,9 @@ def seed_groups(runs: dict[str, Run]) -> list[list[Run]]:
             continue
         key = json.dumps({k: v for k, v in vars(run).items() if k not in _NOT_SETUP}, sort_keys=True)
         groups.setdefault(key, []).append(run)
-    return [g for g in groups.values() if len(g) > 1]
+    # runs alike in every field but sharing a seed are two setups the manifest cannot tell apart
+    # (e.g. one started from a checkpoint outside it), not seeds of one
+    return [g for g in groups.values() if len(g) > 1 and len({r.seed for r in g}) == len(g)]
 
 
 def _spread(values: list[float], spec: str = ".2f") -> str:
