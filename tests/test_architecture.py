@@ -64,3 +64,15 @@ def test_no_private_streamlit_api():
         for mod in _imports(path):
             if mod.startswith("streamlit"):
                 assert mod in ("streamlit", "streamlit.testing.v1"), f"{path.relative_to(ROOT)} imports {mod}"
+
+
+def test_the_speed_benchmark_times_every_model_family():
+    """benchmarks/train_speed.py holds every family to the anchor's speed: a new family joins it."""
+    import importlib.util
+
+    from vizlm.models import REGISTRY
+
+    spec = importlib.util.spec_from_file_location("train_speed", ROOT / "benchmarks" / "train_speed.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert set(REGISTRY) <= set(bench.FAMILIES)
