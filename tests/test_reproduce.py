@@ -269,6 +269,31 @@ def test_claims_are_decided_by_the_interval(manifest, monkeypatch):
     assert reproduce.decide(claims["beats"], runs)["verdict"] == "not reproduced (no difference at 95%) (seeds disagree: 1 of 2)"
 
 
+def test_a_mass_claim_reads_the_average_weight_by_position(manifest, monkeypatch):
+    """A "mass" claim sums the mean weight of the most recent positions (their Fig. 3) over the
+    run's window and holds it against the share the claim names."""
+    import types
+
+    import pandas as pd
+
+    manifest.write_text(TINY + '\n[run.kvp-tiny]\npaper = "daniluk"\nmodel = "kvp"\ncontext = "document"\n'
+                        'options = { window = 3 }\n\n[claim.recent]\npaper = "daniluk"\nclaim = "recent"\n'
+                        'paper_says = "Fig. 3"\nkind = "mass"\nrun = "kvp-tiny"\npositions = 2\nshare = 0.75\n')
+    runs = reproduce.load_manifest(manifest)
+    claim = reproduce.load_claims(manifest, runs)["recent"]
+    assert reproduce.decide(claim, runs)["verdict"] == "not tested"
+    reproduce.run_one(runs["kvp-tiny"], runs, dry_run=True)
+    means = {}
+    monkeypatch.setattr(reproduce, "positions_corpus", lambda ckpts, corpus, split, window: types.SimpleNamespace(
+        frame=pd.DataFrame({"offset": [3, 1, 2], "mean": [means[3], means[1], means[2]]})))
+    means.update({1: 0.5, 2: 0.3, 3: 0.2})
+    decided = reproduce.decide(claim, runs)
+    assert decided["verdict"] == "reproduced" and decided["runs"] == "kvp-tiny"
+    assert decided["ours"] == "80% of the weight on the 2 most recent of 3 positions (equal weights: 67%)"
+    means.update({1: 0.4, 2: 0.3, 3: 0.3})
+    assert reproduce.decide(claim, runs)["verdict"] == "not reproduced"
+
+
 def test_claims_in_the_report_and_bad_claims_refused(manifest, tmp_path):
     manifest.write_text(TINY + CLAIMS)
     runs = reproduce.load_manifest(manifest)

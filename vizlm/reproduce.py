@@ -355,7 +355,8 @@ def decide(claim: Claim, runs: dict[str, Run]) -> dict:
         frame = positions_corpus([ckpt], run.corpus, "test", window=window).frame
         share = float(frame.sort_values("offset")["mean"].iloc[: claim.positions].sum())
         return {"verdict": "reproduced" if share >= claim.share else "not reproduced", "runs": used,
-                "ours": f"{share:.0%} of the weight on the {claim.positions} most recent of {window} positions"}
+                "ours": f"{share:.0%} of the weight on the {claim.positions} most recent of {window} positions "
+                        f"(equal weights: {claim.positions / window:.0%})"}
     c = versus(run, against)
     ours = (f"{c['ppl']:.1f} vs {c['ppl_against']:.1f}: {_pct(c['ratio'])} "
             f"(95% CI {_pct(c['low'])} to {_pct(c['high'])}, {c['resampled']} resampled)")
