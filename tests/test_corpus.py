@@ -74,12 +74,13 @@ def test_positions_match_brute_force(sentences):
     assert stats.skipped == ["lstm"]
     for ckpt in ckpts[:2]:
         per_offset = {d: [] for d in range(1, 5)}
-        entropies, beyond = [], []
+        entropies, beyond, peaks = [], [], []
         for s in sentences:
             att = analyze_tokens(ckpt, s).attention  # (T, S)
             for r in range(att.shape[0]):
                 row = att[r, : r + 1]
                 entropies.append(-sum(p * math.log(p) for p in row if p > 0))
+                peaks.append(max(row))
                 inside = 0.0
                 for d in range(1, 5):
                     if r + 1 - d >= 0:
@@ -93,6 +94,8 @@ def test_positions_match_brute_force(sentences):
             assert frame.loc[d, "lo"] <= frame.loc[d, "mean"] <= frame.loc[d, "hi"]
         assert math.isclose(stats.entropy[ckpt.name], np.mean(entropies), rel_tol=1e-6)
         assert math.isclose(stats.beyond[ckpt.name], np.mean(beyond), rel_tol=1e-6, abs_tol=1e-9)
+        assert math.isclose(stats.peak[ckpt.name], np.mean(peaks), rel_tol=1e-6)
+        assert 1 / 4 < stats.peak[ckpt.name] < 1  # rows of up to 4 slots (kvp) or more
     kvp = stats.frame[stats.frame.model == "kvp"].set_index("offset")
     assert kvp.loc[4, "mean"] == 0  # outside the window of 3
 

@@ -285,11 +285,13 @@ def test_a_mass_claim_reads_the_average_weight_by_position(manifest, monkeypatch
     reproduce.run_one(runs["kvp-tiny"], runs, dry_run=True)
     means = {}
     monkeypatch.setattr(reproduce, "positions_corpus", lambda ckpts, corpus, split, window: types.SimpleNamespace(
-        frame=pd.DataFrame({"offset": [3, 1, 2], "mean": [means[3], means[1], means[2]]})))
+        frame=pd.DataFrame({"offset": [3, 1, 2], "mean": [means[3], means[1], means[2]]}),
+        peak={ckpts[0].label: 0.61}, entropy={ckpts[0].label: 0.85}))
     means.update({1: 0.5, 2: 0.3, 3: 0.2})
     decided = reproduce.decide(claim, runs)
     assert decided["verdict"] == "reproduced" and decided["runs"] == "kvp-tiny"
-    assert decided["ours"] == "80% of the weight on the 2 most recent of 3 positions (equal weights: 67%)"
+    assert decided["ours"] == ("80% of the weight on the 2 most recent of 3 positions (equal weights: 67%); a row's "
+                               "largest weight 0.61 on average (equal weights: 0.33), its entropy 0.85 nats (1.10)")
     means.update({1: 0.4, 2: 0.3, 3: 0.3})
     assert reproduce.decide(claim, runs)["verdict"] == "not reproduced"
 
@@ -347,22 +349,3 @@ def test_bundle_stores_half_precision_when_it_is_harmless(manifest, tmp_path, mo
     assert again["base"].bundled == "tiny-lstm" and again["base"].folder == dest and again["base"].status() == "finished"
     assert cli.main(["reproduce", "--manifest", str(manifest), "--bundle", "base"]) == 2  # already bundled
     assert "already bundled" in capsys.readouterr().err
-
-
-def test_attention_sharpness_script_reads_running_text():
-    """scripts/attention_sharpness.py (numbers in docs/RESULTS.md): a row's largest weight lies
-    between a uniform row's and 1, its entropy between 0 and a uniform row's; no window, no answer."""
-    import importlib.util
-    import math
-
-    from vizlm.checkpoint import bundled_checkpoints, bundled_dir
-
-    if not {"kvp-doc", "lstm-doc"} <= set(bundled_checkpoints()):
-        pytest.skip("needs the bundled kvp-doc and lstm-doc")
-    spec = importlib.util.spec_from_file_location("sharpness", ROOT / "scripts" / "attention_sharpness.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    s = script.sharpness(str(bundled_dir() / "kvp-doc"), "brown", "test", every=40)
-    assert s["window"] == 5 and s["rows"] > 1000
-    assert 1 / 5 < s["max"] < 1 and 0 < s["entropy"] < math.log(5)
-    assert script.sharpness(str(bundled_dir() / "lstm-doc"), "brown", "test", every=40) is None

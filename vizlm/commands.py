@@ -335,6 +335,10 @@ def cmd_positions(args) -> int:
         return 0
     columns = [c for c in stats.frame.columns if effects or not c.startswith("effect")]
     print(stats.frame[columns].to_string(index=False))
+    print()
+    for name, entropy in stats.entropy.items():
+        print(f"{name}: mean attention entropy {entropy:.3f} nats, mean largest weight of a row {stats.peak[name]:.3f}, "
+              f"{max(0.0, stats.beyond[name]):.1%} of the weight beyond offset {args.window}")
     if stats.effects:
         print("\neffect: mean slot effect in bits (log2 P(word) minus the same with that slot dropped)")
         for name, e in stats.effects.items():

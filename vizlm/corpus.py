@@ -42,7 +42,7 @@ from vizlm.tokens import TokenSplit, open_split
 
 Progress = Callable[[float], None] | None
 LN2 = math.log(2)
-POSITIONS_VERSION = 2  # in the cache key: 2 added the effects
+POSITIONS_VERSION = 3  # in the cache key: 2 added the effects, 3 the mean largest weight of a row
 POSITION_COLUMNS = ["model", "offset", "mean", "lo", "hi", "count", "effect", "effect_lo", "effect_hi"]
 DOC_STREAMS, DOC_SEGMENT = 64, 50  # how a document model reads text for the statistics (as vizlm.evaluate scores it)
 
@@ -190,18 +190,14 @@ class PositionStats:
     frame: pd.DataFrame  # POSITION_COLUMNS: model, offset, mean, lo, hi, count, effect, effect_lo, effect_hi
     entropy: dict[str, float]  # mean attention entropy (nats) per model
     beyond: dict[str, float]  # mean weight on slots more than L back
+    peak: dict[str, float]  # mean largest weight of a row: how selective the rows are
     skipped: list[str] = field(default_factory=list)  # models without attention
     # per model: tokens, mean_read_bits, mean_abs_read_bits, share_over_1_bit (|read effect| > 1 bit)
     effects: dict[str, dict] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"positions": self.frame.to_dict("records"), "entropy": self.entropy, "beyond_window": self.beyond,
-                "skipped": self.skipped, "effects": self.effects}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "PositionStats":
-        frame = pd.DataFrame(d["positions"], columns=POSITION_COLUMNS)
-        return cls(frame, d["entropy"], d["beyond_window"], d["skipped"], d.get("effects", {}))
+                "largest_weight": self.peak, "skipped": self.skipped, "effects": self.effects}
 
 
 def offset_slots(T: int, window: int, carried: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -215,12 +211,13 @@ def offset_slots(T: int, window: int, carried: int = 1) -> tuple[torch.Tensor, t
 
 # The sums of one model's position statistics, in one float64 array that adds up over chunks and
 # ranks: total, total of squares and count of the weight at offsets 1..L; total and total of squares
-# of the slot effect (bits); entropy, beyond-window weight, rows; read-effect sum, |sum|, > 1 bit.
+# of the slot effect (bits); entropy, beyond-window weight, rows; read-effect sum, |sum|, > 1 bit;
+# largest weight of a row.
 def _layout(window: int) -> dict[str, slice]:
     L = window
     names = ["total", "total_sq", "count", "eff", "eff_sq"]
     out = {n: slice(k * L, (k + 1) * L) for k, n in enumerate(names)}
-    for k, n in enumerate(["ent", "beyond", "rows", "read_sum", "read_abs", "read_big"]):
+    for k, n in enumerate(["ent", "beyond", "rows", "read_sum", "read_abs", "read_big", "peak"]):
         out[n] = slice(5 * L + k, 5 * L + k + 1)
     return out
 
@@ -234,7 +231,7 @@ def _position_sums(ckpt: Checkpoint, reads, window: int, tick, effects: bool = T
     exists where the slot is a real position (not before the text, not padding of a carried memory)."""
     model = ckpt.model
     at = _layout(window)
-    sums = np.zeros(5 * window + 6, dtype=np.float64)
+    sums = np.zeros(at["peak"].stop, dtype=np.float64)
     for out, targets, state in reads:
         if out.attention is None:
             return None
@@ -269,6 +266,7 @@ def _position_sums(ckpt: Checkpoint, reads, window: int, tick, effects: bool = T
         sums[at["ent"]] += float((attention_entropy(att, allowed) * real).sum())
         sums[at["beyond"]] += float(((1 - (w * m).sum(-1)) * real).sum())
         sums[at["rows"]] += float(real.sum())
+        sums[at["peak"]] += float((att.max(-1).values * real).sum())
         tick()
     return sums
 
@@ -304,7 +302,8 @@ def _position_stats(sums: np.ndarray, window: int, effects: bool = True) -> dict
     res = {
         "offset": list(range(1, window + 1)), "mean": mean.tolist(), "lo": lo.tolist(),
         "hi": hi.tolist(), "count": count.long().tolist(),
-        "entropy": float(sums[at["ent"]][0]) / max(rows, 1), "beyond": float(sums[at["beyond"]][0]) / max(rows, 1),
+        **{name: float(sums[at[key]][0]) / max(rows, 1)
+           for name, key in (("entropy", "ent"), ("beyond", "beyond"), ("peak", "peak"))},
     }
     if effects:
         e_mean, e_lo, e_hi = band(at["eff"], at["eff_sq"])
@@ -356,18 +355,18 @@ def _progress(total: int, progress: Progress):
 
 def _collect(results: list[tuple[Checkpoint, dict]], window: int) -> PositionStats:
     """:class:`PositionStats` of every model's :func:`_position_stats` ({} for a model without attention)."""
-    frames, entropy, beyond, skipped, read = [], {}, {}, [], {}
+    frames, entropy, beyond, peak, skipped, read = [], {}, {}, {}, [], {}
     for ckpt, res in results:
         if not res:
             skipped.append(ckpt.label)
             continue
         nan = [math.nan] * window
         frames.append(pd.DataFrame({"model": ckpt.label, **{k: res.get(k, nan) for k in POSITION_COLUMNS[1:]}}))
-        entropy[ckpt.label], beyond[ckpt.label] = res["entropy"], res["beyond"]
+        entropy[ckpt.label], beyond[ckpt.label], peak[ckpt.label] = res["entropy"], res["beyond"], res["peak"]
         if "read" in res:
             read[ckpt.label] = res["read"]
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=POSITION_COLUMNS)
-    return PositionStats(frame, entropy, beyond, skipped, read)
+    return PositionStats(frame, entropy, beyond, peak, skipped, read)
 
 
 def attention_by_position(ckpts: list[Checkpoint], sentences: list[list[str]], window: int = 10,

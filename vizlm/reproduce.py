@@ -17,6 +17,7 @@ split: the corpus perplexity ratio with a paired bootstrap 95% interval over sen
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -352,11 +353,14 @@ def decide(claim: Claim, runs: dict[str, Run]) -> dict:
     if claim.kind == "mass":
         ckpt = load_checkpoint(run.folder)
         window = getattr(ckpt.model.config, "window", None) or 10
-        frame = positions_corpus([ckpt], run.corpus, "test", window=window).frame
-        share = float(frame.sort_values("offset")["mean"].iloc[: claim.positions].sum())
+        stats = positions_corpus([ckpt], run.corpus, "test", window=window)
+        share = float(stats.frame.sort_values("offset")["mean"].iloc[: claim.positions].sum())
+        # a flat average by position comes from flat rows or from sharp rows that pick different positions
         return {"verdict": "reproduced" if share >= claim.share else "not reproduced", "runs": used,
                 "ours": f"{share:.0%} of the weight on the {claim.positions} most recent of {window} positions "
-                        f"(equal weights: {claim.positions / window:.0%})"}
+                        f"(equal weights: {claim.positions / window:.0%}); a row's largest weight "
+                        f"{stats.peak[ckpt.label]:.2f} on average (equal weights: {1 / window:.2f}), its entropy "
+                        f"{stats.entropy[ckpt.label]:.2f} nats ({math.log(window):.2f})"}
     c = versus(run, against)
     ours = (f"{c['ppl']:.1f} vs {c['ppl_against']:.1f}: {_pct(c['ratio'])} "
             f"(95% CI {_pct(c['low'])} to {_pct(c['high'])}, {c['resampled']} resampled)")

@@ -143,14 +143,15 @@ def render_position_stats(stats, chart_fn, stem: str, key: str) -> None:
         return
     cols = st.columns(min(4, max(1, len(stats.entropy))))
     for i, (name, value) in enumerate(stats.entropy.items()):
-        beyond = stats.beyond.get(name)
-        beyond = None if beyond is None else max(0.0, beyond)  # float noise must not print as "-0%"
+        beyond = max(0.0, stats.beyond[name])  # float noise must not print as "-0%"
         cols[i % len(cols)].metric(
             f"{name}: attention entropy", f"{value:.2f} nats",
-            delta=f"{beyond:.0%} of the weight beyond the window" if beyond is not None else None, delta_color="off",
+            delta=f"largest weight {stats.peak[name]:.2f} a row · {beyond:.0%} beyond the window", delta_color="off",
             delta_arrow="off",
             help="Mean entropy of the attention rows: 0 = all weight on one slot, log(n) = spread evenly over n slots. "
-                 "Below: the weight that falls further back than the window shown.")
+                 "Below: the mean largest weight of a row (1/n for weights spread evenly over n slots; a flat average "
+                 "by position with a large value here means sharp rows that pick different positions), and the weight "
+                 "that falls further back than the window shown.")
     for i, (name, e) in enumerate(stats.effects.items()):
         cols[i % len(cols)].metric(
             f"{name}: words the attention moves by > 1 bit", f"{e['share_over_1_bit']:.1%}",
