@@ -38,10 +38,11 @@ with st.sidebar:
     if len(names) < 2:
         st.error("Two checkpoints are needed to compare.", icon=":material/error:")
         st.stop()
-    ui.keep_choice("cmp_a", names, ck.baseline_model(names) or names[0])
+    preferred = ck.preferred_model(names)
+    ui.keep_choice("cmp_a", names, ck.baseline_model(names, preferred) or next(n for n in names if n != preferred))
     a = st.selectbox("Baseline (A)", names, key="cmp_a", format_func=ck.model_label)
     rest = [n for n in names if n != a]
-    ui.keep_choice("cmp_b", rest, ck.preferred_model(rest))
+    ui.keep_choice("cmp_b", rest, preferred if preferred in rest else ck.preferred_model(rest))
     b = st.selectbox("Compared model (B)", rest, key="cmp_b", format_func=ck.model_label)
     label, corpus, split = ui.corpus_picker("cmp_corpus", [a, b])
     limit = ui.sample_picker("cmp_sample")

@@ -37,8 +37,7 @@ DEFAULT_TEXT = "The dogs in the park are barking because they saw a cat , so the
 
 def _defaults(names: list[str]) -> tuple[str, str | None]:
     model = ck.preferred_model(names)
-    compare = ck.baseline_model(names)
-    return model, compare if compare != model else None
+    return model, ck.baseline_model(names, model)
 
 
 def _seed_from_url(names: list[str]) -> None:
@@ -209,7 +208,8 @@ def explorer() -> None:
         if st.session_state.get("compare") not in others:
             st.session_state["compare"] = ""
         compare = st.selectbox("Compare with", others, key="compare", format_func=ck.model_label,
-                               help="A second model shown side by side, e.g. the LSTM baseline.")
+                               help="A second model shown side by side. It opens with the control the model's run was "
+                                    "measured against (the same training without attention, see Models), else the LSTM.")
     with st.sidebar:
         st.header("Highlight", anchor=False)
         mode = st.segmented_control("Mode", ["Threshold", "Top-k"], key="mode", required=True,

@@ -233,6 +233,23 @@ def test_script_payload_is_escaped(model, payload):
     assert "&lt;" in body
 
 
+def test_a_model_opens_beside_the_control_of_its_run():
+    """Without a link, the Explorer and Compare open the preferred model beside the control its run
+    was measured against in experiments.toml (AMSRN: the LSTM continued for as many epochs), not
+    beside an LSTM trained differently; a model without a bundled control falls back to the LSTM."""
+    from vizlm.app import checkpoints as ck
+
+    at = explorer(text="the end .")
+    no_exception(at)
+    assert (at.selectbox(key="model").value, at.selectbox(key="compare").value) == ("amsrn", "lstm-continued")
+    at = page("compare.py", cmp_sample=SMALL)
+    no_exception(at)
+    assert (at.selectbox(key="cmp_a").value, at.selectbox(key="cmp_b").value) == ("lstm-continued", "amsrn")
+    names = ck.model_names()
+    assert ck.baseline_model(names, "kvp-doc") == "lstm-doc" and ck.baseline_model(names, TINY) == "lstm"
+    assert ck.baseline_model(names, "lstm") is None and ck.baseline_model(["amsrn"], "amsrn") is None
+
+
 def test_malformed_link_falls_back_with_notes():
     at = explorer(model="nonexistent", compare="nope", threshold="abc", target="x", text="the end .")
     no_exception(at)

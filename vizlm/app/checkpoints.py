@@ -63,18 +63,20 @@ OTHER_GROUP = "Other checkpoints"
 
 
 @st.cache_data(show_spinner=False, ttl=60)
-def _bundled_groups() -> dict[str, str]:
-    """Checkpoint folder -> the paper and protocol of its run in ``experiments.toml`` (if any)."""
+def _bundled_runs() -> dict[str, tuple[str, str | None]]:
+    """Checkpoint folder -> the paper and protocol of its run in ``experiments.toml`` and the
+    folder of the run's control where that is bundled too (if any)."""
     try:
         runs = load_manifest()
     except (OSError, ValueError):
         return {}
-    return {r.bundled: PAPERS[r.paper] for r in runs.values() if r.bundled}
+    return {r.bundled: (PAPERS[r.paper], runs[r.control].bundled if r.control else None)
+            for r in runs.values() if r.bundled}
 
 
 def model_group(name: str) -> str:
     """The paper and protocol a checkpoint reproduces, for grouping lists (uploads: other)."""
-    return _bundled_groups().get(name, OTHER_GROUP)
+    return _bundled_runs().get(name, (OTHER_GROUP, None))[0]
 
 
 def model_names() -> list[str]:
@@ -89,9 +91,11 @@ def preferred_model(names: list[str]) -> str:
     return next((n for n in PREFERRED if n in names), next((n for n in names if has_attention(n)), names[0]))
 
 
-def baseline_model(names: list[str]) -> str | None:
-    """The LSTM baseline to compare against, if there is one."""
-    return BASELINE_FAMILY if BASELINE_FAMILY in names else None
+def baseline_model(names: list[str], model: str | None = None) -> str | None:
+    """What to compare ``model`` with: the control its run was measured against (the same start and
+    training without attention, e.g. ``lstm-doc`` for ``kvp-doc``), else the LSTM baseline, if there is one."""
+    control = _bundled_runs().get(model, (None, None))[1]
+    return next((n for n in (control, BASELINE_FAMILY) if n in names and n != model), None)
 
 
 def missing_run_folders(command: str) -> list[str]:
