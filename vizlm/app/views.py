@@ -146,12 +146,12 @@ def render_position_stats(stats, chart_fn, stem: str, key: str) -> None:
         beyond = max(0.0, stats.beyond[name])  # float noise must not print as "-0%"
         cols[i % len(cols)].metric(
             f"{name}: attention entropy", f"{value:.2f} nats",
-            delta=f"largest weight {stats.peak[name]:.2f} a row · {beyond:.0%} beyond the window", delta_color="off",
+            delta=f"largest {stats.peak[name]:.2f} · {beyond:.0%} beyond", delta_color="off",
             delta_arrow="off",
             help="Mean entropy of the attention rows: 0 = all weight on one slot, log(n) = spread evenly over n slots. "
                  "Below: the mean largest weight of a row (1/n for weights spread evenly over n slots; a flat average "
-                 "by position with a large value here means sharp rows that pick different positions), and the weight "
-                 "that falls further back than the window shown.")
+                 "by position with a large value here means sharp rows that pick different positions), and the share "
+                 "of the weight that falls further back than the window shown.")
     for i, (name, e) in enumerate(stats.effects.items()):
         cols[i % len(cols)].metric(
             f"{name}: words the attention moves by > 1 bit", f"{e['share_over_1_bit']:.1%}",
@@ -162,14 +162,15 @@ def render_position_stats(stats, chart_fn, stem: str, key: str) -> None:
     st.html(legend_html(list(dict.fromkeys(stats.frame["model"].astype(str)))))
     effects = bool(stats.effects) and stats.frame["effect"].notna().any()
     left, right = st.columns(2, gap="large") if effects else (st.container(), None)
+    width = "stretch" if right is not None else "content"  # half a page: fit the column, axes included
     with left:
         chart = chart_fn(stats.frame)
-        show_chart(chart)
+        show_chart(chart, width)
         chart_downloads(chart, stem, key, stats.frame)
     if right is not None:
         with right:
             chart = chart_fn(stats.frame, measure="effect")
-            show_chart(chart)
+            show_chart(chart, width)
             chart_downloads(chart, stem + "-effect", key + "_effect", stats.frame)
         st.caption("Right: the mean effect of the slot at each position, in bits — how much log₂ P(word) drops when that "
                    "slot is dropped from the memory (the other weights renormalised). A position can carry much weight "
