@@ -284,7 +284,7 @@ def test_a_mass_claim_reads_the_average_weight_by_position(manifest, monkeypatch
     assert reproduce.decide(claim, runs)["verdict"] == "not tested"
     reproduce.run_one(runs["kvp-tiny"], runs, dry_run=True)
     means = {}
-    monkeypatch.setattr(reproduce, "positions_corpus", lambda ckpts, corpus, split, window: types.SimpleNamespace(
+    monkeypatch.setattr(reproduce, "positions_corpus", lambda ckpts, corpus, split, window, effects: types.SimpleNamespace(
         frame=pd.DataFrame({"offset": [3, 1, 2], "mean": [means[3], means[1], means[2]]}),
         peak={ckpts[0].label: 0.61}, entropy={ckpts[0].label: 0.85}))
     means.update({1: 0.5, 2: 0.3, 3: 0.2})

@@ -353,7 +353,7 @@ def decide(claim: Claim, runs: dict[str, Run]) -> dict:
     if claim.kind == "mass":
         ckpt = load_checkpoint(run.folder)
         window = getattr(ckpt.model.config, "window", None) or 10
-        stats = positions_corpus([ckpt], run.corpus, "test", window=window)
+        stats = positions_corpus([ckpt], run.corpus, "test", window=window, effects=False)  # weights only
         share = float(stats.frame.sort_values("offset")["mean"].iloc[: claim.positions].sum())
         # a flat average by position comes from flat rows or from sharp rows that pick different positions
         return {"verdict": "reproduced" if share >= claim.share else "not reproduced", "runs": used,
