@@ -296,6 +296,34 @@ def test_a_mass_claim_reads_the_average_weight_by_position(manifest, monkeypatch
     assert reproduce.decide(claim, runs)["verdict"] == "not reproduced"
 
 
+SWEEP = "".join(f"""
+[run.kv-w{w}{tag}]
+paper = "daniluk"
+model = "kv"
+context = "document"
+seed = {seed}
+options = {{ window = {w} }}
+""" for w, tag, seed in [(1, "", 1234), (5, "", 1234), (10, "", 1234), (5, "-s2", 2)])
+
+
+def test_a_sweep_is_a_table_row_with_its_best_on_valid_in_bold(manifest, monkeypatch):
+    """Runs that differ only in a swept option (the window here) make one row of their paper's
+    sweep table (their Fig. 2a); another seed is another setup, and a run alone is no sweep."""
+    manifest.write_text(TINY + SWEEP)
+    runs = reproduce.load_manifest(manifest)
+    assert [(key, [r.name for r in g]) for key, g in reproduce.sweeps(runs)] == [("window", ["kv-w1", "kv-w5", "kv-w10"])]
+    done = {"kv-w1": (131.0, 129.5), "kv-w5": (127.25, 126.0)}  # (valid, test); kv-w10 is not finished
+    monkeypatch.setattr(reproduce.Run, "status", lambda self, meta=None: "finished" if self.name in done else "partial")
+    monkeypatch.setattr(reproduce, "_metrics", lambda run, meta=None: dict(zip(("valid_perplexity", "test_perplexity"), done[run.name])))
+    monkeypatch.setattr(reproduce, "comparison", lambda run, runs: None)
+    text = reproduce.report({k: v for k, v in runs.items() if k.startswith("kv-")})
+    assert "### Daniluk et al.: running text within documents, from scratch, equal parameter counts: sweeps" in text
+    assert "| model | window = 1 | window = 5 | window = 10 |" in text
+    assert "| kv | 129.50 (131.00) | **126.00 (127.25)** | partial |" in text
+    done["kv-w1"] = (127.0, 127.5)  # the best on valid, not on test, is bold
+    assert "| kv | **127.50 (127.00)** | 126.00 (127.25) | partial |" in reproduce.report(runs)
+
+
 def test_claims_in_the_report_and_bad_claims_refused(manifest, tmp_path):
     manifest.write_text(TINY + CLAIMS)
     runs = reproduce.load_manifest(manifest)

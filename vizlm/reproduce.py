@@ -408,6 +408,44 @@ def seed_groups(runs: dict[str, Run]) -> list[list[Run]]:
     return [g for g in groups.values() if len(g) > 1 and len({r.seed for r in g}) == len(g)]
 
 
+SWEPT = ("window", "n", "entropy_weight")  # options the papers sweep (Daniluk et al., Fig. 2a / 2b; Liu & Lee's lambda)
+
+
+def sweeps(runs: dict[str, Run]) -> list[tuple[str, list[Run]]]:
+    """(option, runs) for runs that differ only in one swept option (name, control, bundled copy
+    and note aside), two or more to a sweep, in manifest order: a paper's figure as a table row.
+    Seeds are kept apart (a seed is another sweep)."""
+    found: dict[tuple[str, str], list[Run]] = {}
+    for key in SWEPT:
+        for run in runs.values():
+            if run.blocked or key not in run.options:
+                continue
+            setup = {k: v for k, v in vars(run).items() if k not in _NOT_SETUP - {"seed"}}
+            setup["options"] = {k: v for k, v in run.options.items() if k != key}
+            found.setdefault((key, json.dumps(setup, sort_keys=True)), []).append(run)
+    return [(key, g) for (key, _), g in found.items() if len(g) > 1]
+
+
+def _sweep_table(key: str, sweeps_: list[list[Run]]) -> list[str]:
+    values = sorted({r.options[key] for g in sweeps_ for r in g})
+    lines = [f"| model | {' | '.join(f'{key} = {v}' for v in values)} |", "|---|" + "---:|" * len(values)]
+    for group in sweeps_:
+        done = {r.options[key]: _metrics(r) for r in group if r.status() == "finished"}
+        best = min(done, key=lambda v: done[v]["valid_perplexity"]) if done else None
+        cells = []
+        for v in values:
+            run = next((r for r in group if r.options[key] == v), None)
+            if v in done:
+                m = done[v]
+                cell = f"{m['test_perplexity']:.2f} ({m['valid_perplexity']:.2f})"
+                cells.append(f"**{cell}**" if v == best else cell)
+            else:
+                cells.append(run.status() if run else "")
+        label = group[0].model + "".join(f" {k}={v}" for k, v in group[0].options.items() if k != key)
+        lines.append(f"| {label} | {' | '.join(cells)} |")
+    return lines
+
+
 def _spread(values: list[float], spec: str = ".2f") -> str:
     if len(values) < 2:
         return "—"
@@ -478,6 +516,12 @@ def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None) -> str:
                          f"{run.context} | {_fmt(m.get('parameters'), ',')} | {_fmt(m.get('valid_perplexity'))} | "
                          f"{_fmt(m.get('test_perplexity'))} | {vs} | {state} |")
         lines.append("")
+        if swept := [(k, g) for k, g in sweeps(runs) if g[0].paper == paper]:
+            lines += [f"### {title}: sweeps", "",
+                      ("Test perplexity (valid in brackets) of one setup at each value of the swept option; "
+                       "bold: the best on valid, the one a claim about the model's best setting uses."), ""]
+            for key in dict.fromkeys(k for k, _ in swept):
+                lines += _sweep_table(key, [g for k, g in swept if k == key]) + [""]
         if groups := [g for g in seed_groups(runs) if g[0].paper == paper]:
             lines += [f"### {title}: seeds", "",
                       ("Each row: one setup trained with different seeds, each seed against its own control "
@@ -507,4 +551,4 @@ def as_json(runs: dict[str, Run]) -> str:
 
 
 __all__ = ["MANIFEST", "Claim", "Run", "bundle", "decide", "load_claims", "load_manifest", "order", "pick", "report", "run_one", "seed_groups", "seed_pairs",
-           "state_note", "table", "versus", "write_report"]
+           "state_note", "sweeps", "table", "versus", "write_report"]
