@@ -2,8 +2,9 @@
 
 Daniluk et al. (2017, Fig. 3) average the attention weight at each relative position
 over a whole test set and find it concentrated on the last few words. This page draws
-that plot for every attention model at once (confidence bands, mean entropy), plus the
-same view for a single sentence. Thin page: inputs -> :mod:`vizlm.corpus` -> render.
+that plot for the attention models (at first those reading running text, as theirs did),
+with confidence bands and mean entropy, plus the same view for a single sentence. Thin page:
+inputs -> :mod:`vizlm.corpus` -> render.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from vizlm.app.shell import EXPLORER, page_setup
 from vizlm.data import example_sentences
 from vizlm.export import safe_filename
 from vizlm.links import explorer_query
-from vizlm.plots import positions_chart, sentence_positions_chart
+from vizlm.plots import CATEGORICAL, positions_chart, sentence_positions_chart
 
 page_setup()
 
@@ -48,7 +49,9 @@ def one_text(models: tuple[str, ...], keys: tuple[str, ...], text: str, window: 
 
 
 with st.sidebar:
-    models = ui.attention_models_picker("Attention by position", "pos_models", "None of the checkpoints has attention.")
+    # at first the models that read running text (the paper's setting), as many as the charts have colours for
+    models = ui.attention_models_picker("Attention by position", "pos_models", "None of the checkpoints has attention.",
+                                        first=lambda names: ck.running_text_first(names, len(CATEGORICAL)))
     own = [ck.window(m) for m in models]  # the models' own windows: the paper draws each model's window
     ui.keep_choice("pos_window", list(range(1, MAX_WINDOW + 1)),
                    max(own) if own and all(w is not None and w <= MAX_WINDOW for w in own) else DEFAULT_WINDOW)

@@ -250,6 +250,19 @@ def test_a_model_opens_beside_the_control_of_its_run():
     assert ck.baseline_model(names, "lstm") is None and ck.baseline_model(["amsrn"], "amsrn") is None
 
 
+def test_positions_open_with_the_models_that_read_running_text():
+    """Daniluk et al.'s Fig. 3 averages models that read running text: the page starts with those
+    (one colour each), not with every attention model on disk; sentence-level ones are a click away."""
+    from vizlm.app import checkpoints as ck
+
+    attn = ck.attention_model_names()
+    first = ck.running_text_first(attn, 8)
+    assert first and len(first) <= 8 and all(ck.context(m) == "document" for m in first)
+    assert {"kvp-doc", "attention-doc", "kv-doc"} <= set(first) and "amsrn" not in first
+    sentence_only = [m for m in attn if ck.context(m) == "sentence"]
+    assert ck.running_text_first(sentence_only, 3) == sentence_only[:3]  # none reads running text: the first ones
+
+
 def test_malformed_link_falls_back_with_notes():
     at = explorer(model="nonexistent", compare="nope", threshold="abc", target="x", text="the end .")
     no_exception(at)

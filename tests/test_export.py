@@ -141,6 +141,18 @@ def test_every_chart_builds_a_valid_spec(sa):
     assert PAYLOAD not in legend and "&lt;" in legend and legend.count("border-radius:50%") == 2
 
 
+@pytest.mark.parametrize("n", [3, len(plots.CATEGORICAL), len(plots.CATEGORICAL) + 1, 16, 20])
+def test_every_model_of_a_chart_has_its_own_colour_and_the_legend_agrees(n):
+    """Beyond the eight colour-blind-safe colours, a wider palette: no two models share a colour,
+    and the HTML key (shared by charts side by side) shows the chart's colours."""
+    frame = pd.DataFrame([{"model": f"m{i}", "offset": d, "mean": 0.5, "lo": 0.4, "hi": 0.6, "count": 3}
+                          for i in range(n) for d in (1, 2)])
+    spec = plots.positions_chart(frame).to_dict()
+    scale = spec["layer"][0]["encoding"]["color"]["scale"]
+    assert scale["domain"] == [f"m{i}" for i in range(n)] and len(set(scale["range"])) == n
+    assert re.findall(r"background:(#[0-9a-fA-F]{6})", plots.legend_html(scale["domain"])) == scale["range"]
+
+
 def test_heatmap_cells_axes_and_scale(sa):
     spec = plots.attention_heatmap(sa, threshold=0.3).to_dict()
     T = len(sa.targets)

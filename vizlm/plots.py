@@ -51,6 +51,11 @@ _VIRIDIS = (
 )  # fmt: skip
 # Okabe & Ito (2008) categorical palette: distinguishable under the common colour-vision deficiencies.
 CATEGORICAL = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
+# More models than that: Vega's "tableau20" (ten hues, each dark and light), so that no two share a colour.
+CATEGORICAL_WIDE = (
+    "#4c78a8", "#9ecae9", "#f58518", "#ffbf79", "#54a24b", "#88d27a", "#b79a20", "#f2cf5b", "#439894", "#83bcb6",
+    "#e45756", "#ff9d98", "#79706e", "#bab0ac", "#d67195", "#fcbfd2", "#b279a2", "#d6a5c9", "#9e765f", "#d8b5a5",
+)  # fmt: skip
 UNK_TITLE = "not in vocabulary (read as <unk>)"
 HIGHLIGHT_MIN_ALPHA = 0.3  # the faintest highlight in running text (weight 0) is 30% colour, 70% white
 _MAX_LABEL_PX = 140  # long tokens are cut with an ellipsis on axes
@@ -823,7 +828,7 @@ def sentence_positions_chart(frame: pd.DataFrame, name: str, text: str) -> alt.C
 
 
 def legend_html(models: list[str]) -> str:
-    """A one-line colour key for charts that colour models in order (:data:`CATEGORICAL`)."""
+    """A one-line colour key for charts that colour models in order (:func:`_categorical`)."""
     items = "".join(
         f'<span style="margin-right:1.2em"><span style="display:inline-block;width:.8em;height:.8em;border-radius:50%;'
         f'background:{colour};margin-right:.35em;vertical-align:middle"></span>{_esc(m)}</span>'
@@ -838,7 +843,9 @@ def _format_prob(p: float) -> str:
 
 
 def _categorical(n: int) -> list[str]:
-    return [CATEGORICAL[i % len(CATEGORICAL)] for i in range(n)]
+    """``n`` colours, one per model: :data:`CATEGORICAL` while it has enough, else :data:`CATEGORICAL_WIDE`."""
+    palette = CATEGORICAL if n <= len(CATEGORICAL) else CATEGORICAL_WIDE
+    return [palette[i % len(palette)] for i in range(n)]
 
 
 def _unique(names: Sequence[str]) -> list[str]:

@@ -161,6 +161,12 @@ def attention_model_names(names: list[str] | None = None) -> list[str]:
     return [n for n in (names if names is not None else model_names()) if has_attention(n)]
 
 
+def running_text_first(names: list[str], limit: int) -> list[str]:
+    """The models a chart of attention by position opens with: those that read running text (their
+    windows reach across sentences, as in Daniluk et al.'s Fig. 3), else all of ``names``; at most ``limit``."""
+    return ([n for n in names if context(n) == "document"] or names)[:limit]
+
+
 def perplexity(name: str) -> tuple[str, float] | None:
     """The headline perplexity of a checkpoint: (split, value), test preferred."""
     metrics = model_meta(name).get("metrics", {})

@@ -173,14 +173,16 @@ def sample_picker(key: str = "sample", default: str = "whole split") -> int | No
     return SAMPLE_SIZES[label]
 
 
-def attention_models_picker(title: str, key: str, none_message: str) -> list[str]:
-    """Sidebar header and a multiselect of the attention models (all chosen at first); stops the page if none."""
+def attention_models_picker(title: str, key: str, none_message: str,
+                            first: Callable[[list[str]], list[str]] | None = None) -> list[str]:
+    """Sidebar header and a multiselect of the attention models (at first ``first(models)``, default
+    all of them); stops the page if there are none."""
     attn = attention_model_names()
     st.header(title, anchor=False)
     if not attn:
         st.error(none_message, icon=":material/error:")
         st.stop()
-    keep_choices(key, attn, attn)
+    keep_choices(key, attn, first(attn) if first else attn)
     return st.multiselect("Models", attn, key=key, format_func=model_label)
 
 
