@@ -20,7 +20,7 @@ from vizlm.app.shell import EXPLORER, page_setup
 from vizlm.data import example_sentences
 from vizlm.export import safe_filename
 from vizlm.links import explorer_query
-from vizlm.plots import CATEGORICAL, positions_chart, sentence_positions_chart
+from vizlm.plots import positions_chart, sentence_positions_chart
 
 page_setup()
 
@@ -49,9 +49,9 @@ def one_text(models: tuple[str, ...], keys: tuple[str, ...], text: str, window: 
 
 
 with st.sidebar:
-    # at first the models that read running text (the paper's setting), as many as the charts have colours for
+    # at first the models that read running text: the paper's setting
     models = ui.attention_models_picker("Attention by position", "pos_models", "None of the checkpoints has attention.",
-                                        first=lambda names: ck.running_text_first(names, len(CATEGORICAL)))
+                                        first=ck.running_text_first)
     own = [ck.window(m) for m in models]  # the models' own windows: the paper draws each model's window
     ui.keep_choice("pos_window", list(range(1, MAX_WINDOW + 1)),
                    max(own) if own and all(w is not None and w <= MAX_WINDOW for w in own) else DEFAULT_WINDOW)

@@ -250,17 +250,26 @@ def test_a_model_opens_beside_the_control_of_its_run():
     assert ck.baseline_model(names, "lstm") is None and ck.baseline_model(["amsrn"], "amsrn") is None
 
 
-def test_positions_open_with_the_models_that_read_running_text():
-    """Daniluk et al.'s Fig. 3 averages models that read running text: the page starts with those
-    (one colour each), not with every attention model on disk; sentence-level ones are a click away."""
+def test_corpus_pages_open_with_models_of_one_language_as_many_as_colours():
+    """Attention by position starts with the models that read running text (Daniluk et al.'s Fig. 3
+    setting), Cases with every attention model of one language; both with at most one model per
+    chart colour. Models of two languages together get a message, not a corpus one of them cannot read."""
     from vizlm.app import checkpoints as ck
+    from vizlm.plots import CATEGORICAL
 
     attn = ck.attention_model_names()
-    first = ck.running_text_first(attn, 8)
-    assert first and len(first) <= 8 and all(ck.context(m) == "document" for m in first)
-    assert {"kvp-doc", "attention-doc", "kv-doc"} <= set(first) and "amsrn" not in first
+    assert "amsrn-sinica" in attn and ck.language("amsrn-sinica") == "Chinese" and ck.language("amsrn") == "English"
+    assert "amsrn-sinica" not in ck.one_language(attn) and ck.one_language(["amsrn-sinica", "amsrn"]) == ["amsrn-sinica"]
+    at = page("positions.py", pos_sample=SMALL)
+    no_exception(at)
+    first = at.multiselect(key="pos_models").value
+    assert first and len(first) <= len(CATEGORICAL) and all(ck.context(m) == "document" for m in first)
+    assert {"kvp-doc", "attention-doc", "kv-doc"} <= set(first) and at.metric
     sentence_only = [m for m in attn if ck.context(m) == "sentence"]
-    assert ck.running_text_first(sentence_only, 3) == sentence_only[:3]  # none reads running text: the first ones
+    assert ck.running_text_first(sentence_only) == sentence_only  # none reads running text: all of them
+    at = page("compare.py", cmp_a="lstm", cmp_b="amsrn-sinica", cmp_sample=SMALL)
+    no_exception(at)
+    assert "different languages" in messages(at) and not at.metric
 
 
 def test_malformed_link_falls_back_with_notes():

@@ -29,8 +29,10 @@ from vizlm.checkpoint import (
     checkpoint_from_bytes,
     load_checkpoint,
     meta_context,
+    meta_corpus,
     read_meta,
 )
+from vizlm.data import CORPUS_LANGUAGE
 from vizlm.models import ATTENTION_MODELS
 from vizlm.reproduce import PAPERS, load_manifest
 from vizlm.tables import BASELINE_FAMILY
@@ -161,10 +163,20 @@ def attention_model_names(names: list[str] | None = None) -> list[str]:
     return [n for n in (names if names is not None else model_names()) if has_attention(n)]
 
 
-def running_text_first(names: list[str], limit: int) -> list[str]:
-    """The models a chart of attention by position opens with: those that read running text (their
-    windows reach across sentences, as in Daniluk et al.'s Fig. 3), else all of ``names``; at most ``limit``."""
-    return ([n for n in names if context(n) == "document"] or names)[:limit]
+def running_text_first(names: list[str]) -> list[str]:
+    """Of ``names``, those that read running text (their windows reach across sentences, as in
+    Daniluk et al.'s Fig. 3), else all of them."""
+    return [n for n in names if context(n) == "document"] or names
+
+
+def language(name: str) -> str | None:
+    """The language a model reads: that of the corpus it was trained on (None: unknown)."""
+    return CORPUS_LANGUAGE.get(meta_corpus(model_meta(name)))
+
+
+def one_language(names: list[str]) -> list[str]:
+    """``names`` in the language of the first of them: models shown together score one corpus."""
+    return [n for n in names if language(n) == language(names[0])] if names else []
 
 
 def perplexity(name: str) -> tuple[str, float] | None:

@@ -11,15 +11,17 @@ from vizlm.app.checkpoints import (
     MAX_UPLOAD_MB,
     UserError,
     attention_model_names,
+    language,
     model_label,
-    model_meta,
+    one_language,
     register_upload,
 )
 from vizlm.cases import LABELS
-from vizlm.checkpoint import MAX_META_BYTES, meta_corpus
+from vizlm.checkpoint import MAX_META_BYTES
 from vizlm.data import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES
 from vizlm.export import FORMATS, MIME, chart_bytes, export_analysis, export_frame, safe_filename
 from vizlm.links import ExplorerState
+from vizlm.plots import CATEGORICAL
 
 # Streamlit badge colours per case label (distinct hues; the label is always written out too).
 LABEL_BADGES = dict(zip(LABELS, ("blue", "orange", "green", "violet")))
@@ -127,9 +129,10 @@ def keep_choices(key: str, options: list, default: list) -> None:
 def corpus_splits(models: list[str] | None = None) -> dict[str, tuple[str, str]]:
     """Picker label -> (corpus, split): the held-out splits of every processed corpus in the language
     the ``models`` were trained on (a model scores text of another language as one unknown word after
-    another; its perplexity there means nothing)."""
-    trained = {meta_corpus(model_meta(m)) for m in models or []}
-    languages = {CORPUS_LANGUAGE.get(c) for c in trained} - {None}
+    another; its perplexity there means nothing); none when they read different languages."""
+    languages = {language(m) for m in models or []} - {None}
+    if len(languages) > 1:
+        return {}
     out = {}
     for corpus, splits in CORPORA.items():
         if languages and CORPUS_LANGUAGE[corpus] not in languages:
@@ -175,14 +178,16 @@ def sample_picker(key: str = "sample", default: str = "whole split") -> int | No
 
 def attention_models_picker(title: str, key: str, none_message: str,
                             first: Callable[[list[str]], list[str]] | None = None) -> list[str]:
-    """Sidebar header and a multiselect of the attention models (at first ``first(models)``, default
-    all of them); stops the page if there are none."""
+    """Sidebar header and a multiselect of the attention models; stops the page if there are none.
+    At first: those in the language of the first (one corpus scores them all), narrowed by ``first``,
+    as many as a chart has colours for (:data:`vizlm.plots.CATEGORICAL`)."""
     attn = attention_model_names()
     st.header(title, anchor=False)
     if not attn:
         st.error(none_message, icon=":material/error:")
         st.stop()
-    keep_choices(key, attn, first(attn) if first else attn)
+    start = one_language(attn)
+    keep_choices(key, attn, (first(start) if first else start)[: len(CATEGORICAL)])
     return st.multiselect("Models", attn, key=key, format_func=model_label)
 
 
