@@ -73,9 +73,9 @@ for name, rep in reports.items():
     rows.append({"model": name, "label": "unlabelled", "count": unlabelled, "share": unlabelled / rep["pairs"] if rep["pairs"] else 0.0})
 counts = pd.DataFrame(rows)
 
-cols = st.columns(len(reports))
-for col, (name, rep) in zip(cols, reports.items()):
-    col.metric(f"{name}: pairs labelled", f"{rep['labelled']:,} / {rep['pairs']:,}",
+cols = st.columns(min(4, len(reports)))  # four to a row: a name and its count stay readable
+for i, (name, rep) in enumerate(reports.items()):
+    cols[i % len(cols)].metric(f"{name}: pairs labelled", f"{rep['labelled']:,} / {rep['pairs']:,}",
                help=f"highlighted (word, earlier word) pairs over {rep['sentences']:,} sentences with at least one label")
 left, right = st.columns([3, 2], gap="large")
 with left:

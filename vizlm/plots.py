@@ -790,20 +790,21 @@ def training_curve_chart(name: str, log: list[dict]) -> alt.LayerChart | alt.Cha
 
 
 def case_counts_chart(frame: pd.DataFrame) -> alt.Chart:
-    """Grouped bars: share of highlighted pairs per case label, one colour per model.
+    """Grouped horizontal bars: share of highlighted pairs per case label, one colour per model (more
+    models make the chart taller, never wider than its column).
 
     ``frame``: model, label, count, share (rows labelled ``unlabelled`` are left out).
     """
     frame = frame[frame["label"] != "unlabelled"]
     models = list(dict.fromkeys(frame["model"].astype(str)))
     return alt.Chart(frame).mark_bar().encode(
-        x=alt.X("label:N", title=None, sort=list(LABELS), axis=alt.Axis(labelAngle=0, labelFontSize=12, labelOverlap=False)),
-        xOffset=alt.XOffset("model:N", sort=models),
-        y=alt.Y("share:Q", title="share of highlighted pairs", axis=alt.Axis(format="%")),
+        y=alt.Y("label:N", title=None, sort=list(LABELS), axis=alt.Axis(labelFontSize=12, labelOverlap=False)),
+        yOffset=alt.YOffset("model:N", sort=models),
+        x=alt.X("share:Q", title="share of highlighted pairs", axis=alt.Axis(format="%")),
         color=alt.Color("model:N", scale=alt.Scale(domain=models, range=_categorical(len(models))), title="model"),
         tooltip=["model:N", "label:N", alt.Tooltip("count:Q", format=",", title="pairs"),
                  alt.Tooltip("share:Q", format=".1%", title="share of pairs")],
-    ).properties(width=alt.Step(max(64, 28 * len(models)), **{"for": "position"}), height=260,
+    ).properties(width=340, height=alt.Step(max(40, 12 * len(models)), **{"for": "position"}),
                  title=alt.Title("Case labels per model", subtitle="share of each model's highlighted pairs", anchor="start"))
 
 
