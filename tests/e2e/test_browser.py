@@ -80,8 +80,11 @@ def page(browser, server):
 
 
 def wait_idle(pg, timeout: float = 300) -> None:
-    """Wait until the app has stopped running (no status widget, spinner or progress bar for 2 s)."""
-    busy = "[data-testid='stStatusWidget'], [data-testid='stSpinner'], [data-testid='stProgress'], [data-testid='stSkeleton']"
+    """Wait until the app has stopped running (the script not running, no status widget, spinner or
+    progress bar, for 2 s). The status widget alone misses a script that loads models between bars."""
+    running = ", ".join(f"[data-testid='stApp'][data-test-script-state='{s}']" for s in ("running", "rerunRequested"))
+    busy = (f"{running}, [data-testid='stStatusWidget'], [data-testid='stSpinner'], [data-testid='stProgress'], "
+            "[data-testid='stSkeleton']")
     pg.wait_for_selector("[data-testid='stMain'] h1", timeout=timeout * 1000)  # every page has a title
     quiet, deadline = 0, time.time() + timeout
     while quiet < 4:
