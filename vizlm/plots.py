@@ -800,11 +800,15 @@ def case_counts_chart(frame: pd.DataFrame) -> alt.Chart:
     return alt.Chart(frame).mark_bar().encode(
         y=alt.Y("label:N", title=None, sort=list(LABELS), axis=alt.Axis(labelFontSize=12, labelOverlap=False)),
         yOffset=alt.YOffset("model:N", sort=models),
-        x=alt.X("share:Q", title="share of highlighted pairs", axis=alt.Axis(format="%")),
-        color=alt.Color("model:N", scale=alt.Scale(domain=models, range=_categorical(len(models))), title="model"),
+        x=alt.X("share:Q", title="share of highlighted pairs", axis=alt.Axis(format="%", tickCount=5)),
+        color=alt.Color("model:N", scale=alt.Scale(domain=models, range=_categorical(len(models))), title="model",
+                        legend=alt.Legend(orient="bottom", columns=2)),
         tooltip=["model:N", "label:N", alt.Tooltip("count:Q", format=",", title="pairs"),
                  alt.Tooltip("share:Q", format=".1%", title="share of pairs")],
     ).properties(width=340, height=alt.Step(max(40, 12 * len(models)), **{"for": "position"}),
+                 # the plot is 340 px wide and the axes and key come on top, in the app as in the downloads
+                 # (Streamlit's default, "fit", would squeeze all of it into 340 px)
+                 autosize=alt.AutoSizeParams(type="pad", contains="padding"),
                  title=alt.Title("Case labels per model", subtitle="share of each model's highlighted pairs", anchor="start"))
 
 
