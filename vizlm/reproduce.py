@@ -394,6 +394,14 @@ def seed_pairs(run: Run, against: Run, runs: dict[str, Run]) -> list[tuple[Run, 
 _NOT_SETUP = {"name", "seed", "control", "bundled", "note"}  # what may differ between seeds of one setup
 
 
+def _setup_key(run: Run, ignore: set[str], options: dict | None = None) -> str:
+    """The run's fields but ``ignore`` (``options`` replaced when given), as a key: equal keys, one setup."""
+    setup = {k: v for k, v in vars(run).items() if k not in ignore}
+    if options is not None:
+        setup["options"] = options
+    return json.dumps(setup, sort_keys=True)
+
+
 def seed_groups(runs: dict[str, Run]) -> list[list[Run]]:
     """Runs that differ only in their seed (and so in their control's seed), two or more to a
     group, in manifest order: the spread a single comparison cannot show."""
@@ -401,8 +409,7 @@ def seed_groups(runs: dict[str, Run]) -> list[list[Run]]:
     for run in runs.values():
         if run.blocked:
             continue
-        key = json.dumps({k: v for k, v in vars(run).items() if k not in _NOT_SETUP}, sort_keys=True)
-        groups.setdefault(key, []).append(run)
+        groups.setdefault(_setup_key(run, _NOT_SETUP), []).append(run)
     # runs alike in every field but sharing a seed are two setups the manifest cannot tell apart
     # (e.g. one started from a checkpoint outside it), not seeds of one
     return [g for g in groups.values() if len(g) > 1 and len({r.seed for r in g}) == len(g)]
@@ -420,27 +427,27 @@ def sweeps(runs: dict[str, Run]) -> list[tuple[str, list[Run]]]:
         for run in runs.values():
             if run.blocked or key not in run.options:
                 continue
-            setup = {k: v for k, v in vars(run).items() if k not in _NOT_SETUP - {"seed"}}
-            setup["options"] = {k: v for k, v in run.options.items() if k != key}
-            found.setdefault((key, json.dumps(setup, sort_keys=True)), []).append(run)
+            others = {k: v for k, v in run.options.items() if k != key}
+            found.setdefault((key, _setup_key(run, _NOT_SETUP - {"seed"}, others)), []).append(run)
     return [(key, g) for (key, _), g in found.items() if len(g) > 1]
 
 
-def _sweep_table(key: str, sweeps_: list[list[Run]]) -> list[str]:
+def _sweep_table(key: str, sweeps_: list[list[Run]], runs: dict[str, Run]) -> list[str]:
     values = sorted({r.options[key] for g in sweeps_ for r in g})
     lines = [f"| model | {' | '.join(f'{key} = {v}' for v in values)} |", "|---|" + "---:|" * len(values)]
     for group in sweeps_:
-        done = {r.options[key]: _metrics(r) for r in group if r.status() == "finished"}
-        best = min(done, key=lambda v: done[v]["valid_perplexity"]) if done else None
+        best = pick([r.name for r in group], runs)  # the run a claim over the sweep stands on
+        by_value = {r.options[key]: r for r in group}
         cells = []
         for v in values:
-            run = next((r for r in group if r.options[key] == v), None)
-            if v in done:
-                m = done[v]
+            run = by_value.get(v)
+            status = run.status() if run else ""
+            if status == "finished":
+                m = _metrics(run)
                 cell = f"{m['test_perplexity']:.2f} ({m['valid_perplexity']:.2f})"
-                cells.append(f"**{cell}**" if v == best else cell)
+                cells.append(f"**{cell}**" if run is best else cell)
             else:
-                cells.append(run.status() if run else "")
+                cells.append(status)
         label = group[0].model + "".join(f" {k}={v}" for k, v in group[0].options.items() if k != key)
         lines.append(f"| {label} | {' | '.join(cells)} |")
     return lines
@@ -521,7 +528,7 @@ def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None) -> str:
                       ("Test perplexity (valid in brackets) of one setup at each value of the swept option; "
                        "bold: the best on valid, the one a claim about the model's best setting uses."), ""]
             for key in dict.fromkeys(k for k, _ in swept):
-                lines += _sweep_table(key, [g for k, g in swept if k == key]) + [""]
+                lines += _sweep_table(key, [g for k, g in swept if k == key], runs) + [""]
         if groups := [g for g in seed_groups(runs) if g[0].paper == paper]:
             lines += [f"### {title}: seeds", "",
                       ("Each row: one setup trained with different seeds, each seed against its own control "

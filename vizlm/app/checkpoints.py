@@ -176,7 +176,10 @@ def language(name: str) -> str | None:
 
 def one_language(names: list[str]) -> list[str]:
     """``names`` in the language of the first of them: models shown together score one corpus."""
-    return [n for n in names if language(n) == language(names[0])] if names else []
+    if not names:
+        return []
+    first = language(names[0])
+    return [n for n in names if language(n) == first]
 
 
 def perplexity(name: str) -> tuple[str, float] | None:
