@@ -83,6 +83,21 @@ def checkpoints_dir() -> Path:
     return _location("checkpoints", home() / "checkpoints")
 
 
+def commit() -> str | None:
+    """The git commit of the vizlm checkout (``git rev-parse HEAD`` in :func:`home`), with
+    ``+dirty`` when it has uncommitted changes to tracked files; None outside a git checkout."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "-C", str(home()), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(home()), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "") if head else None
+
+
 def runs_dir() -> Path:
     """Checkpoints of the reproduction's runs that are not bundled (``vizlm reproduce``)."""
     return _location("runs", home() / "runs")
