@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import ATTENTION_MODELS, TINY, all_variants, tiny_model
+from conftest import ATTENTION_MODELS, TINY, all_variants, assert_same_math, tiny_model
 from reference import reference_effects
 
 from vizlm.analysis import LN2, analyze_batch, analyze_tokens, slot_effect_rows, spearman, with_slot_effects
@@ -70,8 +70,8 @@ def test_chunked_and_selected_effects_equal_the_full_matrix(batch, monkeypatch):
         monkeypatch.setattr(fx, "PAIR_CHUNK", 5)
         monkeypatch.setattr(fx, "COPY_ELEMENTS", 1)  # one slot copy per attend() call
         chunked = fx.slot_effects(model, h, targets)
-    torch.testing.assert_close(part, torch.where(select, full, torch.zeros_like(full)), atol=1e-12, rtol=0)
-    torch.testing.assert_close(chunked, full, atol=1e-12, rtol=0)
+    assert_same_math(part, torch.where(select, full, torch.zeros_like(full)))
+    assert_same_math(chunked, full)
 
 
 def _zero_read(name: str, model) -> None:
@@ -107,12 +107,12 @@ def test_a_slot_alone_in_its_row_has_the_read_effect(batch):
         read = fx.read_effect(model, h, targets)
         slots = fx.slot_effects(model, h, targets)
     T = batch.shape[1]
-    torch.testing.assert_close(slots[:, torch.arange(T), torch.arange(T)], read, atol=1e-12, rtol=0)
+    assert_same_math(slots[:, torch.arange(T), torch.arange(T)], read)
     model = tiny_model("amsrn")
     with torch.no_grad():
         h = model.encode(batch)
         first = fx.slot_effects(model, h, targets)[:, 0, 0]  # row 0 has only the start slot
-        torch.testing.assert_close(first, fx.read_effect(model, h, targets)[:, 0], atol=1e-12, rtol=0)
+        assert_same_math(first, fx.read_effect(model, h, targets)[:, 0])
 
 
 def test_drop_slot_renormalises_or_reads_nothing():

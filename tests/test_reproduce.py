@@ -101,6 +101,7 @@ def test_bad_manifests_are_refused(tmp_path):
 def manifest(tmp_path, monkeypatch):
     monkeypatch.setenv("VIZLM_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("VIZLM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("VIZLM_EVIDENCE", str(tmp_path / "evidence"))
     path = tmp_path / "experiments.toml"
     path.write_text(TINY)
     return path
@@ -108,11 +109,12 @@ def manifest(tmp_path, monkeypatch):
 
 def test_reproduce_trains_what_is_missing_in_order_and_never_retrains(manifest, capsys):
     runs = reproduce.load_manifest(manifest)
-    assert [r.status() for r in runs.values()] == ["missing", "missing", "missing", "missing", "blocked"]
+    assert [r.status() for r in runs.values()] == ["not run", "not run", "not run", "not run", "blocked"]
     assert [r.name for r in reproduce.order(runs, ["amsrn-tiny"])] == ["base", "amsrn-tiny"]
     code = cli.main(["reproduce", "--manifest", str(manifest), "--only", "amsrn-tiny", "--dry-run", "--threads", "1"])
     assert code == 0
-    assert [r.status() for r in runs.values()] == ["finished", "finished", "missing", "missing", "blocked"]
+    assert [r.status() for r in runs.values()] == ["finished", "finished", "not run", "not run", "blocked"]
+    assert not any(r.done() for r in runs.values()), "a dry run is a pipeline check: it leaves no evidence"
     meta = json.loads((runs["amsrn-tiny"].folder / "config.json").read_text())
     assert meta["init_from"]["checkpoint"] == str(runs["base"].folder)
     assert meta["train"]["command"] == "vizlm reproduce --only amsrn-tiny"
@@ -150,6 +152,7 @@ def test_a_run_its_cap_stopped_goes_on_when_the_cap_is_raised(manifest, capsys):
     assert cli.main(["reproduce", "--manifest", str(manifest), "--list"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("base "))
     assert "partial" in line and "cap" not in line, "TINY's bound is 2: the capped run goes on"
+    reproduce.write_evidence(base)
     assert "base | lstm | sentence" in (text := reproduce.report({"base": base})) and "stopped at its 1-epoch cap" in text
     base.epochs = 2  # the manifest's bound (TINY) is higher: it goes on from its resume state
     assert base.status() == "partial"
@@ -162,6 +165,7 @@ def test_report_is_generated_between_markers(manifest, tmp_path):
     runs = reproduce.load_manifest(manifest)
     for name in ("base", "amsrn-tiny"):
         reproduce.run_one(runs[name], runs, dry_run=True)
+        reproduce.write_evidence(runs[name])
     results = tmp_path / "RESULTS.md"
     results.write_text("# Results\n\nwritten by hand\n")
     reproduce.write_report(runs, results)
@@ -178,6 +182,7 @@ def test_report_is_generated_between_markers(manifest, tmp_path):
     assert "| 1 of 2 |" in seeds and "better in" in seeds, "a seed without its partner: no spread yet"
     for name in ("base-s2", "amsrn-tiny-s2"):
         reproduce.run_one(runs[name], runs, dry_run=True)
+        reproduce.write_evidence(runs[name])
     reproduce.write_report(runs, results)
     first = results.read_text()
     seeds = next(line for line in first.splitlines() if line.startswith("| amsrn-tiny, amsrn-tiny-s2 ")).split(" | ")
@@ -240,7 +245,7 @@ def test_claims_are_decided_by_the_interval(manifest, monkeypatch):
     claims = reproduce.load_claims(manifest, runs)
     assert reproduce.decide(claims["beats"], runs)["verdict"] == "not tested"  # nothing trained yet
     assert reproduce.decide(claims["later"], runs) == {"verdict": "not tested", "ours": "blocked: later (not implemented)"}
-    monkeypatch.setattr(reproduce.Run, "status", lambda self: "blocked" if self.blocked else "finished")
+    monkeypatch.setattr(reproduce.Run, "done", lambda self: not self.blocked)
     valid = {"base": 150.0, "amsrn-tiny": 140.0}
     monkeypatch.setattr(reproduce, "_metrics", lambda run: {"valid_perplexity": valid[run.name]})
     assert reproduce.pick(["amsrn-tiny", "base"], runs).name == "amsrn-tiny"  # the lowest valid perplexity
@@ -274,8 +279,6 @@ def test_a_mass_claim_reads_the_average_weight_by_position(manifest, monkeypatch
     run's window and holds it against the share the claim names."""
     import types
 
-    import pandas as pd
-
     manifest.write_text(TINY + '\n[run.kvp-tiny]\npaper = "daniluk"\nmodel = "kvp"\ncontext = "document"\n'
                         'options = { window = 3 }\n\n[claim.recent]\npaper = "daniluk"\nclaim = "recent"\n'
                         'paper_says = "Fig. 3"\nkind = "mass"\nrun = "kvp-tiny"\npositions = 2\nshare = 0.75\n')
@@ -283,10 +286,12 @@ def test_a_mass_claim_reads_the_average_weight_by_position(manifest, monkeypatch
     claim = reproduce.load_claims(manifest, runs)["recent"]
     assert reproduce.decide(claim, runs)["verdict"] == "not tested"
     reproduce.run_one(runs["kvp-tiny"], runs, dry_run=True)
+    reproduce.write_evidence(runs["kvp-tiny"])
+    stored = runs["kvp-tiny"].evidence().positions
+    assert stored["window"] == 3 and stored["offset"] == [1, 2, 3] and sum(stored["mean"]) == pytest.approx(1, abs=0.02)
     means = {}
-    monkeypatch.setattr(reproduce, "positions_corpus", lambda ckpts, corpus, split, window, effects: types.SimpleNamespace(
-        frame=pd.DataFrame({"offset": [3, 1, 2], "mean": [means[3], means[1], means[2]]}),
-        peak={ckpts[0].label: 0.61}, entropy={ckpts[0].label: 0.85}))
+    monkeypatch.setattr(reproduce.Run, "evidence", lambda self: types.SimpleNamespace(positions={
+        "window": 3, "offset": [3, 1, 2], "mean": [means[3], means[1], means[2]], "largest_weight": 0.61, "entropy": 0.85}))
     means.update({1: 0.5, 2: 0.3, 3: 0.2})
     decided = reproduce.decide(claim, runs)
     assert decided["verdict"] == "reproduced" and decided["runs"] == "kvp-tiny"
@@ -313,15 +318,15 @@ def test_a_sweep_is_a_table_row_with_its_best_on_valid_in_bold(manifest, monkeyp
     runs = reproduce.load_manifest(manifest)
     assert [(key, [r.name for r in g]) for key, g in reproduce.sweeps(runs)] == [("window", ["kv-w1", "kv-w5", "kv-w10"])]
     done = {"kv-w1": (131.0, 129.5), "kv-w5": (127.25, 126.0)}  # (valid, test); kv-w10 is not finished
-    monkeypatch.setattr(reproduce.Run, "status", lambda self, meta=None: "finished" if self.name in done else "partial")
+    monkeypatch.setattr(reproduce.Run, "done", lambda self: self.name in done)
     monkeypatch.setattr(reproduce, "_metrics", lambda run, meta=None: dict(zip(("valid_perplexity", "test_perplexity"), done[run.name])))
     monkeypatch.setattr(reproduce, "comparison", lambda run, runs: None)
     text = reproduce.report({k: v for k, v in runs.items() if k.startswith("kv-")})
     assert "### Daniluk et al.: running text within documents, from scratch, equal parameter counts: sweeps" in text
     assert "| model | window = 1 | window = 5 | window = 10 |" in text
-    assert "| kv | 129.50 (131.00) | **126.00 (127.25)** | partial |" in text
+    assert "| kv | 129.50 (131.00) | **126.00 (127.25)** | not run |" in text
     done["kv-w1"] = (127.0, 127.5)  # the best on valid, not on test, is bold
-    assert "| kv | **127.50 (127.00)** | 126.00 (127.25) | partial |" in reproduce.report(runs)
+    assert "| kv | **127.50 (127.00)** | 126.00 (127.25) | not run |" in reproduce.report(runs)
 
 
 def test_claims_in_the_report_and_bad_claims_refused(manifest, tmp_path):
@@ -329,6 +334,7 @@ def test_claims_in_the_report_and_bad_claims_refused(manifest, tmp_path):
     runs = reproduce.load_manifest(manifest)
     for name in ("base", "amsrn-tiny"):
         reproduce.run_one(runs[name], runs, dry_run=True)
+        reproduce.write_evidence(runs[name])
     results = tmp_path / "RESULTS.md"
     reproduce.write_report(runs, results, reproduce.load_claims(manifest, runs))
     text = results.read_text()

@@ -95,7 +95,10 @@ def _add_reproduce(sub) -> None:
     what.add_argument("--list", action="store_true", help="every run with its state (finished / partial / missing / blocked)")
     what.add_argument("--only", nargs="+", metavar="NAME", help="train these runs (and the runs they start from) if not finished")
     what.add_argument("--all", action="store_true", help="train every run that is not finished or blocked")
-    what.add_argument("--report", action="store_true", help="write the result tables into docs/RESULTS.md from the stored metrics")
+    what.add_argument("--report", action="store_true", help="write the result tables into docs/RESULTS.md from the runs' "
+                      "evidence (evidence/: no weights, no model evaluation)")
+    what.add_argument("--evidence", nargs="*", metavar="NAME", help="write the evidence of these finished runs (none "
+                      "named: of every finished run whose checkpoint is here and whose evidence is not)")
     what.add_argument("--bundle", metavar="NAME", help="copy a finished run into checkpoints/ (float16 where test "
                       "perplexity changes < 0.1%%) and mark it bundled in the manifest")
     p.add_argument("--as", dest="bundle_as", metavar="FOLDER", default=None, help="with --bundle: the folder name in "
@@ -103,6 +106,7 @@ def _add_reproduce(sub) -> None:
     p.add_argument("--manifest", type=Path, default=None, help="the manifest (default: experiments.toml in the vizlm home)")
     p.add_argument("--threads", type=whole(1), default=None, help="torch CPU threads for training")
     p.add_argument("--json", action="store_true", help="with --list: print JSON")
+    p.add_argument("--force", action="store_true", help="with --evidence: rewrite evidence that exists")
     p.add_argument("--dry-run", action="store_true", help="a few batches per run, to check the pipeline (not results)")
 
 
@@ -111,14 +115,30 @@ def cmd_reproduce(args) -> int:
 
     runs = reproduce.load_manifest(args.manifest)
     if args.list:
-        rows = reproduce.table(runs)
+        rows = reproduce.table(runs, reproduce.load_claims(args.manifest, runs))
         if args.json:
             print(json.dumps(rows))
             return 0
         for r in rows:
             ppl = f"test {r['test']:.2f}" if r["test"] is not None else ""
-            print(f"{r['run']:<24} {r['paper']:<10} {r['model']:<10} {r['context']:<9} {r['status']:<9} {ppl}"
-                  + (f"  ({r['note']})" if r["note"] else ""))
+            notes = [r["note"]] if r["note"] else []
+            if r["status"] == "finished" and not r["evidence"]:
+                notes.append(f"no evidence yet: vizlm reproduce --evidence {r['run']}")
+            if r["status"] in ("not run", "partial") and r["claims"]:
+                notes.append("needed by " + ", ".join(r["claims"]))
+            print(f"{r['run']:<24} {r['paper']:<10} {r['model']:<10} {r['context']:<9} {r['status']:<9} {ppl:<12}"
+                  + (f"  ({'; '.join(notes)})" if notes else ""))
+        return 0
+    if args.evidence is not None:
+        for name in args.evidence:
+            if name not in runs:
+                raise ValueError(f"no run {name!r} in the manifest; see `vizlm reproduce --list`")
+        names = args.evidence or [r.name for r in runs.values() if r.status() == "finished" and not r.done()
+                                  and (r.folder / "model.safetensors").is_file()]
+        for name in names:
+            reproduce.write_evidence(runs[name], force=args.force)
+        if not names:
+            print("reproduce: every finished run here has its evidence", file=sys.stderr)
         return 0
     if args.bundle:
         if args.bundle not in runs:

@@ -106,20 +106,31 @@ def build_comparison(
         "ppl_a": ppl_a, "ppl_b": ppl_b, "difference": ppl_b - ppl_a, "log_ratio": np.log(ppl_b / ppl_a),
     })
     table = table.sort_values(["log_ratio", "sentence_id"], kind="stable").reset_index(drop=True)
+    summary = {**ratio_interval(nll_a, nll_b, tok, documents, n_boot, seed),
+               "share_improved": float((ppl_b < ppl_a).mean()), "median_sentence_ratio": float(np.median(ppl_b / ppl_a))}
+    return Comparison(a.label, b.label, table, summary)
+
+
+def ratio_interval(nll_a, nll_b, tokens, documents: list[int] | None = None, n_boot: int = 1000,
+                   seed: int = 0) -> dict:
+    """Corpus perplexity of b against a from per-sentence NLLs (nats) and token counts: both
+    perplexities, their ratio b / a and its paired-bootstrap 95% interval.
+
+    ``documents`` (sentences per document, in order): whole documents are resampled instead of
+    sentences, as they must be when a model reads running text (``resampled`` says which)."""
+    nll_a, nll_b, tok = np.asarray(nll_a, float), np.asarray(nll_b, float), np.asarray(tokens, float)
     if documents is not None:  # one unit per document: its summed NLLs and tokens
         starts = np.cumsum([0, *documents[:-1]])
         boot = _bootstrap_ratios(*(np.add.reduceat(x, starts) for x in (nll_a, nll_b, tok)), n_boot, seed)
     else:
         boot = _bootstrap_ratios(nll_a, nll_b, tok, n_boot, seed)
     corpus_a, corpus_b = math.exp(nll_a.sum() / tok.sum()), math.exp(nll_b.sum() / tok.sum())
-    summary = {
+    return {
         "sentences": len(tok), "tokens": int(tok.sum()),
         "perplexity_a": corpus_a, "perplexity_b": corpus_b, "ratio": corpus_b / corpus_a,
         "ratio_ci_low": float(np.quantile(boot, 0.025)), "ratio_ci_high": float(np.quantile(boot, 0.975)),
-        "share_improved": float((ppl_b < ppl_a).mean()), "median_sentence_ratio": float(np.median(ppl_b / ppl_a)),
         "resampled": "sentences" if documents is None else "documents",
     }
-    return Comparison(a.label, b.label, table, summary)
 
 
 BOOTSTRAP_BLOCK = 2**22  # resampled indices drawn at a time: ~32 MB, whatever the corpus size
@@ -401,13 +412,16 @@ def attention_by_position(ckpts: list[Checkpoint], sentences: list[list[str]], w
 
 def positions_corpus(ckpts: list[Checkpoint], corpus: str, split: str, window: int = 10,
                      progress: Progress = None, use_cache: bool = True, effects: bool = True, ctx: Context = SINGLE,
-                     batch_size: int = 128) -> PositionStats:
+                     batch_size: int = 128, sentences: int | None = None) -> PositionStats:
     """:func:`attention_by_position` over a processed split, cached; the split is read a chunk at
     a time, each rank of ``ctx`` reading its share of the batches (the sums add up over ranks), a
-    document model its share of the documents as running text."""
+    document model its share of the documents as running text. ``sentences``: only the split's
+    first sentences (what a dry run's metrics cover)."""
     if window < 1:
         raise ValueError("window must be >= 1")
     splits = [open_split(corpus, split, ckpt.vocab) for ckpt in ckpts]
+    if sentences is not None:
+        splits = [sp.head(sentences) for sp in splits]
     tick = _progress(sum(math.ceil(len(sp) / batch_size / ctx.world_size) for sp, c in zip(splits, ckpts)
                          if c.has_attention), progress)
 
@@ -421,8 +435,12 @@ def positions_corpus(ckpts: list[Checkpoint], corpus: str, split: str, window: i
         sums = _position_sums(ckpt, reads, window, tick, effects)
         return _position_stats(ctx.sum_array(sums), window, effects)
 
-    return _collect([(c, cached(_position_parts(c, sp.checksum, window, effects), lambda c=c, sp=sp: compute(c, sp),
-                                use_cache and not ctx.distributed)) for c, sp in zip(ckpts, splits)], window)
+    def parts(ckpt: Checkpoint, sp: TokenSplit) -> dict:
+        key = _position_parts(ckpt, sp.checksum, window, effects)
+        return key if sentences is None else {**key, "sentences": sentences}
+
+    return _collect([(c, cached(parts(c, sp), lambda c=c, sp=sp: compute(c, sp), use_cache and not ctx.distributed))
+                     for c, sp in zip(ckpts, splits)], window)
 
 
 def sentence_positions(sa, window: int = 10) -> pd.DataFrame:

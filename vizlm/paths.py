@@ -28,7 +28,8 @@ TAGGER_FILE = "tagger.json"  # bigram HMM tagger counts, built from Brown train 
 COLLOCATIONS_FILE = "collocations.tsv"  # word pairs with PMI, built from Brown train (vizlm.resources)
 EXAMPLES_FILE = "examples.json"  # example passages of the test splits (vizlm.prepare)
 
-_ENV = {"home": "VIZLM_HOME", "data": "VIZLM_DATA", "checkpoints": "VIZLM_CHECKPOINTS", "cache": "VIZLM_CACHE", "runs": "VIZLM_RUNS"}
+_ENV = {"home": "VIZLM_HOME", "data": "VIZLM_DATA", "checkpoints": "VIZLM_CHECKPOINTS", "cache": "VIZLM_CACHE", "runs": "VIZLM_RUNS",
+        "evidence": "VIZLM_EVIDENCE"}
 _overrides: dict[str, Path] = {}
 
 
@@ -101,6 +102,11 @@ def commit() -> str | None:
 def runs_dir() -> Path:
     """Checkpoints of the reproduction's runs that are not bundled (``vizlm reproduce``)."""
     return _location("runs", home() / "runs")
+
+
+def evidence_dir() -> Path:
+    """The evidence of the reproduction's runs (:mod:`vizlm.evidence`), kept in the repository."""
+    return _location("evidence", home() / "evidence")
 
 
 def cache_dir() -> Path:

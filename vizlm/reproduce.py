@@ -1,17 +1,20 @@
 """The reproduction as data: the runs of ``experiments.toml``, their state, training what is
-missing, and the result tables written from the checkpoints' stored metrics.
+not run, and the result tables written from the runs' evidence.
 
-A run is *finished* when its checkpoint holds a test perplexity (``vizlm train`` stores it
-last), *partial* when only its resume state exists (a session ended mid-training: it is
-resumed, never restarted), *missing*, or *blocked* (the manifest says why). A finished
-run is never trained again, with one exception: a run its epoch cap stopped while it was still
-improving goes on from its resume state when the manifest raises the cap (the cap is a bound,
-early stopping on valid is the rule). Runs live in :func:`vizlm.paths.runs_dir` (``runs/``), except
-those bundled in ``checkpoints/``.
+A run is *finished* when its evidence is in the repository (:mod:`vizlm.evidence`:
+``evidence/RUN/``, written when its training ends), *partial* when its resume state exists (a
+session ended mid-training: it is resumed, never restarted), *not run*, or *blocked* (the
+manifest says why). A run whose checkpoint is finished but whose evidence is not yet written is
+finished too (``vizlm reproduce --evidence RUN`` writes it). A finished run is never trained
+again, with one exception: a run its epoch cap stopped while it was still improving goes on from
+its resume state when the manifest raises the cap (the cap is a bound, early stopping on valid is
+the rule). Checkpoints live in :func:`vizlm.paths.runs_dir` (``runs/``, not kept in the
+repository), except those bundled in ``checkpoints/``.
 
-Each comparison is against the run's *control* (same start, same training) on the test
-split: the corpus perplexity ratio with a paired bootstrap 95% interval over sentences
-(:func:`vizlm.corpus.compare_corpus`, cached like every corpus statistic).
+The report (:func:`report`) reads the evidence alone: no weights, no model evaluation. Each
+comparison is against the run's *control* (same start, same training) on the test split: the
+corpus perplexity ratio with a paired bootstrap 95% interval over documents for running-text
+models, else over sentences (:func:`vizlm.evidence.versus`).
 """
 
 from __future__ import annotations
@@ -23,9 +26,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vizlm import paths
+from vizlm import evidence, paths
 from vizlm.checkpoint import CheckpointError, load_checkpoint, read_meta
-from vizlm.corpus import compare_corpus, positions_corpus
 from vizlm.models import REGISTRY
 from vizlm.train import TrainConfig, train
 
@@ -71,12 +73,26 @@ class Run:
     def folder(self) -> Path:
         return paths.checkpoints_dir() / self.bundled if self.bundled else paths.runs_dir() / self.name
 
+    def evidence(self) -> evidence.Evidence | None:
+        """The run's evidence (:mod:`vizlm.evidence`), None while it has none."""
+        return evidence.read(self.name)
+
+    def done(self) -> bool:
+        """Whether the run's evidence is in the repository: what the report counts as finished."""
+        return not self.blocked and evidence.exists(self.name)
+
     def meta(self) -> dict:
-        """The checkpoint's config.json, {} while there is none (or it cannot be read)."""
+        """The checkpoint's config.json, else its evidence's config and metrics; {} while there is
+        neither (or they cannot be read)."""
         try:
             return read_meta(self.folder)
         except (CheckpointError, OSError):
+            pass
+        try:
+            ev = self.evidence()
+        except evidence.EvidenceError:
             return {}
+        return {**ev.config, "metrics": ev.metrics} if ev else {}
 
     def status(self, meta: dict | None = None) -> str:
         if self.blocked:
@@ -87,7 +103,7 @@ class Run:
             # a run cut by its epoch cap while still improving goes on when the manifest raises the cap
             cap = self.capped(meta)
             return "partial" if cap is not None and self.epochs > cap and resumable else "finished"
-        return "partial" if resumable else "missing"
+        return "partial" if resumable else "not run"
 
     def capped(self, meta: dict | None = None) -> int | None:
         """The epoch cap a finished run stopped at while still improving (fewer than ``patience``
@@ -183,21 +199,40 @@ def load_manifest(path: Path | None = None) -> dict[str, Run]:
 
 
 def _metrics(run: Run, meta: dict | None = None) -> dict:
-    meta = run.meta() if meta is None else meta
+    """The run's stored metrics and parameter count: from ``meta``, else its evidence when it has
+    some (what the report uses), else its checkpoint."""
+    if meta is None:
+        meta = _evidence_meta(run) or run.meta()
     return {**meta.get("metrics", {}), "parameters": meta.get("parameters")} if meta else {}
 
 
-def table(runs: dict[str, Run]) -> list[dict]:
-    """One row per run: state and stored metrics (for ``--list``)."""
+def serves(run: Run, claims: dict[str, Claim]) -> list[str]:
+    """The claims that ``run`` is one of the runs of (as ``run`` or ``against``)."""
+    return [c.name for c in claims.values() if run.name in c.candidates()]
+
+
+def needs(run: Run, runs: dict[str, Run], claims: dict[str, Claim]) -> list[str]:
+    """The claims that need ``run``: those it serves, and those of the runs that start from it."""
+    out = serves(run, claims)
+    for other in runs.values():
+        if other.init == run.name and other is not run:
+            out += [c for c in needs(other, runs, claims) if c not in out]
+    return out
+
+
+def table(runs: dict[str, Run], claims: dict[str, Claim] | None = None) -> list[dict]:
+    """One row per run: state, stored metrics, whether its evidence is in the repository and the
+    claims that need it (for ``--list``)."""
     rows = []
     for run in runs.values():
         meta = run.meta()
         status = run.status(meta)
         m = _metrics(run, meta) if status == "finished" else {}
         rows.append({"run": run.name, "paper": run.paper, "model": run.model, "context": run.context,
-                     "status": status, "capped": run.capped(meta), "note": state_note(run, status, meta),
-                     "parameters": m.get("parameters"), "valid": m.get("valid_perplexity"),
-                     "test": m.get("test_perplexity"), "why": run.blocked})
+                     "status": status, "evidence": run.done(), "capped": run.capped(meta),
+                     "note": state_note(run, status, meta), "parameters": m.get("parameters"),
+                     "valid": m.get("valid_perplexity"), "test": m.get("test_perplexity"), "why": run.blocked,
+                     "claims": needs(run, runs, claims or {})})
     return rows
 
 
@@ -220,11 +255,15 @@ def order(runs: dict[str, Run], names: list[str]) -> list[Run]:
 
 
 def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run: bool = False, log=sys.stderr) -> str:
-    """Train ``run`` if it is missing, resume it if partial; returns its (new) status.
+    """Train ``run`` if it is not run, resume it if partial, and write its evidence; returns its
+    (new) status. A finished run whose evidence is not written yet gets it.
 
-    ``dry_run``: a few batches of one epoch (to check the pipeline; the result is not a run).
+    ``dry_run``: a few batches of one epoch (to check the pipeline; the result is not a run, and
+    leaves no evidence).
     """
     status = run.status()
+    if status == "finished" and not run.done() and not dry_run:
+        evidence.write(run.name, run.folder, log=log)
     if status in ("finished", "blocked"):
         return status
     if run.bundled:
@@ -232,6 +271,10 @@ def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run:
                          "retrain it by its own command (config.json), not by reproduce")
     if run.init and runs[run.init].status() != "finished":
         raise ValueError(f"{run.name} starts from {run.init}, which is not finished")
+    if run.init and not (runs[run.init].folder / "model.safetensors").is_file():
+        raise ValueError(f"{run.name} starts from {run.init}, whose weights are not here (only its evidence is kept): "
+                         f"retrain it into {runs[run.init].folder} first (move evidence/{run.init} aside, then "
+                         f"`vizlm reproduce --only {run.init}`)")
     if threads:
         import torch
 
@@ -242,32 +285,47 @@ def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run:
                      extra={"command": run.command(), "run": run.name, "commit": paths.commit()})
     train(run.model, run.model_kwargs(), run.corpus, run.folder, tc,
           init=str(runs[run.init].folder) if run.init else None, resume=status == "partial", match=run.match)
+    if not dry_run and run.status() == "finished":
+        evidence.write(run.name, run.folder, force=run.done(), log=log)  # a raised cap: the run went on
     return run.status()
 
 
+def write_evidence(run: Run, force: bool = False, log=sys.stderr) -> Path:
+    """Write ``run``'s evidence from its checkpoint (bundled or in ``runs/``)."""
+    if run.blocked:
+        raise ValueError(f"{run.name} is blocked: {run.blocked}")
+    try:
+        meta = read_meta(run.folder)
+    except (CheckpointError, OSError):
+        raise ValueError(f"{run.name} has no checkpoint in {run.folder} to take evidence from; "
+                         f"train it with `{run.command()}`") from None
+    if "test_perplexity" not in meta.get("metrics", {}):
+        raise ValueError(f"{run.name} is not finished ({run.folder} has no test perplexity)")
+    return evidence.write(run.name, run.folder, force=force, log=log)
+
+
 def versus(run: Run, against: Run) -> dict:
-    """Test perplexity of ``run`` against ``against`` (both finished), with the paired bootstrap
-    95% interval of the ratio (over documents when either reads running text)."""
-    a, b = load_checkpoint(against.folder), load_checkpoint(run.folder)
-    s = compare_corpus(a, b, run.corpus, "test").summary
-    return {"control": against.name, "ratio": s["ratio"], "low": s["ratio_ci_low"], "high": s["ratio_ci_high"],
-            "sentences": s["sentences"], "resampled": s["resampled"], "ppl": s["perplexity_b"],
-            "ppl_against": s["perplexity_a"]}
+    """Test perplexity of ``run`` against ``against`` from their evidence, with the paired
+    bootstrap 95% interval of the ratio (over documents when either reads running text)."""
+    return evidence.versus(run.evidence(), against.evidence(), "test")
 
 
 def comparison(run: Run, runs: dict[str, Run]) -> dict | None:
-    """:func:`versus` the run's control, None until both are finished."""
+    """:func:`versus` the run's control, None until both have evidence."""
     control = runs.get(run.control) if run.control else None
-    if control is None or run.status() != "finished" or control.status() != "finished":
+    if control is None or not run.done() or not control.done():
         return None
     return versus(run, control)
 
 
 def pick(ref: str | list[str], runs: dict[str, Run]) -> Run | None:
-    """The run standing for ``ref``: that run, or of a list the finished one with the lowest
-    *valid* perplexity (a model's best window); None while none is finished."""
-    done = [runs[n] for n in ([ref] if isinstance(ref, str) else ref) if runs[n].status() == "finished"]
-    return min(done, key=lambda r: _metrics(r)["valid_perplexity"]) if done else None
+    """The run standing for ``ref``: that run, or of a list the one with the lowest *valid*
+    perplexity (a model's best window); None until every run of ``ref`` has its evidence (the
+    best of a sweep is never picked from part of it)."""
+    members = [runs[n] for n in ([ref] if isinstance(ref, str) else ref)]
+    if not all(r.done() for r in members):
+        return None
+    return min(members, key=lambda r: _metrics(r)["valid_perplexity"])
 
 
 HALF_PRECISION_TOLERANCE = 0.001  # float16 storage may change test perplexity by less than this (relative)
@@ -288,8 +346,9 @@ def bundle(run: Run, folder_name: str | None = None, manifest: Path | None = Non
     from vizlm.evaluate import score_split
     from vizlm.tokens import open_split
 
-    if run.status() != "finished":
-        raise ValueError(f"{run.name} is {run.status()}; only a finished run can be bundled")
+    if run.status() != "finished" or not (run.folder / "model.safetensors").is_file():
+        raise ValueError(f"{run.name} is {run.status()} and has no weights in {run.folder}; only a finished run "
+                         "whose weights are here can be bundled")
     if run.bundled:
         raise ValueError(f"{run.name} is already bundled in checkpoints/{run.bundled}")
     ckpt = load_checkpoint(run.folder)
@@ -317,6 +376,7 @@ def bundle(run: Run, folder_name: str | None = None, manifest: Path | None = Non
     if (run.folder / "train_log.jsonl").is_file():
         shutil.copyfile(run.folder / "train_log.jsonl", dest / "train_log.jsonl")
     _mark_bundled(Path(manifest) if manifest else paths.home() / MANIFEST, run.name, name)
+    evidence.write(run.name, dest, force=True, log=log)  # the evidence of the weights as bundled
     print(f"bundled {run.name} -> {dest} ({meta['storage']['dtype']}: test perplexity {full:.3f} -> {half:.3f}, "
           f"{100 * change:+.4f}%)", file=log)
     return dest
@@ -339,7 +399,9 @@ def _pct(ratio: float) -> str:
 def _waiting(ref: str | list[str], runs: dict[str, Run]) -> str:
     names = [ref] if isinstance(ref, str) else ref
     blocked = [f"{n} ({runs[n].blocked})" for n in names if runs[n].blocked]
-    return "blocked: " + "; ".join(blocked) if len(blocked) == len(names) else "waits for " + " or ".join(names)
+    if blocked:
+        return "blocked: " + "; ".join(blocked)
+    return "not run: " + ", ".join(n for n in names if not runs[n].done())
 
 
 def decide(claim: Claim, runs: dict[str, Run]) -> dict:
@@ -348,19 +410,23 @@ def decide(claim: Claim, runs: dict[str, Run]) -> dict:
     run = pick(claim.run, runs)
     against = pick(claim.against, runs) if claim.against else None
     if run is None or (claim.against and against is None):
-        return {"verdict": "not tested", "ours": _waiting(claim.run if run is None else claim.against, runs)}
+        waits = [claim.run] if run is None else []
+        waits += [claim.against] if claim.against and against is None else []
+        names = [n for w in waits for n in ([w] if isinstance(w, str) else w)]
+        return {"verdict": "not tested", "ours": _waiting(names, runs)}
     used = run.name + (f" vs {against.name}" if against else "")
     if claim.kind == "mass":
-        ckpt = load_checkpoint(run.folder)
-        window = getattr(ckpt.model.config, "window", None) or 10
-        stats = positions_corpus([ckpt], run.corpus, "test", window=window, effects=False)  # weights only
-        share = float(stats.frame.sort_values("offset")["mean"].iloc[: claim.positions].sum())
+        pos = run.evidence().positions
+        if pos is None:
+            return {"verdict": "not tested", "ours": f"{run.name}'s evidence has no attention by position"}
+        window = pos["window"]
+        share = float(sum(m for _, m in sorted(zip(pos["offset"], pos["mean"]))[: claim.positions]))
         # a flat average by position comes from flat rows or from sharp rows that pick different positions
         return {"verdict": "reproduced" if share >= claim.share else "not reproduced", "runs": used,
                 "ours": f"{share:.0%} of the weight on the {claim.positions} most recent of {window} positions "
                         f"(equal weights: {claim.positions / window:.0%}); a row's largest weight "
-                        f"{stats.peak[ckpt.label]:.2f} on average (equal weights: {1 / window:.2f}), its entropy "
-                        f"{stats.entropy[ckpt.label]:.2f} nats ({math.log(window):.2f})"}
+                        f"{pos['largest_weight']:.2f} on average (equal weights: {1 / window:.2f}), its entropy "
+                        f"{pos['entropy']:.2f} nats ({math.log(window):.2f})"}
     c = versus(run, against)
     ours = (f"{c['ppl']:.1f} vs {c['ppl_against']:.1f}: {_pct(c['ratio'])} "
             f"(95% CI {_pct(c['low'])} to {_pct(c['high'])}, {c['resampled']} resampled)")
@@ -387,8 +453,7 @@ def seed_pairs(run: Run, against: Run, runs: dict[str, Run]) -> list[tuple[Run, 
     def group(r: Run) -> list[Run]:
         return next((g for g in seed_groups(runs) if r in g), [r])
 
-    return [(r, a) for r in group(run) for a in group(against)
-            if r.seed == a.seed and r.status() == "finished" and a.status() == "finished"]
+    return [(r, a) for r in group(run) for a in group(against) if r.seed == a.seed and r.done() and a.done()]
 
 
 _NOT_SETUP = {"name", "seed", "control", "bundled", "note"}  # what may differ between seeds of one setup
@@ -441,13 +506,12 @@ def _sweep_table(key: str, sweeps_: list[list[Run]], runs: dict[str, Run]) -> li
         cells = []
         for v in values:
             run = by_value.get(v)
-            status = run.status() if run else ""
-            if status == "finished":
+            if run is not None and run.done():
                 m = _metrics(run)
                 cell = f"{m['test_perplexity']:.2f} ({m['valid_perplexity']:.2f})"
                 cells.append(f"**{cell}**" if run is best else cell)
             else:
-                cells.append(status)
+                cells.append(_report_state(run) if run else "")
         label = group[0].model + "".join(f" {k}={v}" for k, v in group[0].options.items() if k != key)
         lines.append(f"| {label} | {' | '.join(cells)} |")
     return lines
@@ -460,7 +524,7 @@ def _spread(values: list[float], spec: str = ".2f") -> str:
 
 
 def _seed_rows(group: list[Run], runs: dict[str, Run]) -> str:
-    done = [r for r in group if r.status() == "finished"]
+    done = [r for r in group if r.done()]
     tests = [_metrics(r)["test_perplexity"] for r in done]
     cs = [c for r in done if (c := comparison(r, runs))]
     ratios = ", ".join(f"{c['ratio']:.3f} ({c['low']:.3f}–{c['high']:.3f})" for c in cs) or "—"
@@ -481,11 +545,21 @@ def state_note(run: Run, status: str, meta: dict) -> str:
     return ""
 
 
-def _state(run: Run) -> str:
-    meta = run.meta()
-    status = run.status(meta)
-    note = state_note(run, status, meta)
-    return f"{status}: {note}" if run.blocked else f"{status} ({note})" if note else status
+def _evidence_meta(run: Run) -> dict:
+    """The run's evidence as a checkpoint's config.json would hold it ({} without evidence)."""
+    ev = run.evidence() if run.done() else None
+    return {**ev.config, "metrics": ev.metrics} if ev else {}
+
+
+def _report_state(run: Run) -> str:
+    """The run's state as its evidence alone says it (the report reads nothing else): finished
+    (with its cap note), not run, or blocked."""
+    if run.blocked:
+        return f"blocked: {run.blocked}"
+    if not run.done():
+        return "not run"
+    note = state_note(run, "finished", _evidence_meta(run))
+    return f"finished ({note})" if note else "finished"
 
 
 def _fmt(v, spec: str = ".1f") -> str:
@@ -496,7 +570,7 @@ def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None) -> str:
     """The result tables (markdown), from the checkpoints' stored metrics and paired comparisons,
     and the verdict on each claim of the papers."""
     lines = [REPORT_BEGIN, "",
-             "_Generated by `vizlm reproduce --report` from the checkpoints' stored metrics; do not edit by hand._", ""]
+             "_Generated by `vizlm reproduce --report` from the runs' evidence (`evidence/`); do not edit by hand._", ""]
     for paper, title in PAPERS.items():
         members = [r for r in runs.values() if r.paper == paper]
         if not members:
@@ -513,11 +587,12 @@ def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None) -> str:
                   "| run | model | context | parameters | valid | test | vs control (95% CI) | state |",
                   "|---|---|---|---:|---:|---:|---|---|"]
         for run in members:
-            m = _metrics(run) if run.status() == "finished" else {}
+            m = _metrics(run) if run.done() else {}
             c = comparison(run, runs)
-            vs = "—" if c is None else (f"{c['ratio']:.3f} ({c['low']:.3f}–{c['high']:.3f}) vs {c['control']}; "
+            vs = "—" if c is None else (f"{c['ratio']:.3f} ({c['low']:.3f}–{c['high']:.3f}) vs {c['control']} "
+                                        f"over {c['resampled']}; "
                                         + ("better" if c["high"] < 1 else "worse" if c["low"] > 1 else "no clear difference"))
-            state = _state(run)
+            state = _report_state(run)
             lines.append(f"| {run.name} | {run.model}{''.join(f' {k}={v}' for k, v in run.options.items())}"
                          f"{' (init frozen)' if run.freeze else ''} | "
                          f"{run.context} | {_fmt(m.get('parameters'), ',')} | {_fmt(m.get('valid_perplexity'))} | "
@@ -557,5 +632,6 @@ def as_json(runs: dict[str, Run]) -> str:
     return json.dumps(table(runs), indent=1)
 
 
-__all__ = ["MANIFEST", "Claim", "Run", "bundle", "decide", "load_claims", "load_manifest", "order", "pick", "report", "run_one", "seed_groups", "seed_pairs",
-           "state_note", "sweeps", "table", "versus", "write_report"]
+__all__ = ["MANIFEST", "Claim", "Run", "bundle", "decide", "load_claims", "load_manifest", "needs", "order", "pick", "report",
+           "run_one", "seed_groups", "seed_pairs", "serves", "state_note", "sweeps", "table", "versus", "write_evidence",
+           "write_report"]

@@ -1,0 +1,142 @@
+"""The runs' evidence (``evidence/``): written from a checkpoint, read back, and the only thing the
+report reads; docs/RESULTS.md is what the repository's evidence gives."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+from conftest import ROOT
+from test_reproduce import TINY
+
+from vizlm import cli, evidence, paths, reproduce
+from vizlm.checkpoint import load_checkpoint
+from vizlm.corpus import compare
+from vizlm.data import split_texts
+
+
+@pytest.fixture
+def trained(tmp_path, monkeypatch):
+    """TINY's base and amsrn-tiny, dry runs (3 batches), with their evidence."""
+    for key, sub in (("VIZLM_RUNS", "runs"), ("VIZLM_CACHE", "cache"), ("VIZLM_EVIDENCE", "evidence")):
+        monkeypatch.setenv(key, str(tmp_path / sub))
+    manifest = tmp_path / "experiments.toml"
+    manifest.write_text(TINY)
+    runs = reproduce.load_manifest(manifest)
+    for name in ("base", "amsrn-tiny"):
+        reproduce.run_one(runs[name], runs, dry_run=True)
+        reproduce.write_evidence(runs[name])
+    return manifest, runs
+
+
+def test_evidence_holds_what_the_tables_need(trained):
+    _, runs = trained
+    ev = runs["amsrn-tiny"].evidence()
+    folder = evidence.folder("amsrn-tiny")
+    assert {p.name for p in folder.iterdir()} == {*evidence.FILES, evidence.POSITIONS}
+    assert set(ev.nll) == {"valid", "test", "wsj"} and all(ev.nll[s].dtype == np.float32 for s in ev.nll)
+    assert ev.config["train"]["command"] == "vizlm reproduce --only amsrn-tiny" and "commit" in ev.config["train"]
+    assert "vocab" not in ev.config and len(ev.config["vocab_sha256"]) == 64
+    assert ev.metrics == load_checkpoint(runs["amsrn-tiny"].folder).meta["metrics"]
+    lines = (folder / "train_log.jsonl").read_text().splitlines()
+    assert lines and all("valid_perplexity" in json.loads(x) for x in lines)
+    assert ev.positions["window"] == 10 and len(ev.positions["mean"]) == 10
+    assert len(ev.tokens["test"]) == len(ev.nll["test"]) and (ev.tokens["test"] >= 2).all()  # words + </s>
+    assert int(ev.documents["test"].sum()) == len(ev.nll["test"])  # every sentence is in one document
+    assert sum(p.stat().st_size for p in folder.iterdir()) < 200_000, "tens of KB a run"
+
+
+def test_versus_from_evidence_equals_the_comparison_of_the_models(trained):
+    """The report's ratio and interval, from the stored NLLs, are those of scoring the two models."""
+    _, runs = trained
+    got = reproduce.versus(runs["amsrn-tiny"], runs["base"])
+    n = len(runs["base"].evidence().nll["test"])  # a dry run's evidence: the split's first batch, as its metrics
+    assert n == 64
+    ids, _, _ = split_texts("brown", "test")
+    with open(paths.data_dir() / "brown" / "test.txt", encoding="utf-8") as fh:
+        sentences = [next(fh).split() for _ in range(n)]
+    want = compare(load_checkpoint(runs["base"].folder), load_checkpoint(runs["amsrn-tiny"].folder), sentences,
+                   ids[:n]).summary  # scored sentence by sentence in memory: another path than the split reader
+    assert got["resampled"] == want["resampled"] == "sentences"
+    for k, w in [("ratio", "ratio"), ("low", "ratio_ci_low"), ("high", "ratio_ci_high"), ("ppl", "perplexity_b"),
+                 ("ppl_against", "perplexity_a")]:
+        assert got[k] == pytest.approx(want[w], rel=1e-6), k  # float32 storage of float64 sums
+
+
+def test_the_report_reads_no_weights(trained, monkeypatch, tmp_path):
+    manifest, runs = trained
+    for name in ("base", "amsrn-tiny"):  # the checkpoints gone: the evidence alone
+        for f in runs[name].folder.iterdir():
+            if f.is_file():
+                f.unlink()
+    monkeypatch.setattr(reproduce, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
+    text = reproduce.report(runs)
+    row = next(line for line in text.splitlines() if line.startswith("| amsrn-tiny "))
+    assert "vs base over sentences" in row and "| finished |" in row
+    assert "| base-s2 | lstm | sentence |" in text and "| not run |" in text
+    assert runs["base"].status() == "finished", "its evidence says it is finished, weights or not"
+
+
+def test_existing_evidence_is_replaced_only_with_force(trained, capsys):
+    manifest, runs = trained
+    before = (evidence.folder("base") / "nll.safetensors").read_bytes()
+    with pytest.raises(evidence.EvidenceError, match="exists already"):
+        reproduce.write_evidence(runs["base"])
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--evidence", "base"]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--evidence", "base", "--force"]) == 0
+    assert (evidence.folder("base") / "nll.safetensors").read_bytes() == before, "the same model, the same evidence"
+    assert not [p for p in evidence.folder("base").parent.iterdir() if p.name.startswith(".")], "no temporary left"
+
+
+def test_a_half_written_evidence_folder_is_an_error_not_a_result(trained):
+    _, runs = trained
+    (evidence.folder("base") / "nll.safetensors").unlink()
+    assert not runs["base"].done()
+    with pytest.raises(evidence.EvidenceError, match="lacks nll.safetensors"):
+        runs["base"].evidence()
+
+
+def test_list_names_the_claims_a_run_not_run_serves(trained, capsys):
+    manifest, runs = trained
+    manifest.write_text(TINY + '\n[claim.beats]\npaper = "liu-lee"\nclaim = "c"\nkind = "better"\n'
+                        'run = "amsrn-tiny-s2"\nagainst = "base-s2"\n')
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--list"]) == 0
+    lines = {x.split()[0]: x for x in capsys.readouterr().out.splitlines()}
+    assert "not run" in lines["base-s2"] and "needed by beats" in lines["base-s2"]
+    assert "missing" not in " ".join(lines.values())
+
+
+# --------------------------------------------------------------------------- the repository's own results
+def test_results_md_is_what_the_evidence_in_the_repository_gives(monkeypatch, tmp_path):
+    """A clean clone regenerates the generated part of docs/RESULTS.md unchanged, from evidence/
+    alone (no runs/ folder, no weights), in well under a minute."""
+    monkeypatch.setenv("VIZLM_HOME", str(ROOT))
+    monkeypatch.setenv("VIZLM_RUNS", str(tmp_path / "no-runs"))  # whatever this machine trained is not evidence
+    monkeypatch.setenv("VIZLM_EVIDENCE", str(ROOT / "evidence"))
+    monkeypatch.setattr(reproduce, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
+    runs = reproduce.load_manifest(ROOT / reproduce.MANIFEST)
+    claims = reproduce.load_claims(ROOT / reproduce.MANIFEST, runs)
+    start = time.perf_counter()
+    text = reproduce.report(runs, claims)
+    assert time.perf_counter() - start < 60
+    stored = (ROOT / "docs" / "RESULTS.md").read_text(encoding="utf-8")
+    begin, end = stored.index(reproduce.REPORT_BEGIN), stored.index(reproduce.REPORT_END) + len(reproduce.REPORT_END)
+    assert stored[begin:end] + "\n" == text, "docs/RESULTS.md differs from `vizlm reproduce --report`: rerun it"
+
+
+def test_every_finished_run_in_the_repository_has_whole_evidence(monkeypatch):
+    root = ROOT / "evidence"
+    monkeypatch.setenv("VIZLM_EVIDENCE", str(root))
+    runs = reproduce.load_manifest(ROOT / reproduce.MANIFEST)
+    folders = [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+    assert {p.name for p in folders} <= set(runs), "evidence of a run the manifest does not name"
+    assert (root / "README.md").is_file()
+    for p in folders:
+        assert all((p / f).is_file() for f in evidence.FILES), p
+        ev = evidence.read(p.name)
+        assert ev.config["train"].get("command") and "commit" in ev.config["evidence"], p.name
+        # the stored NLLs give the stored test perplexity (float32 storage of the NLLs aside)
+        assert ev.perplexity("test") == pytest.approx(ev.metrics["test_perplexity"], rel=1e-4), p.name
