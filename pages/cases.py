@@ -14,14 +14,17 @@ from vizlm.app import checkpoints as ck
 from vizlm.app import results
 from vizlm.app import widgets as ui
 from vizlm.app.shell import EXPLORER, page_setup
-from vizlm.cases import LABEL_DESCRIPTIONS, corpus_cases
+from vizlm.cases import LABEL_DESCRIPTIONS, corpus_cases, gallery_order
 from vizlm.links import explorer_query
 from vizlm.plots import attention_key_html, case_counts_chart, highlighted_html
 
 page_setup()
 
 
-RANK_LABELS = {"weight": "Weight", "effect": "Effect"}  # how the gallery picks its strongest examples
+# how the gallery picks its strongest examples (vizlm.cases.RANKINGS), the default first
+RANK_LABELS = {"above_uniform": "Above uniform", "weight": "Weight", "effect": "Effect"}
+RANK_ORDER = {"above_uniform": "the most weight above an even spread first", "weight": "heaviest first",
+              "effect": "the most helpful slot first (by effect)"}
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -42,11 +45,13 @@ with st.sidebar:
                           help="A (predicted word, earlier word) pair counts when its attention weight reaches this.")
     st.session_state.setdefault("cases_examples", 8)
     per_label = st.slider("Examples per label", 3, 30, key="cases_examples")
-    st.session_state.setdefault("cases_rank", "weight")
+    st.session_state.setdefault("cases_rank", next(iter(RANK_LABELS)))
     rank = st.segmented_control("Strongest examples by", list(RANK_LABELS), key="cases_rank", required=True,
                                 format_func=RANK_LABELS.get,
-                                help="Weight: the pairs with the most attention. Effect: the pairs whose slot helped the "
-                                     "prediction most — log₂ P(word) minus the same with that slot dropped, in bits.")
+                                help="Above uniform: the weight minus 1 / the slots the word could attend to, how much "
+                                     "the attention chose this slot over an even spread. Weight: the pairs with the most "
+                                     "attention. Effect: the pairs whose slot helped the prediction most — log₂ P(word) "
+                                     "minus the same with that slot dropped, in bits.")
 
 st.title("Cases", anchor=False)
 st.caption("When a model attends strongly to an earlier word, why? Transparent rules (see `vizlm/cases.py`) label "
@@ -94,11 +99,12 @@ with right:
         st.markdown(f"{ui.label_badge(lab)} :small[{text}]")
 
 st.subheader("Strongest examples", anchor=False)
-f1, f2, f3 = st.columns([3, 2, 3])
+f1, f2, f3 = st.columns([3, 3, 2])
 ui.keep_choices("cases_labels", list(LABEL_DESCRIPTIONS), list(LABEL_DESCRIPTIONS))
 labels = f1.pills("Labels", list(LABEL_DESCRIPTIONS), selection_mode="multi", key="cases_labels")
 ui.keep_choices("cases_gallery_models", list(reports), list(reports))
-gallery_models = f2.pills("Models", list(reports), selection_mode="multi", key="cases_gallery_models")
+# a multiselect, not pills: a narrow column showed the buttons of two models of eight
+gallery_models = f2.multiselect("Models", list(reports), key="cases_gallery_models", placeholder="Pick models to show")
 query = f3.text_input("Word filter", key="cases_query", placeholder="e.g. they, because, are…",
                       help="Show only examples whose predicted or attended word contains this text.").strip().lower()
 
@@ -106,19 +112,17 @@ examples = [(name, lab, ex) for name, rep in reports.items() if name in gallery_
             for lab in labels for ex in rep["examples"].get(lab, [])]
 if query:
     examples = [e for e in examples if query in e[2]["word"].lower() or query in e[2]["attended"].lower()]
-def _strength(example: tuple) -> float:
-    value = example[2].get(rank)
-    return value if value is not None else float("-inf")
-
-
-examples.sort(key=lambda e: -_strength(e))
+examples = gallery_order(examples, rank)
 if not examples:
     st.info("No example matches these filters. Lower the threshold, use more sentences or clear the filters.", icon=":material/filter_alt_off:")
     st.stop()
 SHOW = 30
-order = "heaviest first" if rank == "weight" else "the most helpful slot first (by effect)"
-st.caption(f"{min(len(examples), SHOW)} of {len(examples)} example(s), {order}, one per word pair. Each is drawn as in "
-           "the Explorer: the predicted word is outlined, the attended words are coloured by weight. Filter by label, model or word.")
+st.caption(f"{min(len(examples), SHOW)} of {len(examples)} example(s), {RANK_ORDER[rank]}, one per word pair, the "
+           "models taking turns. Each is drawn as in the Explorer: the predicted word is outlined, the attended words "
+           "are coloured by weight. Filter by label, model or word.")
+st.caption("Why above uniform: a model whose attention has one slot (a window of 1, like `attention-doc`) always "
+           "puts weight 1 there, so its weight chooses nothing. The weight minus 1 / the slots the word could attend "
+           "to says how much the attention chose a slot over an even spread: 0 for such a model.")
 st.html(attention_key_html())
 
 
@@ -127,7 +131,8 @@ for i, (name, lab, ex) in enumerate(examples[:SHOW]):
     with grid[i % 2].container(border=True):
         effect = "" if ex.get("effect") is None else f" · effect {ex['effect']:+.2f} bits"
         st.markdown(f"{ui.label_badge(lab)} **{ui.md_escape(ex['attended'])}** → "
-                    f"**{ui.md_escape(ex['word'])}** · weight {ex['weight']:.2f}{effect} · {ui.md_escape(name)} · "
+                    f"**{ui.md_escape(ex['word'])}** · weight {ex['weight']:.2f} (uniform {1 / ex['slots']:.2f})"
+                    f"{effect} · {ui.md_escape(name)} · "
                     f":small[{ui.md_escape(ex['sentence_id'])}]")
         idx = results.sentence_index(corpus, split, ex["sentence_id"])
         reading = ex.get("reading")  # a document read as running text: the case within its document

@@ -3,6 +3,7 @@
 Scatter of per-sentence perplexities (log axes, diagonal = no change), summary numbers,
 and the sentences the second model improves or worsens most; select one to open it
 in the Explorer. Thin page: inputs -> one library call (``vizlm.corpus``) -> render.
+Its state lives in the URL: ``?a=lstm-continued&b=amsrn&corpus=brown&split=test&n=all``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from vizlm.app import results
 from vizlm.app import widgets as ui
 from vizlm.app.shell import EXPLORER, page_setup
 from vizlm.export import safe_filename
-from vizlm.links import explorer_query
+from vizlm.links import CompareState, explorer_query
 from vizlm.plots import comparison_scatter
 
 page_setup()
@@ -32,20 +33,23 @@ def comparison(a: str, key_a: str, b: str, key_b: str, corpus: str, split: str, 
     return vc.compare(ca, cb, c.sentences[:limit], c.ids[:limit], originals=c.originals[:limit])
 
 
-names = ck.model_names()
+names = ck.by_kind(ck.model_names())
 with st.sidebar:
     st.header("Compare", anchor=False)
     if len(names) < 2:
         st.error("Two checkpoints are needed to compare.", icon=":material/error:")
         st.stop()
     preferred = ck.preferred_model(names)
-    ui.keep_choice("cmp_a", names, ck.baseline_model(names, preferred) or next(n for n in names if n != preferred))
+    baseline = ck.baseline_model(names, preferred) or next(n for n in names if n != preferred)
+    notes = ui.read_compare_query(names, baseline, preferred)
+    ui.keep_choice("cmp_a", names, baseline)
     a = st.selectbox("Baseline (A)", names, key="cmp_a", format_func=ck.model_label)
     rest = [n for n in names if n != a]
     ui.keep_choice("cmp_b", rest, preferred if preferred in rest else ck.preferred_model(rest))
     b = st.selectbox("Compared model (B)", rest, key="cmp_b", format_func=ck.model_label)
     label, corpus, split = ui.corpus_picker("cmp_corpus", [a, b])
     limit = ui.sample_picker("cmp_sample")
+    ui.write_compare_query(CompareState(a, b, corpus, split), limit)
     st.session_state.setdefault("cmp_top", 15)
     top_n = st.slider("Sentences per table", 5, 50, key="cmp_top")
     st.session_state.setdefault("cmp_min_len", 5)
@@ -55,7 +59,9 @@ with st.sidebar:
 st.title("Compare perplexity", anchor=False)
 st.caption(f"Every sentence of **{ui.md_escape(label)}** scored by **{ui.md_escape(a)}** (x) and **{ui.md_escape(b)}** (y). "
            "Points below the dashed diagonal are sentences where B assigns a higher probability (lower perplexity). "
-           "Hover a point for its text.")
+           "Hover a point for its text. The view is in the URL: share it as a link.")
+for note in notes:
+    st.warning(note[:1].upper() + note[1:] + ".", icon=":material/link:")
 
 try:
     result = comparison(a, ck.model_key(a), b, ck.model_key(b), corpus, split, limit)
@@ -74,23 +80,20 @@ for col, (k, title, f, why) in zip(metrics, shown):
     v = summary.get(k)
     col.metric(title, f.format(v) if isinstance(v, (int, float)) else "—", help=why)
 
-left, right = st.columns([3, 2], gap="large")
-with left:
-    chart = comparison_scatter(result.table, a, b)
-    ui.show_chart(chart)
-    ui.chart_downloads(chart, f"compare-{safe_filename(a)}-{safe_filename(b)}-{corpus}-{split}", "scatter", result.table)
-with right:
-    st.markdown("**How to read it**")
-    st.markdown(f"Each point is a sentence. Below the diagonal, **{ui.md_escape(b)}** found it more predictable than "
-                f"**{ui.md_escape(a)}**. Short sentences scatter most: one surprising word moves their perplexity a lot.")
-    ci = [summary.get(k) for k in ("ratio_ci_low", "ratio_ci_high")]
-    if all(isinstance(v, (int, float)) for v in ci):
-        verdict = "better" if ci[1] < 1 else "worse" if ci[0] > 1 else "not clearly different"
-        st.markdown(f"The corpus perplexity ratio has a 95% bootstrap confidence interval of **{ci[0]:.3f} – {ci[1]:.3f}** "
-                    f"over {summary.get('sentences', 0):,} sentences ({summary.get('tokens', 0):,} predicted tokens): "
-                    f"**{ui.md_escape(b)} is {verdict}** on this split.")
-    with st.expander("All summary numbers"):
-        st.json(summary)
+chart = comparison_scatter(result.table, a, b)
+ui.show_chart(chart, width="stretch")  # the page's width: thousands of points need the room
+ui.chart_downloads(chart, f"compare-{safe_filename(a)}-{safe_filename(b)}-{corpus}-{split}", "scatter", result.table)
+st.markdown("**How to read it**")
+st.markdown(f"Each point is a sentence. Below the diagonal, **{ui.md_escape(b)}** found it more predictable than "
+            f"**{ui.md_escape(a)}**. Short sentences scatter most: one surprising word moves their perplexity a lot.")
+ci = [summary.get(k) for k in ("ratio_ci_low", "ratio_ci_high")]
+if all(isinstance(v, (int, float)) for v in ci):
+    verdict = "better" if ci[1] < 1 else "worse" if ci[0] > 1 else "not clearly different"
+    st.markdown(f"The corpus perplexity ratio has a 95% bootstrap confidence interval of **{ci[0]:.3f} – {ci[1]:.3f}** "
+                f"over {summary.get('sentences', 0):,} sentences ({summary.get('tokens', 0):,} predicted tokens): "
+                f"**{ui.md_escape(b)} is {verdict}** on this split.")
+with st.expander("All summary numbers"):
+    st.json(summary)
 
 columns = {
     "sentence_id": st.column_config.TextColumn("sentence", width="small"),

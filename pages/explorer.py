@@ -25,14 +25,13 @@ from vizlm.app.views import render_data, render_gates, render_heatmaps, render_s
 from vizlm.checkpoint import meta_corpus
 from vizlm.corpus import compare_corpus
 from vizlm.data import CORPUS_LANGUAGE, CORPUS_TITLES, example_passages, example_sentences
-from vizlm.links import MAX_TOP_K, ExplorerState, parse_query
-from vizlm.plots import attention_key_html, highlighted_html, sentence_strip_html, text_span
+from vizlm.links import DEFAULT_TEXT, MAX_TOP_K, ExplorerState, parse_query
+from vizlm.plots import attention_key_html, format_prob, highlighted_html, sentence_strip_html, text_span
 from vizlm.text import MAX_TOKENS
 
 page_setup()
 
 UNKNOWN_WARNING = 0.5  # share of out-of-vocabulary words above which a model is said not to read the text
-DEFAULT_TEXT = "The dogs in the park are barking because they saw a cat , so the owners are running ."
 
 
 def _defaults(names: list[str]) -> tuple[str, str | None]:
@@ -127,7 +126,8 @@ def _model_panel(name: str, sa, doc: dict, r: int, threshold: float | None, top_
     several = " (one sentence: both readings agree)" if not sa.boundaries else ""
     st.caption(f":material/menu_book: **{sa.context}-level checkpoint**: {READINGS[sa.context]}{several}.")
     with st.container(horizontal=True, wrap=True, gap="medium"):  # wraps instead of cutting numbers off
-        st.metric("P(word)", f"{t['prob']:.3f}", help="probability the model gave the actual next word", width="content")
+        st.metric("P(word)", format_prob(t["prob"]), help="probability the model gave the actual next word",
+                  width="content")
         st.metric("Surprisal", f"{t['surprisal_bits']:.1f} bits", help="−log₂ P(word); lower is better", width="content")
         if t["read_effect_bits"] is not None:
             st.metric("Attention effect", _bits(t["read_effect_bits"]), width="content",
@@ -144,9 +144,11 @@ def _model_panel(name: str, sa, doc: dict, r: int, threshold: float | None, top_
             st.caption(f":material/power_settings_new: **Attention mostly off for this word:** {t['start_weight']:.0%} of the "
                        "weight is on the empty start slot (a zero vector), so the read adds little to the prediction.")
         st.caption(f"**Attention changed log₂ P(word) by {_bits(t['read_effect_bits'])}**: without its read, "
-                   f"P(word) would be {t['prob_without_read']:.4f} instead of {t['prob']:.4f}.")
+                   f"P(word) would be {format_prob(t['prob_without_read'])} instead of {format_prob(t['prob'])}.")
         effect_bits = results.row_effect_bits(name, text, r)  # [S] bits, computed for this word if need be
         slots = sa.slot_table(r, effect_bits, threshold=threshold, top_k=top_k)
+        st.caption("Memory slots of this word, **largest |effect| first** (then by weight): the highlighted ones "
+                   "and the three whose effect is largest.")
         st.dataframe(
             {"memory slot": [f"{e['slot']} {e['word']}" for e in slots], "weight": [e["weight"] for e in slots],
              "effect (bits)": [e["effect_bits"] for e in slots]},
@@ -180,9 +182,9 @@ def _model_panel(name: str, sa, doc: dict, r: int, threshold: float | None, top_
     if sa.gates is not None:
         st.caption(f"AMSRN selection gate g₁ for this step: mean {t['gate_mean']:.2f} over {sa.gates.shape[1]} units (see the Gates tab).")
     st.dataframe(
-        {"next word": [x["word"] for x in t["top"]], "probability": [x["prob"] for x in t["top"]]},
+        {"next word": [x["word"] for x in t["top"]], "probability": [format_prob(x["prob"]) for x in t["top"]]},
         column_config={"next word": st.column_config.TextColumn("next word", width="small"),
-                       "probability": st.column_config.ProgressColumn("probability", format="%.3f", min_value=0.0, max_value=1.0, width="small")},
+                       "probability": st.column_config.TextColumn("probability", width="small")},
         hide_index=True, width="stretch", height=213,
     )
 
@@ -202,9 +204,11 @@ def explorer() -> None:
         st.header("Models", anchor=False)
         if st.session_state.get("model") not in names:
             st.session_state["model"] = _defaults(names)[0]
-        model = st.selectbox("Model", names, key="model", format_func=ck.model_label,
-                             help="Bundled checkpoints with their perplexity on the Brown test split (lower is better).")
-        others = [""] + [n for n in names if n != model]
+        listed = ck.by_kind(names)
+        model = st.selectbox("Model", listed, key="model", format_func=ck.model_label,
+                             help="Bundled checkpoints by kind (sentence-level, running text, Chinese, extensions beyond "
+                                  "the papers) with their perplexity on the test split (lower is better).")
+        others = [""] + [n for n in listed if n != model]
         if st.session_state.get("compare") not in others:
             st.session_state["compare"] = ""
         compare = st.selectbox("Compare with", others, key="compare", format_func=ck.model_label,
@@ -222,7 +226,7 @@ def explorer() -> None:
 
     # ---------------------------------------------------------------- text input
     st.title("Explorer", anchor=False)
-    st.caption(f"Type a sentence or a passage (up to {MAX_TOKENS} words; a line break or . ! ? before a capital ends a "
+    st.caption(f"Type a sentence or a passage (up to {MAX_TOKENS} words; a line break, . ! ? before a capital or 。！？ ends a "
                "sentence). Each model reads it left to right, a document-level model as running text, a sentence-level "
                "model a sentence at a time; pick a word to see which earlier words the model attended to while "
                "predicting it, how sure it was, and why the attention may have helped.")
@@ -268,8 +272,11 @@ def explorer() -> None:
         if unknown > UNKNOWN_WARNING:  # e.g. Chinese text for an English model
             corpus = meta_corpus(ck.model_meta(name))
             trained = f" {CORPUS_LANGUAGE[corpus]}-only: it was trained on {CORPUS_TITLES[corpus]}" if corpus in CORPUS_LANGUAGE else ""
+            readers = ck.readers_of(a.tokens, names)  # the models in this text's language
+            instead = (f" Choose a {ck.language(readers[0])} model instead: {', '.join(readers)}."
+                       if readers and name not in readers else "")
             st.warning(f"{unknown:.0%} of these words are not in {name}'s vocabulary ({name} is{trained or ' not trained on text like this'}). "
-                       "It reads them as <unk>, so its attention and probabilities say little about this text.",
+                       f"It reads them as <unk>, so its attention and probabilities say little about this text.{instead}",
                        icon=":material/translate:")
 
     # ---------------------------------------------------------------- word picker

@@ -291,7 +291,7 @@ def test_upload_valid_checkpoint_becomes_selectable(tiny_dir):
                  ("config.json", (tiny_dir / "config.json").read_bytes()))
     no_exception(at)
     assert at.success and "upload" in at.success[0].value and "amsrn" in at.success[0].value
-    assert any(o.startswith("upload:") for o in at.selectbox(key="model").options)
+    assert any(" › upload:" in o for o in at.selectbox(key="model").options)  # under its kind
 
 
 @pytest.mark.parametrize(
@@ -431,6 +431,24 @@ def test_an_english_model_says_so_on_chinese_text():
     assert "English-only" in messages(at)
 
 
+CHINESE = "今天天氣很好，我們去公園散步。他說這個問題很重要。"
+
+
+def test_chinese_text_names_the_chinese_model_to_choose():
+    """Issue 31: an English model on Chinese text names the Chinese model to choose instead, which reads the
+    text as its two sentences without the warning."""
+    if "amsrn-sinica" not in bundled_checkpoints():
+        pytest.skip("no bundled Chinese checkpoint amsrn-sinica")
+    at = explorer(model="amsrn", text=CHINESE)
+    no_exception(at)
+    (warning,) = [w.value for w in at.warning if "vocabulary" in w.value]
+    assert "English-only" in warning and "Choose a Chinese model instead: amsrn-sinica" in warning
+    at = explorer(model="amsrn-sinica", text=CHINESE)
+    no_exception(at)
+    assert "vocabulary" not in messages(at)
+    assert "A passage of 2 sentences" in " ".join(c.value for c in at.caption)
+
+
 def test_attention_off_note_and_highlight_key():
     import numpy as np
 
@@ -509,6 +527,27 @@ def test_panel_shows_the_read_effect_beside_the_weights():
         assert row[1] == pytest.approx(sa.attention[5, j]) and row[2] == pytest.approx(sa.slot_effect_bits[5, j], abs=1e-5)
     at.pills[0].set_value(8).run()
     assert {m.label: m.value for m in at.metric}["Attention effect"] != metrics["Attention effect"]
+
+
+def test_small_probabilities_show_their_significant_digits():
+    """Issue 31: the panel's P(word) and "P(word) would be .. instead of .." keep two significant digits
+    (not "0.0004 instead of 0.0004"), and the slot table says how it is sorted."""
+    import numpy as np
+
+    from vizlm.analysis import analyze
+    from vizlm.checkpoint import load_checkpoint
+    from vizlm.plots import format_prob
+
+    sa = analyze(load_checkpoint("amsrn"), EFFECT_TEXT)
+    r = int(np.argmin(sa.probs))  # the least likely word
+    at = explorer(model="amsrn", text=EFFECT_TEXT, target=str(r))
+    no_exception(at)
+    shown = {m.label: m.value for m in at.metric}["P(word)"]
+    assert shown == format_prob(sa.probs[r]) and "e-" in shown
+    without = format_prob(float(np.exp(sa.logprobs[r] - sa.read_effect[r])))
+    captions = " ".join(c.value for c in at.caption)
+    assert f"P(word) would be {without} instead of {shown}." in captions
+    assert "largest |effect| first" in captions
 
 
 def test_slot_effects_are_computed_on_demand():
@@ -632,3 +671,167 @@ def test_corpus_pages_read_document_checkpoints_in_context():
     no_exception(at)
     links = [p.proto.query_string for p in at.get("page_link")] if at.get("page_link") else []
     assert at.metric and links and any("%0A" in q or "\n" in q for q in links), links[:2]
+
+
+# --------------------------------------------------------------------------- issue 31: cases, compare, first impressions
+def query(at: AppTest) -> dict[str, str]:
+    """The URL's query as plain strings (AppTest may hold a value as a one-element list)."""
+    return {k: v[0] if isinstance(v, list) else v for k, v in at.query_params.items()}
+
+
+def linked(path: str, **params) -> AppTest:
+    """Open ``pages/<path>`` from a link with the query ``params`` (a fresh session)."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params["text"] = "a b"  # a short Explorer run first: switch_page needs one
+    at.run()
+    at.query_params.clear()
+    at.query_params.update(params)
+    at.switch_page(f"pages/{path}")
+    return at.run()
+
+
+def test_cases_gallery_ranks_a_choice_and_lets_the_models_take_turns():
+    """Issue 31: the default gallery was 30 examples of attention-doc, each at weight 1.00: its window holds one
+    slot, so its weight is always 1 and chooses nothing. It ranks by the weight above an even spread over the
+    word's slots (0 for attention-doc), the models take turns, the page says why, and the model filter (a
+    multiselect: pills showed 2 of 8 models' buttons) reaches every model."""
+    from vizlm.app.widgets import md_escape
+
+    models = ["attention-doc", TINY, DOC_KVP]
+    at = page("cases.py", cases_models=models, cases_sample=SMALL, cases_threshold=0.05)
+    no_exception(at)
+    assert at.segmented_control(key="cases_rank").value == "above_uniform"
+    assert "its weight chooses nothing" in " ".join(c.value for c in at.caption)
+    cards = [m.value for m in at.markdown if " · weight " in m.value]
+    owner = [next(n for n in models if f" · {md_escape(n)} · " in c) for c in cards]
+    assert set(owner[:3]) == set(models)  # one of each model first, not 30 of one
+    assert all("weight 1.00 (uniform 1.00)" in c for c, n in zip(cards, owner) if n == "attention-doc")
+    assert owner[0] != "attention-doc"  # ranked last in its turn: 0 above uniform
+    box = at.multiselect(key="cases_gallery_models")
+    assert box.options == models and box.value == models
+    box.set_value(["attention-doc"]).run()
+    no_exception(at)
+    assert {n for n in models if any(f" · {md_escape(n)} · " in m.value for m in at.markdown)} == {"attention-doc"}
+
+
+def test_compare_view_lives_in_the_url():
+    """Issue 31: Compare's model pair, corpus and split go to the URL, and a link opens the same view."""
+    at = page("compare.py", cmp_a="lstm", cmp_b=TINY, cmp_sample=SMALL, cmp_corpus="WSJ sample (out of domain)")
+    no_exception(at)
+    q = query(at)
+    assert {k: q[k] for k in ("a", "b", "corpus", "split", "n")} == {"a": "lstm", "b": TINY, "corpus": "wsj",
+                                                                     "split": "test", "n": "200"}
+    at = linked("compare.py", a=TINY, b="lstm", corpus="brown", split="test", n="200")
+    no_exception(at)
+    assert (at.selectbox(key="cmp_a").value, at.selectbox(key="cmp_b").value) == (TINY, "lstm")
+    assert at.selectbox(key="cmp_corpus").value == "Brown test" and not at.warning
+    at.selectbox(key="cmp_corpus").set_value("WSJ sample (out of domain)").run()
+    assert (query(at)["corpus"], query(at)["a"]) == ("wsj", TINY)
+    for path in ("explorer.py", "compare.py"):  # the menu clears the URL: back on Compare, this session's view
+        at.query_params.clear()
+        at.switch_page(f"pages/{path}")
+        at.run()
+    no_exception(at)
+    assert query(at) == {"a": TINY, "b": "lstm", "corpus": "wsj", "split": "test", "n": "200"}
+
+
+@pytest.mark.parametrize("params, expect", [
+    ({"a": "gpt9", "b": "lstm", "n": "200"}, "baseline model 'gpt9' in the link is not available"),
+    ({"a": "lstm", "b": "lstm", "n": "200"}, "compares lstm with itself"),
+    ({"a": "lstm", "b": TINY, "corpus": "klingon", "n": "200"}, "corpus 'klingon' in the link is not one of"),
+    ({"a": "lstm", "b": TINY, "corpus": "brown", "split": "x", "n": "200"}, "brown has no split 'x'"),
+    ({"a": "lstm", "b": TINY, "corpus": "sinica", "split": "test", "n": "200"}, "not a held-out split that lstm"),
+])
+def test_a_malformed_compare_link_gets_a_note(params, expect):
+    at = linked("compare.py", **params)
+    no_exception(at)
+    assert expect in messages(at).lower() and at.metric  # the page shows the fallback view
+
+
+def test_compare_scatter_shows_both_groups_across_the_page(monkeypatch):
+    """Issue 31: the points of the group drawn last covered the others (a 53% improvement looked mostly like the
+    baseline's colour); both are translucent, the larger group drawn first, and the chart is as wide as the page."""
+    import pandas as pd
+
+    from vizlm.app import widgets
+    from vizlm.export import chart_spec
+    from vizlm.plots import SCATTER_OPACITY, comparison_scatter
+
+    ppl_b = [50.0, 150.0] * 3 + [150.0] * 4  # B lower in 3 sentences, A in 7, in sentence order
+    table = pd.DataFrame({"sentence_id": list("abcdefghij"), "text": list("abcdefghij"), "length": 5,
+                          "ppl_a": 100.0, "ppl_b": ppl_b, "difference": 0.0, "log_ratio": 0.0})
+    spec = chart_spec(comparison_scatter(table, "lstm", "amsrn"))
+    points = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "circle")
+    assert points["mark"]["opacity"] == SCATTER_OPACITY <= 0.4
+    drawn = [row["better"] for row in spec["datasets"][points["data"]["name"]]]
+    assert drawn == ["lstm lower"] * 7 + ["amsrn lower"] * 3
+    widths = {}
+
+    def show_chart(chart, width="content"):
+        widths[chart.to_dict()["title"]["text"]] = width
+        widgets.st.altair_chart(chart, width=width, theme=None)
+
+    monkeypatch.setattr(widgets, "show_chart", show_chart)
+    at = page("compare.py", cmp_a="lstm", cmp_b=TINY, cmp_sample=SMALL)
+    no_exception(at)
+    assert widths == {f"Per-sentence perplexity: lstm vs {TINY}": "stretch"}
+
+
+def test_the_default_text_has_no_unknown_word_for_the_default_models():
+    """Issue 31: a newcomer's first sight was an <unk> notice ("barking ?"): the default text's words are in the
+    vocabulary of the models the Explorer opens with."""
+    from vizlm.analysis import analyze
+    from vizlm.checkpoint import load_checkpoint
+    from vizlm.links import DEFAULT_TEXT
+
+    at = explorer()
+    no_exception(at)
+    shown = [at.selectbox(key="model").value, at.selectbox(key="compare").value]
+    assert shown == ["amsrn", "lstm-continued"] and at.text_area(key="text").value == DEFAULT_TEXT
+    for name in shown:
+        sa = analyze(load_checkpoint(name), DEFAULT_TEXT)
+        assert not any(sa.unk), [t for t, u in zip(sa.tokens, sa.unk) if u]
+    assert not any(o.endswith(" ?]") for o in pills(at).options)
+
+
+def test_the_model_list_is_grouped_by_kind():
+    """Issue 31: one select box, its models grouped (sentence-level, running text, Chinese, extensions), each
+    label saying its group."""
+    from vizlm.app import checkpoints as ck
+
+    at = explorer(text="the end .")
+    no_exception(at)
+    options = at.selectbox(key="model").options
+    kinds = [o.split(" › ")[0] for o in options]
+    assert kinds == sorted(kinds, key=ck.KINDS.index) and set(ck.KINDS) <= set(kinds)
+    by_name = {o.split(" › ")[1].split(" · ")[0]: o for o in options}
+    assert by_name["amsrn"].startswith("Sentence-level › ") and by_name["kvp-doc"].startswith("Running text › ")
+    assert by_name["amsrn-sinica"].startswith("Chinese › ")
+    assert by_name["amsrn-doc"].startswith("Extension › amsrn-doc · running text")
+
+
+def streamlit_shows(markdown: str) -> str:
+    """The text Streamlit's Markdown shows for ``markdown`` (its frontend, StreamlitMarkdown: escapes removed, then
+    a free-standing "--", "->", ... replaced by typographic characters), invisible word joiners left out."""
+    import re
+
+    text = re.sub(r"\\(.)", r"\1", markdown)
+    replaced = {"<->": "↔", "->": "→", "<-": "←", "--": "—", ">=": "≥", "<=": "≤", "~=": "≈"}  # in this order
+    for pattern, char in replaced.items():
+        text = re.sub(rf"(^|\s){pattern}(\s|$)", rf"\g<1>{char}\g<2>", text)
+    return text.replace("\u2060", "")
+
+
+def test_a_dash_token_reads_the_same_everywhere():
+    """Issue 31: the Brown token "--" read "—" in the word picker (Streamlit's Markdown replaces a free-standing
+    "--", escaped or not) and "--" in the running text and the heat map; md_escape keeps it for every Markdown."""
+    from vizlm.app.widgets import md_escape
+
+    at = explorer(model=TINY, text="It is a killer sub -- that is , a hunter of enemy subs .", target="6")
+    no_exception(at)
+    assert streamlit_shows(pills(at).options[5]) == "--"
+    assert ">--</span>" in html_of(at)  # the running text
+    (spec,) = heatmap_specs(at)
+    assert "7 --" in spec["layer"][0]["encoding"]["x"]["scale"]["domain"]
+    for text in ("--", "->", "<-", "<->", ">=", "<=", "~=", "a -- b", "x->y"):
+        assert streamlit_shows(md_escape(text)) == text

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from vizlm.analysis import SentenceAnalysis, analyze_batch, analyze_tokens
-from vizlm.cases import LABELS, Case, corpus_cases, label_cases, labelled_dict, stem, tag_tokens
+from vizlm.cases import LABELS, Case, corpus_cases, gallery_order, label_cases, labelled_dict, stem, tag_tokens
 from vizlm.checkpoint import Checkpoint
 from vizlm.data import EOS, Vocab, load_corpus
 from vizlm.models import build_model
@@ -225,6 +225,28 @@ def test_bundled_tagger_accuracy_on_valid():
             right += p == simplify_tag(g)
             total += 1
     assert right / total > 0.93
+
+
+# --------------------------------------------------------------------------- ranking examples
+def test_weight_above_uniform_is_zero_for_a_single_slot():
+    """Issue 31: a window of 1 puts weight 1 on its one slot, so its weight chooses nothing: 0 above an even spread."""
+    (spread,) = label_cases(make_sa("a b c d e f", None, {5: 1}), collocations=COLLOCATIONS)
+    assert spread.slots == 6 and spread.above_uniform == pytest.approx(0.8 - 1 / 6)  # row 5: slots 0..5
+    (single,) = label_cases(make_sa("a b c d e f", None, {5: 3}, weight=1.0), collocations=COLLOCATIONS)
+    assert single.slots == 1 and single.weight == 1.0 and single.above_uniform == 0.0
+    assert single.to_dict()["above_uniform"] == 0.0 and single.to_dict()["slots"] == 1
+
+
+def test_the_gallery_lets_the_models_take_turns():
+    def ex(value: float, effect: float | None = None) -> dict:
+        return {"above_uniform": value, "effect": effect}
+
+    examples = [("window1", "grammar", ex(0.0))] * 3 + [("amsrn", "trigger", ex(0.2)), ("amsrn", "grammar", ex(0.5))]
+    order = gallery_order(examples, "above_uniform")
+    assert [(m, e["above_uniform"]) for m, _, e in order] == [
+        ("amsrn", 0.5), ("window1", 0.0), ("amsrn", 0.2), ("window1", 0.0), ("window1", 0.0)]
+    effects = [("a", "trigger", ex(0, None)), ("a", "trigger", ex(0, 1.5)), ("b", "phrase", ex(0, -0.5))]
+    assert [e["effect"] for _, _, e in gallery_order(effects, "effect")] == [1.5, -0.5, None]  # none computed: last
 
 
 # --------------------------------------------------------------------------- corpus_cases

@@ -13,6 +13,7 @@ from conftest import ROOT, SHARED
 from vizlm import data, paths
 from vizlm import text as text_module
 from vizlm.data import SPECIALS, Vocab, bucket_batches, collate, load_corpus
+from vizlm.files import OverwriteError
 from vizlm.prepare import prepare, split_of
 from vizlm.text import normalize, split_sentences, tokenize
 
@@ -83,7 +84,7 @@ TOKEN_ID_FILES = (".tokens.npy", ".sentences.npy", ".documents.npy", ".tokens.js
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data not present")
-def test_prepare_is_byte_for_byte(tmp_path):
+def test_prepare_is_byte_for_byte_and_replaces_nothing_unasked(tmp_path):
     prepare(SHARED, tmp_path / "data", assets=tmp_path / "assets")
     for committed_root, produced_root in ((ROOT / "data", tmp_path / "data"), (paths.ASSETS, tmp_path / "assets")):
         committed = sorted(p.relative_to(committed_root) for p in committed_root.rglob("*")
@@ -94,6 +95,17 @@ def test_prepare_is_byte_for_byte(tmp_path):
             a = hashlib.sha256((produced_root / rel).read_bytes()).hexdigest()
             b = hashlib.sha256((committed_root / rel).read_bytes()).hexdigest()
             assert a == b, rel
+    # a corpus file edited since: refused before anything is written, then replaced only when asked
+    data = tmp_path / "data"
+    edited = data / "brown" / "test.ids"
+    edited.write_text("my own ids\n")
+    stamps = {p: p.stat().st_mtime_ns for p in data.rglob("*") if p.is_file()}
+    with pytest.raises(OverwriteError, match="test.ids exists"):
+        prepare(SHARED, data, assets=tmp_path / "assets")
+    assert {p: p.stat().st_mtime_ns for p in data.rglob("*") if p.is_file()} == stamps
+    assert edited.read_text() == "my own ids\n"
+    prepare(SHARED, data, assets=tmp_path / "assets", force=True)
+    assert edited.read_bytes() == (ROOT / "data" / "brown" / "test.ids").read_bytes()
 
 
 def test_batches_cover_every_sentence_once():

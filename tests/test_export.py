@@ -239,6 +239,22 @@ def test_sentence_strip_html(sa):
     assert "outline" in chips[1]["style"] and "not in vocabulary" in chips[UNK_INDEX]["title"]
 
 
+def test_small_probabilities_keep_significant_digits():
+    """Issue 31: "0.0004 instead of 0.0004" hid a 0.16-bit effect and "0.0000" a probability: below 0.01
+    two significant digits, never 0 for a nonzero probability."""
+    assert [plots.format_prob(p) for p in (1.0, 0.1234, 0.0315, 0.01)] == ["1.000", "0.123", "0.032", "0.010"]
+    assert [plots.format_prob(p) for p in (0.00041, 0.000358, 0.0012, 3e-6, 1e-300)] == [
+        "4.1e-4", "3.6e-4", "1.2e-3", "3.0e-6", "1.0e-300"]
+    assert plots.format_prob(0.0) == "0.000" and plots.format_prob(float("nan")) == "–"
+    small = make_analysis()
+    small.logprobs[:] = np.log(0.00041)
+    small.top_probs[:] = 0.0004
+    tags = parse_html(plots.sentence_strip_html(small))
+    chips = [a for t, a in tags if t == "span" and "vz-chip" in a.get("class", "")]
+    assert all("P(" in c["title"] and "= 4.1e-4" in c["title"] and "4.0e-4" in c["title"] for c in chips)
+    assert "P = 4.1e-4" in plots.highlighted_html(small, 6)
+
+
 # --------------------------------------------------------------------------- exports
 
 

@@ -1,11 +1,11 @@
-"""The Explorer's URL state (vizlm.links): malformed or out-of-range values fall back with a note each."""
+"""The Explorer's and Compare's URL state (vizlm.links): malformed or out-of-range values fall back with a note each."""
 
 from __future__ import annotations
 
 import pytest
 
 from vizlm.analysis import DEFAULT_THRESHOLD, MAX_TEXT_CHARS
-from vizlm.links import MAX_TOP_K, ExplorerState, explorer_query, parse_query
+from vizlm.links import MAX_TOP_K, CompareState, ExplorerState, explorer_query, parse_compare_query, parse_query
 
 NAMES = ["lstm", "amsrn", "kvp"]
 
@@ -54,3 +54,28 @@ def test_unknown_models_and_long_text():
     assert state.model == "amsrn" and state.compare is None and len(notes) == 2
     state, notes = parse(text="x" * (MAX_TEXT_CHARS + 10))
     assert len(state.text) == MAX_TEXT_CHARS and f"{MAX_TEXT_CHARS:,}" in notes[0]
+
+
+def parse_compare(**params):
+    return parse_compare_query(params, NAMES, "lstm", "amsrn")
+
+
+def test_compare_state_round_trips():
+    state, notes = parse_compare(a="kvp", b="lstm", corpus="wsj", split="test")
+    assert notes == [] and state == CompareState("kvp", "lstm", "wsj", "test")
+    assert parse_compare(**state.query()) == (state, [])
+    assert parse_compare() == (CompareState("lstm", "amsrn"), [])  # no link: the defaults, the first corpus
+
+
+@pytest.mark.parametrize("params, state, note", [
+    ({"a": "gpt9"}, CompareState("lstm", "amsrn"), "baseline model 'gpt9'"),
+    ({"b": "gpt9"}, CompareState("lstm", "amsrn"), "compared model 'gpt9'"),
+    ({"a": "amsrn"}, CompareState("amsrn", "lstm"), None),  # b left out: another than a, without a note
+    ({"a": "kvp", "b": "kvp"}, CompareState("kvp", "amsrn"), "compares kvp with itself"),
+    ({"corpus": "klingon", "split": "test"}, CompareState("lstm", "amsrn"), "corpus 'klingon'"),
+    ({"corpus": "wsj", "split": "train"}, CompareState("lstm", "amsrn", "wsj"), "wsj has no split 'train'"),
+])
+def test_a_malformed_compare_link_falls_back_with_a_note(params, state, note):
+    got, notes = parse_compare(**params)
+    assert got == state
+    assert (notes == []) if note is None else (len(notes) == 1 and note in notes[0])

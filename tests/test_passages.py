@@ -74,6 +74,16 @@ def test_sentences_end_at_line_breaks_and_sentence_punctuation():
     assert [[(t.norm, t.start) for t in s] for s in passage_sentences(" \n . \n")] == [[(".", 3)]]
 
 
+def test_chinese_sentences_end_at_chinese_sentence_punctuation():
+    """Issue 31: 。！？ end a sentence of Chinese text, where no space and no capital follow (a closing
+    quote stays with its sentence)."""
+    text = "今天天氣很好，我們去公園散步。他說這個問題很重要。真的嗎？太好了！他問：「你來嗎？」我們走吧。 The end."
+    assert split_sentences(text) == ["今天天氣很好，我們去公園散步。", "他說這個問題很重要。", "真的嗎？", "太好了！",
+                                     "他問：「你來嗎？」", "我們走吧。", "The end."]
+    assert [[t.text for t in s][-1] for s in passage_sentences(text)[:2]] == ["。", "。"]
+    assert split_sentences("今天天氣很好，我們去公園散步") == ["今天天氣很好，我們去公園散步"]
+
+
 def test_a_text_file_and_a_passage_split_alike(tmp_path):
     path = tmp_path / "p.txt"
     path.write_text(PASSAGE, encoding="utf-8")
@@ -92,9 +102,11 @@ def test_a_document_checkpoint_reads_running_text_as_score_documents(name, kw):
     np.testing.assert_allclose(sentence_nll(sa), scores.nll, rtol=1e-9, atol=1e-9)
     with torch.no_grad():  # and row by row: one pass over <s> s1 </s> s2 </s> s3
         stream = torch.tensor([document_tokens([VOCAB.encode(s) for s in SENTENCES])])
-        logp = c.model(stream[:, :-1]).logits[0].log_softmax(-1)  # (T, V)
+        out = c.model(stream[:, :-1])
+        logp = out.logits[0].log_softmax(-1)  # (T, V)
     np.testing.assert_allclose(sa.logprobs, logp.gather(1, stream[0, 1:, None])[:, 0].numpy(), atol=1e-12)
     if sa.attention is not None:  # attention crosses the boundaries, the window of the model still holds
+        np.testing.assert_allclose(sa.attention, out.attention[0].numpy(), atol=1e-12)  # one start slot: 0
         sums = sa.attention.sum(1)  # 0: a row with no slot at all (AMSRN without the start slot, first row)
         assert sa.allowed()[5:, 2:7].any() and np.allclose(sums[sums > 0], 1) and (sums[1:] > 0).all()
         assert sa.slot_labels[6] == BOUNDARY and sa.input_labels[5] == BOUNDARY
@@ -111,16 +123,80 @@ def test_a_sentence_checkpoint_reads_each_sentence_alone(name, kw):
         np.testing.assert_allclose(sa.logprobs[rows], a.logprobs, atol=1e-12)
         if a.attention is None:
             continue
-        cols = [0, *range(f + 1, f + len(a.targets))]  # its start slot, then its <s> (the boundary) and words
+        cols = range(f, f + len(a.targets))  # its start slot, then its <s> (the boundary) and words
         np.testing.assert_allclose(sa.attention[rows][:, cols], a.attention, atol=1e-12)
         np.testing.assert_allclose(sa.read_effect[rows], a.read_effect, atol=1e-12)
         np.testing.assert_allclose(sa.slot_effects[rows][:, cols], a.slot_effects, atol=1e-12)
     if sa.attention is not None:
         allowed = sa.allowed()
-        assert not allowed[5:, 2:6].any() and not allowed[11:, 2:12].any()  # never another sentence
+        assert not allowed[5:, :5].any() and not allowed[11:, :11].any()  # never another sentence
         assert (sa.attention[~sa.readable()] == 0).all()
         assert sa.slot_labels[6] == "<s>" and sa.input_labels[5] == "<s>"  # the boundary slot: the next <s>
-        assert list(sa.slot_offsets()[5:8, 0]) == [1, 2, 3]  # the start slot counts from the sentence's start
+        assert sa.slot_labels[5] == "<s>" and sa.slot_token(5) == -1  # its start slot, numbered as its first row
+        assert list(sa.slot_offsets()[5:8, 5]) == [1, 2, 3]  # the start slot counts from the sentence's start
+
+
+def sentence_blocks(sa) -> np.ndarray:
+    """[T, S] True where a row and a slot belong to the same sentence: sentence k's rows and slots are
+    ``first_k .. first_{k+1} - 1``, its start slot numbered as its first row."""
+    first = [0] + [b + 1 for b in sa.boundaries]
+    slot_sentence = np.searchsorted(first, np.arange(len(sa.targets)), side="right") - 1  # (S,)
+    return sa.sentence_of()[:, None] == slot_sentence[None, :]
+
+
+@pytest.mark.parametrize("sentences", [2, 5])
+@pytest.mark.parametrize("name,kw", all_variants(ATTENTION_MODELS))
+def test_a_sentence_read_alone_rests_on_its_own_start_slot(name, kw, sentences):
+    """Issue 31: each sentence of a passage read alone puts its start weight on its own start slot (an
+    ``<s>`` at the restart), never on the first sentence's: no row of the analysis, its dict, highlights,
+    heat map or running text has weight outside its own sentence."""
+    c = ckpt(name, "sentence", **kw)
+    passage = [SENTENCES[k % 3] for k in range(sentences)]
+    sa = analyze_sentences(c, passage, max_effect_pairs=None)
+    first = [0] + [b + 1 for b in sa.boundaries]
+    outside = ~sentence_blocks(sa)
+    assert (sa.attention[outside] == 0).all() and (sa.slot_effects[outside] == 0).all()
+    assert not (sa.readable() & outside).any() and not (sa.allowed() & outside).any()
+    doc = sa.to_dict(threshold=0.0)
+    xlab = plots.slot_axis_labels(sa)
+    spec = export.chart_spec(plots.attention_heatmap(sa, threshold=0.0))
+    cells = spec["datasets"][spec["layer"][0]["data"]["name"]]
+    for k, (f, words) in enumerate(zip(first, passage)):
+        alone = analyze_tokens(c, words, max_effect_pairs=None)
+        rows = range(f, f + len(alone.targets))
+        assert sa.slot_labels[f] == "<s>" and sa.slot_token(f) == -1
+        np.testing.assert_allclose(sa.attention[rows, f], alone.attention[:, 0], atol=1e-12)
+        assert [doc["targets"][r]["start_weight"] for r in rows] == pytest.approx(alone.attention[:, 0].tolist())
+        assert list(sa.slot_offsets()[rows, f]) == list(range(1, len(rows) + 1))
+        for r in rows:
+            assert all(f <= h["slot"] < f + len(rows) for h in doc["targets"][r]["highlights"])
+            assert all(h["token"] == -1 for h in doc["targets"][r]["highlights"] if h["slot"] == f)
+        ylab = set(plots.target_axis_labels(sa)[f : f + len(rows)])
+        columns = {cell["slot"] for cell in cells if cell["target"] in ylab}  # the heat map's cells of these rows
+        assert columns <= set(xlab[f : f + len(rows)])
+        if k:  # the first sentence's start slot is not this sentence's
+            assert (sa.attention[rows, 0] == 0).all() and xlab[0] not in columns
+            html_doc = plots.highlighted_html(sa, f + 1, threshold=0.0)  # the sentence's second word
+            assert "slot 0 (start state)" not in html_doc
+            assert (f"slot {f} (start state)" in html_doc) == bool(sa.allowed()[f + 1, f])
+
+
+@pytest.mark.parametrize("name", ["amsrn", "kvp", "kvp-doc"])
+def test_bundled_passage_start_slots(name):
+    """Issue 31 with the bundled checkpoints: the sentence-level ones start the second sentence on its
+    own <s>; the document-level one reads through the boundary, its only start slot 0."""
+    if name not in bundled_checkpoints():
+        pytest.skip(f"no bundled checkpoint {name}")
+    text = "The committee approved the budget. It said the money was spent."
+    sa = analyze(load_checkpoint(bundled_dir() / name), text)
+    (b,) = sa.boundaries
+    second = slice(b + 1, len(sa.targets))
+    if sa.context == "sentence":
+        assert (sa.attention[~sentence_blocks(sa)] == 0).all() and sa.slot_labels[b + 1] == "<s>"
+        assert sa.attention[second, b + 1].sum() > 0 and (sa.attention[second, 0] == 0).all()
+    else:
+        assert sa.slot_labels[b + 1] == "." and sa.slot_labels.count("<s>") == 2
+        assert (sa.attention[second, : b + 1] > 0).any()
 
 
 @pytest.mark.parametrize("context", ["sentence", "document"])
@@ -199,6 +275,24 @@ def test_heatmap_window_boundaries_and_selected_row(passage_sa):
     assert "a window" in spec["title"]["subtitle"]
     effect = export.chart_spec(plots.attention_heatmap(sa, measure="effect", rows=rows))
     assert effect["layer"][0]["encoding"]["color"]["field"] == "effect"
+
+
+def test_a_heat_map_window_shows_the_selected_row_s_recent_slots():
+    """Issue 31: in a 417-word passage the window of salton-doc (a memory of 100) opened on columns 278-378 for
+    row 408, the slots just before it out of view. The window is square and ends at the newest slot its rows may
+    use: the selected row's most recent slots are in it."""
+    sa = analyze_sentences(ckpt("amsrn", memory=100), [SENTENCES[i % 3] for i in range(12)])  # 59 rows
+    selected = 45
+    rows = plots.heatmap_rows(sa, selected)
+    spec = export.chart_spec(plots.attention_heatmap(sa, rows=rows, selected=selected))
+    columns = spec["layer"][0]["encoding"]["x"]["scale"]["domain"]
+    xlab = plots.slot_axis_labels(sa)
+    assert columns[0] == xlab[0] and len(columns) == 1 + plots.WINDOW_ROWS  # the start slot and 40 slots
+    assert columns[-1] == xlab[rows[1] - 1]  # the newest slot of the window's last row
+    recent = [xlab[j] for j in np.flatnonzero(sa.allowed()[selected])][-20:]
+    assert set(recent) <= set(columns) and xlab[selected] in columns  # up to the selected row's own newest slot
+    cells = spec["datasets"][spec["layer"][0]["data"]["name"]]
+    assert {c["slot"] for c in cells} <= set(columns)
 
 
 def test_running_text_marks_sentence_boundaries(passage_sa):
@@ -343,8 +437,8 @@ def test_a_blank_line_starts_a_new_document(context, tmp_path):
     assert two.breaks == [10] and two.text == "w3 w17 w8 w30\nw17 w2 w3 w11 w5\n\nw9 w3 w17"
     first, second = analyze_sentences(c, SENTENCES[:2]), analyze_sentences(c, SENTENCES[2:])
     np.testing.assert_allclose(two.logprobs, np.concatenate([first.logprobs, second.logprobs]), atol=1e-12)
-    assert not two.allowed()[11:, 2:12].any() and two.input_labels[11] == "<s>"
-    np.testing.assert_allclose(two.attention[11:, [0, *range(12, 15)]], second.attention, atol=1e-12)
+    assert not two.allowed()[11:, :11].any() and two.input_labels[11] == "<s>" and two.slot_labels[11] == "<s>"
+    np.testing.assert_allclose(two.attention[11:, 11:15], second.attention, atol=1e-12)
     path = tmp_path / "two.txt"
     path.write_text(two.text, encoding="utf-8")
     sizes: list[int] = []

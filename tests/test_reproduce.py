@@ -317,16 +317,18 @@ def test_a_sweep_is_a_table_row_with_its_best_on_valid_in_bold(manifest, monkeyp
     manifest.write_text(TINY + SWEEP)
     runs = reproduce.load_manifest(manifest)
     assert [(key, [r.name for r in g]) for key, g in reproduce.sweeps(runs)] == [("window", ["kv-w1", "kv-w5", "kv-w10"])]
-    done = {"kv-w1": (131.0, 129.5), "kv-w5": (127.25, 126.0)}  # (valid, test); kv-w10 is not finished
+    done = {"kv-w1": (131.0, 129.5), "kv-w5": (127.25, 126.0)}  # (valid, test); kv-w10 is not run yet
     monkeypatch.setattr(reproduce.Run, "done", lambda self: self.name in done)
     monkeypatch.setattr(reproduce, "_metrics", lambda run, meta=None: dict(zip(("valid_perplexity", "test_perplexity"), done[run.name])))
     monkeypatch.setattr(reproduce, "comparison", lambda run, runs: None)
     text = reproduce.report({k: v for k, v in runs.items() if k.startswith("kv-")})
     assert "### Daniluk et al.: running text within documents, from scratch, equal parameter counts: sweeps" in text
     assert "| model | window = 1 | window = 5 | window = 10 |" in text
-    assert "| kv | 129.50 (131.00) | **126.00 (127.25)** | not run |" in text
+    assert "| kv | 129.50 (131.00) | 126.00 (127.25) | not run |" in text, "no best of a sweep that is not whole"
+    done["kv-w10"] = (128.0, 125.0)
+    assert "| kv | 129.50 (131.00) | **126.00 (127.25)** | 125.00 (128.00) |" in reproduce.report(runs)
     done["kv-w1"] = (127.0, 127.5)  # the best on valid, not on test, is bold
-    assert "| kv | **127.50 (127.00)** | 126.00 (127.25) | not run |" in reproduce.report(runs)
+    assert "| kv | **127.50 (127.00)** | 126.00 (127.25) | 125.00 (128.00) |" in reproduce.report(runs)
 
 
 def test_claims_in_the_report_and_bad_claims_refused(manifest, tmp_path):

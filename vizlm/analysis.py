@@ -20,9 +20,12 @@ and its ``</s>``, as :func:`vizlm.evaluate.score_documents` charges them. How a 
 reads it is its ``context`` (:data:`READINGS`): a **document** checkpoint reads the passage as
 running text (``<s> s_1 </s> s_2 </s> ...``, :func:`vizlm.data.document_tokens`), its state
 and memory crossing the boundaries (its window still limits each row); a **sentence**
-checkpoint reads each sentence alone from a zero state, so a row attends to the start slot
-0 and its own sentence only (its slot of the boundary before it holds that sentence's ``<s>``):
-its attention matrix is block diagonal (:meth:`SentenceAnalysis.allowed`).
+checkpoint reads each sentence alone from a zero state, so a row attends to its own sentence only:
+sentence ``k`` has rows and slots ``f_k .. f_{k+1} - 1`` (``f_k``: the row after its boundary), laid
+out as a sentence alone shifted by ``f_k``. Its slot ``f_k`` is its zero start state (``<s>``; the
+last word of the sentence before is read but never a memory slot), slot ``f_k + 1`` the output after
+reading its ``<s>`` (the boundary), so the attention matrix is block diagonal, square blocks
+(:meth:`SentenceAnalysis.allowed`). A document of a passage (after a blank line) starts the same way.
 
 Effects (:mod:`vizlm.models.effects`). For every target of an attention model, the
 **read effect** is ``log P(target)`` with the attention read minus without it (``r_t = 0``)
@@ -45,6 +48,7 @@ import torch
 
 from vizlm.checkpoint import Checkpoint
 from vizlm.data import BOS, EOS, UNK, collate, iter_batches
+from vizlm.evaluate import OVERFLOW_NOTE, perplexity
 from vizlm.models import effects as fx
 from vizlm.tagger import tag_sentences
 from vizlm.text import MAX_TOKENS, clean_text, cut_point, passage_documents
@@ -131,7 +135,8 @@ class SentenceAnalysis:
 
     @property
     def perplexity(self) -> float:
-        return float(np.exp(-self.logprobs.mean()))
+        """Over the predicted tokens; ``inf`` where it overflows (:func:`vizlm.evaluate.perplexity`)."""
+        return perplexity(-float(self.logprobs.sum()), len(self.logprobs))
 
     @property
     def input_labels(self) -> list[str]:
@@ -144,9 +149,18 @@ class SentenceAnalysis:
 
     @property
     def slot_labels(self) -> list[str]:
-        """[S] label of each memory slot: ``<s>`` for slots 0 (the start state) and 1, then the word read
-        at the step before (:attr:`input_labels`)."""
-        return [BOS] + self.input_labels[:-1]
+        """[S] label of each memory slot: ``<s>`` for the start slots (:attr:`start_slots`) and slot 1,
+        else the word read at the step before (:attr:`input_labels`)."""
+        labels = [BOS] + self.input_labels[:-1]
+        for j in self.start_slots:
+            labels[j] = BOS
+        return labels
+
+    @property
+    def start_slots(self) -> list[int]:
+        """The zero start state of each reading: slot 0, and after each restart ``b`` slot ``b + 1``,
+        numbered as the reading's first row (:meth:`first_rows`)."""
+        return [0] + [b + 1 for b in self.restarts]
 
     @property
     def boundaries(self) -> list[int]:
@@ -155,9 +169,13 @@ class SentenceAnalysis:
 
     @property
     def restarts(self) -> list[int]:
-        """The boundaries after which the model reads from a zero state: every one in sentence context,
-        the ends of documents (:attr:`breaks`) in running text."""
-        return self.boundaries if self.context == "sentence" else list(self.breaks)
+        """The boundaries after which the model reads from a zero state (:meth:`restarts_after`)."""
+        return [i for i in range(len(self.norms)) if self.restarts_after(i)]
+
+    def restarts_after(self, i: int) -> bool:
+        """Whether the model reads from a zero state after token ``i``: after every boundary in sentence
+        context, after the ends of documents (:attr:`breaks`) in running text."""
+        return self.norms[i] == BOUNDARY and (self.context == "sentence" or i in self.breaks)
 
     def sentence_of(self) -> np.ndarray:
         """[T] the sentence each row belongs to (0-based): the row predicting a boundary ends its sentence."""
@@ -166,7 +184,7 @@ class SentenceAnalysis:
 
     def first_rows(self) -> np.ndarray:
         """[T] the first row of each row's reading: the row that predicts the first word of its sentence
-        (sentence context) or document (running text) (:attr:`restarts`)."""
+        (sentence context) or document (running text) (:attr:`restarts`); it is also the row's start slot."""
         first = np.zeros(len(self.targets), dtype=int)
         for b in self.restarts:
             first[b + 1 :] = b + 1
@@ -178,12 +196,9 @@ class SentenceAnalysis:
 
     def slot_offsets(self) -> np.ndarray:
         """[T, S] how many words back each slot is from each row: ``r + 1 - j`` (1 = the newest slot);
-        the start slot 0 counts from the row's own reading (:meth:`first_rows`)."""
-        T, S = len(self.targets), len(self.targets)
-        rows, slots = np.arange(T)[:, None], np.arange(S)[None, :]
-        offsets = rows + 1 - slots  # (T, S)
-        offsets[:, 0] = np.arange(T) + 1 - self.first_rows()
-        return offsets
+        a reading's start slot is numbered as its first row, so it counts from the reading's start."""
+        T = len(self.targets)
+        return np.arange(T)[:, None] + 1 - np.arange(T)[None, :]  # (T, S)
 
     @property
     def read_effect_bits(self) -> np.ndarray | None:
@@ -196,14 +211,11 @@ class SentenceAnalysis:
         return None if self.slot_effects is None else self.slot_effects / LN2
 
     def readable(self) -> np.ndarray:
-        """[T, S] the slots each row's reading holds: the start slot and every earlier one of the row's
-        own sentence (sentence context) or document (running text): block diagonal where it restarts."""
+        """[T, S] the slots each row's reading holds: its start slot and every later one up to slot ``r``,
+        of its sentence (sentence context) or document (running text): block diagonal where it restarts."""
         T = len(self.targets)
         rows, slots = np.arange(T)[:, None], np.arange(T)[None, :]
-        mask = slots <= rows  # (T, S) causal
-        if self.restarts:
-            mask &= (slots == 0) | (slots > self.first_rows()[:, None])
-        return mask
+        return (slots <= rows) & (slots >= self.first_rows()[:, None])  # (T, S) causal, from the reading's start slot
 
     def allowed(self) -> np.ndarray | None:
         """[T, S] the (row, slot) pairs each row could attend to: :func:`attention_mask` (the model's
@@ -257,8 +269,8 @@ class SentenceAnalysis:
 
     def slot_token(self, slot: int) -> int:
         """Index into ``tokens`` of the word held by ``slot`` (a boundary slot: the ``</s>`` token); -1
-        for the <s> slots."""
-        return slot - 2 if slot >= 2 else -1
+        for the <s> slots: 0, 1 and the start slot after a restart (:attr:`start_slots`)."""
+        return -1 if slot < 2 or self.restarts_after(slot - 1) else slot - 2
 
     def highlights(self, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None,
                    rows: Sequence[int] | None = None) -> list[list[Highlight]]:
@@ -304,7 +316,9 @@ class SentenceAnalysis:
         # plain floats, row by row (numpy scalars cost 10x in a passage's 400 rows)
         probs, surprisal, top_probs = self.probs.tolist(), self.surprisal.tolist(), self.top_probs.tolist()
         gates = None if self.gates is None else self.gates.mean(1).tolist()
-        without = None if self.read_effect is None else np.exp(self.logprobs - self.read_effect).tolist()
+        with np.errstate(over="ignore"):  # P(word) without the read of a model that gives it next to none
+            without = None if self.read_effect is None else np.exp(self.logprobs - self.read_effect).tolist()
+        starts = self.first_rows().tolist()  # each row's start slot
         targets = []
         for r, word in enumerate(self.targets):
             targets.append({
@@ -316,8 +330,8 @@ class SentenceAnalysis:
                 "attention": None if self.attention is None else self.attention[r, : r + 1].tolist(),
                 "highlights": [h.to_dict() for h in hl[r]],
                 "gate_mean": None if gates is None else gates[r],
-                # slot 0 is the zero start state: weight there reads nothing ("attention off")
-                "start_weight": None if self.attention is None else float(self.attention[r, 0]),
+                # the start slot is the zero start state: weight there reads nothing ("attention off")
+                "start_weight": None if self.attention is None else float(self.attention[r, starts[r]]),
                 # effects in bits: log2 P(word) with the read minus without; per slot, minus with the slot dropped
                 "read_effect_bits": None if read_bits is None else _finite(read_bits[r]),
                 "prob_without_read": None if without is None else without[r],
@@ -442,8 +456,8 @@ class _Reading:
     """How a model reads a text (its ``context``): the pieces it reads from a zero state, each
     ``<s>`` then its tokens, right-padded into a batch. Document context: one piece, the whole
     text as running text (a boundary is read as ``</s>``); sentence context: one piece per sentence.
-    Row ``i`` of piece ``b`` is the text's row ``first[b] + i``; its slot ``j >= 1`` the text's slot
-    ``first[b] + j``, and its slot 0 (the zero start state) slot 0."""
+    Row ``i`` of piece ``b`` is the text's row ``first[b] + i`` and its slot ``j`` the text's slot
+    ``first[b] + j``: its zero start state is the piece's own start slot ``first[b]``."""
 
     inputs: torch.Tensor  # (B, Tb) token ids, <s> first
     targets: torch.Tensor  # (B, Tb) predicted ids, 0 = padding
@@ -457,15 +471,14 @@ class _Reading:
         return torch.cat([x[b, :n] for b, n in enumerate(self.rows)])
 
     def gather_slots(self, x: torch.Tensor) -> torch.Tensor:
-        """The text's (row, slot) matrix of per-piece ones: (B, Tb, Sb) -> (T, T), zero between the
-        pieces (a row of a sentence read alone cannot attend to another sentence)."""
+        """The text's (row, slot) matrix of per-piece ones: (B, Tb, Sb) -> (T, T), block diagonal, zero
+        between the pieces (a row of a sentence read alone cannot attend to another sentence)."""
         if len(self.rows) == 1:
             return x[0, : self.rows[0], : self.rows[0]]
         T = sum(self.rows)
         out = x.new_zeros(T, T)
         for b, (f, n) in enumerate(zip(self.first, self.rows)):
-            slots = torch.cat([torch.zeros(1, dtype=torch.long), torch.arange(f + 1, f + n)])  # (n,) slot map
-            out[f : f + n, slots] = x[b, :n, :n]
+            out[f : f + n, f : f + n] = x[b, :n, :n]
         return out
 
     def scatter_rows(self, rows: Sequence[int], like: torch.Tensor) -> torch.Tensor:
@@ -528,6 +541,8 @@ def _build(
         notes.append(_cut_note(words + truncated, words))
     if any(unk):
         notes.append(f"{sum(unk)} word(s) are not in the model's vocabulary and were read as <unk>")
+    if not math.isfinite(perplexity(-float(lp.sum()), len(lp))):
+        notes.append(OVERFLOW_NOTE)
     return SentenceAnalysis(
         model=ckpt.label,
         text=text if text is not None else " ".join(surfaces),
@@ -775,7 +790,7 @@ def analyze(
     """Tokenise ``text`` like the corpus, a sentence or a passage, and analyse it with ``ckpt``.
 
     The text is split into sentences and documents (:func:`vizlm.text.passage_documents`: a
-    sentence ends at a line break, or at . ! ? before a capital, a document at a blank line, as
+    sentence ends at a line break, at . ! ? before a capital or at Chinese 。！？, a document at a blank line, as
     ``vizlm eval --text-file`` splits a file) and read in the checkpoint's context
     (:func:`analyze_sentences`). It is cleaned
     (:func:`vizlm.text.clean_text`: control characters, noncharacters and lone surrogates

@@ -93,6 +93,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import itertools
 import math
 import re
 from dataclasses import asdict, dataclass, field
@@ -117,8 +118,8 @@ from vizlm.resources import Collocations, load_collocations
 from vizlm.tagger import simplify_tag, tag_tokens
 from vizlm.text import NUMBER, detokenize
 
-__all__ = ["LABELS", "LABEL_DESCRIPTIONS", "RANKINGS", "Case", "CaseReport", "label_cases", "labelled_dict", "by_effect",
-           "corpus_cases", "tag_tokens", "stem"]
+__all__ = ["LABELS", "LABEL_DESCRIPTIONS", "RANKINGS", "Case", "CaseReport", "label_cases", "labelled_dict",
+           "by_effect", "corpus_cases", "gallery_order", "tag_tokens", "stem"]
 
 LABEL_DESCRIPTIONS = {  # label -> what its rule checks, in the order the rules run
     "trigger": "the attended word comes back: same word, same stem, or a pronoun for the same entity",
@@ -127,7 +128,9 @@ LABEL_DESCRIPTIONS = {  # label -> what its rule checks, in the order the rules 
     "grammar": "a grammatical dependency: subject–verb agreement, determiner → noun, auxiliary → verb form",
 }
 LABELS = tuple(LABEL_DESCRIPTIONS)
-RANKINGS = ("weight", "effect")  # how corpus_cases picks its examples: heaviest, or most helpful slot
+# How corpus_cases picks its examples: the heaviest, the most helpful slot, or the most weight above an even
+# spread over the slots the row could attend to (Case.above_uniform: one slot gets weight 1, choosing nothing).
+RANKINGS = ("weight", "effect", "above_uniform")
 PHRASE_MIN_PMI = 4.0  # bits
 PHRASE_MIN_COUNT = 5
 
@@ -468,6 +471,13 @@ class Case:
     labels: list[str] = field(default_factory=list)  # subset of LABELS, in that order
     evidence: dict[str, str] = field(default_factory=dict)  # label -> why
     effect: float | None = None  # slot effect in bits: log2 P(word) minus the same without this slot (None: not computed)
+    slots: int = 1  # slots the row could attend to (its start slot included): uniform attention gives each 1 / slots
+
+    @property
+    def above_uniform(self) -> float:
+        """The weight minus what an even spread over the row's slots gives: how much the attention chose
+        this slot (0 for a model with a window of 1, whose only slot always gets weight 1)."""
+        return self.weight - 1.0 / self.slots
 
     def to_dict(self) -> dict:
         return {
@@ -480,6 +490,8 @@ class Case:
             "labels": list(self.labels),
             "evidence": dict(self.evidence),
             "effect": None if self.effect is None else float(self.effect),
+            "slots": int(self.slots),
+            "above_uniform": float(self.above_uniform),
         }
 
 
@@ -497,6 +509,7 @@ def label_cases(
     s = _Sentence(sa, collocations if collocations is not None else load_collocations())
     n = len(s.words)
     sentence = sa.sentence_of()  # [T] the sentence of each row
+    slots = sa.allowed().sum(1) if sa.attention is not None else None  # [T] slots each row could attend to
     cases = []
     for t, row in enumerate(sa.highlights(threshold, top_k)):
         for h in row:
@@ -511,7 +524,7 @@ def label_cases(
                         evidence[label] = why
             word = s.words[t] if t < n else sa.targets[t]
             cases.append(Case(t, word, h.slot, h.token, s.words[h.token], h.weight, list(evidence), evidence,
-                              h.effect_bits))
+                              h.effect_bits, int(slots[t])))
     return cases
 
 
@@ -541,7 +554,7 @@ class CaseReport:
     pairs: int  # highlighted (target, word slot) pairs
     labelled: int  # pairs with at least one label
     counts: dict[str, int]  # label -> pairs with that label
-    examples: dict[str, list[dict]]  # label -> strongest examples, heaviest (or most helpful) first
+    examples: dict[str, list[dict]]  # label -> strongest examples (by ``rank``) first
     notes: list[str] = field(default_factory=list)
     rank: str = "weight"  # what "strongest" means: RANKINGS
     mean_effect: dict[str, float | None] = field(default_factory=dict)  # label -> mean slot effect (bits) of its pairs
@@ -590,6 +603,26 @@ def _document_example(case: Case, first: int, boundaries: list[int], ids: list[s
     }
 
 
+def _strength(value: float | None) -> float:
+    """A value to rank by (a :data:`RANKINGS` field of a case or an example); -inf, ranked last, for
+    none (an effect not computed)."""
+    return -math.inf if value is None else value
+
+
+def gallery_order(examples: list[tuple[str, str, dict]], rank: str) -> list[tuple[str, str, dict]]:
+    """``(model, label, example)`` triples of several models in gallery order: the models take turns
+    (each one's strongest by ``rank``, then each one's second, ...; the strongest first within a turn), so
+    that no model fills the gallery, e.g. one whose every weight is 1 because its window holds one slot."""
+    def strength(e: tuple) -> float:
+        return _strength(e[2].get(rank))
+
+    by_model: dict[str, list] = {}
+    for e in sorted(examples, key=strength, reverse=True):
+        by_model.setdefault(e[0], []).append(e)
+    turns = itertools.zip_longest(*by_model.values())
+    return [e for turn in turns for e in sorted((e for e in turn if e is not None), key=strength, reverse=True)]
+
+
 @torch.no_grad()
 def corpus_cases(
     ckpt: Checkpoint,
@@ -612,8 +645,9 @@ def corpus_cases(
     the gold tags where the corpus has them; forward passes batched; the slot effect of
     every highlighted pair) and labelled by :func:`label_cases`. ``limit`` keeps the
     first sentences only. Examples are the ``examples_per_label`` strongest pairs of
-    each label: the heaviest (``rank="weight"``) or those whose slot helped the
-    prediction most (``rank="effect"``); ties: earlier sentence first. Counts do not
+    each label: the heaviest (``rank="weight"``), those whose slot helped the
+    prediction most (``rank="effect"``) or those with the most weight above an even
+    spread (``rank="above_uniform"``); ties: earlier sentence first. Counts do not
     depend on the order sentences are processed in.
     """
     if rank not in RANKINGS:
@@ -657,7 +691,7 @@ def corpus_cases(
         for k, case in enumerate(label_cases(sa, threshold, top_k, collocations=collocations)):
             pairs += 1
             labelled += bool(case.labels)
-            strength = case.weight if rank == "weight" else (case.effect if case.effect is not None else -math.inf)
+            strength = _strength(getattr(case, rank))
             i = first + int(sentence[case.target])
             for label in case.labels:
                 counts[label] += 1

@@ -43,7 +43,7 @@ from safetensors.torch import save as st_save
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from vizlm import __version__, paths
+from vizlm import __version__, files, paths
 from vizlm.data import Vocab
 from vizlm.models import build_model, check_config
 from vizlm.models.base import BaseConfig
@@ -117,7 +117,7 @@ def save_checkpoint(folder: Path, model: nn.Module, name: str, vocab: Vocab, wei
         if weights_dtype not in STORED_FLOATS:
             raise ValueError(f"weights can be stored as {STORED_FLOATS}, not {weights_dtype}")
         state = {k: v.to(weights_dtype) if v.is_floating_point() else v for k, v in state.items()}
-    (folder / WEIGHTS).write_bytes(st_save(state, metadata={"format": FORMAT, "model": name}))
+    files.write_bytes(folder / WEIGHTS, st_save(state, metadata={"format": FORMAT, "model": name}), force=True)
     doc = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -127,23 +127,34 @@ def save_checkpoint(folder: Path, model: nn.Module, name: str, vocab: Vocab, wei
         **meta,
         "vocab": vocab.itos,
     }
-    (folder / META).write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    files.write_text(folder / META, json.dumps(doc, indent=1, ensure_ascii=False) + "\n", force=True)
     return folder
 
 
 # --------------------------------------------------------------------------- JSON
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _BRACKET_STEP = np.zeros(256, dtype=np.int8)
 _BRACKET_STEP[[ord("["), ord("{")]] = 1
 _BRACKET_STEP[[ord("]"), ord("}")]] = -1
+_QUOTE, _BACKSLASH = ord('"'), ord("\\")
 
 
 def json_depth(raw: bytes) -> int:
-    """How deeply ``raw`` nests brackets outside strings, found without parsing (no recursion)."""
-    skeleton = _JSON_STRING.sub(b'""', raw)
-    if not skeleton:
+    """How deeply ``raw`` nests brackets outside strings, found without parsing (no recursion) in
+    a few linear passes: a quote preceded by an odd run of backslashes is escaped, every other
+    quote opens or closes a string, and brackets count only outside strings. (A regex over the
+    strings backtracks: quadratic on an unterminated string of repeated ``\\"``.)"""
+    a = np.frombuffer(raw, dtype=np.uint8)
+    if not len(a):
         return 0
-    return int(np.cumsum(_BRACKET_STEP[np.frombuffer(skeleton, dtype=np.uint8)], dtype=np.int64).max(initial=0))
+    idx = np.arange(len(a), dtype=np.int64)
+    # the last position at or before i that is not a backslash (-1: none)
+    last_plain = np.maximum.accumulate(np.where(a != _BACKSLASH, idx, -1))
+    run_before = np.zeros(len(a), dtype=np.int64)  # backslashes right before position i
+    run_before[1:] = idx[:-1] - last_plain[:-1]
+    quotes = (a == _QUOTE) & (run_before % 2 == 0)
+    outside = np.cumsum(quotes, dtype=np.int64) % 2 == 0  # a closing quote itself counts as outside: not a bracket
+    step = np.where(outside, _BRACKET_STEP[a], 0)
+    return int(np.cumsum(step, dtype=np.int64).max(initial=0))
 
 
 def _no_duplicates(pairs: list) -> dict:
@@ -165,7 +176,12 @@ def _parse_json(raw: bytes, what: str, unique_keys: bool = False) -> object:
     if depth > MAX_JSON_DEPTH:
         raise CheckpointError(f"{what} nests {depth} levels deep; the limit is {MAX_JSON_DEPTH}")
     try:
-        return json.loads(raw, object_pairs_hook=_no_duplicates if unique_keys else None)
+        text = raw.decode("utf-8")  # json.loads(bytes) would guess UTF-16 or UTF-32 too: JSON files are UTF-8
+    except UnicodeDecodeError as exc:
+        raise CheckpointError(f"{what} is not valid JSON: it is not UTF-8 text (byte {exc.start}); JSON must be "
+                              "UTF-8, not UTF-16 or another encoding") from None
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates if unique_keys else None)
     except CheckpointError as exc:
         raise CheckpointError(f"{what}: {exc}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -192,7 +208,7 @@ def parse_meta(raw: bytes | str) -> dict:
     raw = bytes(raw)
     if len(raw) > MAX_META_BYTES:
         raise CheckpointError(f"config.json is {len(raw) / 2**20:.1f} MB; the limit is {MAX_META_BYTES // 2**20} MB")
-    doc = _parse_json(raw, "config.json")
+    doc = _parse_json(raw, "config.json", unique_keys=True)  # a repeated key: which one would count?
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise CheckpointError(f"config.json is not a vizlm checkpoint (missing \"format\": \"{FORMAT}\")")
     version = doc.get("format_version", FORMAT_VERSION)

@@ -37,7 +37,9 @@ def _add_train(sub) -> None:
     p = sub.add_parser("train", help="train a model on a corpus")
     p.add_argument("--model", required=True, choices=list(REGISTRY), help="model family")
     p.add_argument("--corpus", default="brown", choices=TRAINABLE, help="training corpus")
-    p.add_argument("--out", type=Path, help="checkpoint folder (default CHECKPOINTS/MODEL; a temp dir with --dry-run)")
+    p.add_argument("--out", type=Path, help="checkpoint folder (default RUNS/MODEL, runs/ of the vizlm home; a temp dir "
+                   "with --dry-run); one that holds a checkpoint needs --resume or --force")
+    p.add_argument("--force", action="store_true", help="train a new model in place of the checkpoint in --out")
     for flag, (_, typ, hlp) in MODEL_OPTIONS.items():
         if typ is bool:  # --flag / --no-flag; None (not given) keeps the config's default
             p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=hlp)
@@ -151,7 +153,7 @@ def cmd_reproduce(args) -> int:
         print(f"wrote {path}", file=sys.stderr)
         return 0
     names = list(runs) if args.all else args.only
-    todo = [r for r in reproduce.order(runs, names) if r.status() in ("missing", "partial")]
+    todo = [r for r in reproduce.order(runs, names) if r.status() in ("not run", "partial")]
     for run in todo:
         if run.init and runs[run.init].status() != "finished":
             print(f"reproduce: skipping {run.name}: {run.init} is not finished", file=sys.stderr)
@@ -170,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("prepare", help="regenerate the processed corpora under data/ and the shipped analysis assets")
     p.add_argument("--shared", type=Path, default=Path("../shared/data"), help="folder with the raw corpus zips")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: the data folder)")
+    p.add_argument("--force", action="store_true", help="replace files in --out whose content would change")
     p.add_argument("--assets", type=Path, default=paths.ASSETS,
                    help="where the tagger, collocation table and examples go (default: the package's vizlm/assets)")
     p.add_argument("--token-ids", action="store_true",
@@ -204,9 +207,9 @@ def cmd_train(args) -> int:
         out = args.out
         if out is None:  # rank 0 chooses (a temp dir is different in every process)
             out = ctx.broadcast(Path(tempfile.mkdtemp(prefix="vizlm-dry-")) if args.dry_run and ctx.main
-                                else paths.checkpoints_dir() / args.model)
+                                else paths.runs_dir() / args.model)
         ckpt = train(args.model, kwargs, args.corpus, out, tc, init=args.init_from, resume=args.resume,
-                     match=args.match_params, ctx=ctx)
+                     match=args.match_params, ctx=ctx, force=args.force)
         if ctx.main:
             print(json.dumps({"checkpoint": str(out), "model": ckpt.name, "context": ckpt.model.config.context,
                               "hidden_dim": ckpt.model.config.hidden_dim, "parameters": ckpt.meta["parameters"],
@@ -246,10 +249,12 @@ def cmd_eval(args) -> int:
             return 0
     result = {"checkpoint": str(args.checkpoint), "source": source, "context": ckpt.model.config.context, **result}
     if args.json:
-        print(json.dumps(result))
+        commands.dump_json(result)
     else:
         print(f"{source}: perplexity {result['perplexity']:.2f}  (NLL {result['nll']:.4f} nats/token, "
               f"{result['tokens']:,} tokens, {result['sentences']:,} sentences)")
+        if "note" in result:
+            print(f"note: {result['note']}")
     return 0
 
 
@@ -265,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.token_ids:
                 counts = prepare_token_ids(args.out or paths.data_dir())
             else:
-                counts = prepare(args.shared, args.out or paths.data_dir(), assets=args.assets)
+                counts = prepare(args.shared, args.out or paths.data_dir(), assets=args.assets, force=args.force)
             print(json.dumps(counts))
             return 0
         if args.command == "train":

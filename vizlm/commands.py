@@ -23,6 +23,7 @@ from tqdm import tqdm
 from vizlm.analysis import ATTENTION_OFF, DEFAULT_THRESHOLD, MAX_TOKENS, READINGS
 from vizlm.cases import LABELS, RANKINGS
 from vizlm.data import CORPORA, MAX_TEXT_FILE_BYTES, read_text_file
+from vizlm import files
 from vizlm.distributed import DEVICES, session
 from vizlm.text import clean_text
 
@@ -77,16 +78,23 @@ def read_text(path: Path, documents: list[int] | None = None) -> list[list[str]]
     bar on stderr for a large file."""
     path = Path(path)
     size = path.stat().st_size if path.is_file() else 0  # what is wrong with it read_text_file says
+    notes: list[str] = []
     if not READ_PROGRESS_BYTES < size <= MAX_TEXT_FILE_BYTES:
-        return read_text_file(path, documents=documents)
-    with tqdm(total=size, unit="B", unit_scale=True, desc=f"reading {path.name}", file=sys.stderr) as bar:
-        return read_text_file(path, progress=lambda f: bar.update(max(0, round(f * size) - bar.n)), documents=documents)
+        out = read_text_file(path, documents=documents, notes=notes)
+    else:
+        with tqdm(total=size, unit="B", unit_scale=True, desc=f"reading {path.name}", file=sys.stderr) as bar:
+            out = read_text_file(path, progress=lambda f: bar.update(max(0, round(f * size) - bar.n)),
+                                 documents=documents, notes=notes)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    return out
 
 
-def write_output(path: Path, data: bytes) -> None:
-    """``path.write_bytes(data)``; an error names the file (a failed ``write()`` alone does not)."""
+def write_output(path: Path, data: bytes, force: bool = False) -> None:
+    """Write ``data`` to ``path`` whole (:func:`vizlm.files.write_bytes`: never replacing other
+    content unless ``force``); an error names the file (a failed ``write()`` alone does not)."""
     try:
-        Path(path).write_bytes(data)
+        files.write_bytes(path, data, force=force)
     except OSError as exc:
         if exc.filename is None:
             exc.filename = str(path)
@@ -165,6 +173,7 @@ def add_analysis_commands(sub) -> None:
     p.add_argument("--top", type=whole(0), default=10, help="how many most improved / worsened sentences to list")
     p.add_argument("--min-length", type=whole(0), default=5, help="only list sentences with at least this many words")
     p.add_argument("--csv", type=Path, help="write the whole per-sentence table as CSV")
+    _force(p)
     _device(p)
 
     p = sub.add_parser("positions", help="average attention and its effect by relative position (Daniluk et al. Fig. 3)")
@@ -176,6 +185,7 @@ def add_analysis_commands(sub) -> None:
                    help="weights only: skip the slot and read effects (one output layer per slot: the slow part)")
     p.add_argument("--png", type=Path, help="write the plot as PNG (with effects: weight and effect side by side)")
     p.add_argument("--svg", type=Path, help="write the plot as SVG (with effects: weight and effect side by side)")
+    _force(p)
     _device(p)
 
     p = sub.add_parser("cases", help="trigger / causal / phrase / grammar cases over a corpus")
@@ -186,14 +196,28 @@ def add_analysis_commands(sub) -> None:
                    help=f"attention weight that counts as a highlight, from 0 to 1 (default {DEFAULT_THRESHOLD:g})")
     p.add_argument("--examples", type=whole(0), default=10, help="strongest examples listed per label")
     p.add_argument("--rank", choices=RANKINGS, default="weight",
-                   help="which examples are the strongest: the heaviest, or those whose slot helped the prediction most")
+                   help="which examples are the strongest: the heaviest, those whose slot helped the prediction most, "
+                        "or the heaviest above uniform (weight - 1 / the slots the row could attend to)")
 
     p = sub.add_parser("export", help="attention heatmap and data of one sentence to a file")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or bundled name")
     p.add_argument("--text", required=True, help="the sentence to analyse")
     p.add_argument("--format", required=True, choices=["png", "svg", "html", "csv", "json"], help="output format")
     p.add_argument("--out", required=True, type=Path, help="output file")
+    _force(p)
     _highlight_mode(p)
+
+
+def _force(p) -> None:
+    p.add_argument("--force", action="store_true", help="replace an output file that exists (else it is refused)")
+
+
+def check_outputs(args, *names: str) -> None:
+    """Refuse, before any work, output files (the options ``names``) that exist and are not empty,
+    unless ``--force`` (:func:`vizlm.files.check_replace`)."""
+    for name in names:
+        if (path := getattr(args, name, None)) is not None:
+            files.check_replace(path, None, args.force)
 
 
 def _sentences(args, verb: str) -> tuple[list[list[str]], list[str], str, str | None]:
@@ -221,22 +245,40 @@ def _bits(x: float) -> str:
     return "+0.00b" if text == "-0.00b" else text
 
 
-def _dump(obj) -> None:
+def dump_json(obj) -> None:
     """One JSON document on stdout; clean_text makes sure no lone surrogate (raw bytes) gets out."""
     from vizlm.export import json_safe
 
     print(clean_text(json.dumps(json_safe(obj), ensure_ascii=False, allow_nan=False)))
 
 
-def cmd_analyze(args) -> int:
+CLI_EFFECT_PAIRS = 10_000  # slot effects computed by analyze / export at most: a few seconds on one core
+
+
+def analyze_bounded(ckpt, text: str):
+    """:func:`vizlm.analysis.analyze` with every slot effect while there are at most
+    :data:`CLI_EFFECT_PAIRS` (word, slot) pairs (a passage of 400 words in sentences has ~5,000),
+    else the read effects alone, with a note: one 400-word sentence has 80,000 pairs, half a
+    minute of output layers."""
     from vizlm.analysis import analyze
+
+    sa = analyze(ckpt, text, max_effect_pairs=CLI_EFFECT_PAIRS)
+    if sa.attention is not None and sa.slot_effects is None:
+        pairs = int((sa.attention > 0).sum())
+        sa.notes.append(f"slot effects not computed: the text has {pairs:,} (word, slot) pairs with weight, more "
+                        f"than the {CLI_EFFECT_PAIRS:,} computed at most (shorter sentences have fewer); the read "
+                        "effects are")
+    return sa
+
+
+def cmd_analyze(args) -> int:
     from vizlm.checkpoint import load_checkpoint
     from vizlm.export import analysis_dict
 
-    sa = analyze(load_checkpoint(args.checkpoint), args.text, max_effect_pairs=None)  # every slot effect
+    sa = analyze_bounded(load_checkpoint(args.checkpoint), args.text)
     doc = analysis_dict(sa, threshold=args.threshold, top_k=args.top_k)
     if args.json:
-        _dump(doc)
+        dump_json(doc)
         return 0
     print(f"{sa.model}: perplexity {sa.perplexity:.1f} over {len(sa.targets)} predicted tokens")
     if sa.boundaries:
@@ -267,6 +309,7 @@ def cmd_compare(args) -> int:
     from vizlm.corpus import compare, compare_corpus
     from vizlm.export import export_frame
 
+    check_outputs(args, "csv")
     a, b = load_checkpoint(args.a), load_checkpoint(args.b)
     with session(args.device) as ctx:
         for c in (a, b):
@@ -281,13 +324,13 @@ def cmd_compare(args) -> int:
         if not ctx.main:
             return 0
     if args.csv:
-        write_output(args.csv, export_frame(result.table, "csv"))
+        write_output(args.csv, export_frame(result.table, "csv"), args.force)
     if args.json:
         doc = result.to_dict()
         doc["most_improved"] = result.most_improved(args.top, args.min_length).to_dict("records")
         doc["most_worsened"] = result.most_worsened(args.top, args.min_length).to_dict("records")
         doc.pop("table", None)
-        _dump(doc)
+        dump_json(doc)
         return 0
     for k, v in result.summary.items():
         print(f"{k:>28}: {v:.4f}" if isinstance(v, float) else f"{k:>28}: {v}")
@@ -305,6 +348,7 @@ def cmd_positions(args) -> int:
     from vizlm.checkpoint import load_checkpoint
     from vizlm.corpus import attention_by_position, positions_corpus
 
+    check_outputs(args, "png", "svg")
     ckpts = [load_checkpoint(c) for c in args.checkpoint]
     attending = [c for c in ckpts if c.has_attention]
     effects = not args.no_effects
@@ -329,9 +373,9 @@ def cmd_positions(args) -> int:
             chart = chart | positions_chart(stats.frame, measure="effect")
         for path, fmt in ((args.png, "png"), (args.svg, "svg")):
             if path:
-                write_output(path, chart_bytes(chart, fmt))
+                write_output(path, chart_bytes(chart, fmt), args.force)
     if args.json:
-        _dump(stats.to_dict())
+        dump_json(stats.to_dict())
         return 0
     columns = [c for c in stats.frame.columns if effects or not c.startswith("effect")]
     print(stats.frame[columns].to_string(index=False))
@@ -369,7 +413,7 @@ def cmd_cases(args) -> int:
     if args.label:
         doc["examples"] = {args.label: doc["examples"].get(args.label, [])}
     if args.json:
-        _dump(doc)
+        dump_json(doc)
         return 0
     print("counts: " + ", ".join(f"{k}={v}" for k, v in doc["counts"].items()))
     for label, examples in doc["examples"].items():
@@ -381,13 +425,13 @@ def cmd_cases(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from vizlm.analysis import analyze
     from vizlm.checkpoint import load_checkpoint
     from vizlm.export import export_analysis
 
-    sa = analyze(load_checkpoint(args.checkpoint), args.text, max_effect_pairs=None)
+    check_outputs(args, "out")
+    sa = analyze_bounded(load_checkpoint(args.checkpoint), args.text)
     data = export_analysis(sa, args.format, threshold=args.threshold, top_k=args.top_k)
-    write_output(args.out, data)
+    write_output(args.out, data, args.force)
     print(f"wrote {args.out} ({len(data):,} bytes)", file=sys.stderr)
     return 0
 

@@ -35,7 +35,7 @@ from vizlm.data import (
     split_texts,
 )
 from vizlm.distributed import SINGLE, Context, shard
-from vizlm.evaluate import read_documents, score, sentence_nll_split, split_segments
+from vizlm.evaluate import OVERFLOW_NOTE, perplexity, read_documents, score, sentence_nll_split, split_segments
 from vizlm.models import effects as fx
 from vizlm.models.base import attention_entropy
 from vizlm.tokens import TokenSplit, open_split
@@ -100,14 +100,17 @@ def build_comparison(
     instead of sentences, as it must when a model reads running text (its sentences within a
     document are not independent); the summary says which (``resampled``)."""
     nll_a, nll_b, tok = np.asarray(nll_a, float), np.asarray(nll_b, float), np.asarray(tokens, float)
-    ppl_a, ppl_b = np.exp(nll_a / tok), np.exp(nll_b / tok)
-    table = pd.DataFrame({
-        "sentence_id": list(ids), "text": list(texts), "length": (tok - 1).astype(int),
-        "ppl_a": ppl_a, "ppl_b": ppl_b, "difference": ppl_b - ppl_a, "log_ratio": np.log(ppl_b / ppl_a),
-    })
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # an overflowing perplexity is inf
+        ppl_a, ppl_b = np.exp(nll_a / tok), np.exp(nll_b / tok)
+        table = pd.DataFrame({
+            "sentence_id": list(ids), "text": list(texts), "length": (tok - 1).astype(int),
+            "ppl_a": ppl_a, "ppl_b": ppl_b, "difference": ppl_b - ppl_a, "log_ratio": np.log(ppl_b / ppl_a),
+        })
+        sentence_ratio = np.exp((nll_b - nll_a) / tok)  # finite where both perplexities overflow
     table = table.sort_values(["log_ratio", "sentence_id"], kind="stable").reset_index(drop=True)
     summary = {**ratio_interval(nll_a, nll_b, tok, documents, n_boot, seed),
-               "share_improved": float((ppl_b < ppl_a).mean()), "median_sentence_ratio": float(np.median(ppl_b / ppl_a))}
+               "share_improved": float((nll_b < nll_a).mean()),
+               "median_sentence_ratio": float(np.median(sentence_ratio))}
     return Comparison(a.label, b.label, table, summary)
 
 
@@ -124,12 +127,15 @@ def ratio_interval(nll_a, nll_b, tokens, documents: list[int] | None = None, n_b
         boot = _bootstrap_ratios(*(np.add.reduceat(x, starts) for x in (nll_a, nll_b, tok)), n_boot, seed)
     else:
         boot = _bootstrap_ratios(nll_a, nll_b, tok, n_boot, seed)
-    corpus_a, corpus_b = math.exp(nll_a.sum() / tok.sum()), math.exp(nll_b.sum() / tok.sum())
+    corpus_a, corpus_b = perplexity(nll_a.sum(), tok.sum()), perplexity(nll_b.sum(), tok.sum())
+    finite = math.isfinite(corpus_a) and math.isfinite(corpus_b)
+    with np.errstate(invalid="ignore"):  # resamples whose perplexities both overflow: NaN, and said so below
+        low, high = float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975))
     return {
-        "sentences": len(tok), "tokens": int(tok.sum()),
-        "perplexity_a": corpus_a, "perplexity_b": corpus_b, "ratio": corpus_b / corpus_a,
-        "ratio_ci_low": float(np.quantile(boot, 0.025)), "ratio_ci_high": float(np.quantile(boot, 0.975)),
-        "resampled": "sentences" if documents is None else "documents",
+        "sentences": len(tok), "tokens": int(tok.sum()), "perplexity_a": corpus_a, "perplexity_b": corpus_b,
+        "ratio": corpus_b / corpus_a if finite else perplexity(nll_b.sum() - nll_a.sum(), tok.sum()),
+        "ratio_ci_low": low, "ratio_ci_high": high, "resampled": "sentences" if documents is None else "documents",
+        **({} if finite else {"note": OVERFLOW_NOTE + " (the ratio is exp of the mean NLL difference, which is finite)"}),
     }
 
 
@@ -146,7 +152,8 @@ def _bootstrap_ratios(nll_a: np.ndarray, nll_b: np.ndarray, tok: np.ndarray, n_b
     out = []
     for r0 in range(0, n_boot, rows):
         idx = rng.integers(0, n, size=(min(rows, n_boot - r0), n))
-        out.append(np.exp((nll_b[idx].sum(1) - nll_a[idx].sum(1)) / tok[idx].sum(1)))
+        with np.errstate(over="ignore"):
+            out.append(np.exp((nll_b[idx].sum(1) - nll_a[idx].sum(1)) / tok[idx].sum(1)))
     return np.concatenate(out) if out else np.zeros(0)
 
 

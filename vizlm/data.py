@@ -15,6 +15,7 @@ import heapq
 import itertools
 import json
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -461,8 +462,11 @@ def _line_pieces(fh, limit: int = MAX_LINE_CHARS):
             return
 
 
+_ESCAPED = re.compile("[\udc80-\udcff]")  # a byte that is not UTF-8, as errors="surrogateescape" reads it
+
+
 def read_text_file(path: Path, progress: Callable[[float], None] | None = None,
-                   documents: list[int] | None = None) -> list[list[str]]:
+                   documents: list[int] | None = None, notes: list[str] | None = None) -> list[list[str]]:
     """Raw text, one paragraph or sentence a line, tokenised like user input: a list of
     sentences, each a list of normalised tokens. ``documents``, when given a list, receives
     the sentences of each document in order: a blank line ends one (document-context models
@@ -473,15 +477,22 @@ def read_text_file(path: Path, progress: Callable[[float], None] | None = None,
     longer than :data:`MAX_LINE_CHARS` in pieces cut at a space, and a sentence longer than
     :data:`~vizlm.text.MAX_TOKENS` tokens is split into consecutive sentences of at most that
     many, so no batch of them grows huge. Invalid UTF-8 becomes U+FFFD and every piece goes
-    through :func:`~vizlm.text.clean_text`. ``progress(fraction)`` is called as bytes are read.
+    through :func:`~vizlm.text.clean_text`; ``notes``, when given a list, receives a line saying
+    how many bytes were not UTF-8 and on which line the first was. ``progress(fraction)`` is
+    called as bytes are read.
     """
     size = _check_text_file(path)
     words: dict[str, str] = {}  # one string object per distinct word: a large file's tokens share them
     out: list[list[str]] = []
     chars = reported = 0
     done = 0  # sentences of the documents before the current one
-    with open(path, encoding="utf-8-sig", errors="replace") as fh:
+    line, bad, first_bad = 1, 0, None  # invalid bytes arrive as lone surrogates (surrogateescape)
+    with open(path, encoding="utf-8-sig", errors="surrogateescape") as fh:
         for piece in _line_pieces(fh):
+            if (n := len(_ESCAPED.findall(piece))) and not bad:
+                first_bad = line
+            bad += n
+            line += piece.count("\n")
             if documents is not None and piece.endswith("\n") and not piece.strip() and len(out) > done:
                 documents.append(len(out) - done)  # a blank line: the document so far ends
                 done = len(out)
@@ -497,6 +508,9 @@ def read_text_file(path: Path, progress: Callable[[float], None] | None = None,
                 progress(min(1.0, chars / max(size, 1)))
     if documents is not None and len(out) > done:
         documents.append(len(out) - done)
+    if bad and notes is not None:
+        notes.append(f"{path}: {bad:,} byte(s) are not UTF-8 (the first on line {first_bad:,}); "
+                     "each was read as U+FFFD")
     if progress:
         progress(1.0)
     return out

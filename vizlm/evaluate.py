@@ -24,6 +24,19 @@ from vizlm.tokens import ChunkData, TokenSplit
 EVAL_MAX_TOKENS = 8192
 
 
+OVERFLOW_NOTE = ("the perplexity is inf: it overflows a float (a mean NLL above 709 nats a token), "
+                 "the model gives this text next to no probability")
+
+
+def perplexity(nll: float, tokens: int) -> float:
+    """``exp(nll / tokens)`` (nats summed over ``tokens`` predicted tokens), ``inf`` where that
+    overflows a float (a model that gives the text next to no probability) instead of an error."""
+    try:
+        return math.exp(nll / max(tokens, 1))
+    except OverflowError:
+        return math.inf
+
+
 @dataclass
 class SentenceScores:
     nll: list[float]  # per sentence, nats summed over its predicted tokens
@@ -39,7 +52,7 @@ class SentenceScores:
 
     @property
     def perplexity(self) -> float:
-        return math.exp(self.total_nll / max(self.total_tokens, 1))
+        return perplexity(self.total_nll, self.total_tokens)
 
     def summary(self) -> dict:
         return Totals(self.total_nll, self.total_tokens, len(self.nll)).summary()
@@ -59,11 +72,12 @@ class Totals:
 
     @property
     def perplexity(self) -> float:
-        return math.exp(self.nll / max(self.tokens, 1))
+        return perplexity(self.nll, self.tokens)
 
     def summary(self) -> dict:
-        return {"perplexity": self.perplexity, "nll": self.nll / max(self.tokens, 1), "tokens": self.tokens,
-                "sentences": self.sentences}
+        doc = {"perplexity": self.perplexity, "nll": self.nll / max(self.tokens, 1), "tokens": self.tokens,
+               "sentences": self.sentences}
+        return doc if math.isfinite(doc["perplexity"]) else {**doc, "note": OVERFLOW_NOTE}
 
 
 @torch.no_grad()

@@ -41,7 +41,7 @@ from vizlm import paths
 from vizlm.checkpoint import load_checkpoint
 from vizlm.corpus import positions_corpus, ratio_interval
 from vizlm.data import document_sizes, split_texts
-from vizlm.evaluate import sentence_nll_split
+from vizlm.evaluate import perplexity, sentence_nll_split
 from vizlm.tokens import open_split
 
 FILES = ("config.json", "metrics.json", "train_log.jsonl", "nll.safetensors")
@@ -76,7 +76,7 @@ class Evidence:
 
     def perplexity(self, split: str) -> float:
         """The corpus perplexity of ``split`` from the per-sentence NLLs."""
-        return math.exp(float(self.nll[split].astype(np.float64).sum()) / float(self.tokens[split].sum()))
+        return perplexity(float(self.nll[split].astype(np.float64).sum()), int(self.tokens[split].sum()))
 
 
 def folder(name: str) -> Path:

@@ -1,9 +1,11 @@
-"""The Explorer's state as a URL query string: build it, and parse (validate) what a link brings.
+"""The Explorer's and Compare perplexity's state as a URL query string: build it, and parse
+(validate) what a link brings.
 
-Pure logic, no Streamlit: ``?model=amsrn&compare=lstm&text=...&threshold=0.2&target=3``
+Pure logic, no Streamlit. The Explorer: ``?model=amsrn&compare=lstm&text=...&threshold=0.2&target=3``
 (``topk=3`` instead of ``threshold`` for top-k mode; ``measure=effect`` when the heat map is
-coloured by effect). Anything malformed or out of range in a link falls back to a default,
-with a note for the user each time.
+coloured by effect). Compare perplexity: ``?a=lstm-continued&b=amsrn&corpus=brown&split=test``.
+Anything malformed or out of range in a link falls back to a default, with a note for the user
+each time.
 """
 
 from __future__ import annotations
@@ -12,9 +14,13 @@ import math
 from dataclasses import dataclass
 
 from vizlm.analysis import DEFAULT_THRESHOLD, MAX_TEXT_CHARS
+from vizlm.data import CORPORA
 from vizlm.plots import MEASURES
 
 MAX_TOP_K = 10  # the Explorer's top-k slider
+# The Explorer's text when a link brings none: every word in the vocabulary of the models it opens with
+# (tests/test_app.py checks), so a newcomer's first sight is the attention, not an <unk> notice.
+DEFAULT_TEXT = "The dogs in the park are running because they saw a cat , so the owners are running too ."
 
 
 @dataclass
@@ -100,3 +106,51 @@ def parse_query(params: dict, names: list[str], default_model: str, default_comp
             notes.append("the selected word in the link is not a word number; picking one")
             target = None
     return ExplorerState(model, compare, text, threshold, top_k, target, measure), notes
+
+
+@dataclass
+class CompareState:
+    """Compare perplexity's view: the baseline ``a``, the compared model ``b`` and the corpus split
+    (None: the first one the models read)."""
+
+    a: str
+    b: str
+    corpus: str | None = None
+    split: str | None = None
+
+    def query(self) -> dict[str, str]:
+        q = {"a": self.a, "b": self.b}
+        if self.corpus:
+            q["corpus"] = self.corpus
+        if self.corpus and self.split:
+            q["split"] = self.split
+        return q
+
+
+def parse_compare_query(params: dict, names: list[str], default_a: str,
+                        default_b: str) -> tuple[CompareState, list[str]]:
+    """Validate Compare perplexity's query string: an unknown model, a model compared with itself, an
+    unknown corpus or a split it does not have fall back (to the defaults, the first split), with a note each.
+    Whether the models read the corpus's language is the page's to check."""
+    notes = []
+    a = params.get("a", default_a)
+    if a not in names:
+        notes.append(f"baseline model {a!r} in the link is not available here; using {default_a}")
+        a = default_a
+    b = params.get("b", default_b)
+    if b not in names:
+        notes.append(f"compared model {b!r} in the link is not available here")
+        b = default_b
+    if b == a:
+        b = default_b if default_b != a else next(n for n in names if n != a)
+        if "b" in params:
+            notes.append(f"the link compares {a} with itself; comparing with {b}")
+    corpus, split = params.get("corpus"), params.get("split")
+    if corpus is not None and corpus not in CORPORA:
+        notes.append(f"corpus {corpus!r} in the link is not one of {', '.join(CORPORA)}; "
+                     "using the first the models read")
+        corpus = split = None
+    if corpus is not None and split is not None and split not in CORPORA[corpus]:
+        notes.append(f"{corpus} has no split {split!r} (it has {', '.join(CORPORA[corpus])}); using its first")
+        split = None
+    return CompareState(a, b, corpus, split), notes

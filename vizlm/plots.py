@@ -16,7 +16,8 @@ Labels. Slot ``j`` is labelled ``"j word"`` (``"0 <s>"``, ``"1 <s>"``, ``"2 the"
 A target row is labelled with the number its word gets once it is in memory
 (row ``r`` predicts ``w_{r+1}``, later held by slot ``r + 2``), so one word has
 one number on both axes: for "the dogs ..." the first rows read ``"2 the"``,
-``"3 dogs"``.
+``"3 dogs"``. The last word of a sentence read alone is never held: its number is the next
+sentence's start slot, ``<s>``.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ HIGHLIGHT_MIN_ALPHA = 0.3  # the faintest highlight in running text (weight 0) i
 _MAX_LABEL_PX = 140  # long tokens are cut with an ellipsis on axes
 WINDOW_ROWS = 40  # rows of a heat map window around the selected word (heatmap_rows): a long passage stays readable
 SELECTED_COLOUR = "#d55e00"  # the outline of the predicted word, in the running text and the heat map
+SCATTER_OPACITY = 0.35  # thousands of sentences overlap: where both groups lie, both colours show
 
 
 # --------------------------------------------------------------------------- colours
@@ -110,7 +112,19 @@ def _rgb(hex_colour: str) -> tuple[int, int, int]:
     return int(h[0:2], 16), int(h[2:4], 16), int(h[4:6], 16)
 
 
-# --------------------------------------------------------------------------- labels
+# --------------------------------------------------------------------------- labels and numbers
+
+
+def format_prob(p: float) -> str:
+    """A probability for people, the one format of the app, the plots and the exports: three decimals
+    from 0.01 (``0.103``, ``0.032``), two significant digits below (``4.1e-4``), so a small probability
+    is never shown as 0 and two of them stay apart (``0.0004`` would hide a 0.16-bit effect); "–" for NaN."""
+    if not math.isfinite(p):
+        return "–"
+    if p >= 0.01 or p == 0:
+        return f"{p:.3f}"
+    mantissa, exponent = f"{p:.1e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
 
 
 def slot_axis_labels(sa: SentenceAnalysis) -> list[str]:
@@ -165,22 +179,27 @@ def heatmap_rows(sa: SentenceAnalysis, selected: int, size: int | None = None) -
 
 
 def _window_slots(allowed: np.ndarray, rows: tuple[int, int]) -> list[int]:
-    """The slots a heat map of ``rows`` shows: the start slot if any row may use it, and every slot
-    from the oldest other one a row may use to the newest (within the window, gaps stay blank)."""
+    """The slots a heat map of ``rows`` shows: the start slot if any row may use it, and the slots from
+    the oldest other one a row may use to the newest (gaps stay blank), at most as many as there are rows:
+    the newest ones. A window of a long passage whose model reaches far back (a memory of 100) would
+    otherwise open on slots a hundred words old, the selected row's recent ones off to the right."""
     r0, r1 = rows
     used = np.flatnonzero(allowed[r0:r1].any(0))  # (n,)
     later = used[used >= 1]
     start = [0] if len(used) and used[0] == 0 else []
-    return start + (list(range(int(later[0]), int(later[-1]) + 1)) if len(later) else [])
+    if not len(later):
+        return start
+    newest = int(later[-1])
+    return start + list(range(max(int(later[0]), newest + 1 - (r1 - r0)), newest + 1))
 
 
 def _boundary_rules(sa: SentenceAnalysis, ylab: list[str], xlab: list[str], rows: list[str],
                     slots: list[str]) -> list[alt.Chart]:
     """Grey lines between two sentences of a passage: above the row predicting a sentence's first
-    word, and left of the slot that starts it (the ``<s>`` of a sentence read afresh, the first word
+    word, and left of the slot that starts it (the start slot of a sentence read afresh, the first word
     in running text)."""
-    restarts = set(sa.restarts)  # boundary token b: slot b + 2 (the next <s> there), its next word b + 3
-    starts = [b + (2 if b in restarts else 3) for b in sa.boundaries]
+    restarts = set(sa.restarts)  # boundary token b: start slot b + 1 (a restart), its next word b + 3
+    starts = [b + (1 if b in restarts else 3) for b in sa.boundaries]
     row_lines = [ylab[b + 1] for b in sa.boundaries if ylab[b + 1] in rows]
     slot_lines = [xlab[j] for j in starts if j < len(xlab) and xlab[j] in slots]
     style = {"color": "#888888", "strokeDash": [4, 3], "strokeWidth": 1.5}
@@ -213,7 +232,8 @@ def attention_heatmap(
     :meth:`SentenceAnalysis.highlights` picks (the same ones :func:`highlighted_html`
     colours) get an outline. ``values`` writes the weight (effect) in each cell (default:
     only when the cells are big enough). ``rows`` ``(first, end)`` draws those rows only, and the
-    slots they may use (:func:`heatmap_rows`: a window around a word of a long passage);
+    newest slots they may use, as many as rows (:func:`heatmap_rows`: a window around a word of a long
+    passage, square, ending at the newest slot, so the selected row's recent slots are in view);
     ``selected`` outlines a row. Dashed lines separate the sentences of a passage. Raises
     ``ValueError`` for models without attention, and in effect mode for an analysis without
     slot effects.
@@ -231,9 +251,9 @@ def attention_heatmap(
     if not 0 <= r0 < r1 <= T:
         raise ValueError(f"rows {r0}..{r1} are not rows of this text (0..{T})")
     allowed = sa.allowed()
-    mask = allowed.copy()
-    mask[:r0] = mask[r1:] = False
     columns = _window_slots(allowed, (r0, r1))
+    mask = np.zeros_like(allowed)  # (T, S) the cells drawn: the window's rows and columns
+    mask[r0:r1, columns] = allowed[r0:r1, columns]
     effects = None if sa.slot_effects is None else np.asarray(sa.slot_effect_bits, dtype=float)  # (T, S) bits
     if effect_mode:
         mask &= np.isfinite(effects)
@@ -408,6 +428,9 @@ def comparison_scatter(table: pd.DataFrame, name_a: str, name_b: str) -> alt.Lay
     ``table`` columns: sentence_id, text, length, ppl_a, ppl_b, difference, log_ratio.
     Points below the diagonal are sentences where B is better. Rows with a
     non-finite or non-positive perplexity cannot sit on a log axis and are dropped.
+    The points are translucent and the larger group is drawn first: drawn in sentence order at a
+    high opacity, one group's points covered the other's (a split B improved in 53% looked mostly
+    like A's colour).
     """
     _require(table, ["sentence_id", "text", "length", "ppl_a", "ppl_b", "difference", "log_ratio"],
              "comparison_scatter")
@@ -417,6 +440,8 @@ def comparison_scatter(table: pd.DataFrame, name_a: str, name_b: str) -> alt.Lay
     df["sentence"] = df["text"].astype(str).map(lambda t: _subtitle(t, 120))
     better_a, better_b = f"{name_a} lower", f"{name_b} lower"
     df["better"] = np.where(df["ppl_a"] < df["ppl_b"], better_a, np.where(df["ppl_b"] < df["ppl_a"], better_b, "equal"))
+    size = df.groupby("better")["better"].transform("size")  # (n,) the size of each point's group
+    df = df.assign(size=size).sort_values("size", ascending=False, kind="stable").drop(columns="size")  # drawn in this order
     if len(df):
         lo, hi = float(min(df["ppl_a"].min(), df["ppl_b"].min())), float(max(df["ppl_a"].max(), df["ppl_b"].max()))
     else:
@@ -424,7 +449,7 @@ def comparison_scatter(table: pd.DataFrame, name_a: str, name_b: str) -> alt.Lay
     diag = pd.DataFrame({"v": [lo, hi]})
     lo, hi = lo / 1.15, hi * 1.15  # a margin so points on the edge are not cut
     scale = alt.Scale(type="log", domain=[lo, hi], nice=False)
-    points = alt.Chart(df).mark_circle(size=36, opacity=0.7).encode(
+    points = alt.Chart(df).mark_circle(size=36, opacity=SCATTER_OPACITY).encode(
         x=alt.X("ppl_a:Q", title=f"perplexity: {name_a}", scale=scale),
         y=alt.Y("ppl_b:Q", title=f"perplexity: {name_b}", scale=scale),
         color=alt.Color("better:N", title="", scale=alt.Scale(domain=[better_a, better_b, "equal"],
@@ -465,7 +490,7 @@ def surprisal_chart(analyses: Sequence[SentenceAnalysis], title: str | None = No
             "model": name,
             "word": labels[:n],
             "predicted": sa.targets[:n],
-            "prob": sa.probs[:n],
+            "prob": [format_prob(p) for p in sa.probs[:n].tolist()],  # the tooltip's text
             "surprisal": sa.surprisal[:n],
             "unk": ["yes" if u else "no" for u in unk[:n]],
         }))
@@ -482,7 +507,7 @@ def surprisal_chart(analyses: Sequence[SentenceAnalysis], title: str | None = No
         tooltip=[
             alt.Tooltip("model:N"),
             alt.Tooltip("predicted:N", title="predicted"),
-            alt.Tooltip("prob:Q", title="probability", format=".4f"),
+            alt.Tooltip("prob:N", title="probability"),
             alt.Tooltip("surprisal:Q", title="surprisal (bits)", format=".2f"),
             alt.Tooltip("unk:N", title="<unk>"),
         ],
@@ -619,22 +644,25 @@ def highlighted_html(
         tips.append(f"attention {w:.3f}")
         return (style_for(w), ["vz-attended"]) if slot in lit else ("", [])
 
-    parts = []
-    # <s>: slot 0 (start state h_0) and slot 1 (after reading <s>) share one marker.
-    start_w = [weight_of(0), weight_of(1)]
-    start_tip = "; ".join(
-        f"{name}: {w:.3f}" for name, w in zip(("slot 0 (start state)", "slot 1 (<s>)"), start_w) if w is not None
-    )
-    start_lit = [lit[s] for s in (0, 1) if s in lit]
-    start_style = style_for(min(1.0, sum(start_lit))) if start_lit else ""
-    start_title = _esc("sentence start" + (": " + start_tip if start_tip else ""))
-    parts.append(f'<span class="vz-start" style="{_MARKER}{start_style}" title="{start_title}">&lt;s&gt;</span> ')
+    def start_marker(start: int, what: str, style: str) -> str:
+        """A reading's ``<s>``: its start slot (the zero start state) and the next (after reading
+        ``<s>``) share one marker."""
+        tips = [f"slot {j} ({name}): {w:.3f}" for j, name in ((start, "start state"), (start + 1, "<s>"))
+                if (w := weight_of(j)) is not None]
+        shown = [lit[j] for j in (start, start + 1) if j in lit]
+        bg = style_for(min(1.0, sum(shown))) if shown else ""
+        title = _esc(what + (": " + "; ".join(tips) if tips else ""))
+        return f'<span class="vz-start" style="{style}{bg}" title="{title}">&lt;s&gt;</span> '
+
+    parts = [start_marker(0, "sentence start", _MARKER)]
     if first > 0:
         parts.append(f'<span style="{_MARKER}" title="{first} earlier tokens left out">…</span> ')
     gaps = _gaps(sa)
     target_outline = f"outline:2px solid {SELECTED_COLOUR};outline-offset:1px;"
     for i in range(first, end):
         tok, slot = sa.tokens[i], i + 2  # token i is held by slot i + 2
+        # the last word of a text, or of a sentence read alone, is not (slot i + 2 is the next one's start slot)
+        held = slot < T and sa.slot_token(slot) == i
         parts.append(_esc(gaps[i]) if i > first else "")
         if sa.norms[i] == BOUNDARY:  # the end of a sentence: the row i predicts </s>, slot i + 2 holds it
             tips = ["sentence end: </s>" + (" (predicted word)" if i == target else "")]
@@ -644,12 +672,10 @@ def highlighted_html(
                 parts.append(f' <span class="vz-boundary {" ".join(cls)}" style="{_MARKER}{own}{bg}" '
                              f'title="{_esc(" · ".join(tips))}">&lt;/s&gt;</span> ')
                 continue
-            parts.append(f' <span class="vz-boundary" style="{_MARKER}{own}" title="{_esc(tips[0])}">&lt;/s&gt;</span>')
-            what = "sentence" if slot - 2 not in sa.breaks else "document (after a blank line)"
-            tips = [f"start of a {what}: {sa.model} reads it afresh, from a zero state"]
-            bg, cls = slot_style(slot, tips)
-            parts.append(f' <span class="vz-start {" ".join(cls)}" style="{_MARKER}{_BREAK}{bg}" '
-                         f'title="{_esc(" · ".join(tips))}">&lt;s&gt;</span> ')
+            parts.append(f' <span class="vz-boundary" style="{_MARKER}{own}" title="{_esc(tips[0])}">&lt;/s&gt;</span> ')
+            what = "sentence" if i not in sa.breaks else "document (after a blank line)"
+            parts.append(start_marker(i + 1, f"start of a {what}: {sa.model} reads it afresh, from a zero state",
+                                      _MARKER + _BREAK))
             continue
         tips = []
         style = _SPAN
@@ -664,11 +690,11 @@ def highlighted_html(
             tips.append("not read yet")
         elif i == target - 1:
             tips.append("read just now: the attention's query")
-        elif att is not None and not mask[target, slot]:
+        elif att is not None and not (held and mask[target, slot]):
             classes.append("vz-outside")
             style += "color:#8a8a8a;"
             tips.append("not in this word's memory")
-        bg, cls = slot_style(slot, tips)
+        bg, cls = slot_style(slot, tips) if held else ("", [])
         style += bg
         classes += cls
         if i < len(sa.unk) and sa.unk[i]:
@@ -676,7 +702,7 @@ def highlighted_html(
             style += f"text-decoration:underline dashed {SELECTED_COLOUR};text-underline-offset:3px;"
             tips.append(UNK_TITLE)
         if i < len(sa.targets):
-            tips.append(f"P = {float(sa.probs[i]):.4f}")
+            tips.append(f"P = {format_prob(float(sa.probs[i]))}")
         title = _esc(" · ".join(tips))
         parts.append(f'<span class="{" ".join(classes)}" style="{style}" title="{title}">{_esc(tok)}</span>')
     if end == len(sa.tokens):
@@ -715,7 +741,8 @@ def text_span(sa: SentenceAnalysis, target: int, around: int = 1, min_tokens: in
     starts = [0] + ends[:-1]
     sentence = sa.sentence_of()  # [T]: row i predicts token i, so it is token i's sentence too
     own = int(sentence[target])
-    words = [j - 2 for j in np.flatnonzero(sa.allowed()[target]) if j >= 2] if sa.attention is not None else []
+    held = [sa.slot_token(int(j)) for j in np.flatnonzero(sa.allowed()[target])] if sa.attention is not None else []
+    words = [i for i in held if i >= 0]  # the tokens the row may attend to
     oldest = int(sentence[min(words)]) if words else own
     lo, hi = max(0, min(oldest, own) - around), min(len(ends) - 1, own + around)
     return starts[lo], ends[hi]
@@ -736,8 +763,8 @@ def sentence_strip_html(sa: SentenceAnalysis, selected: int | None = None, span:
         p, s = float(sa.probs[r]), float(sa.surprisal[r])
         colour = palette(s, 0.0, SURPRISAL_MAX_BITS)
         unk = r < len(sa.unk) and sa.unk[r]
-        top = ", ".join(f"{w} {float(q):.3f}" for w, q in zip(sa.top_words[r][:3], sa.top_probs[r][:3]))
-        tip = f"P({sa.targets[r]}) = {p:.4f} · surprisal {s:.2f} bits" + (f" · top: {top}" if top else "")
+        top = ", ".join(f"{w} {format_prob(float(q))}" for w, q in zip(sa.top_words[r][:3], sa.top_probs[r][:3]))
+        tip = f"P({sa.targets[r]}) = {format_prob(p)} · surprisal {s:.2f} bits" + (f" · top: {top}" if top else "")
         if unk:
             tip += f" · {UNK_TITLE}"
         style = (
@@ -752,7 +779,7 @@ def sentence_strip_html(sa: SentenceAnalysis, selected: int | None = None, span:
         chips.append(
             f'<span class="vz-chip{" vz-unk" if unk else ""}" data-index="{r}" style="{style}" title="{_esc(tip)}">'
             f'<span style="{word_style}">{_esc(word)}</span>'
-            f'<span style="font-size:0.7em;color:#555">{_format_prob(p)}</span></span>'
+            f'<span style="font-size:0.7em;color:#555">{format_prob(p)}</span></span>'
         )
     if end < len(sa.tokens):
         chips.append('<span class="vz-chip" style="color:#666" title="later words left out">…</span>')
@@ -839,12 +866,6 @@ def legend_html(models: list[str]) -> str:
         f'background:{colour};margin-right:.35em;vertical-align:middle"></span>{_esc(m)}</span>'
         for m, colour in zip(models, _categorical(len(models))))
     return f'<div style="font-size:.9em;color:#444">{items}</div>'
-
-
-def _format_prob(p: float) -> str:
-    if not math.isfinite(p):
-        return "–"
-    return f"{p:.2f}" if p >= 0.01 else f"{p:.0e}"
 
 
 def _categorical(n: int) -> list[str]:

@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from vizlm import paths
+from vizlm import files, paths
 from vizlm.data import CORPORA, CORPUS_LANGUAGE, LICENCES, SPECIALS, SPLITS, TRAINABLE, VOCAB_SIZE, Vocab, load_corpus
 from vizlm.resources import write_collocations
 from vizlm.tagger import write_tagger
@@ -127,17 +127,16 @@ def split_of(index: int) -> str:
 
 
 
-def _write_split(out: Path, corpus: str, split: str, raw: list[RawSentence]) -> None:
+def _split_files(out: Path, corpus: str, split: str, raw: list[RawSentence]) -> dict[Path, str]:
+    """The files of one processed split: path -> text."""
     folder = out / corpus
-    folder.mkdir(parents=True, exist_ok=True)
     columns = {
         "txt": [" ".join(normalize(w) for w in s.words) for s in raw],
         "tags": [" ".join(s.tags) for s in raw],
         "orig": [" ".join(w.replace(" ", "_") for w in s.words) for s in raw],
         "ids": [s.sid for s in raw],
     }
-    for ext, lines in columns.items():
-        (folder / f"{split}.{ext}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return {folder / f"{split}.{ext}": "".join(line + "\n" for line in lines) for ext, lines in columns.items()}
 
 
 def build_vocab(sentences: list[list[str]], size: int = VOCAB_SIZE) -> list[str]:
@@ -196,9 +195,13 @@ def write_examples(data: Path, assets: Path) -> Path:
     return path
 
 
-def prepare(shared: Path, out: Path, assets: Path | None = None) -> dict[str, int]:
+def prepare(shared: Path, out: Path, assets: Path | None = None, force: bool = False) -> dict[str, int]:
     """Regenerate every processed split under ``out`` and the analysis assets under ``assets``
-    (default: the package's own ``vizlm/assets``), byte-for-byte deterministic."""
+    (default: the package's own ``vizlm/assets``), byte-for-byte deterministic.
+
+    Every file is built first and checked: a file of ``out`` whose content would change is
+    replaced only with ``force`` (:class:`vizlm.files.OverwriteError` before anything is
+    written); each is then written whole (:func:`vizlm.files.write_text`)."""
     shared, out = Path(shared), Path(out)
     assets = Path(assets) if assets is not None else paths.ASSETS
     counts: dict[str, int] = {}
@@ -210,18 +213,21 @@ def prepare(shared: Path, out: Path, assets: Path | None = None) -> dict[str, in
     sinica_split: dict[str, list[RawSentence]] = {s: [] for s in SPLITS}
     for index, sent in enumerate(sinica):
         sinica_split[split_of(index)].append(sent)
+    texts: dict[Path, str] = {}
     for corpus, splits in (("brown", by_split), ("sinica", sinica_split), ("wsj", {"test": read_wsj(shared / "treebank.zip")})):
         for split, raw in splits.items():
-            _write_split(out, corpus, split, raw)
+            texts.update(_split_files(out, corpus, split, raw))
             counts[f"{corpus}/{split}"] = len(raw)
         train = [[normalize(w) for w in s.words] for s in splits.get("train", [])]
         if train:
-            (out / corpus / "vocab.txt").write_text("\n".join(build_vocab(train)) + "\n", encoding="utf-8")
-    (out / "LICENSES.md").write_text(
-        "# Licences of the processed corpora\n\n"
-        + "".join(f"- `{c}/`: {LICENCES[c]}\n" for c in CORPORA),
-        encoding="utf-8",
-    )
+            texts[out / corpus / "vocab.txt"] = "\n".join(build_vocab(train)) + "\n"
+    texts[out / "LICENSES.md"] = ("# Licences of the processed corpora\n\n"
+                                  + "".join(f"- `{c}/`: {LICENCES[c]}\n" for c in CORPORA))
+    for path, text in texts.items():  # all checked before any is written
+        files.check_replace(path, text.encode("utf-8"), force, "pass --force")
+    for path, text in texts.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        files.write_text(path, text, force=True)
     # What analysis needs at run time, built from Brown train and shipped in the package.
     assets.mkdir(parents=True, exist_ok=True)
     write_tagger(out / "brown", assets / paths.TAGGER_FILE)

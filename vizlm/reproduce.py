@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vizlm import evidence, paths
+from vizlm import evidence, files, paths
 from vizlm.checkpoint import CheckpointError, load_checkpoint, read_meta
 from vizlm.models import REGISTRY
 from vizlm.train import TrainConfig, train
@@ -325,7 +325,7 @@ def pick(ref: str | list[str], runs: dict[str, Run]) -> Run | None:
     members = [runs[n] for n in ([ref] if isinstance(ref, str) else ref)]
     if not all(r.done() for r in members):
         return None
-    return min(members, key=lambda r: _metrics(r)["valid_perplexity"])
+    return members[0] if len(members) == 1 else min(members, key=lambda r: _metrics(r)["valid_perplexity"])
 
 
 HALF_PRECISION_TOLERANCE = 0.001  # float16 storage may change test perplexity by less than this (relative)
@@ -388,7 +388,7 @@ def _mark_bundled(manifest: Path, run: str, folder: str) -> None:
     heads = {f"[run.{run}]", f'[run."{run}"]'}
     at = next(i for i, line in enumerate(lines) if line.strip() in heads)
     lines.insert(at + 1, f'bundled = "{folder}"\n')
-    manifest.write_text("".join(lines), encoding="utf-8")
+    files.write_text(manifest, "".join(lines), force=True)
     load_manifest(manifest)  # still a valid manifest
 
 
@@ -624,7 +624,7 @@ def write_report(runs: dict[str, Run], path: Path, claims: dict[str, Claim] | No
         text = head + new.rstrip("\n") + rest.split(REPORT_END, 1)[1]
     else:
         text = text.rstrip("\n") + "\n\n## Reproduction (generated)\n\n" + new
-    path.write_text(text, encoding="utf-8")
+    files.write_text(path, text, force=True)  # --report rewrites its own part: whole or not at all
     return path
 
 

@@ -30,10 +30,9 @@ _NUMBER_RE = re.compile(r"[-+]?\d[\d.,:/\-]*(?:s|st|nd|rd|th)?")
 _EDGE_PUNCT = set("\"'`“”‘’«»()[]{}<>,;:!?.…—–")
 _SPLIT_INSIDE = re.compile(r"(--|—|–|…|\.\.\.)")
 # Runs of CJK characters have no spaces: each character is its own token.
-_CJK_RE = re.compile(
-    "[\u2e80-\u2fdf\u3000-\u303f\u3040-\u30ff\u3100-\u312f\u3400-\u4dbf"
-    "\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef\U00020000-\U0002fa1f]"
-)
+_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"  # Chinese characters (CJK ideographs)
+_HAN_RE = re.compile(f"[{_HAN}]")
+_CJK_RE = re.compile(f"[\u2e80-\u2fdf\u3000-\u303f\u3040-\u30ff\u3100-\u312f\uff00-\uffef{_HAN}]")
 DEFAULT_ABBREVIATIONS = frozenset(
     "mr. mrs. ms. dr. st. jr. sr. co. inc. ltd. corp. u.s. u.n. etc. vs. no. fig. "
     "p.m. a.m. mt. gen. gov. sen. rep. rev. prof. lt. col. capt. sgt. jan. feb. "
@@ -162,7 +161,9 @@ def tokenize(text: str, abbreviations: frozenset[str] = DEFAULT_ABBREVIATIONS) -
 
 
 _LINE_END_RE = re.compile(r"\r\n|\r|\n")  # what ends a line of a text file read in text mode
-_SENTENCE_END_RE = re.compile(r"[.!?]['\"”’)]*\s+(?=[\"“‘'(]?[A-Z0-9])")
+# Latin: . ! ? then space and a capital, digit or opening quote. Chinese: 。！？ end a sentence
+# wherever they stand (no space or capital follows in Chinese), with their closing quotes.
+_SENTENCE_END_RE = re.compile(r"[.!?]['\"”’)]*\s+(?=[\"“‘'(]?[A-Z0-9])|[。！？]+[」』”’）)]*\s*")
 
 
 def _lines(text: str):
@@ -175,7 +176,8 @@ def _lines(text: str):
 
 
 def _line_sentences(text: str, lo: int, hi: int) -> list[tuple[int, int]]:
-    """Sentence spans of the line ``text[lo:hi]``: . ! ? before a capital, digit or opening quote."""
+    """Sentence spans of the line ``text[lo:hi]``: . ! ? before a capital, digit or opening quote, and
+    Chinese 。！？ anywhere (:data:`_SENTENCE_END_RE`)."""
     spans: list[tuple[int, int]] = []
 
     def add(a: int, b: int) -> None:
@@ -200,10 +202,17 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     """Character spans ``(start, end)`` of the sentences of ``text``, blanks stripped.
 
     A line break ends a sentence (text is one paragraph or sentence a line, as ``--text-file``
-    reads it), and so do . ! ? followed by space and a capital, digit or opening quote.
-    Deliberately simple; abbreviations such as "Mr." do not end a sentence.
+    reads it), and so do . ! ? followed by space and a capital, digit or opening quote, and
+    Chinese 。！？ (with their closing quotes) wherever they stand. Deliberately simple;
+    abbreviations such as "Mr." do not end a sentence.
     """
     return [span for lo, hi in _lines(text) for span in _line_sentences(text, lo, hi)]
+
+
+def han_share(tokens: list[str]) -> float:
+    """The share of ``tokens`` that are Chinese characters (0 without tokens): a text mostly of them
+    is Chinese, and a model trained on English reads it as ``<unk>``."""
+    return sum(bool(_HAN_RE.fullmatch(t)) for t in tokens) / max(1, len(tokens))
 
 
 def split_sentences(text: str) -> list[str]:

@@ -42,10 +42,11 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
+from vizlm import files
 from vizlm.checkpoint import MAX_PARAMETERS, Checkpoint, load_checkpoint, save_checkpoint
 from vizlm.data import CORPORA, Vocab
 from vizlm.distributed import SINGLE, Context, shard
-from vizlm.evaluate import score_split
+from vizlm.evaluate import perplexity, score_split
 from vizlm.models import LMOutput, build_model, check_config, count_parameters, match_parameters, parameter_count
 from vizlm.models.base import State, attention_entropy
 from vizlm.tokens import DocumentEpoch, SentenceEpoch, TokenSplit, open_split
@@ -278,8 +279,14 @@ def train(
     resume: bool = False,
     match: str | None = None,
     ctx: Context = SINGLE,
+    force: bool = False,
 ) -> Checkpoint:
     """Train model ``name`` on ``corpus`` and write the best checkpoint to ``out``.
+
+    A folder ``out`` that already holds a checkpoint (:func:`vizlm.files.checkpoint_files`) is
+    refused before anything is built or written, unless ``resume`` (and it has a resume state) or
+    ``force`` (start afresh: its log is replaced, and its weights and config at the first epoch's
+    end, each written whole).
 
     ``match``: a model name (``lstm``); ``hidden_dim`` is then chosen so that this model
     has that one's parameter count (built with ``model_kwargs``' sizes), see
@@ -294,6 +301,12 @@ def train(
         raise ValueError("--freeze needs --init-from: it keeps the tensors copied from that checkpoint fixed")
     torch.manual_seed(tc.seed)
     out = Path(out)
+    present = files.checkpoint_files(out)
+    if present and not force and not (resume and (out / "resume" / "state.safetensors").exists()):
+        raise files.OverwriteError(
+            f"{out} already holds a checkpoint ({', '.join(present)}); pass --resume to continue its training"
+            + (" (it has no resume state)" if resume else "") + ", --force to train a new one in its place, "
+            "or choose another --out")
     vocab = Vocab.for_corpus(corpus)
     splits = {s: open_split(corpus, s, vocab) for s in ("train", "valid", "test")}
     if tc.eval_batches is not None:
@@ -407,7 +420,7 @@ def train(
             tot_n += n
             seen += step.tokens
             bar.update(1)
-            bar.set_postfix(ppl=f"{math.exp(tot_nll / max(tot_n, 1)):.1f}", tok_s=f"{seen / (time.time() - t0):.0f}")
+            bar.set_postfix(ppl=f"{perplexity(tot_nll, tot_n):.1f}", tok_s=f"{seen / (time.time() - t0):.0f}")
             if tc.log_steps:
                 step_nll, step_n = ctx.sum([float(nll), n])
                 if ctx.main:
@@ -425,12 +438,12 @@ def train(
         tot_nll, tot_n = ctx.sum([tot_nll, tot_n])
         v = score_split(core, splits["valid"], ctx.rank, ctx.world_size)
         v_nll, v_tokens = ctx.sum([v.nll, v.tokens])
-        valid = ctx.broadcast(math.exp(v_nll / max(v_tokens, 1)))  # every rank takes the same decisions below
+        valid = ctx.broadcast(perplexity(v_nll, v_tokens))  # every rank takes the same decisions below
         for key in ("step", "epoch_nll", "epoch_tokens", "epoch_seconds"):
             state.pop(key, None)
         state["wall_time"] += time.time() - t0
         record = {
-            "epoch": epoch, "train_perplexity": math.exp(tot_nll / max(tot_n, 1)), "valid_perplexity": valid,
+            "epoch": epoch, "train_perplexity": perplexity(tot_nll, tot_n), "valid_perplexity": valid,
             "lr": state["lr"], "seconds": round(seconds, 1), "tokens_per_s": round(tot_n / seconds),
         }
         improved = valid < state["best_valid"]
@@ -471,7 +484,7 @@ def finalize(out: Path, corpus: str, eval_batches: int | None, state: dict, ctx:
             sp = sp.head(eval_batches * 64)
         t = score_split(model, sp, ctx.rank, ctx.world_size)
         nll, tokens = ctx.sum([t.nll, t.tokens])
-        metrics[f"{key}_perplexity"] = ctx.broadcast(math.exp(nll / max(tokens, 1)))
+        metrics[f"{key}_perplexity"] = ctx.broadcast(perplexity(nll, tokens))
     metrics.update(epochs_trained=state["epoch"], wall_time_s=round(state["wall_time"], 1))
     meta = {k: v for k, v in ckpt.meta.items() if k not in ("format", "format_version", "vizlm_version", "model", "config", "vocab")}
     meta["metrics"] = metrics

@@ -36,6 +36,7 @@ from vizlm.data import CORPUS_LANGUAGE
 from vizlm.models import ATTENTION_MODELS
 from vizlm.reproduce import PAPERS, load_manifest
 from vizlm.tables import BASELINE_FAMILY
+from vizlm.text import han_share
 
 UPLOAD_PREFIX = "upload:"
 MAX_UPLOAD_MB = 50  # weights; every bundled model is a few MB
@@ -174,6 +175,14 @@ def language(name: str) -> str | None:
     return CORPUS_LANGUAGE.get(meta_corpus(model_meta(name)))
 
 
+def readers_of(tokens: list[str], names: list[str]) -> list[str]:
+    """Of ``names``, the models in the language of ``tokens`` (Chinese when most are Chinese characters,
+    :func:`vizlm.text.han_share`, else English), the one to open with (:func:`preferred_model`) first."""
+    want = "Chinese" if han_share(tokens) > 0.5 else "English"
+    fits = [n for n in names if language(n) == want]
+    return sorted(fits, key=lambda n: n != preferred_model(fits)) if fits else []
+
+
 def one_language(names: list[str]) -> list[str]:
     """``names`` in the language of the first of them: models shown together score one corpus."""
     if not names:
@@ -203,13 +212,38 @@ def window(name: str) -> int | None:
     return config.get("window", config.get("memory"))
 
 
+# The kinds a model list is grouped by, in its order: how a model reads English text, then the Chinese
+# models and the runs beyond the papers, which say how they read text in their labels.
+KINDS = ("Sentence-level", "Running text", "Chinese", "Extension")
+READS = {"sentence": "sentence-level", "document": "running text"}  # a context, as a model list says it
+
+
+def model_kind(name: str) -> str:
+    """The :data:`KINDS` entry of a model: Chinese (trained on Chinese text), an extension (a run of
+    ``experiments.toml`` beyond the papers), else how it reads text; uploads and other checkpoints too."""
+    if language(name) == "Chinese":
+        return "Chinese"
+    if model_group(name) == PAPERS["extension"]:
+        return "Extension"
+    return "Running text" if context(name) == "document" else "Sentence-level"
+
+
+def by_kind(names: list[str]) -> list[str]:
+    """``names`` grouped by :func:`model_kind` (in :data:`KINDS` order), keeping their order within a kind:
+    a select box lists them under :func:`model_label`'s kind prefix."""
+    return sorted(names, key=lambda n: KINDS.index(model_kind(n)))
+
+
 def model_label(name: str) -> str:
-    """``amsrn · sentence · test ppl 140.3`` for select boxes (the context: how the model reads text)."""
+    """``Sentence-level › amsrn · test ppl 140.3`` for select boxes: the model's kind, its name and how it
+    reads text where the kind does not say it (``Extension › amsrn-doc · running text · ...``)."""
     if not name:
         return "— none —"
     ppl = perplexity(name)
+    kind = model_kind(name)
     tag = " (uploaded)" if name.startswith(UPLOAD_PREFIX) else ""
-    return f"{name}{tag} · {context(name)}" + (f" · {ppl[0]} ppl {ppl[1]:.1f}" if ppl else "")
+    reads = f" · {READS[context(name)]}" if kind in ("Chinese", "Extension") else ""
+    return f"{kind} › {name}{tag}{reads}" + (f" · {ppl[0]} ppl {ppl[1]:.1f}" if ppl else "")
 
 
 @st.cache_resource(show_spinner="Loading model…", max_entries=12)

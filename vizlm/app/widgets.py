@@ -11,6 +11,7 @@ from vizlm.app.checkpoints import (
     MAX_UPLOAD_MB,
     UserError,
     attention_model_names,
+    by_kind,
     language,
     model_label,
     one_language,
@@ -20,7 +21,7 @@ from vizlm.cases import LABELS
 from vizlm.checkpoint import MAX_META_BYTES
 from vizlm.data import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES
 from vizlm.export import FORMATS, MIME, chart_bytes, export_analysis, export_frame, safe_filename
-from vizlm.links import ExplorerState
+from vizlm.links import CompareState, ExplorerState, parse_compare_query
 from vizlm.plots import CATEGORICAL
 
 # Streamlit badge colours per case label (distinct hues; the label is always written out too).
@@ -29,11 +30,16 @@ PICKER_SPLITS = ("test", "valid")  # held-out splits the corpus pages offer
 SAMPLE_SIZES = {"first 200 sentences": 200, "first 1,000 sentences": 1000, "whole split": None}
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>$:=])")
+# Streamlit's Markdown shows a free-standing "--", "->", "<-", "<->", ">=", "<=", "~=" as "—", "→", "←", "↔",
+# "≥", "≤", "≈", after unescaping, so a backslash does not keep them: the Brown token "--" read "—" in the word
+# picker and "--" in the running text and the heat map. An invisible word joiner between the two characters does.
+_MD_TYPOGRAPHY = re.compile(r"(?<=[-<>~])(?=[->=])")
 
 
 def md_escape(text: str) -> str:
-    """Escape Markdown (and the colon of Streamlit's ``:icon:`` syntax) so text shows literally."""
-    return _MD_SPECIAL.sub(r"\\\1", str(text))
+    """Escape Markdown (and the colon of Streamlit's ``:icon:`` syntax, and its typographic replacements)
+    so text shows literally: a token reads the same in Markdown as in the running text and the heat map."""
+    return _MD_SPECIAL.sub(r"\\\1", _MD_TYPOGRAPHY.sub("\u2060", str(text)))
 
 
 def unique_labels(labels: list[str]) -> list[str]:
@@ -103,10 +109,52 @@ def analysis_downloads(sa, threshold: float | None, top_k: int | None, key: str,
 
 def write_explorer_query(state: ExplorerState) -> None:
     """Mirror the Explorer's state into the URL (only when it changed, so history stays clean)."""
-    q = state.query()
+    _write_query(state.query(), "_qs_written")
+
+
+def _write_query(q: dict[str, str], written: str) -> None:
+    """Put ``q`` in the URL when it differs, and remember it in Session State ``written``: a page
+    tells a link opened from the URL it wrote itself."""
     if st.query_params.to_dict() != q:
         st.query_params.from_dict(q)
-    st.session_state["_qs_written"] = q
+    st.session_state[written] = q
+
+
+def read_compare_query(names: list[str], default_a: str, default_b: str) -> list[str]:
+    """Set Compare perplexity's model pair, corpus and sample from a link that is not the URL this page wrote
+    (:func:`vizlm.links.parse_compare_query`; back from another page via the menu: this session's view);
+    the notes on what the link had wrong. Values the link leaves out keep this session's choices."""
+    params = st.query_params.to_dict()
+    last = st.session_state.get("_cmp_qs_written")
+    if params == last:
+        return []
+    if not params and last:
+        params = last
+    current = [st.session_state.get(k) if st.session_state.get(k) in names else d
+               for k, d in (("cmp_a", default_a), ("cmp_b", default_b))]
+    state, notes = parse_compare_query(params, names, *current)
+    if params.keys() & {"a", "b"}:
+        st.session_state.update(cmp_a=state.a, cmp_b=state.b)
+    if "n" in params and sample_label(params["n"]):
+        st.session_state["cmp_sample"] = sample_label(params["n"])
+    elif "n" in params:
+        notes.append(f"the sample n={params['n']!r} in the link is not one of "
+                     f"{', '.join(map(sample_slug, SAMPLE_SIZES.values()))}")
+    if state.corpus:
+        options = corpus_splits([state.a, state.b])
+        label = linked_corpus(options, state.corpus, state.split)
+        if label:
+            st.session_state["cmp_corpus"] = label
+        else:
+            asked = " ".join(filter(None, (state.corpus, state.split)))
+            notes.append(f"{asked} in the link is not a held-out split that {state.a} and {state.b} read"
+                         + (f"; using {next(iter(options))}" if options else ""))
+    return notes
+
+
+def write_compare_query(state: CompareState, limit: int | None) -> None:
+    """Mirror Compare perplexity's view (and its sample, ``n``) into the URL."""
+    _write_query(state.query() | {"n": sample_slug(limit)}, "_cmp_qs_written")
 
 
 # --------------------------------------------------------------------------- widget defaults
@@ -152,10 +200,9 @@ def corpus_picker(key: str = "corpus", models: list[str] | None = None, help: st
                  icon=":material/translate:")
         st.stop()
     labels = list(options)
-    wanted = st.query_params.get("corpus")  # e.g. ?corpus=wsj-test, for a shared link
-    by_slug = {f"{c}-{s}": lab for lab, (c, s) in options.items()}
-    if key not in st.session_state and wanted in by_slug:
-        st.session_state[key] = by_slug[wanted]
+    wanted = st.query_params.get("corpus")  # ?corpus=wsj&split=test, for a shared link
+    if key not in st.session_state and wanted and (label := linked_corpus(options, wanted, st.query_params.get("split"))):
+        st.session_state[key] = label
     keep_choice(key, labels, labels[0])
     label = st.selectbox("Corpus", labels, key=key,
                          help=help or "Held-out text in the models' language: Brown test/valid are held-out documents "
@@ -163,13 +210,28 @@ def corpus_picker(key: str = "corpus", models: list[str] | None = None, help: st
     return (label, *options[label])
 
 
+def linked_corpus(options: dict[str, tuple[str, str]], corpus: str, split: str | None) -> str | None:
+    """The picker label (of :func:`corpus_splits`) of a link's corpus and split, its first offered split when
+    the link names none; None when the picker does not offer it."""
+    return next((label for label, (c, s) in options.items() if c == corpus and split in (None, s)), None)
+
+
+def sample_slug(limit: int | None) -> str:
+    """How a link writes a sample size: ``n=200``, ``1000``, ``all``."""
+    return str(limit or "all")
+
+
+def sample_label(slug: str | None) -> str | None:
+    """The sentences picker's label (:data:`SAMPLE_SIZES`) of a link's ``n``; None when it offers no such size."""
+    return {sample_slug(v): label for label, v in SAMPLE_SIZES.items()}.get(slug)
+
+
 def sample_picker(key: str = "sample", default: str = "whole split") -> int | None:
     """How many sentences of the split to use (the whole split is computed once, then cached)."""
     labels = list(SAMPLE_SIZES)
-    wanted = st.query_params.get("n")  # ?n=200 / 1000 / all, for a shared link
-    by_n = {str(v or "all"): lab for lab, v in SAMPLE_SIZES.items()}
-    if key not in st.session_state and wanted in by_n:
-        st.session_state[key] = by_n[wanted]
+    wanted = sample_label(st.query_params.get("n"))  # ?n=200 / 1000 / all, for a shared link
+    if key not in st.session_state and wanted:
+        st.session_state[key] = wanted
     keep_choice(key, labels, default)
     label = st.selectbox("Sentences", labels, key=key,
                          help="The whole split takes a while the first time (progress is shown), then comes from the cache.")
@@ -181,7 +243,7 @@ def attention_models_picker(title: str, key: str, none_message: str,
     """Sidebar header and a multiselect of the attention models; stops the page if there are none.
     At first: those in the language of the first (one corpus scores them all), narrowed by ``first``,
     as many as a chart has colours for (:data:`vizlm.plots.CATEGORICAL`)."""
-    attn = attention_model_names()
+    attn = by_kind(attention_model_names())
     st.header(title, anchor=False)
     if not attn:
         st.error(none_message, icon=":material/error:")
