@@ -131,7 +131,7 @@ def test_every_finished_run_in_the_repository_has_whole_evidence(monkeypatch):
     root = ROOT / "evidence"
     monkeypatch.setenv("VIZLM_EVIDENCE", str(root))
     runs = reproduce.load_manifest(ROOT / reproduce.MANIFEST)
-    folders = [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+    folders = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")] if root.is_dir() else []
     assert {p.name for p in folders} <= set(runs), "evidence of a run the manifest does not name"
     assert (root / "README.md").is_file()
     for p in folders:
