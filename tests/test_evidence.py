@@ -100,12 +100,16 @@ def test_a_half_written_evidence_folder_is_an_error_not_a_result(trained):
 
 
 def test_list_names_the_claims_a_run_not_run_serves(trained, capsys):
+    """A run not run says which claims wait for it: as one of their runs, or as the seed of one
+    that a claim checks seed by seed (amsrn-tiny-s2 vs base-s2 beside amsrn-tiny vs base)."""
     manifest, runs = trained
     manifest.write_text(TINY + '\n[claim.beats]\npaper = "liu-lee"\nclaim = "c"\nkind = "better"\n'
-                        'run = "amsrn-tiny-s2"\nagainst = "base-s2"\n')
+                        'run = "amsrn-tiny"\nagainst = "base"\n')
     assert cli.main(["reproduce", "--manifest", str(manifest), "--list"]) == 0
     lines = {x.split()[0]: x for x in capsys.readouterr().out.splitlines()}
-    assert "not run" in lines["base-s2"] and "needed by beats" in lines["base-s2"]
+    for name in ("base-s2", "amsrn-tiny-s2"):
+        assert "not run" in lines[name] and "needed by beats" in lines[name], lines[name]
+    assert "needed by" not in lines["base"], "a finished run waits for nothing"
     assert "missing" not in " ".join(lines.values())
 
 

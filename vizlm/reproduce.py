@@ -206,14 +206,32 @@ def _metrics(run: Run, meta: dict | None = None) -> dict:
     return {**meta.get("metrics", {}), "parameters": meta.get("parameters")} if meta else {}
 
 
-def serves(run: Run, claims: dict[str, Claim]) -> list[str]:
-    """The claims that ``run`` is one of the runs of (as ``run`` or ``against``)."""
-    return [c.name for c in claims.values() if run.name in c.candidates()]
+def serves(run: Run, claims: dict[str, Claim], runs: dict[str, Run] | None = None) -> list[str]:
+    """The claims that ``run`` is one of the runs of (as ``run`` or ``against``), or (given
+    ``runs``) another seed of one that a claim compares seed by seed (:func:`seed_pairs`)."""
+    return [c.name for c in claims.values() if run.name in _claim_runs(c, runs or {})]
+
+
+def _claim_runs(claim: Claim, runs: dict[str, Run]) -> set[str]:
+    """The runs ``claim`` reads: its candidates, and the seed pairs :func:`decide` checks."""
+    names = set(claim.candidates())
+    if claim.against is None or not runs:
+        return names
+    groups = seed_groups(runs)
+
+    def group(name: str) -> list[Run]:
+        return next((g for g in groups if runs[name] in g), [runs[name]])
+
+    refs = [[ref] if isinstance(ref, str) else ref for ref in (claim.run, claim.against)]
+    for x in refs[0]:
+        for y in refs[1]:
+            names |= {n for r in group(x) for a in group(y) if r.seed == a.seed for n in (r.name, a.name)}
+    return names
 
 
 def needs(run: Run, runs: dict[str, Run], claims: dict[str, Claim]) -> list[str]:
     """The claims that need ``run``: those it serves, and those of the runs that start from it."""
-    out = serves(run, claims)
+    out = serves(run, claims, runs)
     for other in runs.values():
         if other.init == run.name and other is not run:
             out += [c for c in needs(other, runs, claims) if c not in out]
