@@ -43,10 +43,12 @@ with st.sidebar:
     baseline = ck.baseline_model(names, preferred) or next(n for n in names if n != preferred)
     notes = ui.read_compare_query(names, baseline, preferred)
     ui.keep_choice("cmp_a", names, baseline)
-    a = st.selectbox("Baseline (A)", names, key="cmp_a", format_func=ck.model_label)
+    a = st.selectbox("Baseline (A)", names, key="cmp_a", format_func=ck.model_label,
+                     help=f"{ck.KINDS_HELP} {ck.model_help(st.session_state['cmp_a'])}")
     rest = [n for n in names if n != a]
     ui.keep_choice("cmp_b", rest, preferred if preferred in rest else ck.preferred_model(rest))
-    b = st.selectbox("Compared model (B)", rest, key="cmp_b", format_func=ck.model_label)
+    b = st.selectbox("Compared model (B)", rest, key="cmp_b", format_func=ck.model_label,
+                     help=ck.model_help(st.session_state["cmp_b"]))
     label, corpus, split = ui.corpus_picker("cmp_corpus", [a, b])
     limit = ui.sample_picker("cmp_sample")
     ui.write_compare_query(CompareState(a, b, corpus, split), limit)

@@ -83,6 +83,21 @@ def _example_options(model: str, compare: str) -> dict[str, str]:
     return opts
 
 
+EXAMPLE_LABEL_CHARS = 42  # what a third of the page's select box shows (about 330 px)
+
+
+def _example_label(key: str, text: str) -> str:
+    """``Brown passage · The jurors said the…``: the example's group and its first words, cut at a word
+    so the whole label fits the picker."""
+    head = key.split(" · ")[0] + " · "
+    words, shown = text.split(), ""
+    for w in words:
+        if len(head) + len(shown) + len(w) + 2 > EXAMPLE_LABEL_CHARS:
+            return head + (shown or w[: EXAMPLE_LABEL_CHARS - len(head) - 1]) + "…"
+        shown = f"{shown} {w}" if shown else w
+    return head + shown
+
+
 def _find_improved(model: str, compare: str) -> bool:
     """Rank the Brown test sentences by how much ``model`` improves on ``compare`` (progress bar, cached)."""
     try:
@@ -206,14 +221,14 @@ def explorer() -> None:
             st.session_state["model"] = _defaults(names)[0]
         listed = ck.by_kind(names)
         model = st.selectbox("Model", listed, key="model", format_func=ck.model_label,
-                             help="Bundled checkpoints by kind (sentence-level, running text, Chinese, extensions beyond "
-                                  "the papers) with their perplexity on the test split (lower is better).")
+                             help=f"{ck.KINDS_HELP} {ck.model_help(st.session_state['model'])}")
         others = [""] + [n for n in listed if n != model]
         if st.session_state.get("compare") not in others:
             st.session_state["compare"] = ""
         compare = st.selectbox("Compare with", others, key="compare", format_func=ck.model_label,
                                help="A second model shown side by side. It opens with the control the model's run was "
-                                    "measured against (the same training without attention, see Models), else the LSTM.")
+                                    "measured against (the same training without attention, see Models), else the LSTM. "
+                                    + ck.model_help(st.session_state["compare"]))
     with st.sidebar:
         st.header("Highlight", anchor=False)
         mode = st.segmented_control("Mode", ["Threshold", "Top-k"], key="mode", required=True,
@@ -232,13 +247,15 @@ def explorer() -> None:
                "predicting it, how sure it was, and why the attention may have helped.")
     for note in st.session_state.pop("_url_notes", []):
         st.warning(note, icon=":material/link:")
-    left, right = st.columns([3, 1], vertical_alignment="bottom")
+    left, right = st.columns([2, 1], vertical_alignment="bottom")
     with right:
         examples = _example_options(model, compare)
         st.session_state.setdefault("example", None)
         st.selectbox("Or pick an example", list(examples), key="example",
-                     placeholder="WSJ / Brown passages and sentences…", on_change=_use_example,
-                     format_func=lambda k: f"{k.split(' · ')[0]} · {' '.join(examples[k][:70].split())}")
+                     placeholder="Passages and sentences…", on_change=_use_example,
+                     format_func=lambda k: _example_label(k, examples[k]),
+                     help="Passages of Brown test documents and of the WSJ sample, single sentences, and the "
+                          "sentences the model improves most (after “Most improved”).")
         can_rank = compare and ck.has_attention(model) and (compare, model) not in st.session_state.get("_improved", {})
         clicked = can_rank and st.button(
             f"Most improved by {model}", icon=":material/trending_down:", width="stretch", key="rank_improved",

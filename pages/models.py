@@ -12,7 +12,7 @@ from vizlm.app.shell import page_setup
 from vizlm.checkpoint import meta_corpus
 from vizlm.export import export_frame, safe_filename
 from vizlm.plots import training_curve_chart
-from vizlm.tables import models_frame, paper_frame
+from vizlm.tables import config_items, epochs_text, models_frame, paper_frame
 
 page_setup()
 st.title("Models", anchor=False)
@@ -50,11 +50,10 @@ for i, name in enumerate(names):
                 v = metrics.get(key)
                 st.metric(label, f"{v:.1f}" if isinstance(v, (int, float)) else "—", width="content",
                           help=None if v is not None else "not measured yet (training still running?)")
-        config = meta.get("config", {})
         corpus = meta_corpus(meta) or "?"
         st.caption(f"Trained on **{ui.md_escape(corpus)}** · vocabulary {meta.get('vocab_size', 0):,} words · "
-                   f"{metrics.get('epochs_trained', '?')} epochs (best {metrics.get('best_epoch', '?')}) · "
-                   + " · ".join(f"{ui.md_escape(k)} {ui.md_escape(v)}" for k, v in config.items() if k != "vocab_size"))
+                   f"{ui.md_escape(epochs_text(meta))} · "
+                   + " · ".join(f"{ui.md_escape(k)} {ui.md_escape(v)}" for k, v in config_items(meta)))
         log = meta.get("train_log", [])
         if log:
             chart = training_curve_chart(name, log)

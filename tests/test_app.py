@@ -291,7 +291,7 @@ def test_upload_valid_checkpoint_becomes_selectable(tiny_dir):
                  ("config.json", (tiny_dir / "config.json").read_bytes()))
     no_exception(at)
     assert at.success and "upload" in at.success[0].value and "amsrn" in at.success[0].value
-    assert any(" › upload:" in o for o in at.selectbox(key="model").options)  # under its kind
+    assert any(o.startswith("upload:") and o.endswith(" · sentences") for o in at.selectbox(key="model").options)
 
 
 @pytest.mark.parametrize(
@@ -328,6 +328,31 @@ def test_models_page_has_a_card_per_checkpoint():
     names = {s.value for s in at.subheader}
     assert set(bundled_checkpoints()) <= names and TINY in names
     assert len(at.dataframe) >= 2  # our models and the papers'
+
+
+def test_models_cards_say_the_epoch_cap_and_write_values_for_people():
+    """Issue 31: "6 epochs (best 4)" beside ``--epochs 20`` read as a contradiction, and cards showed raw Python
+    values ("memory None · start_slot True") and different fields for one family."""
+    import re
+
+    from vizlm.app import checkpoints as ck
+    from vizlm.tables import epochs_text
+
+    at = page("models.py")
+    no_exception(at)
+    cards = [streamlit_shows(c.value) for c in at.caption if c.value.startswith("Trained on")]
+    assert len(cards) == len(ck.model_names())
+    for card in cards:
+        assert not re.search(r"\b(None|True|False|null|true|false)\b", card), card
+        assert "_" not in card.split(" epoch")[-1], card  # "emb_dim", "start_slot": field names for people too
+    for name in bundled_checkpoints():
+        meta = ck.model_meta(name)
+        assert any(epochs_text(meta) in card for card in cards), name
+        done, cap = meta.get("metrics", {}).get("epochs_trained"), (meta.get("train") or {}).get("epochs")
+        if isinstance(done, int) and isinstance(cap, int) and done < cap:
+            assert f"{done} epochs of at most {cap}" in epochs_text(meta)
+    amsrn = [c for c in cards if " · selection " in c]  # the bundled amsrn's config.json predates memory and start_slot
+    assert len(amsrn) >= 2 and all(" · memory " in c and " · start slot in memory " in c for c in amsrn), amsrn
 
 
 def test_training_curve_fits_its_axis_and_marks_a_continued_run():
@@ -572,8 +597,25 @@ def test_positions_page_shows_effects_beside_weights():
     no_exception(at)
     fields = [json.loads(c.proto.spec)["layer"][-1]["encoding"]["y"]["field"] for c in charts(at)]
     assert fields == ["mean", "effect"]
-    assert any("> 1 bit" in m.label for m in at.metric)
-    assert any(m.label.endswith("attention entropy") and "largest" in m.delta for m in at.metric)
+    headings = " ".join(m.value for m in at.markdown)
+    assert "**Attention entropy**" in headings and "**Words the attention moves by > 1 bit**" in headings
+    assert any("largest" in m.delta for m in at.metric) and any("mean |effect|" in m.delta for m in at.metric)
+
+
+def test_positions_metric_labels_fit_a_quarter_of_the_page():
+    """Issue 31: at 1440 px a metric of the four per row shows ~30 characters; "attention-doc-w10: words the
+    attention moves by > 1 bit" and "mean |effect| … over 121,444 words" were cut off. Details go in the help."""
+    long_name = "attention-doc-w10"  # among the longest bundled names
+    if long_name not in bundled_checkpoints():
+        pytest.skip(f"{long_name} is not bundled")
+    at = page("positions.py", pos_models=[TINY, long_name], pos_sample=SMALL)
+    no_exception(at)
+    assert len(at.metric) == 4
+    for m in at.metric:
+        label = streamlit_shows(m.label)
+        assert label in (TINY, long_name) and len(label) <= 24, label
+        assert len(m.delta) <= 26 and m.help, m.delta
+    assert any("predicted words" in m.help for m in at.metric)  # the count moved to the help
 
 
 def test_cases_gallery_ranks_by_effect():
@@ -802,12 +844,15 @@ def test_the_model_list_is_grouped_by_kind():
     at = explorer(text="the end .")
     no_exception(at)
     options = at.selectbox(key="model").options
-    kinds = [o.split(" › ")[0] for o in options]
+    kinds = [o.split(" · ")[-1] for o in options]
     assert kinds == sorted(kinds, key=ck.KINDS.index) and set(ck.KINDS) <= set(kinds)
-    by_name = {o.split(" › ")[1].split(" · ")[0]: o for o in options}
-    assert by_name["amsrn"].startswith("Sentence-level › ") and by_name["kvp-doc"].startswith("Running text › ")
-    assert by_name["amsrn-sinica"].startswith("Chinese › ")
-    assert by_name["amsrn-doc"].startswith("Extension › amsrn-doc · running text")
+    by_name = {o.split(" · ")[0]: o for o in options}
+    assert by_name["amsrn"] == "amsrn · sentences" and by_name["kvp-doc"] == "kvp-doc · running text"
+    assert by_name["amsrn-sinica"] == "amsrn-sinica · Chinese" and by_name["amsrn-doc"] == "amsrn-doc · extension"
+    # Issue 31: a sidebar select box shows about 33 characters; the perplexity is in the help
+    assert all(len(o) <= 33 for o in options if o.split(" · ")[0] in bundled_checkpoints()), options
+    help_text = at.selectbox(key="model").help
+    assert "perplexity" in help_text and at.selectbox(key="model").value in help_text
 
 
 def streamlit_shows(markdown: str) -> str:

@@ -65,8 +65,8 @@ def test_versus_from_evidence_equals_the_comparison_of_the_models(trained):
         assert got[k] == pytest.approx(want[w], rel=1e-6), k  # float32 storage of float64 sums
 
 
-def test_the_report_reads_no_weights(trained, monkeypatch, tmp_path):
-    manifest, runs = trained
+def test_the_report_reads_no_weights(trained, monkeypatch):
+    _, runs = trained
     for name in ("base", "amsrn-tiny"):  # the checkpoints gone: the evidence alone
         for f in runs[name].folder.iterdir():
             if f.is_file():
@@ -102,7 +102,7 @@ def test_a_half_written_evidence_folder_is_an_error_not_a_result(trained):
 def test_list_names_the_claims_a_run_not_run_serves(trained, capsys):
     """A run not run says which claims wait for it: as one of their runs, or as the seed of one
     that a claim checks seed by seed (amsrn-tiny-s2 vs base-s2 beside amsrn-tiny vs base)."""
-    manifest, runs = trained
+    manifest, _ = trained
     manifest.write_text(TINY + '\n[claim.beats]\npaper = "liu-lee"\nclaim = "c"\nkind = "better"\n'
                         'run = "amsrn-tiny"\nagainst = "base"\n')
     assert cli.main(["reproduce", "--manifest", str(manifest), "--list"]) == 0

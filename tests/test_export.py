@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vizlm import export, plots
+from vizlm import export, plots, render
 from vizlm.analysis import SentenceAnalysis
 
 PAYLOAD = "<script>alert(1)</script>"
@@ -274,6 +274,26 @@ def test_svg_export_is_xml_with_the_words(sa):
     for word in ["the", "猫", "🐈", FORMULA.lower(), PAYLOAD, "</s>"]:
         assert word in text, word
 
+
+
+def test_png_export_draws_chinese_glyphs_not_empty_boxes():
+    """Heat maps that differ only in one Chinese token differ in their pixels. Without a CJK font
+    both characters are drawn as the same empty box (tofu) and the two PNGs are identical."""
+    if not render.CJK_FONT_FILE.is_file():
+        pytest.skip(f"no CJK font at {render.CJK_FONT_FILE}: apt-get install fonts-wqy-microhei (.ci/run does)")
+    from PIL import Image  # a dependency of streamlit
+
+    def pixels(word: str) -> np.ndarray:
+        data = export.export_analysis(make_analysis(tokens=["The", word, "sat", "."]), "png", scale=1.0)
+        return np.asarray(Image.open(io.BytesIO(data)).convert("L"))
+
+    cat, dog = pixels("猫"), pixels("狗")
+    assert cat.shape == dog.shape
+    changed = cat != dog
+    # The word is in the subtitle and on both axes: a few glyphs' worth of pixels, not the cells.
+    assert 30 < changed.sum() < 0.05 * changed.size, changed.sum()
+    svg = export.export_analysis(make_analysis(tokens=["The", "猫", "sat", "."]), "svg").decode("utf-8")
+    assert render.CJK_FONT_FAMILY in svg  # SVG keeps text as text, naming the font for its viewer
 
 def test_html_export_is_standalone_and_safe(sa):
     page = export.export_analysis(sa, "html").decode("utf-8")

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from vizlm import files
 from vizlm.analysis import ATTENTION_OFF, DEFAULT_THRESHOLD, MAX_TOKENS, READINGS
 from vizlm.cases import LABELS, RANKINGS
 from vizlm.data import CORPORA, MAX_TEXT_FILE_BYTES, read_text_file
-from vizlm import files
 from vizlm.distributed import DEVICES, session
 from vizlm.text import clean_text
 

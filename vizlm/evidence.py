@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import shutil
 import sys
@@ -239,4 +238,4 @@ def _dump(path: Path, doc: dict) -> None:
     path.write_text(json.dumps(doc, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
 
 
-__all__ = ["Evidence", "EvidenceError", "FILES", "exists", "folder", "read", "splits_of", "versus", "write"]
+__all__ = ["FILES", "Evidence", "EvidenceError", "exists", "folder", "read", "splits_of", "versus", "write"]

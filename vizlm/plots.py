@@ -412,7 +412,7 @@ def positions_chart(frame: pd.DataFrame, title: str | None = None, measure: str 
         layers.insert(0, alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color="#888", strokeDash=[4, 4]).encode(y="y:Q"))
     if effect_mode:
         head = title or "Mean slot effect by relative position"
-        sub = "log-probability of the word (bits) minus the same with that slot dropped; cf. the mean weight"
+        sub = "log₂ P(word) minus the same without that slot"  # half a page wide: the caption says more
     else:
         head, sub = title or "Mean attention by relative position", "cf. Daniluk et al. (2017), Fig. 3"
     return alt.layer(*layers).properties(

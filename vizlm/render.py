@@ -7,6 +7,14 @@ spec to ``python -m vizlm.render`` on stdin and reads the image from stdout, wit
 limit; a crash, a timeout or an error becomes a :class:`RenderError` with a message for the
 user, and only that one download fails. Strings in the spec are cleaned first
 (:func:`clean_spec`): characters that XML cannot hold never reach the renderer.
+
+Fonts. vl-convert draws with the fonts it finds on the machine and, for a character the first
+font lacks, any installed font that has it. A machine without a CJK font draws Chinese tokens
+as empty boxes, so the project's set-up installs one (:data:`CJK_FONT_FILE`, Debian's
+``fonts-wqy-microhei``; ``.ci/run``). The child registers its folder and renders with
+:data:`EXPORT_FONT` (sans-serif, then that family), so Chinese text is drawn with it even
+where vl-convert's own scan of the system fonts would miss it; without the file, exports are
+drawn as before.
 """
 
 from __future__ import annotations
@@ -14,11 +22,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from vizlm.text import clean_text
 
 RENDER_TIMEOUT_S = 120  # a 400-word heat map takes a few seconds; anything longer is stuck
 FORMATS = ("png", "svg")
+# The font with Chinese glyphs that exports carry (Debian: apt-get install fonts-wqy-microhei).
+CJK_FONT_FAMILY = "WenQuanYi Micro Hei"
+CJK_FONT_FILE = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")
+# The charts' font (Vega-Lite config ``font``, a CSS list): Latin text as before, CJK from the font above.
+EXPORT_FONT = f"sans-serif, '{CJK_FONT_FAMILY}'"
 
 
 class RenderError(ValueError):
@@ -58,10 +72,13 @@ def _main() -> int:
     import vl_convert as vlc
 
     req = json.loads(sys.stdin.buffer.read())
+    if CJK_FONT_FILE.is_file():
+        vlc.register_font_directory(str(CJK_FONT_FILE.parent))
+    config = {"font": EXPORT_FONT}
     if req["fmt"] == "png":
-        data = bytes(vlc.vegalite_to_png(req["spec"], vl_version=req["vl_version"], scale=req["scale"]))
+        data = bytes(vlc.vegalite_to_png(req["spec"], vl_version=req["vl_version"], scale=req["scale"], config=config))
     else:
-        data = vlc.vegalite_to_svg(req["spec"], vl_version=req["vl_version"]).encode("utf-8")
+        data = vlc.vegalite_to_svg(req["spec"], vl_version=req["vl_version"], config=config).encode("utf-8")
     sys.stdout.buffer.write(data)
     return 0
 

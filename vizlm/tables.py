@@ -6,9 +6,12 @@ number in a table comes from a checkpoint's ``config.json`` or from :data:`PAPER
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 
 from vizlm.checkpoint import meta_context, meta_corpus
+from vizlm.models import REGISTRY
 
 BASELINE_FAMILY = "lstm"  # what every model's change in perplexity is measured against
 
@@ -54,6 +57,72 @@ def models_frame(metas: dict[str, dict]) -> pd.DataFrame:
     base = df.merge(lstms[[*keys, "test ppl"]], on=keys, how="left", suffixes=("", " of the LSTM"))["test ppl of the LSTM"]
     df["test ppl vs LSTM"] = (df["test ppl"] / base - 1).to_numpy()
     return df
+
+
+# A config field as people read it: its name, and the values that mean something of their own (a field
+# missing here is written with its own name; a None without a meaning here is left out).
+CONFIG_NAMES = {
+    "emb_dim": "embedding", "hidden_dim": "hidden units", "init_range": "init range", "context": "reads",
+    "entropy_weight": "entropy weight", "start_slot": "start slot in memory", "n": "n-gram order",
+}
+CONFIG_MEANINGS = {
+    ("context", "sentence"): "each sentence alone", ("context", "document"): "running text",
+    ("memory", None): "whole sentence",
+}
+
+
+def config_value(key: str, value: object) -> str | None:
+    """One config value for people: its meaning where it has one (``memory None``: the whole sentence),
+    yes / no for a flag, numbers without a trailing ``.0``; None where it says nothing."""
+    if (key, value) in CONFIG_MEANINGS:
+        return CONFIG_MEANINGS[(key, value)]
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def config_items(meta: dict) -> list[tuple[str, str]]:
+    """A checkpoint's model config as ``(name, value)`` pairs for people, every field of its family in the
+    config class's order: a field an older ``config.json`` lacks is shown with the default the loader builds
+    the model with, so two checkpoints of a family list the same fields. Left out: the vocabulary size (said
+    elsewhere) and what the family fixes (a kvp model's variant)."""
+    stored = dict(meta.get("config") or {})
+    family = REGISTRY.get(meta.get("model"))
+    if family is not None:
+        config_cls, _, fixed = family
+        defaults = {f.name: f.default for f in dataclasses.fields(config_cls) if f.default is not dataclasses.MISSING}
+        stored = {k: stored.get(k, defaults.get(k)) for k in [*defaults, *stored] if k not in fixed}
+    items = []
+    for key, value in stored.items():
+        shown = config_value(key, value)
+        if key != "vocab_size" and shown is not None:
+            items.append((CONFIG_NAMES.get(key, key.replace("_", " ")), shown))
+    return items
+
+
+def epochs_text(meta: dict) -> str:
+    """How long a checkpoint trained, for people: ``6 epochs of at most 20 (best 4): early stopping ...``
+    when training stopped before its cap (``--epochs``), ``20 epochs (best 18)`` when it ran them all."""
+    metrics, train = meta.get("metrics") or {}, meta.get("train") or {}
+    done, best, cap, patience = (metrics.get("epochs_trained"), metrics.get("best_epoch"), train.get("epochs"),
+                                 train.get("patience"))
+    if not isinstance(done, int):
+        return "epochs not recorded"
+    text = f"{done} epoch{'s' * (done != 1)}"
+    if isinstance(cap, int) and done < cap:
+        text += f" of at most {cap}"
+    if isinstance(best, int):
+        text += f" (best {best})"
+    stopped = isinstance(cap, int) and done < cap and isinstance(best, int) and isinstance(patience, int)
+    if stopped and done - best >= patience:  # vizlm.train stops after `patience` epochs without a better valid ppl
+        text += f": early stopping, no better valid ppl for {patience} epochs"
+    return text
 
 
 def paper_frame() -> pd.DataFrame:

@@ -213,9 +213,10 @@ def window(name: str) -> int | None:
 
 
 # The kinds a model list is grouped by, in its order: how a model reads English text, then the Chinese
-# models and the runs beyond the papers, which say how they read text in their labels.
-KINDS = ("Sentence-level", "Running text", "Chinese", "Extension")
-READS = {"sentence": "sentence-level", "document": "running text"}  # a context, as a model list says it
+# models and the runs beyond the papers. A select box shows each model as "name · kind" (model_label).
+KINDS = ("sentences", "running text", "Chinese", "extension")
+KINDS_HELP = ("Grouped by kind: sentences (reads each sentence alone), running text (reads documents across "
+              "sentence boundaries), Chinese, extension (runs beyond the papers; the Models page says how each reads).")
 
 
 def model_kind(name: str) -> str:
@@ -224,26 +225,28 @@ def model_kind(name: str) -> str:
     if language(name) == "Chinese":
         return "Chinese"
     if model_group(name) == PAPERS["extension"]:
-        return "Extension"
-    return "Running text" if context(name) == "document" else "Sentence-level"
+        return "extension"
+    return "running text" if context(name) == "document" else "sentences"
 
 
 def by_kind(names: list[str]) -> list[str]:
-    """``names`` grouped by :func:`model_kind` (in :data:`KINDS` order), keeping their order within a kind:
-    a select box lists them under :func:`model_label`'s kind prefix."""
+    """``names`` grouped by :func:`model_kind` (in :data:`KINDS` order), keeping their order within a kind."""
     return sorted(names, key=lambda n: KINDS.index(model_kind(n)))
 
 
 def model_label(name: str) -> str:
-    """``Sentence-level › amsrn · test ppl 140.3`` for select boxes: the model's kind, its name and how it
-    reads text where the kind does not say it (``Extension › amsrn-doc · running text · ...``)."""
+    """``amsrn · sentences`` for select boxes: the name first, then its kind. A sidebar select box shows
+    about 33 characters and a multiselect chip about 20, so nothing else fits (the perplexity is in
+    :func:`model_help`) and what is cut off, if anything, is the kind."""
+    return f"{name} · {model_kind(name)}" if name else "— none —"
+
+
+def model_help(name: str) -> str:
+    """One line on a chosen model for a select box's help: its kind and headline perplexity."""
     if not name:
-        return "— none —"
+        return ""
     ppl = perplexity(name)
-    kind = model_kind(name)
-    tag = " (uploaded)" if name.startswith(UPLOAD_PREFIX) else ""
-    reads = f" · {READS[context(name)]}" if kind in ("Chinese", "Extension") else ""
-    return f"{kind} › {name}{tag}{reads}" + (f" · {ppl[0]} ppl {ppl[1]:.1f}" if ppl else "")
+    return f"{name}: {model_kind(name)}" + (f", {ppl[0]} perplexity {ppl[1]:.1f} (lower is better)." if ppl else ".")
 
 
 @st.cache_resource(show_spinner="Loading model…", max_entries=12)

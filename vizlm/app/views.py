@@ -141,24 +141,32 @@ def render_position_stats(stats, chart_fn, stem: str, key: str) -> None:
     if stats.frame.empty:
         st.info("None of the chosen models has attention.", icon=":material/info:")
         return
-    cols = st.columns(min(4, max(1, len(stats.entropy))))
+    # A heading per measure and the model's name as each metric's label: a label of a quarter page holds
+    # about 30 characters, so the details are in the delta (short) and the help.
+    ncols = min(4, max(1, len(stats.entropy)))
+    st.markdown("**Attention entropy** (0 = all weight on one slot)")
+    cols = st.columns(ncols)
     for i, (name, value) in enumerate(stats.entropy.items()):
         beyond = max(0.0, stats.beyond[name])  # float noise must not print as "-0%"
         cols[i % len(cols)].metric(
-            f"{name}: attention entropy", f"{value:.2f} nats",
+            md_escape(name), f"{value:.2f} nats",
             delta=f"largest {stats.peak[name]:.2f} · {beyond:.0%} beyond", delta_color="off",
             delta_arrow="off",
             help="Mean entropy of the attention rows: 0 = all weight on one slot, log(n) = spread evenly over n slots. "
                  "Below: the mean largest weight of a row (1/n for weights spread evenly over n slots; a flat average "
                  "by position with a large value here means sharp rows that pick different positions), and the share "
                  "of the weight that falls further back than the window shown.")
+    if stats.effects:
+        st.markdown("**Words the attention moves by > 1 bit**")
+        cols = st.columns(ncols)
     for i, (name, e) in enumerate(stats.effects.items()):
         cols[i % len(cols)].metric(
-            f"{name}: words the attention moves by > 1 bit", f"{e['share_over_1_bit']:.1%}",
-            delta=f"mean |effect| {e['mean_abs_read_bits']:.3f} bits over {e['tokens']:,} words", delta_color="off",
-            delta_arrow="off",
+            md_escape(name), f"{e['share_over_1_bit']:.1%}",
+            delta=f"mean |effect| {e['mean_abs_read_bits']:.2f} bits", delta_color="off", delta_arrow="off",
             help="Read effect: log₂ P(word) with the attention read minus without it (the read set to zero). "
-                 "Share of the predicted words where it is more than 1 bit either way (twice or half as likely).")
+                 "Share of the predicted words where it is more than 1 bit either way (twice or half as likely); "
+                 f"below, the mean size of the effect ({e['mean_abs_read_bits']:.3f} bits) over all "
+                 f"{e['tokens']:,} predicted words.")
     st.html(legend_html(list(dict.fromkeys(stats.frame["model"].astype(str)))))
     effects = bool(stats.effects) and stats.frame["effect"].notna().any()
     left, right = st.columns(2, gap="large") if effects else (st.container(), None)

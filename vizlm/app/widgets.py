@@ -8,6 +8,7 @@ from collections.abc import Callable
 import streamlit as st
 
 from vizlm.app.checkpoints import (
+    KINDS_HELP,
     MAX_UPLOAD_MB,
     UserError,
     attention_model_names,
@@ -250,7 +251,7 @@ def attention_models_picker(title: str, key: str, none_message: str,
         st.stop()
     start = one_language(attn)
     keep_choices(key, attn, (first(start) if first else start)[: len(CATEGORICAL)])
-    return st.multiselect("Models", attn, key=key, format_func=model_label)
+    return st.multiselect("Models", attn, key=key, format_func=model_label, help=KINDS_HELP)
 
 
 def upload_widget() -> None:
