@@ -142,7 +142,7 @@ def parse_compare_query(params: dict, names: list[str], default_a: str,
         notes.append(f"compared model {b!r} in the link is not available here")
         b = default_b
     if b == a:
-        b = default_b if default_b != a else next(n for n in names if n != a)
+        b = default_b if default_b != a else next((n for n in names if n != a), a)
         if "b" in params:
             notes.append(f"the link compares {a} with itself; comparing with {b}")
     corpus, split = params.get("corpus"), params.get("split")
