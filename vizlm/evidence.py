@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from vizlm import paths
-from vizlm.checkpoint import load_checkpoint
+from vizlm.checkpoint import load_checkpoint, meta_context, meta_corpus
 from vizlm.corpus import positions_corpus, ratio_interval
 from vizlm.data import document_sizes, split_texts
 from vizlm.evaluate import perplexity, sentence_nll_split
@@ -67,11 +67,7 @@ class Evidence:
 
     @property
     def context(self) -> str:
-        return (self.config.get("config") or {}).get("context", "sentence")
-
-    @property
-    def parameters(self) -> int | None:
-        return self.config.get("parameters")
+        return meta_context(self.config)
 
     def perplexity(self, split: str) -> float:
         """The corpus perplexity of ``split`` from the per-sentence NLLs."""
@@ -147,7 +143,7 @@ def write(name: str, source: Path | str, force: bool = False, log=sys.stderr) ->
     meta = ckpt.meta
     if "test_perplexity" not in meta.get("metrics", {}):
         raise EvidenceError(f"{source} is not finished (its config.json has no test perplexity)")
-    corpus = (meta.get("corpus") or {}).get("name")
+    corpus = meta_corpus(meta)
     if corpus is None:
         raise EvidenceError(f"{source}: its config.json does not say which corpus it was trained on")
     # a dry run's metrics cover the first batches of each split (vizlm.train.finalize): so does its evidence

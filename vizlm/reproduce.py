@@ -89,10 +89,9 @@ class Run:
         except (CheckpointError, OSError):
             pass
         try:
-            ev = self.evidence()
+            return _evidence_meta(self)
         except evidence.EvidenceError:
             return {}
-        return {**ev.config, "metrics": ev.metrics} if ev else {}
 
     def status(self, meta: dict | None = None) -> str:
         if self.blocked:
