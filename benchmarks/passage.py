@@ -11,7 +11,7 @@ call with no cache, as the Explorer makes it the first time it sees a text:
 
 (a) ``analyze``: probabilities, top words, attention and read effects of every word (no slot
     effects: the Explorer computes those of the selected word only), three models;
-(b) a page view of a new passage: (a), the case labels of every word (``labelled_dict``), the
+(b) a page view of a new passage: (a), the case labels of every word (``vizlm.serialize.analysis_dict``), the
     slot effects of the selected word and the heat map window around it (a Vega-Lite spec, not
     schema-checked, as the app makes it), three models;
 (c) a click on another word (the analysis cached): its slot effects, heat map window and
@@ -38,12 +38,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from vizlm.analysis import BOUNDARY, analyze, slot_effect_rows  # noqa: E402
-from vizlm.cases import labelled_dict  # noqa: E402
 from vizlm.checkpoint import Checkpoint, bundled_checkpoints, load_checkpoint  # noqa: E402
 from vizlm.data import example_passages  # noqa: E402
 from vizlm.export import chart_spec  # noqa: E402
 from vizlm.models import build_model  # noqa: E402
 from vizlm.plots import attention_heatmap, heatmap_rows, highlighted_html, text_span  # noqa: E402
+from vizlm.serialize import analysis_dict  # noqa: E402
 
 TARGET_P95_MS = 500.0
 FAMILIES = ("lstm", "amsrn", "kvp")  # the default document models: the bundled checkpoints' sizes
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     def page_view():
         for c in ckpts:
             sa = analyze(c, text, max_effect_pairs=0)
-            labelled_dict(sa)
+            analysis_dict(sa)
             if sa.attention is not None:
                 slot_effect_rows(c, sa, [row])
                 chart_spec(attention_heatmap(sa, 0.2, rows=heatmap_rows(sa, row), selected=row), validate=False)

@@ -11,41 +11,42 @@ import streamlit as st
 
 from vizlm.analysis import DEFAULT_THRESHOLD
 from vizlm.app import checkpoints as ck
-from vizlm.app import results
+from vizlm.app import jobs, results
 from vizlm.app import widgets as ui
 from vizlm.app.shell import EXPLORER, page_setup
-from vizlm.cases import LABEL_DESCRIPTIONS, corpus_cases, gallery_order
+from vizlm.cases import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, LABEL_DESCRIPTIONS, corpus_cases, gallery_order
 from vizlm.links import explorer_query
 from vizlm.plots import attention_key_html, case_counts_chart, highlighted_html
 
 page_setup()
 
 
-# how the gallery picks its strongest examples (vizlm.cases.RANKINGS), the default first
+# how the gallery picks its strongest examples (vizlm.cases.RANKINGS; the default: vizlm.cases.GALLERY_RANK)
 RANK_LABELS = {"above_uniform": "Above uniform", "weight": "Weight", "effect": "Effect"}
 RANK_ORDER = {"above_uniform": "the most weight above an even spread first", "weight": "heaviest first",
               "effect": "the most helpful slot first (by effect)"}
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
 def case_report(name: str, key: str, corpus: str, split: str, threshold: float, limit: int | None, examples: int,
                 rank: str) -> dict:
-    return results.with_progress(corpus_cases, ck.get_checkpoint(name), corpus, split, threshold=threshold, limit=limit,
-                                 examples_per_label=examples, rank=rank,
-                                 text=f"Labelling the attention of {name} on {corpus}/{split}").to_dict()
+    """vizlm.cases.corpus_cases (disk-cached) in the background for every session (vizlm.app.jobs)."""
+    return jobs.result(("cases", key, corpus, split, threshold, limit, examples, rank), corpus_cases,
+                       ck.get_checkpoint(name), corpus, split, threshold=threshold, limit=limit,
+                       examples_per_label=examples, rank=rank,
+                       text=f"Labelling the attention of {name} on {corpus}/{split}").to_dict()
 
 
 with st.sidebar:
     models = ui.attention_models_picker("Cases", "cases_models",
                                          "No attention model among the checkpoints: cases label attention highlights.")
     label_name, corpus, split = ui.corpus_picker("cases_corpus", models)
-    limit = ui.sample_picker("cases_sample", default="first 1,000 sentences")
+    limit = ui.sample_picker("cases_sample", default=ui.sample_label(ui.sample_slug(GALLERY_LIMIT)))
     st.session_state.setdefault("cases_threshold", DEFAULT_THRESHOLD)
     threshold = st.slider("Attention threshold", 0.05, 1.0, step=0.05, key="cases_threshold",
                           help="A (predicted word, earlier word) pair counts when its attention weight reaches this.")
-    st.session_state.setdefault("cases_examples", 8)
+    st.session_state.setdefault("cases_examples", GALLERY_EXAMPLES)
     per_label = st.slider("Examples per label", 3, 30, key="cases_examples")
-    st.session_state.setdefault("cases_rank", next(iter(RANK_LABELS)))
+    st.session_state.setdefault("cases_rank", GALLERY_RANK)
     rank = st.segmented_control("Strongest examples by", list(RANK_LABELS), key="cases_rank", required=True,
                                 format_func=RANK_LABELS.get,
                                 help="Above uniform: the weight minus 1 / the slots the word could attend to, how much "
@@ -136,10 +137,10 @@ for i, (name, lab, ex) in enumerate(examples[:SHOW]):
                     f":small[{ui.md_escape(ex['sentence_id'])}]")
         idx = results.sentence_index(corpus, split, ex["sentence_id"])
         reading = ex.get("reading")  # a document read as running text: the case within its document
-        if reading:
-            first, last = (results.sentence_index(corpus, split, sid) for sid in reading["document"])
-            sa = results.analyze_corpus_passage(name, corpus, split, first, last)
-            span = (reading["span"][0], reading["span"][1] or len(sa.tokens))
+        if reading and idx is not None:  # the document read up to the target's sentence: all the card shows
+            first = results.sentence_index(corpus, split, reading["document"][0])
+            sa = results.analyze_corpus_passage(name, corpus, split, first, idx)
+            span = (reading["span"][0], min(reading["span"][1] or len(sa.tokens), len(sa.tokens)))
             st.html(highlighted_html(sa, reading["target"], threshold=threshold, caption=False, span=span))
             text = ex["sentence"]
         elif idx is not None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from vizlm import corpus as vc
+import vizlm
 from vizlm.app import checkpoints as ck
-from vizlm.app import results
+from vizlm.app import jobs, results
 from vizlm.app import widgets as ui
 from vizlm.app.shell import EXPLORER, page_setup
 from vizlm.export import safe_filename
@@ -22,15 +22,12 @@ from vizlm.plots import comparison_scatter
 page_setup()
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
 def comparison(a: str, key_a: str, b: str, key_b: str, corpus: str, split: str, limit: int | None):
-    """vizlm.corpus.compare_corpus (whole split, disk-cached) or compare (first ``limit`` sentences)."""
+    """vizlm.compare (the whole split disk-cached, or its first ``limit`` sentences), in the background
+    for every session (vizlm.app.jobs)."""
     ca, cb = ck.get_checkpoint(a), ck.get_checkpoint(b)
-    text = f"Scoring {corpus}/{split} with {a} and {b}"
-    if limit is None:
-        return results.with_progress(vc.compare_corpus, ca, cb, corpus, split, text=text)
-    c = results.load_corpus_cached(corpus, split)
-    return vc.compare(ca, cb, c.sentences[:limit], c.ids[:limit], originals=c.originals[:limit])
+    return jobs.result(("compare", key_a, key_b, corpus, split, limit), vizlm.compare, ca, cb, corpus, split,
+                       limit=limit, text=f"Scoring {corpus}/{split} with {a} and {b}").result
 
 
 names = ck.by_kind(ck.model_names())

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import streamlit as st
 
+import vizlm
 from vizlm import corpus as vc
 from vizlm.analysis import READINGS, split_at_boundaries
 from vizlm.app import checkpoints as ck
-from vizlm.app import results, views
+from vizlm.app import jobs, results, views
 from vizlm.app import widgets as ui
 from vizlm.app.shell import EXPLORER, page_setup
 from vizlm.data import example_sentences
@@ -24,18 +25,15 @@ from vizlm.plots import positions_chart, sentence_positions_chart
 
 page_setup()
 
-MAX_WINDOW, DEFAULT_WINDOW = 30, 10  # the window slider: positions back
+DEFAULT_WINDOW = 10  # the window slider's, when the models have no window of their own up to vc.MAX_WINDOW
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
 def corpus_positions(models: tuple[str, ...], keys: tuple[str, ...], corpus: str, split: str, window: int, limit: int | None):
-    ckpts = [ck.get_checkpoint(m) for m in models]
-    text = f"Averaging attention of {', '.join(models)} over {corpus}/{split}"
-    if limit is None:
-        return results.with_progress(vc.positions_corpus, ckpts, corpus, split, window=window, text=text)
-    c = results.load_corpus_cached(corpus, split)
-    return results.with_progress(vc.attention_by_position, ckpts, c.sentences[:limit], window=window, text=text,
-                                 ids=c.ids[:limit])
+    """vizlm.positions (the whole split disk-cached, or its first ``limit`` sentences), in the background
+    for every session (vizlm.app.jobs)."""
+    return jobs.result(("positions", keys, corpus, split, window, limit), vizlm.positions,
+                       [ck.get_checkpoint(m) for m in models], corpus, split, window=window, limit=limit,
+                       text=f"Averaging attention of {', '.join(models)} over {corpus}/{split}").result
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -53,9 +51,9 @@ with st.sidebar:
     models = ui.attention_models_picker("Attention by position", "pos_models", "None of the checkpoints has attention.",
                                         first=ck.running_text_first)
     own = [ck.window(m) for m in models]  # the models' own windows: the paper draws each model's window
-    ui.keep_choice("pos_window", list(range(1, MAX_WINDOW + 1)),
-                   max(own) if own and all(w is not None and w <= MAX_WINDOW for w in own) else DEFAULT_WINDOW)
-    window = st.slider("Window (words back)", 1, MAX_WINDOW, key="pos_window",
+    ui.keep_choice("pos_window", list(range(1, vc.MAX_WINDOW + 1)),
+                   max(own) if own and all(w is not None and w <= vc.MAX_WINDOW for w in own) else DEFAULT_WINDOW)
+    window = st.slider("Window (words back)", 1, vc.MAX_WINDOW, key="pos_window",
                        help="How many positions before the predicted word to show (at first the models' own window, "
                             "when every one has one). KVP's own window is a property of the checkpoint; beyond it its "
                             "weights are zero.")

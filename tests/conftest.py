@@ -27,15 +27,16 @@ SHARED = ROOT.parent / "shared" / "data"
 ATTENTION_MODELS = ["amsrn", "attention", "kv", "kvp", "salton", "rm"]
 TINY = {"vocab_size": 40, "emb_dim": 6, "hidden_dim": 5}
 VARIANTS = {  # every configuration a test should see
-    "lstm": [{}],
+    "lstm": [{}, {"rnn": "gru"}, {"rnn": "rnn_tanh", "layers": 2}, {"rnn": "rnn_relu"},
+             {"layers": 3, "tie": True, "emb_dim": 5}],
     "amsrn": [{"selection": s} for s in ("none", "independent", "shared", "complementary")]
-    + [{"selection": "shared", "start_slot": False}],
+    + [{"selection": "shared", "start_slot": False}, {"selection": "shared", "layers": 2, "init_range": 0.5}],
     "attention": [{"window": 1}, {"window": 3}],
     "kv": [{"window": 4}],
-    "kvp": [{"window": 5}, {"window": 30}],
-    "ngram": [{"n": 2}, {"n": 4}],
-    "salton": [{"score": "single"}, {"score": "combined"}],
-    "rm": [{"window": 1}, {"window": 4}],
+    "kvp": [{"window": 5}, {"window": 30}, {"window": 3, "layers": 2, "init_range": 0.5}],
+    "ngram": [{"n": 2}, {"n": 4}, {"n": 3, "layers": 2}],
+    "salton": [{"score": "single"}, {"score": "combined"}, {"score": "combined", "layers": 2, "init_range": 0.5}],
+    "rm": [{"window": 1}, {"window": 4}, {"window": 4, "layers": 2, "init_range": 0.5}],
 }
 assert set(VARIANTS) == set(REGISTRY)
 
@@ -51,7 +52,7 @@ def assert_same_math(actual: torch.Tensor, expected: torch.Tensor) -> None:
 
 def tiny_model(name: str, **kwargs) -> torch.nn.Module:
     torch.manual_seed(0)
-    model = build_model(name, **TINY, **kwargs).double().eval()
+    model = build_model(name, **{**TINY, **kwargs}).double().eval()
     if name == "amsrn":  # W_pr starts at zero; give it weight so the read path is tested
         torch.nn.init.uniform_(model.read_proj.weight, -0.3, 0.3)
     return model

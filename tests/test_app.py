@@ -265,6 +265,9 @@ def test_corpus_pages_open_with_models_of_one_language_as_many_as_colours():
     first = at.multiselect(key="pos_models").value
     assert first and len(first) <= len(CATEGORICAL) and all(ck.context(m) == "document" for m in first)
     assert {"kvp-doc", "attention-doc", "kv-doc"} <= set(first) and at.metric
+    # Issue 31 item 8: a chip holds about 20 characters, so the chips are bare names (no "· kind" to cut)
+    options = at.multiselect(key="pos_models").options
+    assert set(options) == set(attn) and all(len(o) <= 20 for o in options if o in bundled_checkpoints()), options
     sentence_only = [m for m in attn if ck.context(m) == "sentence"]
     assert ck.running_text_first(sentence_only) == sentence_only  # none reads running text: all of them
     at = page("compare.py", cmp_a="lstm", cmp_b="amsrn-sinica", cmp_sample=SMALL)

@@ -76,3 +76,25 @@ def test_the_speed_benchmark_times_every_model_family():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     assert set(REGISTRY) <= set(bench.FAMILIES)
+
+
+LOADERS_AND_ANALYSES = {
+    "vizlm.checkpoint": {"load_checkpoint", "checkpoint_from_bytes"},
+    "vizlm.analysis": {"analyze", "analyze_tokens", "analyze_sentences", "analyze_batch"},
+    "vizlm.serialize": None,  # the whole module: an analysis's JSON comes from vizlm.api
+}
+
+
+def test_pages_load_and_analyse_through_the_api():
+    """A page loads models and analyses texts through vizlm.app (which calls vizlm.api), never with the
+    loader or the analysis functions themselves, and never serialises an analysis itself (import-linter
+    cannot see pages/, which are not a package)."""
+    for page in [ROOT / "app.py", *sorted((ROOT / "pages").glob("*.py"))]:
+        tree = ast.parse(page.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module in LOADERS_AND_ANALYSES:
+                banned = LOADERS_AND_ANALYSES[node.module]
+                names = {a.name for a in node.names}
+                assert banned is not None and not names & banned, f"{page.name} imports {node.module}: {names}"
+            if isinstance(node, ast.Import):
+                assert not {a.name for a in node.names} & set(LOADERS_AND_ANALYSES), page.name

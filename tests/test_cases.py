@@ -10,11 +10,12 @@ import pytest
 import torch
 
 from vizlm.analysis import SentenceAnalysis, analyze_batch, analyze_tokens
-from vizlm.cases import LABELS, Case, corpus_cases, gallery_order, label_cases, labelled_dict, stem, tag_tokens
+from vizlm.cases import LABELS, Case, corpus_cases, gallery_order, label_cases, stem, tag_tokens
 from vizlm.checkpoint import Checkpoint
 from vizlm.data import EOS, Vocab, load_corpus
 from vizlm.models import build_model
 from vizlm.resources import Collocations, collocation_rows, load_collocations
+from vizlm.serialize import analysis_dict
 from vizlm.tagger import Tagger, load_tagger, simplify_tag, train_counts
 
 COLLOCATIONS = Collocations({("more", "than", 2): (166, 6.13), ("on", "the", 2): (900, 0.5), ("in", "of", 2): (3, 7.0)})
@@ -179,7 +180,7 @@ def test_label_cases_returns_every_highlight_and_skips_start_slots():
     assert json.loads(json.dumps(doc)) == doc and doc["weight"] == 0.6
     assert label_cases(sa, threshold=0.7, collocations=COLLOCATIONS) == []
     assert [c.token for c in label_cases(sa, top_k=1, collocations=COLLOCATIONS)] == [1, 2, 1]
-    targets = labelled_dict(sa)["targets"]
+    targets = analysis_dict(sa)["targets"]
     assert targets[5]["cases"][0]["labels"] == ["trigger"]
 
 
@@ -338,3 +339,30 @@ def test_gallery_keeps_one_example_per_word_pair(tiny_ckpt):
         weights = [e["weight"] for e in examples]
         assert weights == sorted(weights, reverse=True)
     assert report.counts["trigger"] >= 6  # every occurrence still counts; only the gallery keeps one
+
+
+def test_a_corpus_report_is_cached_by_checkpoint_split_and_arguments(monkeypatch, tmp_path):
+    """The Cases page's report of a split is computed once (then read from the cache, equal, under the
+    name the checkpoint is loaded as); another threshold or limit is another report."""
+    import vizlm.cases as cases
+    from vizlm.cache import checkpoint_digest
+
+    monkeypatch.setenv("VIZLM_CACHE", str(tmp_path))
+    vocab = Vocab.for_corpus("brown")
+    torch.manual_seed(0)
+    model = build_model("amsrn", vocab_size=len(vocab), emb_dim=8, hidden_dim=8).eval()
+    torch.nn.init.uniform_(model.read_proj.weight, -0.3, 0.3)
+    real, calls = cases._case_report, []
+    monkeypatch.setattr(cases, "_case_report", lambda *a, **k: calls.append(1) or real(*a, **k))
+    a = Checkpoint(model, vocab, "a")
+    b = Checkpoint(model, vocab, "b")
+    b.digest = checkpoint_digest(a)  # the same files, loaded under another name
+    report = lambda ckpt, **kw: corpus_cases(ckpt, "wsj", "test", **{"limit": 30, **kw})  # noqa: E731
+    first = report(a, threshold=0.05)
+    again = report(b, threshold=0.05)
+    assert len(calls) == 1 and first.pairs > 0
+    assert again.model == "b" and {**again.to_dict(), "model": "a"} == json.loads(json.dumps(first.to_dict()))
+    report(a, threshold=0.1)
+    report(a, threshold=0.05, limit=31)
+    report(a, threshold=0.05, use_cache=False)
+    assert len(calls) == 4

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import TINY
+from conftest import TINY, assert_same_math
 
 from vizlm.analysis import analyze_tokens
 from vizlm.checkpoint import Checkpoint
@@ -155,3 +155,64 @@ def test_running_text_is_resampled_by_document():
     assert grouped.summary["ratio"] == flat.summary["ratio"]
     width = {k: c.summary["ratio_ci_high"] - c.summary["ratio_ci_low"] for k, c in (("flat", flat), ("grouped", grouped))}
     assert width["grouped"] > 3 * width["flat"]
+
+
+@pytest.mark.parametrize("family,kw,context", [("amsrn", {}, "sentence"), ("kvp", {"window": 4}, "document")])
+def test_positions_stored_for_a_wider_window_serve_a_narrower_one(monkeypatch, tmp_path, family, kw, context):
+    """The sums stored at window 6 give the statistics at window 3 without reading the text again,
+    equal (float64 tolerance: the weight beyond the window is summed in another order) to those
+    computed at window 3; with effects they serve a request without, never the other way."""
+    import vizlm.corpus as corpus
+
+    monkeypatch.setenv("VIZLM_CACHE", str(tmp_path))
+    ckpt = tiny(family, 2, context=context, **kw)
+    if family == "amsrn":  # W_pr starts at zero: give the read weight, so that the effects are not all zero
+        torch.nn.init.uniform_(ckpt.model.read_proj.weight, -0.3, 0.3)
+    name = ckpt.label
+    g = torch.Generator().manual_seed(1)
+    sents = [[f"w{int(i)}" for i in torch.randint(0, 36, (int(n),), generator=g)]
+             for n in torch.randint(2, 12, (24,), generator=g)]
+    ids = [f"d{i // 6}:{i % 6}" for i in range(len(sents))]
+    run = lambda window, effects=True, cache=True: attention_by_position(  # noqa: E731
+        [ckpt], sents, window=window, ids=ids, corpus_checksum="c" if cache else None, effects=effects)
+    run(6)
+    real, calls = corpus._position_sums, []
+    monkeypatch.setattr(corpus, "_position_sums", lambda *a, **k: calls.append(1) or real(*a, **k))
+    narrowed, without = run(3), run(3, effects=False)
+    assert not calls  # both from the window-6 entry
+    direct = run(3, cache=False)
+    for a, b in ((narrowed, direct), (without, direct)):
+        cols = ["mean", "lo", "hi", "count"] + (["effect", "effect_lo", "effect_hi"] if b is direct and a is narrowed else [])
+        assert_same_math(torch.tensor(a.frame[cols].to_numpy(float)), torch.tensor(b.frame[cols].to_numpy(float)))
+        for field in ("entropy", "beyond", "peak"):
+            assert getattr(a, field)[name] == pytest.approx(getattr(b, field)[name], rel=1e-12, abs=1e-12)
+    assert narrowed.effects[name] == pytest.approx(direct.effects[name], rel=1e-12)
+    assert narrowed.effects[name]["mean_abs_read_bits"] > 0 and narrowed.frame["effect"].abs().sum() > 0
+    assert without.frame["effect"].isna().all()
+    before = len(calls)
+    run(7)  # wider than anything stored: computed
+    assert len(calls) == before + 1
+
+
+def test_shipped_statistics_are_read_when_the_cache_has_none(monkeypatch, tmp_path):
+    """An entry shipped beside the checkpoints (gzipped, read only) answers like one in the cache; the
+    user's cache wins; a damaged shipped entry is recomputed."""
+    import gzip
+    import json
+
+    from vizlm import cache
+
+    shipped = tmp_path / "checkpoints" / "stats"
+    shipped.mkdir(parents=True)
+    monkeypatch.setenv("VIZLM_CHECKPOINTS", str(tmp_path / "checkpoints"))
+    monkeypatch.setenv("VIZLM_CACHE", str(tmp_path / "cache"))
+    parts = {"kind": "test", "n": 1}
+    with gzip.open(shipped / f"{cache.key_of(parts)}{cache.SHIPPED_SUFFIX}", "wt", encoding="utf-8") as f:
+        json.dump({"parts": parts, "value": {"from": "shipped"}}, f)
+    assert cache.cached(parts, lambda: {"from": "computed"}) == {"from": "shipped"}
+    assert not (tmp_path / "cache").exists()  # nothing copied into the user's cache
+    cache.store(parts, {"from": "cache"})
+    assert cache.cached(parts, lambda: {"from": "computed"}) == {"from": "cache"}
+    other = {"kind": "test", "n": 2}
+    (shipped / f"{cache.key_of(other)}{cache.SHIPPED_SUFFIX}").write_bytes(b"\x1f\x8b not gzip")
+    assert cache.cached(other, lambda: {"from": "computed"}) == {"from": "computed"}

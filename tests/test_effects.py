@@ -17,6 +17,7 @@ from vizlm.checkpoint import Checkpoint
 from vizlm.data import SPECIALS, Vocab
 from vizlm.models import build_model
 from vizlm.models import effects as fx
+from vizlm.serialize import analysis_dict
 
 
 def targets_of(batch: torch.Tensor) -> torch.Tensor:
@@ -155,7 +156,7 @@ def test_analysis_carries_the_effects(name, kw):
     np.testing.assert_allclose(sa.read_effect, ref_read[0].numpy(), atol=1e-10)
     np.testing.assert_allclose(sa.slot_effects, ref_slots[0].numpy(), atol=1e-10)
     np.testing.assert_allclose(sa.read_effect_bits, sa.read_effect / math.log(2))
-    doc = sa.to_dict(threshold=0.1)
+    doc = analysis_dict(sa, threshold=0.1, cases=False)
     assert json.loads(json.dumps(doc, allow_nan=False)) == doc  # plain JSON, round trip
     for r, t in enumerate(doc["targets"]):
         assert t["read_effect_bits"] == pytest.approx(sa.read_effect[r] / LN2, abs=1e-12)
@@ -187,7 +188,7 @@ def test_analysis_without_start_slot():
     assert not allowed[0].any() and not allowed[:, 0].any() and allowed[1:, 1].all()
     assert sa.read_effect[0] == 0 and (sa.slot_effects[0] == 0).all() and (sa.slot_effects[:, 0] == 0).all()
     assert np.abs(sa.read_effect[1:]).max() > 1e-3
-    doc = sa.to_dict(threshold=0.1)
+    doc = analysis_dict(sa, threshold=0.1, cases=False)
     assert json.loads(json.dumps(doc, allow_nan=False)) == doc
     first = doc["targets"][0]
     assert first["highlights"] == [] and first["start_weight"] == 0 and first["attention"] == [0.0]
@@ -197,7 +198,7 @@ def test_read_effect_is_exactly_zero_in_the_analysis():
     ckpt = tiny_ckpt("amsrn")
     ckpt.model.float()
     _zero_read("amsrn", ckpt.model)
-    doc = analyze_tokens(ckpt, WORDS).to_dict()
+    doc = analysis_dict(analyze_tokens(ckpt, WORDS), cases=False)
     assert all(t["read_effect_bits"] == 0 for t in doc["targets"])
     assert all(e == 0 for t in doc["targets"] for e in t["effects_bits"])
 
@@ -205,7 +206,7 @@ def test_read_effect_is_exactly_zero_in_the_analysis():
 def test_models_without_attention_have_no_effects_in_the_analysis():
     sa = analyze_tokens(Checkpoint(tiny_model("lstm"), VOCAB, "lstm"), WORDS)
     assert sa.read_effect is None and sa.slot_effects is None and sa.effect_rank_correlation() is None
-    doc = sa.to_dict()
+    doc = analysis_dict(sa, cases=False)
     assert doc["effects"] is None and all(t["read_effect_bits"] is None and t["effects_bits"] is None for t in doc["targets"])
 
 
@@ -214,7 +215,7 @@ def test_long_texts_get_slot_effects_on_demand():
     full = analyze_tokens(ckpt, WORDS)
     short = analyze_tokens(ckpt, WORDS, max_effect_pairs=10)  # 66 pairs: too many
     assert short.slot_effects is None and short.read_effect is not None
-    assert short.to_dict()["targets"][3]["effects_bits"] is None
+    assert analysis_dict(short, cases=False)["targets"][3]["effects_bits"] is None
     np.testing.assert_allclose(slot_effect_rows(ckpt, short, [4, 7]), full.slot_effects[[4, 7]], atol=1e-12)
     np.testing.assert_allclose(with_slot_effects(ckpt, short).slot_effects, full.slot_effects, atol=1e-12)
     assert with_slot_effects(ckpt, full) is full
@@ -233,7 +234,7 @@ def test_batched_effects_equal_one_sentence_at_a_time():
         np.testing.assert_allclose(sa.slot_effects[heavy], one.slot_effects[heavy], atol=1e-12)
         assert np.isnan(sa.slot_effects[(one.attention > 0) & ~heavy]).all()  # not computed
         assert (sa.slot_effects[one.attention == 0] == 0).all()  # outside the window: no effect
-        assert json.dumps(sa.to_dict(), allow_nan=False)  # NaN never reaches the JSON
+        assert json.dumps(analysis_dict(sa, cases=False), allow_nan=False)  # NaN never reaches the JSON
     for _, sa in analyze_batch(ckpt, sents, effects="read"):
         assert sa.read_effect is not None and sa.slot_effects is None
     for _, sa in analyze_batch(ckpt, sents):

@@ -41,6 +41,7 @@ from vizlm.data import (
 )
 from vizlm.evaluate import score_documents
 from vizlm.links import ExplorerState, parse_query
+from vizlm.serialize import analysis_dict
 from vizlm.text import passage_sentences, sentence_spans, split_sentences
 
 VOCAB = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])  # 40 words: conftest's TINY vocabulary
@@ -157,7 +158,7 @@ def test_a_sentence_read_alone_rests_on_its_own_start_slot(name, kw, sentences):
     outside = ~sentence_blocks(sa)
     assert (sa.attention[outside] == 0).all() and (sa.slot_effects[outside] == 0).all()
     assert not (sa.readable() & outside).any() and not (sa.allowed() & outside).any()
-    doc = sa.to_dict(threshold=0.0)
+    doc = analysis_dict(sa, threshold=0.0, cases=False)
     xlab = plots.slot_axis_labels(sa)
     spec = export.chart_spec(plots.attention_heatmap(sa, threshold=0.0))
     cells = spec["datasets"][spec["layer"][0]["data"]["name"]]

@@ -48,6 +48,7 @@ import torch
 
 from vizlm.checkpoint import Checkpoint
 from vizlm.data import BOS, EOS, UNK, collate, iter_batches
+from vizlm.errors import VizlmError
 from vizlm.evaluate import OVERFLOW_NOTE, perplexity
 from vizlm.models import effects as fx
 from vizlm.tagger import tag_sentences
@@ -78,7 +79,7 @@ BOUNDARY = EOS  # the token between two sentences of a passage (norm and surface
 BOUNDARY_TAG = "."  # its POS tag: Brown's tag of sentence-final punctuation
 
 
-class AnalysisError(ValueError):
+class AnalysisError(VizlmError, ValueError):
     """Input that cannot be analysed, with a message meant for the user."""
 
 
@@ -275,86 +276,50 @@ class SentenceAnalysis:
     def highlights(self, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None,
                    rows: Sequence[int] | None = None) -> list[list[Highlight]]:
         """Per target (or per row of ``rows``), the slots with weight >= threshold, or the ``top_k``
-        heaviest slots, heaviest first."""
-        rows = range(len(self.targets)) if rows is None else rows
+        heaviest slots, heaviest first (each with at least :data:`MIN_TOP_K_WEIGHT`).
+
+        The one highlight rule: the heat map's outlines, the running text, the case labels and the
+        exports all read it. Computed once per (threshold, top_k) for every row and kept with the
+        attention (a page view asks for one setting several times); treat the lists as read-only."""
+        every = self._all_highlights(threshold, top_k)
+        return every if rows is None else [every[r] for r in rows]
+
+    def _all_highlights(self, threshold: float | None, top_k: int | None) -> list[list[Highlight]]:
+        key = ("top", int(top_k)) if top_k is not None else \
+            ("cut", float(threshold if threshold is not None else DEFAULT_THRESHOLD))
+        memo = self.__dict__.setdefault("_highlights", {})
+        hit = memo.get(key)
+        if hit is not None and hit[0] is self.attention and hit[1] is self.slot_effects:
+            return hit[2]
         if self.attention is None:
-            return [[] for _ in rows]
+            out: list[list[Highlight]] = [[] for _ in self.targets]
+        else:
+            out = self._highlight_rows(key)
+        memo[key] = (self.attention, self.slot_effects, out)
+        return out
+
+    def _highlight_rows(self, key: tuple) -> list[list[Highlight]]:
         labels = self.slot_labels
         effects = self.slot_effect_bits
         mask = self.allowed()
-        cut = threshold if threshold is not None else DEFAULT_THRESHOLD
         out = []
 
         def effect(r: int, j: int) -> float | None:
             value = None if effects is None else float(effects[r, j])
             return value if value is not None and math.isfinite(value) else None
 
-        for r in rows:
+        for r in range(len(self.targets)):
             row = self.attention[r]
             slots = np.flatnonzero(mask[r])  # the slots this row could attend to
-            if top_k is not None:
-                slots = slots[np.argsort(-row[slots], kind="stable")[:top_k]]
+            if key[0] == "top":
+                slots = slots[np.argsort(-row[slots], kind="stable")[: key[1]]]
                 slots = slots[row[slots] >= MIN_TOP_K_WEIGHT]
             else:
-                slots = slots[row[slots] >= cut]
+                slots = slots[row[slots] >= key[1]]
                 slots = slots[np.argsort(-row[slots], kind="stable")]
             out.append([Highlight(int(j), labels[j], self.slot_token(int(j)), float(row[j]), effect(r, int(j)))
                         for j in slots])
         return out
-
-    def to_dict(
-        self, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None, cases: dict[int, list[dict]] | None = None
-    ) -> dict:
-        """JSON-ready dict: ``tokens`` and one entry per target (no NaN anywhere).
-
-        ``cases`` (target index -> case dicts) are the labels of :mod:`vizlm.cases`, which
-        sits above this module: :func:`vizlm.cases.labelled_dict` passes them in.
-        """
-        hl = self.highlights(threshold, top_k)
-        case_map = cases or {}
-        read_bits, slot_bits = self.read_effect_bits, self.slot_effect_bits
-        # plain floats, row by row (numpy scalars cost 10x in a passage's 400 rows)
-        probs, surprisal, top_probs = self.probs.tolist(), self.surprisal.tolist(), self.top_probs.tolist()
-        gates = None if self.gates is None else self.gates.mean(1).tolist()
-        with np.errstate(over="ignore"):  # P(word) without the read of a model that gives it next to none
-            without = None if self.read_effect is None else np.exp(self.logprobs - self.read_effect).tolist()
-        starts = self.first_rows().tolist()  # each row's start slot
-        targets = []
-        for r, word in enumerate(self.targets):
-            targets.append({
-                "index": r,
-                "word": word,
-                "prob": probs[r],
-                "surprisal_bits": surprisal[r],
-                "top": [{"word": w, "prob": p} for w, p in zip(self.top_words[r], top_probs[r])],
-                "attention": None if self.attention is None else self.attention[r, : r + 1].tolist(),
-                "highlights": [h.to_dict() for h in hl[r]],
-                "gate_mean": None if gates is None else gates[r],
-                # the start slot is the zero start state: weight there reads nothing ("attention off")
-                "start_weight": None if self.attention is None else float(self.attention[r, starts[r]]),
-                # effects in bits: log2 P(word) with the read minus without; per slot, minus with the slot dropped
-                "read_effect_bits": None if read_bits is None else _finite(read_bits[r]),
-                "prob_without_read": None if without is None else without[r],
-                "effects_bits": None if slot_bits is None else [_finite(e) for e in slot_bits[r, : r + 1]],
-                "cases": case_map.get(r, []),
-            })
-        return {
-            "model": self.model,
-            "text": self.text,
-            "tokens": list(self.tokens),
-            "normalized": list(self.norms),
-            "unk": list(self.unk),
-            "offsets": [list(o) for o in self.offsets],
-            "slots": self.slot_labels,
-            "context": self.context,
-            "sentences": len(self.boundaries) + 1,
-            "documents": len(self.breaks) + 1,
-            "perplexity": self.perplexity,
-            "truncated": self.truncated,
-            "notes": list(self.notes),
-            "effects": self.effect_summary(),
-            "targets": targets,
-        }
 
     def effect_summary(self) -> dict | None:
         """Sentence-level effects (bits): mean read effect, share of words it moves by more than

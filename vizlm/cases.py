@@ -96,7 +96,7 @@ import heapq
 import itertools
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -112,13 +112,14 @@ from vizlm.analysis import (
     split_at_boundaries,
     tag_passage,
 )
+from vizlm.cache import cached, checkpoint_digest
 from vizlm.checkpoint import Checkpoint
 from vizlm.data import document_sizes, load_corpus
 from vizlm.resources import Collocations, load_collocations
 from vizlm.tagger import simplify_tag, tag_tokens
 from vizlm.text import NUMBER, detokenize
 
-__all__ = ["LABELS", "LABEL_DESCRIPTIONS", "RANKINGS", "Case", "CaseReport", "label_cases", "labelled_dict",
+__all__ = ["LABELS", "LABEL_DESCRIPTIONS", "RANKINGS", "Case", "CaseReport", "label_cases",
            "by_effect", "corpus_cases", "gallery_order", "tag_tokens", "stem"]
 
 LABEL_DESCRIPTIONS = {  # label -> what its rule checks, in the order the rules run
@@ -131,6 +132,9 @@ LABELS = tuple(LABEL_DESCRIPTIONS)
 # How corpus_cases picks its examples: the heaviest, the most helpful slot, or the most weight above an even
 # spread over the slots the row could attend to (Case.above_uniform: one slot gets weight 1, choosing nothing).
 RANKINGS = ("weight", "effect", "above_uniform")
+# The Cases page's defaults (the reports of the bundled checkpoints at these ship with them: scripts/ship_stats.py)
+GALLERY_RANK, GALLERY_LIMIT, GALLERY_EXAMPLES = "above_uniform", 1000, 8
+CASES_VERSION = 1  # in the cache key of a corpus report: raise it when the rules or the report change
 PHRASE_MIN_PMI = 4.0  # bits
 PHRASE_MIN_COUNT = 5
 
@@ -533,14 +537,6 @@ def by_effect(cases: list[Case]) -> list[Case]:
     return sorted(cases, key=lambda c: (c.effect is None, -(c.effect or 0.0), -c.weight))
 
 
-def labelled_dict(sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None) -> dict:
-    """:meth:`SentenceAnalysis.to_dict` with every target's labelled cases (``"cases"``)."""
-    by_target: dict[int, list[dict]] = {}
-    for c in label_cases(sa, threshold=threshold, top_k=top_k):
-        by_target.setdefault(c.target, []).append(c.to_dict())
-    return sa.to_dict(threshold=threshold, top_k=top_k, cases=by_target)
-
-
 # --------------------------------------------------------------------------- corpus
 @dataclass
 class CaseReport:
@@ -563,6 +559,11 @@ class CaseReport:
         doc = asdict(self)
         doc["shares"] = {k: (v / self.pairs if self.pairs else 0.0) for k, v in self.counts.items()}
         return doc
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> CaseReport:
+        """The report of :meth:`to_dict` (its ``shares`` are recomputed)."""
+        return cls(**{f.name: doc[f.name] for f in fields(cls) if f.name in doc})
 
 
 def _documents(ckpt: Checkpoint, sentences: list[list[str]], ids: list[str], originals: list[list[str]] | None,
@@ -638,6 +639,7 @@ def corpus_cases(
     top_k: int | None = None,
     data_dir: Path | None = None,
     rank: str = "weight",
+    use_cache: bool = True,
 ) -> CaseReport:
     """Label the highlights of ``ckpt`` on a corpus split (or on given ``sentences``).
 
@@ -648,19 +650,33 @@ def corpus_cases(
     each label: the heaviest (``rank="weight"``), those whose slot helped the
     prediction most (``rank="effect"``) or those with the most weight above an even
     spread (``rank="above_uniform"``); ties: earlier sentence first. Counts do not
-    depend on the order sentences are processed in.
+    depend on the order sentences are processed in. A corpus split's report is cached
+    (:mod:`vizlm.cache`, keyed by the checkpoint's and the split's checksums and every
+    argument); the bundled checkpoints' at the gallery's defaults ship with them.
     """
     if rank not in RANKINGS:
         raise ValueError(f"rank must be one of {', '.join(RANKINGS)}, not {rank!r}")
-    originals: list[list[str]] | None = None
-    if sentences is None:
-        if corpus is None:
-            raise ValueError("give a corpus name or sentences")
-        c = load_corpus(corpus, split, data_dir)
-        sentences, ids, tags, originals = c.sentences, c.ids, c.tags, c.originals
-        source = f"{corpus}/{split}"
-    else:
-        source = "text"
+    if sentences is not None:
+        return _case_report(ckpt, "text", sentences, ids, tags, None, limit, threshold, top_k, examples_per_label, rank)
+    if corpus is None:
+        raise ValueError("give a corpus name or sentences")
+    c = load_corpus(corpus, split, data_dir)
+
+    def compute() -> dict:
+        return _case_report(ckpt, f"{corpus}/{split}", c.sentences, c.ids, c.tags, c.originals, limit, threshold, top_k,
+                            examples_per_label, rank).to_dict()
+
+    parts = {"kind": "cases", "version": CASES_VERSION, "checkpoint": checkpoint_digest(ckpt), "corpus": c.checksum,
+             "context": ckpt.model.config.context, "threshold": threshold, "top_k": top_k,
+             "limit": None if limit is None or limit >= len(c.sentences) else limit,
+             "examples": examples_per_label, "rank": rank}
+    return CaseReport.from_dict({**cached(parts, compute, use_cache), "model": ckpt.label})
+
+
+def _case_report(ckpt: Checkpoint, source: str, sentences: list[list[str]], ids: list[str] | None,
+                 tags: list[list[str]] | None, originals: list[list[str]] | None, limit: int | None,
+                 threshold: float | None, top_k: int | None, examples_per_label: int, rank: str) -> CaseReport:
+    """:func:`corpus_cases` on ``sentences`` (uncached)."""
     ids = list(ids) if ids is not None else [f"s{i}" for i in range(len(sentences))]
     n = len(sentences) if limit is None else min(limit, len(sentences))
     collocations = load_collocations()

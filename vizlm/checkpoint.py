@@ -45,6 +45,7 @@ from torch.overrides import TorchFunctionMode
 
 from vizlm import __version__, files, paths
 from vizlm.data import Vocab
+from vizlm.errors import VizlmError
 from vizlm.models import build_model, check_config
 from vizlm.models.base import BaseConfig
 
@@ -74,6 +75,7 @@ STORED_FLOATS = (torch.float16,)
 _OPTIONAL_KEYS = {
     "vizlm_version": str, "label": str, "parameters": int,
     "metrics": dict, "corpus": dict, "train": dict, "init_from": dict, "storage": dict,
+    "imported": dict,  # where `vizlm import` took the model from (vizlm.importer)
 }
 
 
@@ -82,7 +84,7 @@ def _stored_as(got: torch.dtype, ref: torch.dtype) -> bool:
     return got == ref or (ref.is_floating_point and got in STORED_FLOATS)
 
 
-class CheckpointError(ValueError):
+class CheckpointError(VizlmError, ValueError):
     """A checkpoint that cannot be loaded, with a message meant for the user."""
 
 

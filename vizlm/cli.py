@@ -27,6 +27,9 @@ MODEL_OPTIONS = {  # flag -> (config field, type, help)
         "sentence: every sentence read alone from a zero state (default); document: documents read as "
         "running text, state and memory carried across sentences and segments (Daniluk et al.)")),
     "--memory": ("memory", int, "AMSRN/Salton: attend to the last N states (default: the sentence; 100 in documents)"),
+    "--layers": ("layers", whole(1), "stacked recurrent layers (default 1); attention and output layer read the top one"),
+    "--rnn": ("rnn", str, "lstm model: its recurrent cell, lstm (default) | gru | rnn_tanh | rnn_relu"),
+    "--tie": ("tie", bool, "lstm model: the output layer's weight is the embedding (needs --emb-dim = --hidden-dim)"),
     "--start-slot": ("start_slot", bool, (
         "AMSRN: keep the zero start slot h_0 in the memory (default); --no-start-slot attends to h_1 .. h_{t-1} "
         "only, and the first step reads nothing")),
@@ -36,7 +39,8 @@ MODEL_OPTIONS = {  # flag -> (config field, type, help)
 def _add_train(sub) -> None:
     p = sub.add_parser("train", help="train a model on a corpus")
     p.add_argument("--model", required=True, choices=list(REGISTRY), help="model family")
-    p.add_argument("--corpus", default="brown", choices=TRAINABLE, help="training corpus")
+    p.add_argument("--corpus", default="brown", metavar="NAME", help=f"training corpus: {', '.join(TRAINABLE)} "
+                   "(default brown), or one made by `vizlm import`")
     p.add_argument("--out", type=Path, help="checkpoint folder (default RUNS/MODEL, runs/ of the vizlm home; a temp dir "
                    "with --dry-run); one that holds a checkpoint needs --resume or --force")
     p.add_argument("--force", action="store_true", help="train a new model in place of the checkpoint in --out")
@@ -82,13 +86,48 @@ def _add_eval(sub) -> None:
     p = sub.add_parser("eval", help="perplexity of a checkpoint on a corpus split or a text file")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or bundled name")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--corpus", choices=list(CORPORA), help="processed corpus")
+    src.add_argument("--corpus", metavar="NAME", help=f"processed corpus: {', '.join(CORPORA)}, or one made by "
+                     "`vizlm import`")
     src.add_argument("--text-file", type=Path, help="raw text, one paragraph or sentence a line; "
                      "a blank line separates documents (read as running text by document-context checkpoints)")
     p.add_argument("--split", default="test", help="corpus split (train/valid/test)")
     p.add_argument("--batch-size", type=whole(1), default=128, help="sentences per batch (sentence-context checkpoints)")
     p.add_argument("--device", choices=DEVICES, default="auto", help="auto: the GPU when CUDA is available, else the CPU")
+    p.add_argument("--context", choices=("own", "stream"), default="own", help=(
+        "own: the checkpoint's context (sentences alone, or documents as running text; default); stream: the whole "
+        "split as one token stream (every line's words and </s>) in --streams contiguous columns, --bptt steps at a "
+        "time, the state carried and never reset, as pytorch/examples' word_language_model evaluates"))
+    p.add_argument("--streams", type=whole(1), default=10, help="with --context stream: columns (pytorch/examples: 10)")
+    p.add_argument("--bptt", type=whole(1), default=35, help="with --context stream: steps read at a time (default 35)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _add_import(sub) -> None:
+    from vizlm.importer import SOURCES
+
+    p = sub.add_parser("import", help="convert a model trained elsewhere into a vizlm checkpoint, and its data into "
+                       "a vizlm corpus")
+    p.add_argument("source", choices=SOURCES, help="what made the model: pytorch-examples (pytorch/examples' "
+                   "word_language_model, its RNNModel: LSTM, GRU, RNN_TANH, RNN_RELU)")
+    p.add_argument("model_file", type=Path, metavar="MODEL.pt", help="its checkpoint: a state dict, or the whole "
+                   "module as its main.py saves it (read without running pickled code)")
+    p.add_argument("--data", dest="source_data", type=Path, required=True, metavar="FOLDER",
+                   help="the folder with train.txt, valid.txt, test.txt the model was trained on (its vocabulary)")
+    p.add_argument("--corpus", required=True, metavar="NAME", help="the vizlm corpus FOLDER becomes (written to the "
+                   "data folder, beside the processed corpora)")
+    p.add_argument("--out", type=Path, required=True, help="the checkpoint folder to write")
+    p.add_argument("--nonlinearity", choices=("tanh", "relu"), default=None,
+                   help="an Elman RNN's (RNN_TANH / RNN_RELU) saved as a state dict: its weights do not say which")
+    p.add_argument("--force", action="store_true", help="replace a checkpoint in --out or a corpus NAME that differs")
+
+
+def cmd_import(args) -> int:
+    from vizlm.importer import import_pytorch_examples
+
+    summary = import_pytorch_examples(args.model_file, args.source_data, args.corpus, args.out,
+                                      nonlinearity=args.nonlinearity, force=args.force)
+    print(json.dumps(summary))
+    return 0
 
 
 def _add_reproduce(sub) -> None:
@@ -180,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "larger than memory) of the processed splits already in --out; no raw corpora needed")
     _add_train(sub)
     _add_eval(sub)
+    _add_import(sub)
     _add_reproduce(sub)
     commands.add_analysis_commands(sub)
     return parser
@@ -193,6 +233,10 @@ def cmd_train(args) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    from vizlm.data import corpus_splits
+
+    if "train" not in corpus_splits(args.corpus):
+        raise ValueError(f"corpus {args.corpus!r} has no train split; trainable: {', '.join(TRAINABLE)}")
     kwargs = {field: getattr(args, flag[2:].replace("-", "_")) for flag, (field, _, _) in MODEL_OPTIONS.items()}
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     tc = TrainConfig(
@@ -220,34 +264,51 @@ def cmd_train(args) -> int:
 def cmd_eval(args) -> int:
     """A text file is scored in memory (it is at most MAX_TEXT_FILE_BYTES); a corpus split is read a
     chunk at a time (from its token-id files when there are some), shared out under torchrun."""
-    from vizlm.checkpoint import load_checkpoint
-    from vizlm.data import encode_sentences
+    from vizlm.api import load
+    from vizlm.data import corpus_splits, encode_sentences
     from vizlm.distributed import session
-    from vizlm.evaluate import Totals, score, score_split
-    from vizlm.tokens import open_split
+    from vizlm.evaluate import Totals, score, score_split, score_stream, split_stream
+    from vizlm.tokens import TokenSplit, open_split
 
-    ckpt = load_checkpoint(args.checkpoint)
+    stream = args.context == "stream"
+    ckpt = load(args.checkpoint).checkpoint
     with session(args.device) as ctx:
+        if stream and ctx.world_size > 1:
+            raise ValueError("--context stream reads the split in one process; run it without torchrun")
         ckpt.model.to(ctx.device)
         if args.text_file:  # blank lines separate documents (for document-context checkpoints)
             sizes: list[int] = []
             sents, source = read_text(args.text_file, sizes), str(args.text_file)
             if not sents:
                 raise ValueError(f"no sentences to score: {source} has no words")
-            with scoring_progress([ckpt], sents, "eval"):
-                result = score(ckpt.model, encode_sentences(sents, ckpt.vocab), sizes, args.batch_size).summary()
+            if stream:
+                t = score_stream(ckpt.model, split_stream(TokenSplit.from_sequences(encode_sentences(sents, ckpt.vocab))),
+                                 args.streams, args.bptt)
+                result = Totals(t.nll, t.tokens, len(sents)).summary()
+            else:
+                with scoring_progress([ckpt], sents, "eval"):
+                    result = score(ckpt.model, encode_sentences(sents, ckpt.vocab), sizes, args.batch_size).summary()
             result["documents"] = len(sizes)
         else:
+            corpus_splits(args.corpus)  # a known corpus, or one `vizlm import` wrote, before any file is opened
             split, source = open_split(args.corpus, args.split, ckpt.vocab), f"{args.corpus}/{args.split}"
             if not len(split):
                 raise ValueError(f"no sentences to score: {source} is empty")
-            with scoring_progress([ckpt] if ctx.main else [], None, "eval", total=len(split) // ctx.world_size):
-                mine = score_split(ckpt.model, split, ctx.rank, ctx.world_size, args.batch_size)
+            if stream:
+                t = score_stream(ckpt.model, split_stream(split), args.streams, args.bptt)
+                mine = Totals(t.nll, t.tokens, len(split))
+            else:
+                with scoring_progress([ckpt] if ctx.main else [], None, "eval", total=len(split) // ctx.world_size):
+                    mine = score_split(ckpt.model, split, ctx.rank, ctx.world_size, args.batch_size)
             result = Totals(*ctx.sum([mine.nll, mine.tokens, mine.sentences])).summary()
             result = {**result, "tokens": int(result["tokens"]), "sentences": int(result["sentences"])}
+        if stream and result["tokens"] == 0:
+            raise ValueError(f"no tokens to score: {source} has fewer than 2 tokens per stream; use fewer --streams")
         if not ctx.main:
             return 0
-    result = {"checkpoint": str(args.checkpoint), "source": source, "context": ckpt.model.config.context, **result}
+    context = {"context": "stream", "streams": args.streams, "bptt": args.bptt} if stream else \
+        {"context": ckpt.model.config.context}
+    result = {"checkpoint": str(args.checkpoint), "source": source, **context, **result}
     if args.json:
         commands.dump_json(result)
     else:
@@ -261,7 +322,7 @@ def cmd_eval(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     paths.set_overrides(data=args.data, checkpoints=args.checkpoints, cache=args.cache)
-    from vizlm.checkpoint import CheckpointError
+    from vizlm.errors import VizlmError
 
     try:
         if args.command == "prepare":
@@ -277,10 +338,12 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_train(args)
         if args.command == "eval":
             return cmd_eval(args)
+        if args.command == "import":
+            return cmd_import(args)
         if args.command == "reproduce":
             return cmd_reproduce(args)
         return commands.run(args)
-    except (CheckpointError, ValueError) as exc:
+    except (VizlmError, ValueError) as exc:  # bad input: a message for a person, no traceback
         print(f"vizlm {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a file that cannot be read or written (FileNotFoundError included): no traceback

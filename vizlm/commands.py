@@ -1,7 +1,9 @@
 """Analysis sub-commands of the CLI: analyze, compare, positions, cases, export.
 
-Each command is argparse -> one library call (``vizlm.analysis``, ``vizlm.corpus``,
-``vizlm.cases``, ``vizlm.export``) -> JSON (``--json``) or a table.
+Each command is argparse -> one library call -> JSON (``--json``) or a table. Models are loaded,
+and texts analysed and exported, through the Python API (:mod:`vizlm.api`, what ``import vizlm``
+offers), as in a notebook; the corpus statistics are :mod:`vizlm.corpus`'s and :mod:`vizlm.cases`'s
+(with a device and, under torchrun, a process group, which the API does not take).
 
 Also here, for every command of the CLI: the option types that refuse a bad number with a
 message (argparse then exits 2), reading ``--text-file`` and writing output files, and the
@@ -21,13 +23,13 @@ from pathlib import Path
 from tqdm import tqdm
 
 from vizlm import files
-from vizlm.analysis import ATTENTION_OFF, DEFAULT_THRESHOLD, MAX_TOKENS, READINGS
+from vizlm.api import ATTENTION_OFF, DEFAULT_THRESHOLD, MAX_TOKENS, MAX_TOP_K, READINGS, load
 from vizlm.cases import LABELS, RANKINGS
 from vizlm.data import CORPORA, MAX_TEXT_FILE_BYTES, read_text_file
 from vizlm.distributed import DEVICES, session
 from vizlm.text import clean_text
 
-TOP_K_MAX = 50  # --top-k: more highlights than this per word are no longer a highlight
+TOP_K_MAX = MAX_TOP_K  # --top-k: more highlights than this per word are no longer a highlight
 WINDOW_MAX = MAX_TOKENS + 1  # --window: the memory slots of the longest analysed sentence
 PROGRESS_MIN_TOKENS = 50_000  # scoring more tokens than this (about 10 s on a laptop) shows a progress bar
 READ_PROGRESS_BYTES = 8 * 2**20  # reading a larger --text-file shows one too
@@ -252,31 +254,9 @@ def dump_json(obj) -> None:
     print(clean_text(json.dumps(json_safe(obj), ensure_ascii=False, allow_nan=False)))
 
 
-CLI_EFFECT_PAIRS = 10_000  # slot effects computed by analyze / export at most: a few seconds on one core
-
-
-def analyze_bounded(ckpt, text: str):
-    """:func:`vizlm.analysis.analyze` with every slot effect while there are at most
-    :data:`CLI_EFFECT_PAIRS` (word, slot) pairs (a passage of 400 words in sentences has ~5,000),
-    else the read effects alone, with a note: one 400-word sentence has 80,000 pairs, half a
-    minute of output layers."""
-    from vizlm.analysis import analyze
-
-    sa = analyze(ckpt, text, max_effect_pairs=CLI_EFFECT_PAIRS)
-    if sa.attention is not None and sa.slot_effects is None:
-        pairs = int((sa.attention > 0).sum())
-        sa.notes.append(f"slot effects not computed: the text has {pairs:,} (word, slot) pairs with weight, more "
-                        f"than the {CLI_EFFECT_PAIRS:,} computed at most (shorter sentences have fewer); the read "
-                        "effects are")
-    return sa
-
-
 def cmd_analyze(args) -> int:
-    from vizlm.checkpoint import load_checkpoint
-    from vizlm.export import analysis_dict
-
-    sa = analyze_bounded(load_checkpoint(args.checkpoint), args.text)
-    doc = analysis_dict(sa, threshold=args.threshold, top_k=args.top_k)
+    sa = load(args.checkpoint).analyze(args.text, threshold=args.threshold, top_k=args.top_k)
+    doc = sa.to_dict()
     if args.json:
         dump_json(doc)
         return 0
@@ -305,12 +285,11 @@ def cmd_analyze(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from vizlm.checkpoint import load_checkpoint
     from vizlm.corpus import compare, compare_corpus
     from vizlm.export import export_frame
 
     check_outputs(args, "csv")
-    a, b = load_checkpoint(args.a), load_checkpoint(args.b)
+    a, b = load(args.a).checkpoint, load(args.b).checkpoint
     with session(args.device) as ctx:
         for c in (a, b):
             c.model.to(ctx.device)
@@ -345,11 +324,10 @@ def cmd_compare(args) -> int:
 
 
 def cmd_positions(args) -> int:
-    from vizlm.checkpoint import load_checkpoint
     from vizlm.corpus import attention_by_position, positions_corpus
 
     check_outputs(args, "png", "svg")
-    ckpts = [load_checkpoint(c) for c in args.checkpoint]
+    ckpts = [load(c).checkpoint for c in args.checkpoint]
     attending = [c for c in ckpts if c.has_attention]
     effects = not args.no_effects
     with session(args.device) as ctx:
@@ -396,9 +374,8 @@ def cmd_positions(args) -> int:
 
 def cmd_cases(args) -> int:
     from vizlm.cases import corpus_cases
-    from vizlm.checkpoint import load_checkpoint
 
-    ckpt = load_checkpoint(args.checkpoint)
+    ckpt = load(args.checkpoint).checkpoint
     attending = [ckpt] if ckpt.has_attention else []
     if args.text_file:
         sents, ids, _, _ = _sentences(args, "analyse")
@@ -425,14 +402,15 @@ def cmd_cases(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from vizlm.checkpoint import load_checkpoint
-    from vizlm.export import export_analysis
-
     check_outputs(args, "out")
-    sa = analyze_bounded(load_checkpoint(args.checkpoint), args.text)
-    data = export_analysis(sa, args.format, threshold=args.threshold, top_k=args.top_k)
-    write_output(args.out, data, args.force)
-    print(f"wrote {args.out} ({len(data):,} bytes)", file=sys.stderr)
+    sa = load(args.checkpoint).analyze(args.text, threshold=args.threshold, top_k=args.top_k)
+    try:
+        path = sa.export(args.out, args.format, force=args.force)
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(args.out)
+        raise
+    print(f"wrote {args.out} ({path.stat().st_size:,} bytes)", file=sys.stderr)
     return 0
 
 

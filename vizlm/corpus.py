@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from vizlm.cache import cached, checkpoint_digest
+from vizlm.cache import cached, checkpoint_digest, lookup, store
 from vizlm.checkpoint import Checkpoint
 from vizlm.data import (
     document_batches,
@@ -42,7 +42,9 @@ from vizlm.tokens import TokenSplit, open_split
 
 Progress = Callable[[float], None] | None
 LN2 = math.log(2)
-POSITIONS_VERSION = 3  # in the cache key: 2 added the effects, 3 the mean largest weight of a row
+# in the cache key: 2 added the effects, 3 the mean largest weight of a row, 4 stores the sums (any narrower window)
+POSITIONS_VERSION = 4
+MAX_WINDOW = 30  # the most positions back the app shows; statistics stored for a window serve every narrower one
 POSITION_COLUMNS = ["model", "offset", "mean", "lo", "hi", "count", "effect", "effect_lo", "effect_hi"]
 DOC_STREAMS, DOC_SEGMENT = 64, 50  # how a document model reads text for the statistics (as vizlm.evaluate scores it)
 
@@ -174,6 +176,22 @@ def compare(
                             documents=document_sizes(kept_ids) if running else None)
 
 
+def split_scores(ckpt: Checkpoint, corpus: str, split: str, use_cache: bool = True, ctx: Context = SINGLE,
+                 checksum: str | None = None) -> dict:
+    """``{"nll": [...], "tokens": [...]}`` of every sentence of a processed split in the model's context
+    (what :func:`compare_corpus` pairs), cached; ``checksum``: the split's, when the caller has it."""
+    if checksum is None:
+        checksum = split_texts(corpus, split)[2]
+    parts = {"kind": "sentence_nll", "checkpoint": checkpoint_digest(ckpt), "corpus": checksum}
+    if ckpt.model.config.context != "sentence":
+        parts["context"] = ckpt.model.config.context
+
+    def compute():
+        return dict(zip(("nll", "tokens"), _nll(ckpt, split=open_split(corpus, split, ckpt.vocab), ctx=ctx)))
+
+    return cached(parts, compute, use_cache and not ctx.distributed)
+
+
 def compare_corpus(a: Checkpoint, b: Checkpoint, corpus: str, split: str, progress: Progress = None,
                    use_cache: bool = True, ctx: Context = SINGLE) -> Comparison:
     """:func:`compare` on a processed split; each model's per-sentence NLLs are cached.
@@ -184,14 +202,7 @@ def compare_corpus(a: Checkpoint, b: Checkpoint, corpus: str, split: str, progre
     ids, texts, checksum = split_texts(corpus, split)
     scores = []
     for k, ckpt in enumerate((a, b)):
-        parts = {"kind": "sentence_nll", "checkpoint": checkpoint_digest(ckpt), "corpus": checksum}
-        if ckpt.model.config.context != "sentence":
-            parts["context"] = ckpt.model.config.context
-
-        def compute(ckpt=ckpt):
-            return dict(zip(("nll", "tokens"), _nll(ckpt, split=open_split(corpus, split, ckpt.vocab), ctx=ctx)))
-
-        scores.append(cached(parts, compute, use_cache and not ctx.distributed))
+        scores.append(split_scores(ckpt, corpus, split, use_cache, ctx, checksum))
         if progress:
             progress((k + 1) / 2)
     running = "document" in (a.model.config.context, b.model.config.context)
@@ -303,6 +314,47 @@ def _document_reads(model, segments):
         yield out, seg.targets.to(device), state
 
 
+_SUMS_PER_OFFSET = ("total", "total_sq", "count", "eff", "eff_sq")
+
+
+def _narrow(sums: np.ndarray, wide: int, window: int) -> np.ndarray:
+    """The sums of :func:`_position_sums` at ``window`` from those at a ``wide``r one: the offsets'
+    sums are the same, and the weight beyond ``window`` gains what offsets window+1..wide held."""
+    if wide == window:
+        return sums
+    a, b = _layout(wide), _layout(window)
+    out = np.zeros(b["peak"].stop, dtype=np.float64)
+    for name, part in b.items():
+        out[part] = sums[a[name]][: window] if name in _SUMS_PER_OFFSET else sums[a[name]]
+    out[b["beyond"]] += sums[a["total"]][window:].sum()
+    return out
+
+
+def _positions_cached(parts_of: Callable[[int, bool], dict], window: int, effects: bool,
+                      compute: Callable[[], np.ndarray | None], enabled: bool) -> dict:
+    """One model's :func:`_position_stats` ({} without attention): from stored sums at ``window`` or
+    a wider one up to :data:`MAX_WINDOW` (those with effects serve a request without), else
+    ``compute()``d and stored. ``parts_of(window, effects)``: the cache key."""
+    if enabled:
+        for wide in range(window, max(window, MAX_WINDOW) + 1):
+            for eff in (True,) if effects else (False, True):
+                value = lookup(parts_of(wide, eff))
+                if isinstance(value, dict) and value.get("window") == wide and (
+                        value.get("sums") is None or len(value["sums"]) == _layout(wide)["peak"].stop):
+                    return _stats_from(value, window, effects)
+    sums = compute()
+    value = {"window": window, "sums": None if sums is None else sums.tolist()}
+    if enabled:
+        store(parts_of(window, effects), value)
+    return _stats_from(value, window, effects)
+
+
+def _stats_from(value: dict, window: int, effects: bool) -> dict:
+    if value["sums"] is None:
+        return {}
+    return _position_stats(_narrow(np.asarray(value["sums"], dtype=np.float64), value["window"], window), window, effects)
+
+
 def _position_stats(sums: np.ndarray, window: int, effects: bool = True) -> dict:
     """Means and 95% confidence bands from :func:`_position_sums`."""
     at = _layout(window)
@@ -403,18 +455,18 @@ def attention_by_position(ckpts: list[Checkpoint], sentences: list[list[str]], w
     sizes = document_sizes([ids[i] for i in keep]) if ids is not None else None
     tick = _progress(math.ceil(len(sents) / batch_size) * len(ckpts), progress)
 
-    def compute(ckpt: Checkpoint) -> dict:
+    def compute(ckpt: Checkpoint) -> np.ndarray | None:
         seqs = encode_sentences(sents, ckpt.vocab)
         if _reads_documents(ckpt) and sizes is not None:
             docs = split_documents(seqs, sizes)
             reads = _document_reads(ckpt.model, document_batches(docs, DOC_STREAMS, DOC_SEGMENT))
         else:
             reads = _sentence_reads(ckpt.model, (b[1:] for b in iter_batches(seqs, batch_size)))
-        sums = _position_sums(ckpt, reads, window, tick, effects)
-        return {} if sums is None else _position_stats(sums, window, effects)
+        return _position_sums(ckpt, reads, window, tick, effects)
 
-    return _collect([(c, cached(_position_parts(c, corpus_checksum, window, effects), lambda c=c: compute(c),
-                                use_cache and corpus_checksum is not None)) for c in ckpts], window)
+    return _collect([(c, _positions_cached(lambda w, e, c=c: _position_parts(c, corpus_checksum, w, e), window, effects,
+                                           lambda c=c: compute(c), use_cache and corpus_checksum is not None))
+                     for c in ckpts], window)
 
 
 def positions_corpus(ckpts: list[Checkpoint], corpus: str, split: str, window: int = 10,
@@ -432,21 +484,21 @@ def positions_corpus(ckpts: list[Checkpoint], corpus: str, split: str, window: i
     tick = _progress(sum(math.ceil(len(sp) / batch_size / ctx.world_size) for sp, c in zip(splits, ckpts)
                          if c.has_attention), progress)
 
-    def compute(ckpt: Checkpoint, sp: TokenSplit) -> dict:
+    def compute(ckpt: Checkpoint, sp: TokenSplit) -> np.ndarray | None:
         if not ckpt.has_attention:
-            return {}
+            return None
         if _reads_documents(ckpt):
             reads = _document_reads(ckpt.model, split_segments(sp, ctx.rank, ctx.world_size, DOC_STREAMS, DOC_SEGMENT))
         else:
             reads = _sentence_reads(ckpt.model, _split_batches(sp, batch_size, ctx.rank, ctx.world_size))
-        sums = _position_sums(ckpt, reads, window, tick, effects)
-        return _position_stats(ctx.sum_array(sums), window, effects)
+        return ctx.sum_array(_position_sums(ckpt, reads, window, tick, effects))
 
-    def parts(ckpt: Checkpoint, sp: TokenSplit) -> dict:
-        key = _position_parts(ckpt, sp.checksum, window, effects)
+    def parts(ckpt: Checkpoint, sp: TokenSplit, wide: int, eff: bool) -> dict:
+        key = _position_parts(ckpt, sp.checksum, wide, eff)
         return key if sentences is None else {**key, "sentences": sentences}
 
-    return _collect([(c, cached(parts(c, sp), lambda c=c, sp=sp: compute(c, sp), use_cache and not ctx.distributed))
+    return _collect([(c, _positions_cached(lambda w, e, c=c, sp=sp: parts(c, sp, w, e), window, effects,
+                                           lambda c=c, sp=sp: compute(c, sp), use_cache and not ctx.distributed))
                      for c, sp in zip(ckpts, splits)], window)
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from vizlm import paths
+from vizlm.errors import VizlmError
 from vizlm.text import MAX_TOKENS, clean_text, cut_point, split_sentences, tokenize
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
@@ -30,6 +31,7 @@ SPECIALS = (PAD, BOS, EOS, UNK)
 VOCAB_SIZE = 10_000
 SPLITS = ("train", "valid", "test")
 CORPORA = {"brown": SPLITS, "wsj": ("test",), "sinica": SPLITS}  # corpus -> its splits
+HELD_OUT = ("test", "valid")  # the held-out splits the corpus pages offer, the default first
 CORPUS_TITLES = {  # how the app and reports name each corpus
     "brown": "Brown",
     "wsj": "WSJ sample (out of domain)",
@@ -45,6 +47,14 @@ LICENCES = {
     "sinica": "Sinica Treebank sample: Creative Commons Attribution-NonCommercial-ShareAlike 2.5 "
     "(http://creativecommons.org/licenses/by-nc-sa/2.5/).",
 }
+
+
+class DataError(VizlmError, ValueError):
+    """A corpus, split or text file that cannot be read, with a message meant for the user."""
+
+
+class DataMissingError(VizlmError, FileNotFoundError):
+    """A processed split whose files are not there (``vizlm prepare`` makes them)."""
 
 
 # --------------------------------------------------------------------------- processed data
@@ -76,16 +86,58 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+USER_CORPUS_FILE = "corpus.json"  # marks a corpus folder written by `vizlm import` (not one of CORPORA)
+USER_CORPUS_FORMAT = "vizlm-user-corpus"
+_CORPUS_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
+
+
+def check_corpus_name(name: str) -> str:
+    """A new corpus name: lowercase letters, digits, ``_ . -`` (a folder name), not a built-in corpus."""
+    if not isinstance(name, str) or not _CORPUS_NAME.fullmatch(name):
+        raise DataError(f"corpus name {str(name)[:40]!r}: use 1-64 lowercase letters, digits, '_', '.' or '-', "
+                        "starting with a letter or digit")
+    if name in CORPORA:
+        raise DataError(f"{name!r} is one of vizlm's own corpora ({', '.join(CORPORA)}); choose another name")
+    return name
+
+
+def user_corpora(data_dir: Path | None = None) -> dict[str, tuple[str, ...]]:
+    """The corpora written by ``vizlm import`` in the data folder: name -> splits."""
+    root = Path(data_dir or paths.data_dir())
+    found = {}
+    for marker in sorted(root.glob(f"*/{USER_CORPUS_FILE}")) if root.is_dir() else []:
+        name = marker.parent.name
+        if name in CORPORA or not _CORPUS_NAME.fullmatch(name):
+            continue
+        try:
+            doc = json.loads(marker.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and doc.get("format") == USER_CORPUS_FORMAT and isinstance(doc.get("splits"), list):
+            found[name] = tuple(s for s in doc["splits"] if s in SPLITS)
+    return found
+
+
+def corpus_splits(name: str, data_dir: Path | None = None) -> tuple[str, ...]:
+    """The splits of corpus ``name``: one of :data:`CORPORA`, or one written by ``vizlm import``."""
+    if name in CORPORA:
+        return CORPORA[name]
+    users = user_corpora(data_dir)
+    if name not in users:
+        raise DataError(f"unknown corpus {name!r}; valid: {', '.join([*CORPORA, *users])}")
+    return users[name]
+
+
 def _split_folder(name: str, split: str, data_dir: Path | None = None) -> Path:
-    """The folder of a processed split, checked: a known corpus and split, its files there."""
-    if name not in CORPORA:
-        raise ValueError(f"unknown corpus {name!r}; valid: {', '.join(CORPORA)}")
-    if split not in CORPORA[name]:
-        raise ValueError(f"corpus {name!r} has no split {split!r}; valid: {', '.join(CORPORA[name])}")
+    """The folder of a processed split, checked: a known corpus (or one written by ``vizlm import``)
+    and split, its files there."""
+    splits = corpus_splits(name, data_dir)
+    if split not in splits:
+        raise DataError(f"corpus {name!r} has no split {split!r}; valid: {', '.join(splits)}")
     folder = Path(data_dir or paths.data_dir()) / name
     path = folder / f"{split}.txt"
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; run `vizlm prepare --shared ../shared/data --out data/`")
+        raise DataMissingError(f"{path} is missing; run `vizlm prepare --shared ../shared/data --out data/`")
     return folder
 
 
@@ -439,9 +491,9 @@ def _check_text_file(path: Path) -> int:
     size = path.stat().st_size  # FileNotFoundError / PermissionError name the path
     if not path.is_file():  # stat's S_ISREG
         kind = "a directory" if path.is_dir() else "not a regular file (a device, FIFO or socket)"
-        raise ValueError(f"{path} is {kind}; give a text file")
+        raise DataError(f"{path} is {kind}; give a text file")
     if size > MAX_TEXT_FILE_BYTES:
-        raise ValueError(f"{path} is {size / 2**20:,.1f} MiB; text files are limited to "
+        raise DataError(f"{path} is {size / 2**20:,.1f} MiB; text files are limited to "
                          f"{MAX_TEXT_FILE_BYTES // 2**20} MiB (vizlm.data.MAX_TEXT_FILE_BYTES)")
     return size
 
@@ -498,7 +550,7 @@ def read_text_file(path: Path, progress: Callable[[float], None] | None = None,
                 done = len(out)
             chars += len(piece)
             if chars > MAX_TEXT_FILE_BYTES:  # the file grew, or stat did not tell its size (e.g. /proc)
-                raise ValueError(f"{path} holds more than {MAX_TEXT_FILE_BYTES // 2**20} MiB of text; "
+                raise DataError(f"{path} holds more than {MAX_TEXT_FILE_BYTES // 2**20} MiB of text; "
                                  "that is the limit (vizlm.data.MAX_TEXT_FILE_BYTES)")
             for sent in split_sentences(clean_text(piece)):
                 toks = [words.setdefault(t.norm, t.norm) for t in tokenize(sent)]

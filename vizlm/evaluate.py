@@ -256,3 +256,39 @@ def score(
     if getattr(model.config, "context", "sentence") == "document":
         return score_documents(model, split_documents(seqs, documents))
     return score_sentences(model, seqs, batch_size)
+
+
+def split_stream(split: TokenSplit) -> torch.Tensor:
+    """The whole split as one token stream, (N,) long: every sentence's words followed by ``</s>``,
+    in order (a blank line is a lone ``</s>``), as pytorch/examples' ``data.Corpus`` reads a file
+    (each line's words plus ``<eos>``); read a chunk at a time into memory."""
+    parts = [split.read(c).tokens for c in split.chunks()]
+    return torch.from_numpy(np.concatenate(parts).astype(np.int64)) if parts else torch.zeros(0, dtype=torch.long)
+
+
+@torch.no_grad()
+def score_stream(model: nn.Module, tokens: torch.Tensor, streams: int = 10, bptt: int = 35) -> Totals:
+    """Totals of a token stream read as pytorch/examples' ``word_language_model`` evaluates a split.
+
+    The stream (N,) is cut into ``streams`` contiguous columns of ``N // streams`` tokens (the
+    remainder dropped; its ``batchify``); the columns are read side by side ``bptt`` steps at a
+    time, the state carried from one step to the next and never reset, from a zero state at the
+    start. Every token but each column's first is predicted: ``streams * (N // streams - 1)``
+    targets. ``nll / tokens`` is its ``evaluate()``'s loss, and the perplexity its test perplexity.
+    Works for every family (an attention model's memory is carried with the state).
+    """
+    if streams < 1 or bptt < 1:
+        raise ValueError("streams and bptt must be >= 1")
+    was_training = model.training
+    model.eval()
+    device = _device(model)
+    per = tokens.numel() // streams
+    data = tokens[: per * streams].view(streams, per).to(device)  # (B, per): column b is a contiguous piece
+    state, nll = model.initial_state(streams), 0.0
+    for i in range(0, per - 1, bptt):
+        n = min(bptt, per - 1 - i)
+        out = model(data[:, i : i + n], state)  # (B, n) inputs
+        state = out.state.detach()
+        nll += float(out.token_nll(data[:, i + 1 : i + 1 + n]).sum(dtype=torch.float64))  # (B, n) targets
+    model.train(was_training)
+    return Totals(nll, streams * max(per - 1, 0), 0)

@@ -25,6 +25,7 @@ deterministically on one machine and thread count) and writes its evidence.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -85,14 +86,30 @@ def exists(name: str) -> bool:
 def read(name: str) -> Evidence | None:
     """The evidence of run ``name``, None when it has none; :class:`EvidenceError` when a file
     is missing or unreadable (a half-written folder is never taken as a result)."""
-    from safetensors.numpy import load_file
-
     where = folder(name)
     if not where.exists():
         return None
     missing = [f for f in FILES if not (where / f).is_file()]
     if missing:
         raise EvidenceError(f"{where} lacks {', '.join(missing)}; rewrite it with `vizlm reproduce --evidence {name}`")
+    stamp = tuple((f, st.st_mtime_ns, st.st_size) for f in (*FILES, POSITIONS) if (st := _stat(where / f)))
+    return _read(name, str(where), stamp)
+
+
+def _stat(path: Path):
+    try:
+        return path.stat()
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=128)
+def _read(name: str, where_: str, stamp: tuple) -> Evidence:
+    """:func:`read`'s files, once per state of the folder (``stamp``: each file's time and size); the
+    report reads each run's evidence for every table it is in. Callers never change what it returns."""
+    from safetensors.numpy import load_file
+
+    where = Path(where_)
     try:
         config = json.loads((where / "config.json").read_text(encoding="utf-8"))
         metrics = json.loads((where / "metrics.json").read_text(encoding="utf-8"))

@@ -34,8 +34,8 @@ import vl_convert as vlc
 
 from vizlm import plots
 from vizlm.analysis import DEFAULT_THRESHOLD, SentenceAnalysis
-from vizlm.cases import labelled_dict
 from vizlm.render import clean_spec, render
+from vizlm.serialize import analysis_dict, json_safe
 from vizlm.text import clean_text
 
 CHART_FORMATS = ("png", "svg", "html")
@@ -179,36 +179,6 @@ def safe_filename(text: str, default: str = "vizlm") -> str:
     return stem or default
 
 
-def json_safe(obj: object) -> object:
-    """Plain JSON types only: numpy scalars/arrays unwrapped, NaN and infinities as None."""
-    kind = type(obj)  # the plain types first, by identity: a passage's analysis has 30,000 values
-    if kind is str or kind is int or kind is bool or obj is None:
-        return obj
-    if kind is float:
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        if all(type(v) is float for v in obj):  # fast path: a row of weights (a 400-word passage has 80k)
-            return [v if math.isfinite(v) else None for v in obj]
-        return [json_safe(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return [json_safe(v) for v in obj.tolist()]
-    if isinstance(obj, (bool, np.bool_)):
-        return bool(obj)
-    if isinstance(obj, (int, np.integer)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if math.isfinite(obj) else None
-    if obj is None or isinstance(obj, str):
-        return obj
-    if isinstance(obj, pd.Timestamp):
-        return obj.isoformat()
-    if obj is pd.NA or obj is pd.NaT:
-        return None
-    return str(obj)
-
-
 def _json_bytes(obj: object) -> bytes:
     # errors="replace": a lone surrogate (text that skipped vizlm.text.clean_text) becomes "?", not an exception.
     return json.dumps(json_safe(obj), allow_nan=False, ensure_ascii=False, indent=2).encode("utf-8", errors="replace")
@@ -282,16 +252,6 @@ def analysis_records(
                 "highlighted": j in lit,
             })
     return rows
-
-
-def analysis_dict(
-    sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None, cases: bool = True
-) -> dict:
-    """``sa.to_dict`` (with case labels unless ``cases=False``), made JSON-safe."""
-    d = labelled_dict(sa, threshold=threshold, top_k=top_k) if cases else sa.to_dict(threshold=threshold, top_k=top_k)
-    d["threshold"] = threshold
-    d["top_k"] = top_k
-    return json_safe(d)
 
 
 def analysis_chart(

@@ -17,10 +17,12 @@ import os
 import tempfile
 from pathlib import Path
 
+from vizlm.errors import VizlmError
+
 CHECKPOINT_FILES = ("model.safetensors", "config.json", "train_log.jsonl", "resume")  # what makes a folder a checkpoint
 
 
-class OverwriteError(ValueError):
+class OverwriteError(VizlmError, ValueError):
     """A write would replace or delete something the user has, and was not asked to."""
 
 

@@ -9,7 +9,8 @@
   or the CLI's ``--data`` / ``--checkpoints`` / ``--cache`` (:func:`set_overrides`).
 - ``runs/`` (``$VIZLM_RUNS``) holds the reproduction's runs that are not bundled.
 - The **cache** of corpus statistics defaults to the user's cache folder
-  (``platformdirs``), never inside the installed package.
+  (``platformdirs``), never inside the installed package; the statistics of the bundled
+  checkpoints ship beside them (``checkpoints/stats/``, read only).
 - **Assets** (the POS tagger, the collocation table, example sentences) are what
   analysis needs at run time; they ship inside the package (``vizlm/assets/``), so an
   installed wheel can label cases without the repository.
@@ -97,6 +98,12 @@ def commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return head + ("+dirty" if dirty else "") if head else None
+
+
+def shipped_stats_dir() -> Path:
+    """Corpus statistics of the bundled checkpoints on the bundled corpora, shipped beside them
+    (``checkpoints/stats/``, read only): cache entries (:mod:`vizlm.cache`) the app need not compute."""
+    return checkpoints_dir() / "stats"
 
 
 def runs_dir() -> Path:

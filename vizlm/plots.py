@@ -50,6 +50,13 @@ _VIRIDIS = (
     "#440154", "#482475", "#414487", "#355f8d", "#2a788e", "#21918c",
     "#22a884", "#44bf70", "#7ad151", "#bddf26", "#fde725",
 )  # fmt: skip
+# Vega's "redblue" (ColorBrewer RdBu as a smooth ramp, red at the low end) sampled at 0, 0.1, ..., 1, as Vega draws
+# it: colours effects in HTML like the heat map's EFFECT_SCHEME. Change it together with EFFECT_SCHEME;
+# tests/test_api.py checks that they agree.
+_REDBLUE = (
+    "#8c0d25", "#bf363a", "#df745e", "#f4ae91", "#fbdbc9", "#f2efee",
+    "#d2e5ef", "#9dcae1", "#5da2cb", "#2f78b3", "#134b85",
+)  # fmt: skip
 # Okabe & Ito (2008) categorical palette: distinguishable under the common colour-vision deficiencies.
 CATEGORICAL = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 # More models than that: Vega's "tableau20" (ten hues, each dark and light), so that no two share a colour.
@@ -68,16 +75,24 @@ SCATTER_OPACITY = 0.35  # thousands of sentences overlap: where both groups lie,
 # --------------------------------------------------------------------------- colours
 
 
-def palette(value: float, vmin: float = WEIGHT_DOMAIN[0], vmax: float = WEIGHT_DOMAIN[1]) -> str:
-    """Hex colour of ``value`` on the :data:`SCHEME` scale over ``[vmin, vmax]`` (clipped)."""
+def palette(value: float, vmin: float = WEIGHT_DOMAIN[0], vmax: float = WEIGHT_DOMAIN[1],
+            table: Sequence[str] = _VIRIDIS) -> str:
+    """Hex colour of ``value`` on the :data:`SCHEME` scale (or another sampled ``table``) over
+    ``[vmin, vmax]`` (clipped)."""
     if value is None or not math.isfinite(value):
         return "#ffffff"
     t = min(1.0, max(0.0, (value - vmin) / (vmax - vmin) if vmax > vmin else 0.0))
-    pos = t * (len(_VIRIDIS) - 1)
-    i = min(int(pos), len(_VIRIDIS) - 2)
-    a, b = _rgb(_VIRIDIS[i]), _rgb(_VIRIDIS[i + 1])
+    pos = t * (len(table) - 1)
+    i = min(int(pos), len(table) - 2)
+    a, b = _rgb(table[i]), _rgb(table[i + 1])
     f = pos - i
     return "#" + "".join(f"{round(x + (y - x) * f):02x}" for x, y in zip(a, b))
+
+
+def effect_colour(bits: float) -> str:
+    """Hex colour of a slot effect on the :data:`EFFECT_SCHEME` scale over ``±EFFECT_DOMAIN_BITS``
+    (clipped), centred at 0 as the heat map's: blue where the slot helped, red where it hurt."""
+    return palette(bits, -EFFECT_DOMAIN_BITS, EFFECT_DOMAIN_BITS, _REDBLUE)
 
 
 def highlight_colour(value: float) -> str:
@@ -178,7 +193,7 @@ def heatmap_rows(sa: SentenceAnalysis, selected: int, size: int | None = None) -
     return first, first + size
 
 
-def _window_slots(allowed: np.ndarray, rows: tuple[int, int]) -> list[int]:
+def window_slots(allowed: np.ndarray, rows: tuple[int, int]) -> list[int]:
     """The slots a heat map of ``rows`` shows: the start slot if any row may use it, and the slots from
     the oldest other one a row may use to the newest (gaps stay blank), at most as many as there are rows:
     the newest ones. A window of a long passage whose model reaches far back (a memory of 100) would
@@ -251,7 +266,7 @@ def attention_heatmap(
     if not 0 <= r0 < r1 <= T:
         raise ValueError(f"rows {r0}..{r1} are not rows of this text (0..{T})")
     allowed = sa.allowed()
-    columns = _window_slots(allowed, (r0, r1))
+    columns = window_slots(allowed, (r0, r1))
     mask = np.zeros_like(allowed)  # (T, S) the cells drawn: the window's rows and columns
     mask[r0:r1, columns] = allowed[r0:r1, columns]
     effects = None if sa.slot_effects is None else np.asarray(sa.slot_effect_bits, dtype=float)  # (T, S) bits

@@ -5,8 +5,10 @@
 - :mod:`vizlm.app.results`: library calls cached per input (``st.cache_data``), corpora, progress bars.
 - :mod:`vizlm.app.widgets`: sidebar pickers, widget defaults, messages, charts and download buttons.
 - :mod:`vizlm.app.views`: the Explorer's tabs and the position-statistics view.
+- :mod:`vizlm.app.explorer`: the Explorer's URL state, example picker, word picker and model panels.
 
-Every number the app shows comes from the library (:mod:`vizlm.analysis`, :mod:`vizlm.corpus`,
-:mod:`vizlm.cases`, :mod:`vizlm.plots`, :mod:`vizlm.export`); pages under ``pages/`` are thin:
+Every number the app shows comes from the library: a typed text's analysis through the Python API
+(:mod:`vizlm.api`, as a notebook gets it), the rest from :mod:`vizlm.corpus`, :mod:`vizlm.cases`,
+:mod:`vizlm.plots` and :mod:`vizlm.export`; pages under ``pages/`` are thin:
 inputs -> validation -> one call -> rendering.
 """

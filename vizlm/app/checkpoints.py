@@ -11,51 +11,43 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
 from pathlib import Path
 
 import streamlit as st
 
-from vizlm import paths
+from vizlm import api, paths
 from vizlm.checkpoint import (
-    MAX_META_BYTES,
     META,
     WEIGHTS,
     Checkpoint,
     CheckpointError,
-    bundled_checkpoints,
-    bundled_dir,
     checkpoint_from_bytes,
-    load_checkpoint,
     meta_context,
     meta_corpus,
     read_meta,
 )
 from vizlm.data import CORPUS_LANGUAGE
+from vizlm.errors import VizlmError
 from vizlm.models import ATTENTION_MODELS
 from vizlm.reproduce import PAPERS, load_manifest
 from vizlm.tables import BASELINE_FAMILY
 from vizlm.text import han_share
 
 UPLOAD_PREFIX = "upload:"
-MAX_UPLOAD_MB = 50  # weights; every bundled model is a few MB
+MAX_UPLOAD_MB = api.MAX_UPLOAD_MB  # weights; every bundled model is a few MB
 # The model a page opens with, when bundled: the first of these (attention models, most telling first).
 PREFERRED = ("amsrn", "kvp", "kv", "attention", "salton")
 
 
-class UserError(ValueError):
+class UserError(VizlmError, ValueError):
     """Something the user can fix; shown as a message, never as a traceback."""
 
 
 def checkpoint_folders() -> dict[str, Path]:
-    """Selectable checkpoints on disk: the checkpoints folder, then ``$VIZLM_EXTRA_CHECKPOINTS``."""
-    folders = {name: bundled_dir() / name for name in bundled_checkpoints()}
-    for entry in os.environ.get("VIZLM_EXTRA_CHECKPOINTS", "").split(os.pathsep):
-        p = Path(entry) if entry else None
-        if p and (p / WEIGHTS).is_file() and (p / META).is_file():
-            folders.setdefault(p.name, p)
-    return folders
+    """Selectable checkpoints on disk: those :func:`vizlm.load` finds by name (:func:`vizlm.api.checkpoint_folders`:
+    the checkpoints folder, then ``$VIZLM_EXTRA_CHECKPOINTS``)."""
+    return api.checkpoint_folders()
 
 
 def _uploads() -> dict[str, dict]:
@@ -236,8 +228,8 @@ def by_kind(names: list[str]) -> list[str]:
 
 def model_label(name: str) -> str:
     """``amsrn · sentences`` for select boxes: the name first, then its kind. A sidebar select box shows
-    about 33 characters and a multiselect chip about 20, so nothing else fits (the perplexity is in
-    :func:`model_help`) and what is cut off, if anything, is the kind."""
+    about 33 characters, so nothing else fits (the perplexity is in :func:`model_help`); a multiselect
+    chip holds about 20, so the multiselects show bare names (grouped in the same order)."""
     return f"{name} · {model_kind(name)}" if name else "— none —"
 
 
@@ -251,7 +243,7 @@ def model_help(name: str) -> str:
 
 @st.cache_resource(show_spinner="Loading model…", max_entries=12)
 def _load_folder(folder: str, version: int) -> Checkpoint:
-    return load_checkpoint(folder)  # eval mode; never mutated per request
+    return api.load(Path(folder)).checkpoint  # eval mode; never mutated per request
 
 
 @st.cache_resource(show_spinner="Loading uploaded model…", max_entries=4)
@@ -279,14 +271,10 @@ def register_upload(weights_name: str, weights: bytes, meta_name: str, meta_raw:
 
     Returns the model's name (``upload:<label>``); raises :class:`UserError` with the reason.
     """
-    if not weights_name.lower().endswith(".safetensors"):
-        raise UserError(f"{weights_name!r} is not a .safetensors file; vizlm loads weights only in that format")
-    if not meta_name.lower().endswith(".json"):
-        raise UserError(f"{meta_name!r} is not a .json file; upload the checkpoint's config.json")
-    if len(weights) > MAX_UPLOAD_MB * 2**20:
-        raise UserError(f"the weights file is {len(weights) / 2**20:.0f} MB; uploads are limited to {MAX_UPLOAD_MB} MB")
-    if len(meta_raw) > MAX_META_BYTES:
-        raise UserError(f"the JSON file is {len(meta_raw) / 2**20:.0f} MB; it is limited to {MAX_META_BYTES // 2**20} MB")
+    try:
+        api.check_upload(weights_name, weights, meta_name, meta_raw, max_mb=MAX_UPLOAD_MB)
+    except CheckpointError as exc:
+        raise UserError(str(exc)) from None
     digest = hashlib.sha256(weights + b"\0" + meta_raw).hexdigest()[:16]
     try:
         ckpt = _load_upload(digest, weights, meta_raw)

@@ -1,6 +1,8 @@
 """Library calls cached per input for the app, the corpora behind them, and progress bars.
 
-Results are cached with ``st.cache_data`` keyed by :func:`vizlm.app.checkpoints.model_key`
+A typed text is analysed through the Python API (:meth:`vizlm.api.Model.analyze`, giving a
+:class:`vizlm.api.Analysis`), and its JSON document is :meth:`vizlm.api.Analysis.to_dict`, what
+``vizlm analyze --json`` prints and the JSON download holds. Results are cached with ``st.cache_data`` keyed by :func:`vizlm.app.checkpoints.model_key`
 (which changes when a checkpoint's files change); corpora with ``st.cache_resource``.
 """
 
@@ -14,17 +16,16 @@ import streamlit as st
 
 from vizlm.analysis import (
     LN2,
-    AnalysisError,
     SentenceAnalysis,
-    analyze,
     analyze_sentences,
     analyze_tokens,
     slot_effect_rows,
     with_slot_effects,
 )
+from vizlm.api import Analysis, Model
 from vizlm.app.checkpoints import UserError, get_checkpoint, model_key
-from vizlm.cases import labelled_dict
 from vizlm.data import Corpus, load_corpus, passage_start
+from vizlm.errors import VizlmError
 from vizlm.export import chart_spec
 from vizlm.plots import attention_heatmap
 from vizlm.text import detokenize
@@ -42,26 +43,26 @@ APP_EFFECT_PAIRS = 0
 
 
 @st.cache_data(show_spinner=False, max_entries=ANALYSIS_CACHE_ENTRIES)
-def _analyze_text(name: str, key: str, text: str) -> SentenceAnalysis:
-    return analyze(get_checkpoint(name), text, max_effect_pairs=APP_EFFECT_PAIRS)
+def _analyze_text(name: str, key: str, text: str) -> Analysis:
+    return Model(get_checkpoint(name)).analyze(text, max_effect_pairs=APP_EFFECT_PAIRS)
 
 
-def analyze_text(name: str, text: str) -> SentenceAnalysis:
-    """:func:`vizlm.analysis.analyze` through the cache; :class:`UserError` for bad input."""
+def analyze_text(name: str, text: str) -> Analysis:
+    """:meth:`vizlm.api.Model.analyze` through the cache; :class:`UserError` for bad input."""
     try:
         return _analyze_text(name, model_key(name), text)
-    except AnalysisError as exc:
+    except VizlmError as exc:
         raise UserError(str(exc)) from None
 
 
 @st.cache_data(show_spinner=False, max_entries=ANALYSIS_CACHE_ENTRIES)
 def _analysis_dict(name: str, key: str, text: str, threshold: float | None, top_k: int | None) -> dict:
-    return labelled_dict(_analyze_text(name, key, text), threshold=threshold, top_k=top_k)
+    return _analyze_text(name, key, text).to_dict(threshold, top_k)
 
 
 def analysis_dict(name: str, text: str, threshold: float | None, top_k: int | None) -> dict:
-    """``SentenceAnalysis.to_dict`` (highlights and case labels for every target) for the page, cached
-    (the JSON download makes its own, with no NaN: :func:`vizlm.export.analysis_dict`)."""
+    """:meth:`vizlm.api.Analysis.to_dict` (highlights and case labels for every target, the document the
+    JSON download holds) for the page, cached per setting."""
     return _analysis_dict(name, model_key(name), text, threshold, top_k)
 
 

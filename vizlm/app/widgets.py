@@ -14,20 +14,18 @@ from vizlm.app.checkpoints import (
     attention_model_names,
     by_kind,
     language,
-    model_label,
     one_language,
     register_upload,
 )
 from vizlm.cases import LABELS
 from vizlm.checkpoint import MAX_META_BYTES
-from vizlm.data import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES
+from vizlm.data import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, HELD_OUT
 from vizlm.export import FORMATS, MIME, chart_bytes, export_analysis, export_frame, safe_filename
 from vizlm.links import CompareState, ExplorerState, parse_compare_query
 from vizlm.plots import CATEGORICAL
 
 # Streamlit badge colours per case label (distinct hues; the label is always written out too).
 LABEL_BADGES = dict(zip(LABELS, ("blue", "orange", "green", "violet")))
-PICKER_SPLITS = ("test", "valid")  # held-out splits the corpus pages offer
 SAMPLE_SIZES = {"first 200 sentences": 200, "first 1,000 sentences": 1000, "whole split": None}
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>$:=])")
@@ -186,7 +184,7 @@ def corpus_splits(models: list[str] | None = None) -> dict[str, tuple[str, str]]
     for corpus, splits in CORPORA.items():
         if languages and CORPUS_LANGUAGE[corpus] not in languages:
             continue
-        shown = [s for s in PICKER_SPLITS if s in splits]
+        shown = [s for s in HELD_OUT if s in splits]
         for split in shown:
             out[CORPUS_TITLES[corpus] if len(shown) == 1 else f"{CORPUS_TITLES[corpus]} {split}"] = (corpus, split)
     return out
@@ -251,7 +249,9 @@ def attention_models_picker(title: str, key: str, none_message: str,
         st.stop()
     start = one_language(attn)
     keep_choices(key, attn, (first(start) if first else start)[: len(CATEGORICAL)])
-    return st.multiselect("Models", attn, key=key, format_func=model_label, help=KINDS_HELP)
+    # chips show the bare name (a chip holds about 20 characters; "name · kind" was cut); the order and the help
+    # say the kinds
+    return st.multiselect("Models", attn, key=key, help=KINDS_HELP)
 
 
 def upload_widget() -> None:

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from vizlm.models.amsrn import AMSRN, SELECTIONS, AMSRNConfig
-from vizlm.models.base import CONTEXTS, BaseConfig, LMOutput, RecurrentLM
+from vizlm.models.base import CELLS, CONTEXTS, BaseConfig, LMOutput, RecurrentLM
 from vizlm.models.daniluk import VARIANTS, DanilukConfig, DanilukLM, NGramConfig, NGramRNN
 from vizlm.models.lstm import LSTMLM, LSTMConfig
 from vizlm.models.rm import RMLM, RMConfig
@@ -100,6 +100,9 @@ LIMITS: dict[str, Limit] = {
     "context": Limit(choices=CONTEXTS),
     "memory": Limit(1, 10_000),  # carried states (B x M x hidden floats); None: the whole sentence
     "start_slot": Limit(choices=(False, True)),
+    "layers": Limit(1, 16),  # stacked recurrent layers (pytorch/examples trains 2)
+    "rnn": Limit(choices=CELLS),
+    "tie": Limit(choices=(False, True)),
 }
 
 

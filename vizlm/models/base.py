@@ -46,10 +46,13 @@ class BaseConfig:
     dropout: float = 0.0
     init_range: float = 0.1  # uniform init, as Daniluk et al.
     context: str = "sentence"  # sentence | document: how the model reads text (docs/MODELS.md)
+    layers: int = 1  # stacked recurrent layers; attention and output layer read the top layer's outputs
 
     def __post_init__(self) -> None:
         if self.context not in CONTEXTS:
             raise ValueError(f"unknown context {self.context!r}; valid: {', '.join(CONTEXTS)}")
+        if self.layers < 1:
+            raise ValueError("layers must be >= 1")
 
 
 DEFAULT_MEMORY = 100  # states AMSRN and Salton attend to in document context unless `memory` is set
@@ -90,8 +93,8 @@ class State:
     ``H`` for every family but RM, which carries the two embeddings of each word read.
     """
 
-    h: torch.Tensor  # (1, B, H) LSTM hidden state
-    c: torch.Tensor  # (1, B, H) LSTM cell state
+    h: torch.Tensor  # (layers, B, H) recurrent hidden state
+    c: torch.Tensor  # (layers, B, H) LSTM cell state (zeros, unused, for GRU and tanh / ReLU RNN cells)
     memory: torch.Tensor  # (B, M, D) carried memory slots, newest last
     valid: torch.Tensor  # (B,) long, 0 <= valid <= M
     start_slots: int = 1  # valid slots at a document start: the zero start slot h_0, or none
@@ -117,8 +120,8 @@ class State:
         new = starts.to(self.h.device)
         zero = self.h.new_zeros(())
         return self._with(
-            torch.where(new[None, :, None], zero, self.h),  # (1, B, H)
-            torch.where(new[None, :, None], zero, self.c),  # (1, B, H)
+            torch.where(new[None, :, None], zero, self.h),  # (layers, B, H)
+            torch.where(new[None, :, None], zero, self.c),  # (layers, B, H)
             torch.where(new[:, None, None], zero, self.memory),  # (B, M, D)
             torch.where(new, min(self.start_slots, self.memory.shape[1]), self.valid),  # (B,)
         )
@@ -328,8 +331,28 @@ def band_to_slots(weights: torch.Tensor, carried: int = 1) -> torch.Tensor:
     return full[:, :, L - carried :]  # (B, T, S)
 
 
+CELLS = ("lstm", "gru", "rnn_tanh", "rnn_relu")  # recurrent cells (the plain LM's `rnn` option)
+
+
+def recurrent_layer(cell: str, input_size: int, hidden_size: int, layers: int = 1, dropout: float = 0.0) -> nn.RNNBase:
+    """The recurrent layers of a model: ``nn.LSTM``, ``nn.GRU`` or ``nn.RNN`` (tanh / ReLU), batch first.
+
+    With several layers, dropout ``dropout`` is applied between them (as pytorch/examples'
+    ``word_language_model`` does); a single layer has none inside (PyTorch warns otherwise).
+    """
+    if cell not in CELLS:
+        raise ValueError(f"unknown rnn {cell!r}; valid: {', '.join(CELLS)}")
+    inner = dropout if layers > 1 else 0.0
+    if cell == "lstm":
+        return nn.LSTM(input_size, hidden_size, layers, batch_first=True, dropout=inner)
+    if cell == "gru":
+        return nn.GRU(input_size, hidden_size, layers, batch_first=True, dropout=inner)
+    return nn.RNN(input_size, hidden_size, layers, nonlinearity=cell[4:], batch_first=True, dropout=inner)
+
+
 class RecurrentLM(nn.Module):
-    """Embedding -> one-layer LSTM; subclasses add attention and the output layer."""
+    """Embedding -> recurrent layers (an LSTM unless the config's ``rnn`` says otherwise, ``layers``
+    deep); subclasses add attention and the output layer, which read the top layer's outputs."""
 
     config: BaseConfig
     has_attention = False  # True where forward() returns attention weights
@@ -338,19 +361,28 @@ class RecurrentLM(nn.Module):
         super().__init__()
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.emb_dim, padding_idx=0)
-        self.rnn = nn.LSTM(config.emb_dim, rnn_size or config.hidden_dim, batch_first=True)
+        self.rnn = recurrent_layer(getattr(config, "rnn", "lstm"), config.emb_dim, rnn_size or config.hidden_dim,
+                                   config.layers, config.dropout)
         self.drop = nn.Dropout(config.dropout)
 
+    @property
+    def is_lstm(self) -> bool:
+        """Whether the recurrent layers are an LSTM (a cell state ``c`` besides ``h``)."""
+        return isinstance(self.rnn, nn.LSTM)
+
     def reset_parameters(self) -> None:
-        """Uniform +-init_range everywhere, forget-gate bias 1 (Daniluk et al., Sec. 4)."""
+        """Uniform +-init_range everywhere, forget-gate bias 1 in every LSTM layer (Daniluk et al., Sec. 4)."""
         r = self.config.init_range
         for name, p in self.named_parameters():
             nn.init.uniform_(p, -r, r)
+        if not self.is_lstm:
+            return
         d = self.rnn.hidden_size
         with torch.no_grad():
-            self.rnn.bias_ih_l0.zero_()
-            self.rnn.bias_hh_l0.zero_()
-            self.rnn.bias_ih_l0[d : 2 * d] = 1.0  # PyTorch gate order: i, f, g, o
+            for layer in range(self.rnn.num_layers):
+                getattr(self.rnn, f"bias_ih_l{layer}").zero_()
+                getattr(self.rnn, f"bias_hh_l{layer}").zero_()
+                getattr(self.rnn, f"bias_ih_l{layer}")[d : 2 * d] = 1.0  # PyTorch gate order: i, f, g, o
 
     def embed_lstm(self, lstm: dict[str, torch.Tensor], unit_offset: int) -> dict[str, torch.Tensor | None]:
         """Copy a trained LSTM LM (state dict, LSTM of ``hidden_dim`` units) into this wider one.
@@ -362,6 +394,8 @@ class RecurrentLM(nn.Module):
         or a bool mask of its copied entries (the LSTM's rows of those units).
         """
         k, H = self.config.hidden_dim, self.rnn.hidden_size
+        if not self.is_lstm or self.rnn.num_layers != 1 or "rnn.weight_hh_l1" in lstm or "decoder.weight" not in lstm:
+            raise ValueError("only an untied one-layer LSTM can start a one-layer model of this family")
         if lstm["rnn.weight_hh_l0"].shape != (4 * k, k) or lstm["embed.weight"].shape != self.embed.weight.shape:
             raise ValueError(f"the LSTM's sizes do not match this model (part size {k})")
         units = slice(unit_offset, unit_offset + k)
@@ -385,12 +419,17 @@ class RecurrentLM(nn.Module):
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """Token ids (B, T) -> (outputs (B, T, D), the LSTM's last ``(h, c)``), from ``hc`` or zeros.
 
-        The outputs are what :meth:`head` reads: the LSTM outputs ``h_1..h_T`` (``D = d``), and
-        for RM the embeddings of each step's word beside them.
+        The outputs are what :meth:`head` reads: the top layer's outputs ``h_1..h_T`` (``D = d``),
+        and for RM the embeddings of each step's word beside them. ``h`` and ``c`` are
+        (layers, B, d); a GRU or tanh / ReLU RNN has no cell state and carries ``c`` as given
+        (zeros).
         """
         x = self.drop(self.embed(inputs))  # (B, T, d_e)
-        h, hc = self.rnn(x, hc)  # (B, T, d)
-        return self.drop(h), hc
+        if self.is_lstm:
+            h, hc = self.rnn(x, hc)  # (B, T, d)
+            return self.drop(h), hc
+        h, h_n = self.rnn(x, None if hc is None else hc[0])  # (B, T, d), (layers, B, d)
+        return self.drop(h), (h_n, torch.zeros_like(h_n) if hc is None else hc[1])
 
     def encode(self, inputs: torch.Tensor) -> torch.Tensor:
         """Token ids (B, T) -> outputs h_1..h_T (B, T, D) (:meth:`recur`). State starts at zero."""
@@ -443,8 +482,8 @@ class RecurrentLM(nn.Module):
         w = self.embed.weight  # dtype and device of the model
         H, M, first = self.rnn.hidden_size, self.memory_size(), self.start_slots()
         return State(
-            w.new_zeros(1, batch_size, H),
-            w.new_zeros(1, batch_size, H),
+            w.new_zeros(self.rnn.num_layers, batch_size, H),
+            w.new_zeros(self.rnn.num_layers, batch_size, H),
             w.new_zeros(batch_size, M, self.slot_size()),
             torch.full((batch_size,), min(first, M), dtype=torch.long, device=w.device),
             first,

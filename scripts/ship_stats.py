@@ -1,0 +1,94 @@
+"""Compute the corpus statistics of the bundled checkpoints and ship them in ``checkpoints/stats/``.
+
+What the app's corpus pages show first, so that they open at once on a cold cache: for every
+bundled checkpoint and every held-out split of its language (``vizlm.data.HELD_OUT``), the
+per-sentence NLLs that Compare pairs and, for an attention model, its Cases report at the
+page's defaults; and on the split the pages open with (the test split of the model's own
+corpus) its attention by position at ``vizlm.corpus.MAX_WINDOW`` (any narrower window is read
+from it; the slot effects of 30 positions cost minutes a split, so the others are computed
+when first asked). Each is the cache entry the library would write (``vizlm.cache``), gzipped;
+the app reads it when the user's cache has none. Run it again when a bundled checkpoint or a
+corpus changes (a changed file has a new checksum, so an old entry is never used for it):
+
+    python scripts/ship_stats.py [--only NAME ...] [--corpora brown wsj sinica] [--splits test valid]
+                                 [--threads N]
+
+An entry already shipped is read, not computed again (the library's own lookup), so a run that
+was stopped goes on where it was. Entries of checkpoints that changed are never read again; to
+drop them, empty ``checkpoints/stats/`` and run this again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from vizlm import paths
+from vizlm.analysis import DEFAULT_THRESHOLD
+from vizlm.cache import SHIPPED_SUFFIX
+from vizlm.cases import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, corpus_cases
+from vizlm.checkpoint import bundled_checkpoints, bundled_dir, load_checkpoint, meta_corpus
+from vizlm.corpus import MAX_WINDOW, positions_corpus, split_scores
+from vizlm.data import CORPORA, CORPUS_LANGUAGE, HELD_OUT
+from vizlm.files import write_bytes
+
+
+def splits_of(language: str | None, corpora: list[str], wanted: list[str]) -> list[tuple[str, str]]:
+    return [(c, s) for c, splits in CORPORA.items() if CORPUS_LANGUAGE[c] == language and c in corpora
+            for s in wanted if s in splits]
+
+
+def first_view(ckpt) -> tuple[str | None, str]:
+    """The split the corpus pages open with for a model: the first held-out split of its corpus."""
+    return meta_corpus(ckpt.meta), HELD_OUT[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", nargs="+", help="these bundled checkpoints (default: all)")
+    ap.add_argument("--corpora", nargs="+", default=list(CORPORA), choices=CORPORA)
+    ap.add_argument("--splits", nargs="+", default=list(HELD_OUT), choices=HELD_OUT)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    names = args.only or bundled_checkpoints()
+    unknown = sorted(set(names) - set(bundled_checkpoints()))
+    if unknown:
+        print(f"not bundled: {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    out = paths.shipped_stats_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    written = set()
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["VIZLM_CACHE"] = cache  # the entries the computations write are the ones shipped
+        for name in names:
+            ckpt = load_checkpoint(bundled_dir() / name)
+            for corpus, split in splits_of(CORPUS_LANGUAGE.get(meta_corpus(ckpt.meta)), args.corpora, args.splits):
+                t = time.perf_counter()
+                split_scores(ckpt, corpus, split)
+                if ckpt.has_attention:
+                    if (corpus, split) == first_view(ckpt):
+                        positions_corpus([ckpt], corpus, split, window=MAX_WINDOW, effects=True)
+                    corpus_cases(ckpt, corpus, split, threshold=DEFAULT_THRESHOLD, limit=GALLERY_LIMIT,
+                                 examples_per_label=GALLERY_EXAMPLES, rank=GALLERY_RANK)
+                print(f"{name} {corpus}/{split}: {time.perf_counter() - t:.0f} s", flush=True)
+            for entry in sorted(Path(cache).glob("*.json")):
+                target = out / (entry.name[: -len(".json")] + SHIPPED_SUFFIX)
+                write_bytes(target, gzip.compress(entry.read_bytes(), mtime=0), force=True)
+                written.add(target.name)
+                entry.unlink()
+    size = sum(p.stat().st_size for p in out.glob(f"*{SHIPPED_SUFFIX}"))
+    print(f"{len(written)} entries written; {out} holds {size / 1e6:.1f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,416 @@
+"""Token attribution (vizlm.attribution) against slow references on tiny float64 models: finite
+differences for gradient x input, IG's completeness, occlusion one word at a time, a model trained on
+a copy task whose dependency is known, causality, and the agreement metrics on hand-made rows."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+from conftest import TINY, all_variants, assert_same_math
+from corpora import make_corpus
+
+from vizlm import attribution as at
+from vizlm.analysis import analyze_sentences
+from vizlm.checkpoint import Checkpoint
+from vizlm.data import SPECIALS, Vocab
+from vizlm.errors import VizlmError
+from vizlm.models import build_model
+
+VOCAB = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])
+PASSAGE = [["w4", "w9", "w9", "w20"], ["w7", "w30", "w4"], ["w11", "w5"]]  # three sentences, one document
+GRADIENTS = ["gradient-x-input", "integrated-gradients"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny matrices: one thread is faster than several, and far faster on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny(name, seed=0, vocab=VOCAB, **kw):
+    torch.manual_seed(seed)
+    model = build_model(name, **{**TINY, "vocab_size": len(vocab), **kw}).double().eval()
+    if name == "amsrn":  # W_pr starts at zero: give the read weight
+        torch.nn.init.uniform_(model.read_proj.weight, -0.3, 0.3)
+    return Checkpoint(model, vocab, name)
+
+
+def pieces(ckpt, sentences):
+    """The pieces a model reads from a zero state, by hand: every sentence alone, or the running text."""
+    if ckpt.model.config.context == "document":
+        norms = [w for k, s in enumerate(sentences) for w in ([] if k == 0 else ["</s>"]) + s]
+        return [norms]
+    return [list(s) for s in sentences]
+
+
+def logprobs(model, ids, targets, hook=None):
+    """log P(targets[r]) at every row r of one piece read alone; ``hook`` changes the embeddings."""
+    model = copy.deepcopy(model)
+    if hook is not None:
+        for m in model.modules():
+            if isinstance(m, torch.nn.Embedding):
+                m.register_forward_hook(hook)
+    with torch.no_grad():
+        logp = model(torch.tensor([ids])).logits[0].log_softmax(-1)  # (T, V)
+    return logp[torch.arange(len(targets)), torch.tensor(targets)]
+
+
+def piece_ids(vocab, words):
+    ids = vocab.encode(words)
+    return [Vocab.bos_id, *ids], [*ids, Vocab.eos_id]
+
+
+# --------------------------------------------------------------------------- input and errors
+def test_bad_input_raises_a_vizlm_error():
+    lstm, amsrn = tiny("lstm"), tiny("amsrn")
+    with pytest.raises(at.AttributionError, match="unknown attribution method"):
+        at.attribute(lstm, ["w1", "w2"], "saliency")
+    with pytest.raises(VizlmError):
+        at.attribute(lstm, "   ", "occlusion")
+    with pytest.raises(VizlmError):
+        at.attribute(lstm, [], "occlusion")
+    with pytest.raises(at.AttributionError, match="no attention"):
+        at.attribute(lstm, ["w1", "w2"], "slot-effect")
+    with pytest.raises(at.AttributionError, match="no attention"):
+        at.attribute(lstm, ["w1", "w2"], "occlusion").agreement()
+    with pytest.raises(at.AttributionError, match="no attention"):
+        at.corpus_agreement(lstm, "brown", "test", limit=2)
+    with pytest.raises(at.AttributionError, match="n_steps"):
+        at.attribute(amsrn, ["w1"], "integrated-gradients", n_steps=0)
+    assert issubclass(at.AttributionError, ValueError)
+
+
+def test_model_is_not_changed():
+    ckpt = tiny("rm", window=3)
+    before = {k: v.clone() for k, v in ckpt.model.state_dict().items()}
+    modules = dict(ckpt.model.named_modules())
+    at.attribute(ckpt, PASSAGE, "integrated-gradients")
+    assert dict(ckpt.model.named_modules()) == modules
+    assert all(torch.equal(before[k], v) for k, v in ckpt.model.state_dict().items())
+    assert not ckpt.model._forward_hooks and not ckpt.model.embed._forward_hooks
+
+
+# --------------------------------------------------------------------------- no future, rows line up
+@pytest.mark.parametrize("name,kw", all_variants())
+@pytest.mark.parametrize("context", ["sentence", "document"])
+def test_no_attribution_on_a_later_token_or_another_reading(name, kw, context):
+    """Row r is attributed to its own reading's positions up to r, in every family and both contexts;
+    the rows and log-probabilities are the analysis's."""
+    ckpt = tiny(name, **kw, context=context)
+    sa = analyze_sentences(ckpt, PASSAGE)
+    methods = ["gradient-x-input", "occlusion"] + (["slot-effect"] if ckpt.has_attention else [])
+    for method in methods:
+        res = at.attribute(ckpt, sa, method)
+        T = len(sa.targets)
+        assert res.scores.shape == (T, T) and res.inputs == sa.input_labels and res.targets == sa.targets
+        rows, pos = np.arange(T)[:, None], np.arange(T)[None, :]
+        assert (res.scores[pos > rows] == 0).all()  # never the target itself or a later token
+        assert (res.scores[~sa.readable()] == 0).all()
+        assert (res.scores[:, sa.first_rows()] == 0).all()  # the <s> a reading starts with
+        first = sa.first_rows()  # each position belongs to the reading of its own row
+        assert (res.scores[first[:, None] != first[None, :]] == 0).all()
+        if context == "sentence":  # block diagonal: nothing from another sentence
+            assert len(set(first)) == len(PASSAGE)
+        else:  # running text: the last row depends on the first sentence (the LSTM state carries it)
+            assert np.abs(res.scores[-1, : len(PASSAGE[0]) + 1]).sum() > 0 or method == "slot-effect"
+        assert_same_math(torch.from_numpy(res.logprobs), torch.from_numpy(sa.logprobs))
+    frame = at.attribute(ckpt, sa, "gradient-x-input").frame()
+    assert (frame.offset >= 0).all() and len(frame) == int(sa.readable().sum()) - len(sa.targets)
+
+
+@pytest.mark.parametrize("method", ["gradient-x-input", "integrated-gradients", "occlusion"])
+@pytest.mark.parametrize("name,kw", [("lstm", {}), ("amsrn", {}), ("kvp", {"window": 3}), ("rm", {"window": 4})])
+def test_a_later_token_changes_no_earlier_attribution(method, name, kw):
+    """Causality, bit for bit: replacing the last sentence changes nothing in the rows before it."""
+    ckpt = tiny(name, **kw, context="document")
+    a = at.attribute(ckpt, PASSAGE, method)
+    b = at.attribute(ckpt, [*PASSAGE[:2], ["w33", "w34"]], method)
+    keep = sum(map(len, PASSAGE[:2])) + 2  # rows up to the one that predicts the second boundary
+    assert np.array_equal(a.scores[:keep, :keep], b.scores[:keep, :keep])
+
+
+# --------------------------------------------------------------------------- the methods against references
+def scale_position(p, factor):
+    def hook(module, inputs, output):
+        out = output.clone()
+        out[:, p] = out[:, p] * factor
+        return out
+    return hook
+
+
+@pytest.mark.parametrize("name,kw", [("lstm", {}), ("lstm", {"rnn": "gru", "layers": 2}), ("amsrn", {}),
+                                     ("attention", {"window": 3}), ("salton", {"score": "combined"}),
+                                     ("rm", {"window": 4}), ("ngram", {"n": 3})])
+def test_gradient_x_input_equals_finite_differences(name, kw):
+    """``x . grad f(x)`` at position p is the derivative of f along x_p: ``(f((1+e) x_p) - f((1-e) x_p)) / 2e``.
+    Central differences in float64 with e = 1e-5 are good to about 1e-9 here (truncation ~e^2, rounding
+    ~1e-16 / e), so the stated tolerance is rtol 1e-6, atol 1e-8."""
+    ckpt = tiny(name, **kw)
+    words = ["w4", "w9", "w2", "w20", "w7"]
+    res = at.attribute(ckpt, words, "gradient-x-input")
+    ids, targets = piece_ids(VOCAB, words)
+    eps = 1e-5
+    fd = torch.zeros(len(ids), len(ids), dtype=torch.float64)
+    for p in range(len(ids)):
+        up = logprobs(ckpt.model, ids, targets, scale_position(p, 1 + eps))
+        down = logprobs(ckpt.model, ids, targets, scale_position(p, 1 - eps))
+        fd[:, p] = (up - down) / (2 * eps)
+    fd = torch.tril(fd)  # a later position's difference is exactly 0 (causality)
+    fd[:, 0] = 0.0  # the <s> the reading starts with is not attributed
+    torch.testing.assert_close(torch.from_numpy(res.scores), fd, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("name,kw", [("lstm", {}), ("amsrn", {}), ("kvp", {"window": 3}), ("salton", {}),
+                                     ("rm", {"window": 4})])
+@pytest.mark.parametrize("context", ["sentence", "document"])
+def test_integrated_gradients_is_complete(name, kw, context):
+    """Each row sums to log P(target) - log P(target | baseline: zero word embeddings after <s>), both
+    computed here without captum, up to its convergence delta, below 1% of that difference at the default
+    steps."""
+    ckpt = tiny(name, **kw, context=context)
+    res = at.attribute(ckpt, PASSAGE, "integrated-gradients")
+    assert (res.relative_delta < 0.01).all() and (res.steps >= at.DEFAULT_STEPS).all()
+    zero = []
+    for words in pieces(ckpt, PASSAGE):
+        ids, targets = piece_ids(VOCAB, words)
+        zero.append(logprobs(ckpt.model, ids, targets, lambda m, i, o: torch.cat([o[:, :1], 0 * o[:, 1:]], 1)))
+    assert_same_math(torch.from_numpy(res.baseline_logprobs), torch.cat(zero))
+    gap = torch.from_numpy(res.logprobs - res.baseline_logprobs)
+    assert_same_math(torch.from_numpy(res.scores.sum(1) - res.convergence_delta), gap)
+    assert (np.abs(res.scores.sum(1) - gap.numpy()) <= 0.01 * np.abs(gap.numpy())).all()
+
+
+def test_integrated_gradients_refines_only_what_it_must():
+    ckpt = tiny("amsrn", init_range=1.5)  # large weights: far from linear, 2 steps are not enough
+    fixed = at.attribute(ckpt, PASSAGE, "integrated-gradients", n_steps=2, tolerance=None)
+    assert (fixed.steps == 2).all() and (fixed.relative_delta > 0.01).any()
+    refined = at.attribute(ckpt, PASSAGE, "integrated-gradients", n_steps=2)
+    done = refined.relative_delta < 0.01
+    assert done.all() and (refined.steps > 2).any()
+    same = refined.steps == 2  # rows already converged at 4 steps keep their first result, bit for bit
+    assert np.array_equal(refined.scores[same], fixed.scores[same])
+
+
+@pytest.mark.parametrize("name,kw", [("lstm", {}), ("amsrn", {}), ("kv", {"window": 4}), ("rm", {"window": 2})])
+@pytest.mark.parametrize("context", ["sentence", "document"])
+def test_occlusion_equals_one_word_at_a_time(name, kw, context):
+    ckpt = tiny(name, **kw, context=context)
+    res = at.attribute(ckpt, PASSAGE, "occlusion")
+    expected = np.zeros_like(res.scores)
+    first = 0
+    for words in pieces(ckpt, PASSAGE):
+        ids, targets = piece_ids(VOCAB, words)
+        n = len(ids)
+        base = logprobs(ckpt.model, ids, targets)
+        for p in range(1, n):  # every word; the <s> the piece starts with is never replaced
+            changed = list(ids)
+            changed[p] = VOCAB.unk_id
+            drop = (base - logprobs(ckpt.model, changed, targets)).numpy()
+            for r in range(p, n):  # row r reads positions 0..r
+                expected[first + r, first + p] = drop[r]
+        first += n
+    assert_same_math(torch.from_numpy(res.scores), torch.from_numpy(expected))
+
+
+def test_slot_effects_sit_at_their_words():
+    ckpt = tiny("salton", context="document")
+    sa = analyze_sentences(ckpt, PASSAGE, max_effect_pairs=None)
+    res = at.attribute(ckpt, sa, "slot-effect")
+    T = len(sa.targets)
+    for r in range(T):
+        for p in range(T):
+            want = sa.slot_effects[r, p + 1] if 1 <= p < r else 0.0  # position 0: the <s> the text starts with
+            assert res.scores[r, p] == want
+        assert res.attended[r, r:].sum() == 0  # the current word and later have no slot
+
+
+# --------------------------------------------------------------------------- a known dependency
+KEYS, FILLERS = ["k0", "k1", "k2"], ["f0", "f1", "f2", "f3"]
+COPY_VOCAB = Vocab(list(SPECIALS) + KEYS + FILLERS)
+GAP = 3  # fillers between the key and its copy
+
+
+def copy_batch(g, n, noise=0.0):
+    """``k f f f k``: the last word copies the first; the fillers (<unk> among them) tell nothing. With
+    ``noise`` the last word is a random key instead that often, so a trained model stays unsure (P(copy) about
+    0.8 at noise 0.3): a saturated softmax (P = 1) has no gradient left to attribute."""
+    keys = torch.randint(0, len(KEYS) + (noise > 0), (n,), generator=g)  # in training <unk> may be the key too,
+    unknown = keys == len(KEYS)  # telling nothing: occlusion's replacement is then a word that tells nothing
+    random = torch.randint(0, len(KEYS), (n,), generator=g)
+    last = torch.where((torch.rand(n, generator=g) < noise) | unknown, random, keys)
+    fill = torch.randint(0, len(FILLERS) + 1, (n, GAP), generator=g)
+    words = [[KEYS[k] if k < len(KEYS) else "<unk>"] + [FILLERS[f] if f < len(FILLERS) else "<unk>" for f in row]
+             + [KEYS[j]] for k, j, row in zip(keys.tolist(), last.tolist(), fill.tolist())]
+    ids = torch.tensor([[Vocab.bos_id] + COPY_VOCAB.encode(w) for w in words])
+    targets = torch.tensor([COPY_VOCAB.encode(w) + [Vocab.eos_id] for w in words])
+    return words, ids, targets
+
+
+@pytest.fixture(scope="module")
+def copy_models():
+    """An LSTM and Daniluk et al.'s attention model trained for 400 steps on the copy task (float32, a
+    few seconds), then read in float64."""
+    out = {}
+    for name, kw in (("lstm", {}), ("attention", {"window": 5})):
+        torch.manual_seed(0)
+        model = build_model(name, vocab_size=len(COPY_VOCAB), emb_dim=8, hidden_dim=16, **kw)
+        opt = torch.optim.Adam(model.parameters(), lr=0.02)
+        g = torch.Generator().manual_seed(1)
+        for _ in range(400):
+            _, ids, targets = copy_batch(g, 32, noise=0.3)
+            loss = model(ids).nll(targets) / targets.numel()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        out[name] = Checkpoint(model.double().eval(), COPY_VOCAB, name)
+    return out
+
+
+@pytest.mark.parametrize("name", ["lstm", "attention"])
+def test_attribution_finds_the_copied_word(copy_models, name):
+    """The copy of the key depends on the key alone: every method puts most of the LSTM's row's mass there.
+    On the attention model occlusion does too; its gradient methods need not (they credit fillers the read
+    passes through), nor its slot effects and attention: its slots hold LSTM states, which carry the key
+    onwards (the state after a later filler can serve as well), the point of Jain & Wallace."""
+    ckpt = copy_models[name]
+    words, _, _ = copy_batch(torch.Generator().manual_seed(7), 8)
+    row = GAP + 1  # predicts the copy, after reading the last filler
+    methods = ["gradient-x-input", "integrated-gradients", "occlusion"] if name == "lstm" else ["occlusion"]
+    for w in words:
+        for method in methods:
+            res = at.attribute(ckpt, w, method)
+            assert math.exp(res.logprobs[row]) > 0.6, "the model did not learn the task"
+            mass = np.abs(res.scores[row])
+            assert int(mass.argmax()) == 1, (method, w, mass)  # position 1: the key, read after <s>
+            assert mass[1] > 0.4 * mass.sum(), (method, w, mass)
+
+
+# --------------------------------------------------------------------------- agreement
+def test_kendall_tau_b_by_hand():
+    assert at.kendall_tau([1, 2, 3], [1, 2, 3]) == 1.0
+    assert at.kendall_tau([1, 2, 3], [3, 2, 1]) == -1.0
+    assert at.kendall_tau([1, 2, 3], [1, 3, 2]) == pytest.approx(1 / 3)
+    # ties: pairs (0,1) tied in x; S = 2 of 3 pairs, tau-b = 2 / sqrt(2 * 3)
+    assert at.kendall_tau([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / math.sqrt(6))
+    # ties in both: x ties (0,1), y ties (2,3); concordant 4, discordant 0 of 6 pairs: 4 / sqrt(5 * 5)
+    assert at.kendall_tau([1, 1, 2, 3], [1, 2, 3, 3]) == pytest.approx(4 / 5)
+    assert math.isnan(at.kendall_tau([1, 1, 1], [1, 2, 3]))
+    assert math.isnan(at.kendall_tau([1], [1]))
+
+
+def test_agreement_by_hand():
+    att = np.array([0.0, 0.5, 0.3, 0.15, 0.05, 0.0])
+    attr = np.array([9.0, -2.0, 0.1, 1.0, 0.5, 7.0])
+    pos = [1, 2, 3, 4]  # the positions both cover: 0 and 5 are ignored
+    a = at.agreement(att, attr, pos)  # |attr| over pos: 2, 0.1, 1, 0.5 -> ranks 4, 1, 3, 2; att ranks 4, 3, 2, 1
+    assert a["positions"] == 4 and a["top1"] == 1.0
+    assert a["kendall_tau"] == pytest.approx(at.kendall_tau([0.5, 0.3, 0.15, 0.05], [2, 0.1, 1, 0.5]))
+    assert a["kendall_tau"] == pytest.approx(1 / 3)  # 4 concordant, 2 discordant ((1,2), (1,3)) of 6 pairs
+    assert a["top_k_overlap"] == pytest.approx(2 / 3)  # {1, 2, 3} and {1, 3, 4}
+    signed = at.agreement(att, attr, pos, absolute=False)  # the negative word is now the least important
+    assert signed["top1"] == 0.0
+    tie = at.agreement(np.array([0.5, 0.5, 0.0]), np.array([1.0, 2.0, 2.0]), [0, 1, 2])
+    assert tie["top1"] == 1.0  # position 1 is both a heaviest and a most important one
+    none = at.agreement(att, attr, [])
+    assert none["positions"] == 0 and math.isnan(none["kendall_tau"])
+    one = at.agreement(att, attr, [2])
+    assert one["top1"] == 1.0 and one["top_k_overlap"] == 1.0 and math.isnan(one["kendall_tau"])
+
+
+def test_text_agreement_uses_the_positions_both_cover():
+    ckpt = tiny("kvp", window=3, context="document")
+    res = at.attribute(ckpt, PASSAGE, "occlusion")
+    rows = res.agreement()
+    for r in range(len(res.targets)):
+        both = np.flatnonzero(res.attended[r] & res.covered[r])
+        assert rows.positions[r] == len(both) <= 3  # the window
+        assert (both < r).all()
+        expect = at.agreement(res.attention[r], res.scores[r], both)
+        assert rows.top1[r] == expect["top1"] or (math.isnan(rows.top1[r]) and math.isnan(expect["top1"]))
+    summary = res.agreement_summary()
+    assert summary["targets"] == int((rows.positions >= 2).sum())
+
+
+# --------------------------------------------------------------------------- permutation test
+def test_permutation_moves_only_by_the_shuffle():
+    """With two slots a shuffle is the identity or the swap: every shift is 0 or the swap's, computed here."""
+    ckpt = tiny("attention", window=2)
+    sa = analyze_sentences(ckpt, [["w4", "w9", "w2", "w20", "w7"]])
+    dlogp, tvd = at.permutation_shift(ckpt, sa, permutations=8, seed=3)
+    ids, targets = piece_ids(VOCAB, sa.norms)
+    model = ckpt.model
+    with torch.no_grad():
+        h = model.encode(torch.tensor([ids]))
+        out = model.head(h)
+        swapped = out.attention.clone()
+        for r in range(1, len(ids)):
+            swapped[0, r, r - 1], swapped[0, r, r] = out.attention[0, r, r], out.attention[0, r, r - 1]
+        a, b = out.logits[0].log_softmax(-1), model.head(h, weights=swapped).logits[0].log_softmax(-1)
+    assert np.isnan(dlogp[0]).all()  # the first row has one slot: nothing to shuffle
+    for r in range(1, len(ids)):
+        swap = abs(float(b[r, targets[r]] - a[r, targets[r]]))
+        swap_tvd = 0.5 * float((b[r].exp() - a[r].exp()).abs().sum())
+        for d, t in zip(dlogp[r], tvd[r]):
+            assert min(abs(d), abs(d - swap)) < 1e-12 and min(abs(t), abs(t - swap_tvd)) < 1e-12
+        assert 0 <= tvd[r].max() <= 1
+
+
+# --------------------------------------------------------------------------- corpus statistics
+def test_cluster_interval():
+    values = np.array([1.0, 2.0, 3.0, 4.0, math.nan])
+    units = np.array([0, 0, 1, 2, 2])
+    mean = at.cluster_interval(values, units, 3, "mean", n_boot=200)
+    assert mean["value"] == 2.5 and mean["n"] == 4 and mean["lo"] <= 2.5 <= mean["hi"]
+    median = at.cluster_interval(values, units, 3, "median", n_boot=200)
+    assert median["value"] == 2.5 and 1.0 <= median["lo"] <= median["hi"] <= 4.0
+    same = at.cluster_interval(np.full(6, 0.25), np.arange(6), 6, "median", n_boot=50)
+    assert same["lo"] == same["hi"] == 0.25
+
+
+@pytest.mark.parametrize("context", ["sentence", "document"])
+def test_corpus_statistics_on_a_tiny_corpus(monkeypatch, tmp_path, context):
+    data = make_corpus(tmp_path / "data", train=5, valid=5, test=12, doc_sentences=4, mean_length=6)
+    monkeypatch.setenv("VIZLM_DATA", str(data))
+    monkeypatch.setenv("VIZLM_CACHE", str(tmp_path / "cache"))
+    vocab = Vocab.for_corpus("brown", data)
+    ckpt = tiny("kvp", vocab=vocab, window=3, context=context)
+    res = at.corpus_attribution(ckpt, "brown", "test", "occlusion", limit=10, permutations=4, max_offset=4,
+                                passage_tokens=20, n_boot=100)
+    # brute force: the units' attributions one by one
+    from vizlm.data import load_corpus
+    corpus = load_corpus("brown", "test")
+    units = at._units(corpus.sentences[:10], corpus.ids, context == "document", 20)
+    assert res["units"] == len(units)
+    if context == "document":
+        assert any(len(u) > 1 for u in units)
+    shares0, rows, tops = [], 0, []
+    for u in units:
+        r = at.attribute(ckpt, [corpus.sentences[i] for i in u], "occlusion")
+        mag = np.abs(r.scores)
+        reach = np.diag(r.covered) & (mag.sum(1) > 0)  # rows whose current word is a word of the text
+        shares0 += list(np.diag(mag)[reach] / mag.sum(1)[reach])
+        agree = r.agreement()
+        chosen = agree[agree.positions >= 2]
+        rows += len(chosen)
+        tops += list(chosen.top1)
+    assert res["positions"]["mean"][0] == pytest.approx(np.mean(shares0))
+    assert res["agreement"]["targets"] == rows
+    assert res["agreement"]["top1_share"]["value"] == pytest.approx(np.mean(tops))
+    for key in ("kendall_tau", "top1_share", "top3_overlap"):
+        s = res["agreement"][key]
+        assert s["lo"] <= s["value"] <= s["hi"]
+    perm = res["permutation"]
+    assert perm["median_abs_dlogp"]["value"] >= 0 and 0 <= perm["mean_tvd"]["value"] <= 1
+    assert res["positions"]["window"] == 3 and 0 <= res["positions"]["beyond_window"]["value"] <= 1
+    # cached: served again without computing
+    monkeypatch.setattr(at, "attribute", lambda *a, **k: pytest.fail("recomputed"))
+    again = at.corpus_attribution(ckpt, "brown", "test", "occlusion", limit=10, permutations=4, max_offset=4,
+                                  passage_tokens=20, n_boot=100)
+    assert again["agreement"]["targets"] == rows

@@ -1,0 +1,374 @@
+"""`vizlm import pytorch-examples`: pytorch/examples' word_language_model checkpoints become vizlm checkpoints.
+
+The models here are built in the test with the state-dict layout of its ``RNNModel`` (``encoder``,
+``rnn``, ``decoder``; sequence-first recurrent layers, optionally tied), saved as a state dict and
+as the whole module (``torch.save(model, f)``, as its ``main.py`` does, under the class name
+``model.RNNModel``). Where ``../shared/anchors/word_language_model`` is present, its own ``main.py``
+trains a tiny model and prints its test perplexity, which ``vizlm eval --context stream`` must give.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pickle
+import re
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import ROOT, assert_same_math
+from vizlm import paths
+from vizlm.checkpoint import load_checkpoint
+from vizlm.cli import main
+from vizlm.data import load_corpus
+from vizlm.importer import IMPOSSIBLE, SAVE_STATE_DICT, source_vocabulary
+
+ANCHOR = ROOT.parent / "shared" / "anchors" / "word_language_model"
+CELLS = ("LSTM", "GRU", "RNN_TANH", "RNN_RELU")
+VIZLM_CELL = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}
+
+
+class RNNModel(nn.Module):
+    """A model with pytorch/examples' RNNModel state-dict layout and attributes (written for this test)."""
+
+    def __init__(self, rnn_type: str, ntoken: int, ninp: int, nhid: int, nlayers: int, tie: bool = False):
+        super().__init__()
+        self.drop = nn.Dropout(0.2)
+        self.encoder = nn.Embedding(ntoken, ninp)
+        if rnn_type in ("LSTM", "GRU"):
+            self.rnn = getattr(nn, rnn_type)(ninp, nhid, nlayers)
+        else:
+            self.rnn = nn.RNN(ninp, nhid, nlayers, nonlinearity=rnn_type[4:].lower())
+        self.decoder = nn.Linear(nhid, ntoken)
+        if tie:
+            self.decoder.weight = self.encoder.weight
+        self.rnn_type, self.nhid, self.nlayers = rnn_type, nhid, nlayers
+
+    def forward(self, x, hidden=None):  # x (T, B) ids -> logits (T, B, V), recurrent outputs (T, B, H)
+        out, hidden = self.rnn(self.drop(self.encoder(x)), hidden)
+        return self.decoder(self.drop(out)), out
+
+
+RNNModel.__module__ = "model"  # what a model saved by pytorch/examples' main.py names
+
+
+@pytest.fixture
+def as_model_module(monkeypatch):
+    """``model.RNNModel`` importable while a whole module is saved (pickle checks the name), as in its folder."""
+    mod = types.ModuleType("model")
+    mod.RNNModel = RNNModel
+    monkeypatch.setitem(sys.modules, "model", mod)
+
+
+@pytest.fixture
+def data(tmp_path):
+    folder = tmp_path / "wlm"
+    folder.mkdir()
+    (folder / "train.txt").write_text(" the cat sat on the mat \n\n a dog sat <unk> the mat\n", encoding="utf-8")
+    (folder / "valid.txt").write_text("the dog ran\n", encoding="utf-8")
+    (folder / "test.txt").write_text("a cat ran on a dog\n\nthe end\n", encoding="utf-8")
+    return folder
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    out = tmp_path / "vizlm-data"
+    monkeypatch.setenv("VIZLM_DATA", str(out))
+    paths.clear_overrides()
+    return out
+
+
+def run(args, capsys) -> tuple[int, str, str]:
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def original_logits(model: RNNModel, ids: torch.Tensor, outputs: bool = False) -> torch.Tensor:
+    """The model's logits (B, T, V) for its own ids (B, T), read sequence first as it reads them
+    (``outputs``: its top layer's outputs (B, T, H) instead)."""
+    with torch.no_grad():
+        return model(ids.t())[int(outputs)].transpose(0, 1)
+
+
+def vizlm_ids(words: list[str], vocab) -> torch.Tensor:
+    """The vizlm id of each of the model's ids."""
+    special = {"<eos>": vocab.eos_id, "<unk>": vocab.unk_id}
+    return torch.tensor([special.get(w, vocab.stoi.get(w, -1)) for w in words])
+
+
+@pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.parametrize("layers", [1, 2])
+@pytest.mark.parametrize("tie", [False, True])
+@pytest.mark.parametrize("whole", [False, True], ids=["state_dict", "whole_module"])
+def test_import_reproduces_the_models_logits(cell, layers, tie, whole, data, data_dir, tmp_path, as_model_module,
+                                             capsys):
+    words = source_vocabulary(data)
+    torch.manual_seed(layers * 10 + tie)
+    model = RNNModel(cell, len(words), 6, 6 if tie else 7, layers, tie).eval()
+    f = tmp_path / "model.pt"
+    torch.save(model if whole else model.state_dict(), f)
+    extra = ["--nonlinearity", cell[4:].lower()] if cell.startswith("RNN_") and not whole else []
+    code, out, err = run(["import", "pytorch-examples", str(f), "--data", str(data), "--corpus", "wlm",
+                          "--out", str(tmp_path / "ckpt"), *extra], capsys)
+    assert code == 0, err
+    summary = json.loads(out)
+    assert (summary["rnn"], summary["layers"], summary["tie"]) == (VIZLM_CELL[cell], layers, tie)
+    ckpt = load_checkpoint(tmp_path / "ckpt")
+    c = ckpt.model.config
+    assert (c.rnn, c.layers, c.tie, c.emb_dim, c.hidden_dim, c.context) == (
+        VIZLM_CELL[cell], layers, tie, 6, model.nhid, "document")
+    # the vocabulary: vizlm's specials, then the model's words in its order without <eos> and <unk>
+    assert ckpt.vocab.itos == ["<pad>", "<s>", "</s>", "<unk>"] + [w for w in words if w not in ("<eos>", "<unk>")]
+    to_vizlm = vizlm_ids(words, ckpt.vocab)
+    assert (to_vizlm >= 0).all() and len(set(to_vizlm.tolist())) == len(words)
+
+    ids = torch.randint(0, len(words), (3, 8), generator=torch.Generator().manual_seed(5))  # the model's ids
+    expected = original_logits(model, ids)  # (B, T, V)
+    m = ckpt.model
+    with torch.no_grad():
+        whole = m(to_vizlm[ids], m.initial_state(3))  # as the model reads it: from a zero state
+        first = m(to_vizlm[ids[:, :5]], m.initial_state(3))  # two segments, the state carried
+        second = m(to_vizlm[ids[:, 5:]], first.state)
+    logits = whole.logits  # (B, T, V')
+    # the recurrent layers: the same weights, the same kernels, the same inputs: bit for bit
+    assert torch.equal(whole.hidden, original_logits(model, ids, outputs=True))
+    # in two segments the input products have other shapes: the same numbers within float32's tolerance
+    assert_same_math(torch.cat([first.logits, second.logits], 1), logits)
+    # the output layer has vizlm's rows besides the model's, in another order: another matrix shape for the
+    # product (its kernel may round the last bit differently), so the logits agree within float32's tolerance
+    assert_same_math(logits[..., to_vizlm], expected)
+    assert_same_math(logits.log_softmax(-1)[..., to_vizlm], expected.log_softmax(-1))
+    # the rows vizlm adds are never predicted: exactly zero probability
+    added = [i for i in range(len(ckpt.vocab)) if i not in set(to_vizlm.tolist())]
+    assert added and (logits.softmax(-1)[..., added] == 0).all()
+    assert (logits[..., added] <= -IMPOSSIBLE / 2).all()
+
+
+def test_imported_corpus_is_the_data_folder_and_eval_reads_it(data, data_dir, tmp_path, capsys):
+    words = source_vocabulary(data)
+    # train, valid, test in order of first appearance, <eos> after every line (the blank one too)
+    assert words == ["the", "cat", "sat", "on", "mat", "<eos>", "a", "dog", "<unk>", "ran", "end"]
+    torch.manual_seed(0)
+    f = tmp_path / "m.pt"
+    torch.save(RNNModel("LSTM", len(words), 5, 5, 1).state_dict(), f)
+    code, _, err = run(["import", "pytorch-examples", str(f), "--data", str(data), "--corpus", "wlm",
+                        "--out", str(tmp_path / "ckpt")], capsys)
+    assert code == 0, err
+    test = load_corpus("wlm", "test", data_dir)
+    assert test.sentences == [["a", "cat", "ran", "on", "a", "dog"], [], ["the", "end"]]  # the blank line kept
+    assert load_corpus("wlm", "train", data_dir).sentences[0] == ["the", "cat", "sat", "on", "the", "mat"]
+    code, out, err = run(["eval", "--checkpoint", str(tmp_path / "ckpt"), "--corpus", "wlm", "--split", "test",
+                          "--context", "stream", "--streams", "2", "--bptt", "3", "--json"], capsys)
+    assert code == 0, err
+    result = json.loads(out)
+    # 11 tokens (8 words, 3 </s>) in 2 columns of 5: 2 x 4 targets
+    assert (result["context"], result["tokens"], result["sentences"]) == ("stream", 8, 3)
+    assert math.isfinite(result["perplexity"])
+    code, out, err = run(["eval", "--checkpoint", str(tmp_path / "ckpt"), "--corpus", "wlm", "--split", "test", "--json"],
+                         capsys)
+    assert code == 0, err
+    assert json.loads(out)["context"] == "document"
+    code, _, err = run(["eval", "--checkpoint", str(tmp_path / "ckpt"), "--corpus", "nope", "--split", "test"], capsys)
+    assert code == 2 and "unknown corpus 'nope'" in err and "wlm" in err  # the imported corpus is listed
+    code, _, err = run(["eval", "--checkpoint", str(tmp_path / "ckpt"), "--corpus", "../wlm", "--split", "test"], capsys)
+    assert code == 2 and "unknown corpus" in err
+
+
+def test_stream_eval_equals_reading_the_columns_by_hand(data, data_dir, tmp_path, capsys):
+    """--context stream: the split's tokens in contiguous columns, state carried, every target but each column's first."""
+    words = source_vocabulary(data)
+    torch.manual_seed(1)
+    model = RNNModel("GRU", len(words), 5, 6, 2).eval()
+    f = tmp_path / "m.pt"
+    torch.save(model.state_dict(), f)
+    assert main(["import", "pytorch-examples", str(f), "--data", str(data), "--corpus", "wlm", "--out",
+                 str(tmp_path / "ckpt")]) == 0
+    capsys.readouterr()
+    stream = [words.index(w) for line in (data / "test.txt").read_text().splitlines() for w in line.split() + ["<eos>"]]
+    streams, per = 2, len(stream) // 2
+    cols = torch.tensor(stream[: per * streams]).view(streams, per)  # (B, per)
+    logp = original_logits(model, cols).log_softmax(-1)  # the whole columns at once, from a zero state
+    expected = -logp[:, :-1].gather(2, cols[:, 1:, None]).sum().double() / (streams * (per - 1))
+    code, out, err = run(["eval", "--checkpoint", str(tmp_path / "ckpt"), "--corpus", "wlm", "--split", "test",
+                          "--context", "stream", "--streams", "2", "--bptt", "2", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["nll"] == pytest.approx(float(expected), rel=1e-5)
+
+
+class Boom:
+    """Unpickling this runs a shell command: exactly what an import must never do."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("how", ["torch_save", "plain_pickle", "pickle_protocol_4", "inside_a_state_dict"])
+def test_a_pickle_that_would_run_a_command_is_refused_and_runs_nothing(how, data, data_dir, tmp_path, capsys):
+    marker = tmp_path / "pwned"
+    f = tmp_path / "evil.pt"
+    if how == "torch_save":
+        torch.save(Boom(marker), f)
+    elif how == "plain_pickle":  # torch.load's legacy format is a pickle
+        f.write_bytes(pickle.dumps(Boom(marker), protocol=2))
+    elif how == "pickle_protocol_4":  # refused at its first frame, before the global is read
+        f.write_bytes(pickle.dumps(Boom(marker), protocol=4))
+    else:
+        torch.save({"encoder.weight": torch.zeros(3, 2), "payload": Boom(marker)}, f)
+    assert not marker.exists()
+    code, out, err = run(["import", "pytorch-examples", str(f), "--data", str(data), "--corpus", "wlm",
+                          "--out", str(tmp_path / "ckpt")], capsys)
+    assert code == 2 and not marker.exists()
+    assert "refused" in err and SAVE_STATE_DICT in err and "Traceback" not in err
+    assert "system" in err or how == "pickle_protocol_4"  # the message names the global it refused
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "ckpt").exists() and not (data_dir / "wlm").exists()
+
+
+class MyLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Embedding(4, 2)
+
+
+def test_another_class_saved_whole_is_refused_with_the_state_dict_line(data, data_dir, tmp_path, capsys):
+    f = tmp_path / "other.pt"
+    torch.save(MyLM(), f)
+    code, _, err = run(["import", "pytorch-examples", str(f), "--data", str(data), "--corpus", "wlm",
+                        "--out", str(tmp_path / "ckpt")], capsys)
+    assert code == 2 and "MyLM" in err and SAVE_STATE_DICT in err and len(err.strip().splitlines()) == 1
+
+
+def test_transformer_is_not_supported_yet(data, data_dir, tmp_path, capsys):
+    f = tmp_path / "transformer.pt"
+    torch.save({"input_emb.weight": torch.zeros(9, 4), "transformer_encoder.layers.0.self_attn.in_proj_weight":
+                torch.zeros(12, 4), "decoder.weight": torch.zeros(9, 4), "decoder.bias": torch.zeros(9)}, f)
+    code, _, err = run(["import", "pytorch-examples", str(f), "--data", str(data), "--corpus", "wlm",
+                        "--out", str(tmp_path / "ckpt")], capsys)
+    assert code == 2 and "TransformerModel" in err and "not supported yet" in err
+
+
+def test_bad_inputs_get_one_line_and_nothing_is_replaced(data, data_dir, tmp_path, capsys, as_model_module):
+    words = source_vocabulary(data)
+    f, out = tmp_path / "m.pt", tmp_path / "ckpt"
+    torch.manual_seed(0)
+    torch.save(RNNModel("RNN_TANH", len(words), 4, 4, 1).state_dict(), f)
+    args = ["import", "pytorch-examples", str(f), "--data", str(data), "--corpus", "wlm", "--out", str(out)]
+
+    def fails(argv, *needles):
+        code, _, err = run(argv, capsys)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        for needle in needles:
+            assert needle in err, err
+
+    fails(args, "--nonlinearity")  # an Elman RNN's state dict does not say tanh or relu
+    fails(args[:-4] + ["--corpus", "brown", "--out", str(out), "--nonlinearity", "tanh"], "vizlm's own corpora")
+    fails(args[:-4] + ["--corpus", "../x", "--out", str(out), "--nonlinearity", "tanh"], "corpus name")
+    other = tmp_path / "other"
+    other.mkdir()
+    for split in ("train", "valid", "test"):
+        (other / f"{split}.txt").write_text("just two\n", encoding="utf-8")
+    fails(["import", "pytorch-examples", str(f), "--data", str(other), "--corpus", "wlm", "--out", str(out),
+           "--nonlinearity", "tanh"], "not the data the model was trained on")
+    fails(["import", "pytorch-examples", str(tmp_path / "missing.pt"), "--data", str(data), "--corpus", "wlm",
+           "--out", str(out)], "missing.pt")
+    (tmp_path / "junk.pt").write_bytes(b"not a model at all")
+    fails(["import", "pytorch-examples", str(tmp_path / "junk.pt"), "--data", str(data), "--corpus", "wlm",
+           "--out", str(out)], "not a PyTorch model file")
+    assert not out.exists()
+
+    assert main(args + ["--nonlinearity", "tanh"]) == 0  # an Elman RNN with its nonlinearity given
+    capsys.readouterr()
+    assert load_checkpoint(out).model.config.rnn == "rnn_tanh"
+    before = (out / "model.safetensors").read_bytes()
+    torch.save(RNNModel("RNN_TANH", len(words), 4, 4, 1).state_dict(), f)  # another model
+    fails(args + ["--nonlinearity", "tanh"], "--force")
+    assert (out / "model.safetensors").read_bytes() == before
+    # a whole module says its own cell; a different --nonlinearity is refused
+    torch.save(RNNModel("RNN_RELU", len(words), 4, 4, 1), tmp_path / "whole.pt")
+    fails(["import", "pytorch-examples", str(tmp_path / "whole.pt"), "--data", str(data), "--corpus", "wlm",
+           "--out", str(tmp_path / "c2"), "--nonlinearity", "tanh"], "RNN_RELU")
+    # the corpus wlm holds another vocabulary now? no: the same data folder gives the same files, no --force needed
+    assert main(["import", "pytorch-examples", str(tmp_path / "whole.pt"), "--data", str(data), "--corpus", "wlm",
+                 "--out", str(tmp_path / "c2")]) == 0
+    assert main(args + ["--nonlinearity", "tanh", "--force"]) == 0
+    assert (out / "model.safetensors").read_bytes() != before
+
+
+def _anchor_corpus(folder):
+    """A tiny corpus from a small grammar (deterministic), with blank lines, in pytorch/examples' format."""
+    import random
+
+    rng = random.Random(0)
+    # enough words that the test perplexity stays above 10: main.py prints it to 2 decimals, < 0.05% of it
+    nouns = "cat dog man bird house tree car road city river boat child woman book door".split()
+    verbs = "sees likes chases finds takes makes knows wants".split()
+    adjs = "big red old small green new long dark".split()
+
+    def sentence():
+        np = lambda: ["the"] + ([rng.choice(adjs)] if rng.random() < 0.4 else []) + [rng.choice(nouns)]  # noqa: E731
+        return " ".join(np() + [rng.choice(verbs)] + np() + ["."])
+
+    folder.mkdir()
+    for split, n in (("train", 400), ("valid", 40), ("test", 60)):
+        lines = [sentence() if rng.random() > 0.1 else "" for _ in range(n)]
+        (folder / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+@pytest.mark.skipif(not (ANCHOR / "main.py").is_file(), reason="../shared/anchors/word_language_model is not here")
+@pytest.mark.parametrize("cell,layers,tied", [("LSTM", 2, True), ("GRU", 1, False), ("RNN_RELU", 2, False)])
+def test_stream_eval_equals_pytorch_examples_main_py(cell, layers, tied, data_dir, tmp_path, capsys):
+    """Its own main.py trains a tiny model, saves the whole module and prints its test perplexity; the
+    imported model read with --context stream --streams 10 --bptt 35 gives it within 0.1%."""
+    corpus = _anchor_corpus(tmp_path / "tiny")
+    saved = tmp_path / "model.pt"
+    cmd = [sys.executable, "main.py", "--data", str(corpus), "--model", cell, "--emsize", "16", "--nhid", "16",
+           "--nlayers", str(layers), "--epochs", "1", "--lr", "5", "--batch_size", "10", "--bptt", "35",
+           "--dropout", "0.2", "--seed", "3", "--save", str(saved)] + (["--tied"] if tied else [])
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=ANCHOR, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = re.search(r"End of training \| test loss\s+([\d.]+) \| test ppl\s+([\d.]+)", proc.stdout)
+    assert found, proc.stdout[-2000:]
+    theirs = float(found.group(2))
+    code, out, err = run(["import", "pytorch-examples", str(saved), "--data", str(corpus), "--corpus", "tiny",
+                          "--out", str(tmp_path / "ckpt")], capsys)
+    assert code == 0, err
+    assert json.loads(out)["tie"] is tied
+    code, out, err = run(["eval", "--checkpoint", str(tmp_path / "ckpt"), "--corpus", "tiny", "--split", "test",
+                          "--context", "stream", "--streams", "10", "--bptt", "35", "--json"], capsys)
+    assert code == 0, err
+    ours = json.loads(out)["perplexity"]
+    assert theirs > 10  # so that its 2 printed decimals are well within 0.1%
+    assert ours == pytest.approx(theirs, rel=1e-3), (ours, theirs)
+    assert abs(ours - theirs) <= 0.0051, (ours, theirs)  # in fact equal to the precision it prints
+
+
+@pytest.mark.parametrize("name", ["lstm", "kvp-doc"])
+def test_bundled_checkpoints_load_unchanged(name):
+    """Checkpoints saved before `layers`, `rnn` and `tie` existed are one-layer, untied LSTM models, read by
+    the same kernel as before: the recurrent outputs equal a plain nn.LSTM's with their weights, bit for bit."""
+    ckpt = load_checkpoint(ROOT / "checkpoints" / name)
+    saved = json.loads((ROOT / "checkpoints" / name / "config.json").read_text(encoding="utf-8"))["config"]
+    assert not {"layers", "rnn", "tie"} & set(saved)
+    m = ckpt.model
+    assert m.config.layers == 1 and getattr(m.config, "rnn", "lstm") == "lstm" and not getattr(m.config, "tie", False)
+    assert isinstance(m.rnn, nn.LSTM) and m.rnn.num_layers == 1
+    plain = nn.LSTM(m.config.emb_dim, m.rnn.hidden_size, batch_first=True)
+    plain.load_state_dict({k[len("rnn."):]: v for k, v in m.state_dict().items() if k.startswith("rnn.")})
+    x = torch.randint(4, len(ckpt.vocab), (2, 12), generator=torch.Generator().manual_seed(0))
+    x[:, 0] = 1
+    with torch.no_grad():
+        out = m(x, m.initial_state(2))
+        assert torch.equal(out.hidden[..., : m.rnn.hidden_size], plain(m.embed(x))[0])
+    assert out.state.h.shape == (1, 2, m.rnn.hidden_size)

@@ -1,0 +1,70 @@
+"""The corpus statistics shipped with the bundled checkpoints (``checkpoints/stats/``, written by
+``scripts/ship_stats.py``): every corpus page's first view of a bundled model on a bundled split
+is read from them, never computed (so it opens at once on a cold cache), and they are what
+computing them gives."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import TOLERANCE
+
+from vizlm import cases, corpus
+from vizlm.analysis import DEFAULT_THRESHOLD
+from vizlm.cases import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, corpus_cases
+from vizlm.checkpoint import bundled_checkpoints, bundled_dir, load_checkpoint, meta_corpus
+from vizlm.corpus import MAX_WINDOW, positions_corpus, split_scores
+from vizlm.data import CORPORA, CORPUS_LANGUAGE, HELD_OUT
+
+pytestmark = pytest.mark.skipif(not bundled_checkpoints(), reason="no bundled checkpoints in checkpoints/")
+
+
+def held_out_splits(ckpt) -> list[tuple[str, str]]:
+    language = CORPUS_LANGUAGE.get(meta_corpus(ckpt.meta))
+    return [(c, s) for c, splits in CORPORA.items() if CORPUS_LANGUAGE[c] == language for s in HELD_OUT if s in splits]
+
+
+def test_the_corpus_pages_first_views_of_bundled_models_are_shipped(monkeypatch, tmp_path):
+    """With an empty cache and every computation refused: Compare's per-sentence NLLs and the Cases
+    report at the page's defaults for every bundled checkpoint on every held-out split of its
+    language; Positions at its widest window and a narrower one on the split the pages open with."""
+    monkeypatch.setenv("VIZLM_CACHE", str(tmp_path))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"{where}: computed, not read from checkpoints/stats/: run scripts/ship_stats.py")
+
+    monkeypatch.setattr(corpus, "_nll", refuse)
+    monkeypatch.setattr(corpus, "_position_sums", refuse)
+    monkeypatch.setattr(cases, "_case_report", refuse)
+    where = ""
+    for name in bundled_checkpoints():
+        ckpt = load_checkpoint(bundled_dir() / name)
+        for corpus_name, split in held_out_splits(ckpt):
+            where = f"{name} on {corpus_name}/{split}"
+            assert len(split_scores(ckpt, corpus_name, split)["nll"]) > 0, where
+            if ckpt.has_attention:
+                if (corpus_name, split) == (meta_corpus(ckpt.meta), HELD_OUT[0]):  # the split the pages open with
+                    for window in (MAX_WINDOW, 10):
+                        assert not positions_corpus([ckpt], corpus_name, split, window=window).frame.empty, where
+                report = corpus_cases(ckpt, corpus_name, split, threshold=DEFAULT_THRESHOLD, limit=GALLERY_LIMIT,
+                                      examples_per_label=GALLERY_EXAMPLES, rank=GALLERY_RANK)
+                assert report.model == name and report.sentences > 0, where
+    assert not list(tmp_path.iterdir())  # nothing needed computing
+
+
+def test_a_shipped_entry_is_what_computing_gives(monkeypatch, tmp_path):
+    """Two computations (here and where the entries were made; another machine's kernels round
+    differently): float32 models, so float32's tolerance."""
+    monkeypatch.setenv("VIZLM_CACHE", str(tmp_path))
+    ckpt = load_checkpoint(bundled_dir() / "kvp")
+    shipped = split_scores(ckpt, "wsj", "test")
+    computed = split_scores(ckpt, "wsj", "test", use_cache=False)
+    assert shipped["tokens"] == computed["tokens"]
+    torch.testing.assert_close(torch.tensor(shipped["nll"]), torch.tensor(computed["nll"]),
+                               **TOLERANCE[torch.float32])
+    # the Cases report: its rules may have changed since (then raise cases.CASES_VERSION and ship again)
+    kw = {"threshold": DEFAULT_THRESHOLD, "limit": GALLERY_LIMIT, "examples_per_label": GALLERY_EXAMPLES,
+          "rank": GALLERY_RANK}
+    shipped, computed = (corpus_cases(ckpt, "brown", "test", use_cache=use, **kw) for use in (True, False))
+    assert (shipped.pairs, shipped.counts) == (computed.pairs, computed.counts)
+    assert not list(tmp_path.iterdir())  # the shipped entries were read

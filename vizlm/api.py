@@ -1,0 +1,687 @@
+"""The Python API, the front door that the CLI and the app walk through too.
+
+::
+
+    import vizlm
+
+    lm = vizlm.load("amsrn")                  # a bundled name, a checkpoint folder or a model.safetensors
+    a = lm.analyze("The dogs in the park are barking .")
+    a                                         # in Jupyter: the highlighted text, its effects and the heat map
+    a.show(target="barking")                  # another word
+    a.frame(), a.attention_frame()            # tidy pandas frames
+    a.save("dogs.json"); vizlm.Analysis.load("dogs.json")
+    vizlm.compare("lstm-continued", "amsrn", corpus="brown", split="test").summary
+    vizlm.positions(["kvp-doc", "attention-doc-w10"], corpus="brown", split="test").chart()
+
+:func:`load` gives a :class:`Model`; :meth:`Model.analyze` an :class:`Analysis` (the result type:
+a :class:`vizlm.analysis.SentenceAnalysis` with frames, highlights, case labels, saving, charts and
+notebook display); :func:`compare` a :class:`Comparison`, :func:`positions` a :class:`Positions`.
+Every error a user can cause raises a :class:`vizlm.VizlmError` with a message for a person.
+Shapes: ``n`` tokens, ``T = n + 1`` predicted words (rows, ``</s>`` last), ``S = T`` memory slots.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+import re
+import stat
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from vizlm import corpus as stats
+from vizlm import export, files, notebook, plots
+from vizlm.analysis import (  # noqa: F401 - ATTENTION_OFF, READINGS: facts the front ends read from here
+    ATTENTION_OFF,
+    DEFAULT_THRESHOLD,
+    READINGS,
+    SentenceAnalysis,
+    analyze,
+    context_of,
+)
+from vizlm.checkpoint import (
+    MAX_META_BYTES,
+    META,
+    WEIGHTS,
+    Checkpoint,
+    CheckpointError,
+    bundled_checkpoints,
+    bundled_dir,
+    load_checkpoint,
+    meta_context,
+    meta_corpus,
+    read_meta,
+)
+from vizlm.data import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, DataError, load_corpus
+from vizlm.errors import InputError, VizlmError
+from vizlm.models import ATTENTION_MODELS
+from vizlm.render import RenderError
+from vizlm.serialize import AnalysisFileError, analysis_dict, analysis_from_dict, cases_by_target
+from vizlm.text import MAX_TOKENS  # noqa: F401 - read by the front ends from here
+
+__all__ = [
+    "Analysis", "Comparison", "Model", "Positions", "View", "VizlmError",
+    "checkpoints", "compare", "corpora", "load", "positions",
+]
+
+# Slot effects computed by analyze() at most (word, slot) pairs: a 400-word passage of sentences has
+# about 5,000 (a few seconds on one core); one 400-word sentence has 80,000 (half a minute), so past this
+# only the read effects are computed, with a note. The CLI's analyze and export use the same bound.
+EFFECT_PAIRS = 10_000
+MAX_TOP_K = 50  # more highlights than this per word are no longer a highlight
+MAX_UPLOAD_MB = 50  # an uploaded checkpoint's weights (the app's limit); every bundled model is a few MB
+MAX_ANALYSIS_BYTES = 512 * 2**20  # Analysis.load: a 400-word passage's JSON is ~10 MB
+SVG_MAX_POINTS = 3_000  # a comparison's notebook view draws its scatter up to this many sentences
+
+
+# --------------------------------------------------------------------------- checking arguments
+def _threshold(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= float(value) <= 1:
+        raise InputError(f"the threshold must be a number from 0 to 1, not {value!r}")
+    return float(value)
+
+
+def _top_k(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 1 <= int(value) <= MAX_TOP_K:
+        raise InputError(f"top_k must be a whole number from 1 to {MAX_TOP_K}, not {value!r}")
+    return int(value)
+
+
+def _whole(value, name: str, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < low:
+        raise InputError(f"{name} must be a whole number of at least {low}, not {value!r}")
+    return int(value)
+
+
+def _setting(threshold, top_k, default: tuple[float | None, int | None]) -> tuple[float | None, int | None]:
+    """(threshold, top_k) as asked: top_k when given, else the threshold, else ``default``."""
+    if threshold is not None and top_k is not None:
+        raise InputError("give a threshold or a top_k, not both")
+    if top_k is not None:
+        return None, _top_k(top_k)
+    if threshold is not None:
+        return _threshold(threshold), None
+    return default
+
+
+def _measure(value) -> str:
+    if value not in plots.MEASURES:
+        raise InputError(f"measure must be one of {', '.join(plots.MEASURES)}, not {value!r}")
+    return value
+
+
+def _check_split(corpus, split) -> None:
+    if corpus not in CORPORA:
+        raise DataError(f"unknown corpus {corpus!r}; valid: {', '.join(CORPORA)} (vizlm.corpora() lists them)")
+    if split not in CORPORA[corpus]:
+        raise DataError(f"corpus {corpus!r} has no split {split!r}; valid: {', '.join(CORPORA[corpus])}")
+
+
+# --------------------------------------------------------------------------- models
+def checkpoint_folders() -> dict[str, Path]:
+    """Loadable checkpoints by name: the checkpoints folder (:func:`vizlm.paths.checkpoints_dir`), then
+    the folders of ``$VIZLM_EXTRA_CHECKPOINTS`` (``os.pathsep``-separated, for development)."""
+    folders = {name: bundled_dir() / name for name in bundled_checkpoints()}
+    for entry in os.environ.get("VIZLM_EXTRA_CHECKPOINTS", "").split(os.pathsep):
+        p = Path(entry) if entry else None
+        if p and (p / WEIGHTS).is_file() and (p / META).is_file():
+            folders.setdefault(p.name, p)
+    return folders
+
+
+def _facts(name: str, meta: dict, path: Path | None) -> dict:
+    metrics = meta.get("metrics") or {}
+    return {
+        "name": name,
+        "family": meta.get("model"),
+        "context": meta_context(meta),
+        "corpus": meta_corpus(meta),
+        "parameters": meta.get("parameters"),
+        "test_perplexity": metrics.get("test_perplexity"),
+        "valid_perplexity": metrics.get("valid_perplexity"),
+        "wsj_perplexity": metrics.get("wsj_perplexity"),
+        "attention": meta.get("model") in ATTENTION_MODELS,
+        "path": None if path is None else str(path),
+    }
+
+
+FACT_COLUMNS = list(_facts("", {}, None))
+
+
+def checkpoints() -> pd.DataFrame:
+    """The checkpoints :func:`load` finds by name, one row each: name, family, context (``sentence``:
+    each sentence read alone; ``document``: running text), corpus, parameters, test / valid / WSJ
+    perplexity, attention (whether it has any), path. A checkpoint whose ``config.json`` cannot be read
+    has its name and path only."""
+    rows = []
+    for name, folder in checkpoint_folders().items():
+        try:
+            meta = read_meta(folder)
+        except (CheckpointError, OSError):
+            meta = {}
+        rows.append(_facts(name, meta, folder) if meta else {"name": name, "path": str(folder)})
+    return pd.DataFrame(rows, columns=FACT_COLUMNS)
+
+
+def corpora() -> pd.DataFrame:
+    """The corpora and splits :func:`compare` and :func:`positions` read, one row per split: corpus,
+    split, title, language, sentences and tokens (None where the processed files are missing:
+    ``vizlm prepare`` makes them)."""
+    from vizlm import paths
+
+    rows = []
+    for corpus, splits in CORPORA.items():
+        for split in splits:
+            path = paths.data_dir() / corpus / f"{split}.txt"
+            sentences = tokens = None
+            if path.is_file():
+                data = path.read_bytes()
+                sentences, tokens = data.count(b"\n"), len(data.split())
+            rows.append({"corpus": corpus, "split": split, "title": CORPUS_TITLES.get(corpus),
+                         "language": CORPUS_LANGUAGE.get(corpus), "sentences": sentences, "tokens": tokens})
+    return pd.DataFrame(rows)
+
+
+def check_upload(weights_name: str, weights: bytes, config_name: str, config: bytes,
+                 max_mb: float = MAX_UPLOAD_MB) -> None:
+    """The checks on a checkpoint given as two files' contents before it is read (the app's upload):
+    the names' kinds, the weights at most ``max_mb`` MB, the config at most
+    :data:`vizlm.checkpoint.MAX_META_BYTES`; :class:`~vizlm.checkpoint.CheckpointError` otherwise."""
+    if not str(weights_name).lower().endswith(".safetensors"):
+        raise CheckpointError(f"{weights_name!r} is not a .safetensors file; vizlm loads weights only in that format")
+    if not str(config_name).lower().endswith(".json"):
+        raise CheckpointError(f"{config_name!r} is not a .json file; give the checkpoint's config.json")
+    if len(weights) > max_mb * 2**20:
+        raise CheckpointError(f"the weights file is {len(weights) / 2**20:.0f} MB; uploads are limited to {max_mb} MB")
+    if len(config) > MAX_META_BYTES:
+        raise CheckpointError(f"the JSON file is {len(config) / 2**20:.0f} MB; it is limited to {MAX_META_BYTES // 2**20} MB")
+
+
+def load(name_or_path: str | os.PathLike) -> Model:
+    """A model ready to analyse text: a bundled checkpoint's name (``"amsrn"``, :func:`checkpoints`
+    lists them), a checkpoint folder (``model.safetensors`` + ``config.json``), or a
+    ``model.safetensors`` file with its ``config.json`` beside it.
+
+    Checked as the app checks an upload (:func:`vizlm.checkpoint.load_checkpoint`: data, never
+    unpickled code; every shape, size and weight validated before use). Raises
+    :class:`~vizlm.checkpoint.CheckpointError` (a :class:`VizlmError`) saying what is wrong."""
+    if isinstance(name_or_path, Model):
+        return name_or_path
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise CheckpointError(f"load() takes a bundled model's name, a checkpoint folder or a .safetensors file, "
+                              f"not {type(name_or_path).__name__}")
+    text = os.fspath(name_or_path)
+    path = Path(text)
+    if not text.strip():
+        raise CheckpointError("load() needs a model name or a path; vizlm.checkpoints() lists the bundled models")
+    if not path.exists():
+        folder = checkpoint_folders().get(text) if os.sep not in text and "/" not in text else None
+        if folder is None and (os.sep in text or "/" in text or path.suffix):
+            raise CheckpointError(f"{text}: no such file or folder")
+        if folder is None:
+            known = ", ".join(checkpoint_folders()) or "none"
+            raise CheckpointError(f"there is no model called {text!r}; available: {known}")
+        path = folder
+    elif path.is_file() and path.suffix != ".safetensors":
+        raise CheckpointError(f"{text} is not a .safetensors file; give a checkpoint folder or its model.safetensors")
+    return Model(load_checkpoint(path))
+
+
+def _model(x) -> Model:
+    return x if isinstance(x, Model) else Model(x) if isinstance(x, Checkpoint) else load(x)
+
+
+class Model:
+    """A loaded checkpoint (:func:`load`): its facts, and :meth:`analyze`.
+
+    ``checkpoint`` is the :class:`vizlm.checkpoint.Checkpoint` (``.model``, a torch module in eval
+    mode; ``.vocab``) for the lower-level functions of :mod:`vizlm.analysis` and :mod:`vizlm.corpus`."""
+
+    def __init__(self, checkpoint: Checkpoint):
+        self.checkpoint = checkpoint
+
+    @property
+    def name(self) -> str:
+        """How results name the model: its folder (``kvp-doc``), else its family."""
+        return self.checkpoint.label
+
+    @property
+    def family(self) -> str:
+        """The model family (``lstm``, ``amsrn``, ``kvp``, ...: :data:`vizlm.models.REGISTRY`)."""
+        return self.checkpoint.name
+
+    @property
+    def context(self) -> str:
+        """How it reads text: ``sentence`` (each sentence alone) or ``document`` (running text)."""
+        return context_of(self.checkpoint)
+
+    @property
+    def corpus(self) -> str | None:
+        return meta_corpus(self.checkpoint.meta)
+
+    @property
+    def has_attention(self) -> bool:
+        return self.checkpoint.has_attention
+
+    @property
+    def parameters(self) -> int:
+        return int(sum(p.numel() for p in self.checkpoint.model.parameters()))
+
+    @property
+    def metrics(self) -> dict:
+        """The stored metrics (``test_perplexity``, ``valid_perplexity``, ...), as trained."""
+        return dict(self.checkpoint.meta.get("metrics") or {})
+
+    def facts(self) -> dict:
+        """The row :func:`checkpoints` shows for this model."""
+        return {**_facts(self.name, self.checkpoint.meta, self.checkpoint.path), "parameters": self.parameters}
+
+    def __repr__(self) -> str:
+        ppl = self.metrics.get("test_perplexity")
+        return (f"Model({self.name!r}, family={self.family!r}, context={self.context!r}, corpus={self.corpus!r}"
+                + (f", test_perplexity={ppl:.1f}" if isinstance(ppl, (int, float)) else "") + ")")
+
+    def analyze(self, text: str, *, threshold: float | None = None, top_k: int | None = None, effects: bool = True,
+                max_effect_pairs: int | None = EFFECT_PAIRS, predictions: int = 5) -> Analysis:
+        """Analyse ``text``, a sentence or a passage (sentences end at a line break, at . ! ? before a
+        capital, or 。！？; a blank line ends a document), read in the model's context.
+
+        ``threshold`` (default :data:`vizlm.analysis.DEFAULT_THRESHOLD`) or ``top_k`` is the analysis's
+        highlight setting (its methods take another). With ``effects`` an attention model's read
+        effects are computed, and its slot effects while there are at most ``max_effect_pairs`` (word,
+        slot) pairs (None: always); past that a note says so. ``predictions``: the top predictions kept
+        per word. The text is cut at :data:`vizlm.text.MAX_TOKENS` tokens, with a note."""
+        if not isinstance(text, str):
+            raise InputError(f"analyze() takes a text (str), not {type(text).__name__}")
+        setting = _setting(threshold, top_k, (DEFAULT_THRESHOLD, None))
+        if max_effect_pairs is not None:
+            max_effect_pairs = _whole(max_effect_pairs, "max_effect_pairs", 0)
+        predictions = min(_whole(predictions, "predictions", 0), len(self.checkpoint.vocab))
+        sa = analyze(self.checkpoint, text, top_k=predictions, effects=bool(effects), max_effect_pairs=max_effect_pairs)
+        if effects and max_effect_pairs and sa.attention is not None and sa.slot_effects is None:
+            pairs = int((sa.attention > 0).sum())
+            sa.notes.append(f"slot effects not computed: the text has {pairs:,} (word, slot) pairs with weight, more "
+                            f"than the {max_effect_pairs:,} computed at most (shorter sentences have fewer); the read "
+                            "effects are")
+        return Analysis.of(sa, *setting)
+
+
+# --------------------------------------------------------------------------- one analysis
+@dataclass(repr=False)
+class Analysis(SentenceAnalysis):
+    """One model on one text (:meth:`Model.analyze`), the result type of vizlm.
+
+    Arrays (numpy, float64): ``logprobs`` / ``probs`` / ``surprisal`` [T] (nats, probability, bits);
+    ``attention`` [T, S] (row ``r`` over slots ``0..r``, None without attention) with ``slot_labels``
+    [S] and :attr:`slot_tokens` [S] (index into ``tokens``, -1 for ``<s>``); ``read_effect_bits`` [T]
+    and ``slot_effect_bits`` [T, S] (NaN: not computed); ``gates`` [T, d] (AMSRN); ``top_words``
+    [T][k] and ``top_probs`` [T, k]. Lists: ``tokens`` / ``norms`` / ``offsets`` / ``unk`` [n],
+    ``targets`` [T]. The same as tidy frames: :meth:`frame`, :meth:`attention_frame`, :meth:`cases`.
+
+    ``threshold`` / ``top_k``: the highlight setting that :meth:`highlights`, :meth:`cases`,
+    :meth:`to_dict` and the display use when not given another; each setting is computed once.
+    """
+
+    threshold: float | None = DEFAULT_THRESHOLD
+    top_k: int | None = None
+
+    @classmethod
+    def of(cls, sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None) -> Analysis:
+        """``sa`` as an :class:`Analysis` (its arrays shared, not copied)."""
+        if isinstance(sa, cls) and (sa.threshold, sa.top_k) == (threshold, top_k):
+            return sa
+        fields = {f: getattr(sa, f) for f in SentenceAnalysis.__dataclass_fields__}
+        return cls(**fields, threshold=threshold, top_k=top_k)
+
+    def __repr__(self) -> str:
+        what = "no attention" if self.attention is None else \
+            "slot effects" if self.slot_effects is not None else "attention"
+        return (f"Analysis(model={self.model!r}, tokens={len(self.tokens)}, targets={len(self.targets)}, "
+                f"perplexity={self.perplexity:.2f}, {what}, context={self.context!r})")
+
+    def _setting(self, threshold, top_k) -> tuple[float | None, int | None]:
+        return _setting(threshold, top_k, (self.threshold, self.top_k))
+
+    @property
+    def slot_tokens(self) -> list[int]:
+        """[S] the index into ``tokens`` of the word each memory slot holds (-1: a ``<s>`` slot)."""
+        return [self.slot_token(j) for j in range(len(self.targets))]
+
+    def target_index(self, target: int | str) -> int:
+        """The row of a predicted word: an index (negative counts from the end, as in a list) or the word
+        itself (its first occurrence among the tokens, then among the normalised words)."""
+        T = len(self.targets)
+        if isinstance(target, str):
+            for words in (self.tokens, self.norms, self.targets):
+                if target in words:
+                    return list(words).index(target)
+            shown = ", ".join(repr(t) for t in self.tokens[:12]) + (", ..." if len(self.tokens) > 12 else "")
+            raise InputError(f"{target!r} is not a word of this text ({shown})")
+        if isinstance(target, bool) or not isinstance(target, numbers.Integral) or not -T <= int(target) < T:
+            raise InputError(f"target must be a word of the text or a word number from 0 to {T - 1}, not {target!r}")
+        return int(target) % T
+
+    def default_target(self, threshold: float | None = None, top_k: int | None = None) -> int:
+        """The word a view opens on: the first with a labelled case, else the last word before ``</s>``."""
+        for r, cases in sorted(cases_by_target(self, *self._setting(threshold, top_k)).items()):
+            if any(c.get("labels") for c in cases):
+                return r
+        return max(0, len(self.targets) - 2)
+
+    def highlights(self, threshold: float | None = None, top_k: int | None = None, rows=None):
+        """Per predicted word (or per row of ``rows``), the memory slots with weight >= ``threshold`` or
+        the ``top_k`` heaviest (:class:`vizlm.analysis.Highlight`: slot, word, token, weight,
+        effect_bits), heaviest first; computed once per setting (default: the analysis's own)."""
+        return super().highlights(*self._setting(threshold, top_k), rows=rows)
+
+    def cases(self, threshold: float | None = None, top_k: int | None = None) -> pd.DataFrame:
+        """The labelled cases of the highlights (:mod:`vizlm.cases`), one row per (target, attended slot,
+        label): target, word, slot, attended, label, evidence, weight, effect_bits."""
+        rows = [{"target": c["target"], "word": c["word"], "slot": c["slot"], "attended": c["attended"], "label": label,
+                 "evidence": c["evidence"].get(label, ""), "weight": c["weight"], "effect_bits": c["effect"]}
+                for _, cs in sorted(cases_by_target(self, *self._setting(threshold, top_k)).items())
+                for c in cs for label in c["labels"]]
+        return pd.DataFrame(rows, columns=["target", "word", "slot", "attended", "label", "evidence", "weight",
+                                           "effect_bits"])
+
+    def frame(self) -> pd.DataFrame:
+        """One row per predicted word (index: its row): word (predicted), token (its surface form,
+        ``</s>`` last), current (the word just read), sentence, unk, prob, logprob, surprisal_bits,
+        read_effect_bits, prob_without_read, start_weight (weight on the empty start slot), gate_mean,
+        top_word (the most likely next word)."""
+        T = len(self.targets)
+        read = self.read_effect_bits
+        with np.errstate(over="ignore"):
+            without = None if self.read_effect is None else np.exp(self.logprobs - self.read_effect)
+        frame = pd.DataFrame({
+            "word": self.targets,
+            "token": list(self.tokens[: T - 1]) + [self.targets[-1]],
+            "current": self.input_labels,
+            "sentence": self.sentence_of(),
+            "unk": list(self.unk[: T - 1]) + [False],
+            "prob": self.probs,
+            "logprob": self.logprobs,
+            "surprisal_bits": self.surprisal,
+            "read_effect_bits": np.full(T, math.nan) if read is None else read,
+            "prob_without_read": np.full(T, math.nan) if without is None else without,
+            "start_weight": np.full(T, math.nan) if self.attention is None else
+            self.attention[np.arange(T), self.first_rows()],
+            "gate_mean": np.full(T, math.nan) if self.gates is None else self.gates.mean(1),
+            "top_word": [w[0] if w else None for w in self.top_words],
+        })
+        frame.index.name = "target"
+        return frame
+
+    def attention_frame(self, threshold: float | None = None, top_k: int | None = None) -> pd.DataFrame:
+        """Long form, one row per (predicted word, memory slot it could attend to), the rows of the CSV
+        export (:func:`vizlm.export.analysis_records`): model, target_index, target, current, sentence,
+        target_unk, prob, surprisal_bits, read_effect_bits, slot, attended, attended_token, weight,
+        effect_bits, highlighted (by this setting). One row per word for a model without attention."""
+        return pd.DataFrame(export.analysis_records(self, *self._setting(threshold, top_k)))
+
+    def to_dict(self, threshold: float | None = None, top_k: int | None = None, cases: bool = True) -> dict:
+        """The JSON document the exports write (:func:`vizlm.serialize.analysis_dict`): JSON types only."""
+        return analysis_dict(self, *self._setting(threshold, top_k), cases=cases)
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> Analysis:
+        """The analysis a :meth:`to_dict` document holds (also an export of an earlier vizlm)."""
+        sa = analysis_from_dict(doc)
+        try:
+            setting = _setting(doc.get("threshold"), doc.get("top_k"), (DEFAULT_THRESHOLD, None))
+        except InputError as exc:
+            raise AnalysisFileError(f"the analysis's highlight setting: {exc}") from None
+        return cls.of(sa, *setting)
+
+    def save(self, path: str | os.PathLike, force: bool = False) -> Path:
+        """Write the JSON of :meth:`to_dict` (what ``vizlm export --format json`` writes) to ``path``,
+        atomically; an existing file with other content is replaced only with ``force``."""
+        return files.write_bytes(path, export.export_analysis(self, "json", *self._setting(None, None)), force=force,
+                                 how="pass force=True")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Analysis:
+        """An analysis saved by :meth:`save` (or a JSON export of the CLI or the app)."""
+        path = Path(path)
+        try:
+            info = path.stat()
+            if not stat.S_ISREG(info.st_mode):
+                raise AnalysisFileError(f"{path} is not a file")
+            if info.st_size > MAX_ANALYSIS_BYTES:
+                raise AnalysisFileError(f"{path} is {info.st_size / 2**20:,.0f} MB; an analysis is at most "
+                                        f"{MAX_ANALYSIS_BYTES // 2**20} MB")
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise AnalysisFileError(f"{path}: {exc.strerror or exc}") from None
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise AnalysisFileError(f"{path} is not JSON ({exc})") from None
+        return cls.from_dict(doc)
+
+    def export(self, path: str | os.PathLike, format: str | None = None, force: bool = False,
+               measure: str = "weight", target: int | str | None = None) -> Path:
+        """Write the analysis as ``png`` / ``svg`` / ``html`` (the heat map; ``target``: outline that word,
+        and draw the rows around it when the text is long, as the app does) or ``csv`` / ``json`` (every
+        number); ``format`` defaults to the file's suffix. Refuses to replace another file unless ``force``."""
+        fmt = (format or Path(path).suffix.lstrip(".")).lower()
+        if fmt not in export.FORMATS:
+            raise InputError(f"unknown export format {fmt or Path(path).name!r}; choose one of: {', '.join(export.FORMATS)}")
+        files.check_replace(path, None, force, how="pass force=True")
+        row = None if target is None else self.target_index(target)
+        rows = plots.heatmap_rows(self, row) if row is not None and len(self.targets) > plots.WINDOW_ROWS else None
+        data = export.export_analysis(self, fmt, *self._setting(None, None), measure=_measure(measure),
+                                      rows=rows, selected=row)
+        return files.write_bytes(path, data, force=force, how="pass force=True")
+
+    def chart(self, measure: str = "weight", target: int | str | None = None) -> alt.TopLevelMixin:
+        """The app's heat map (an Altair chart; surprisal bars for a model without attention), coloured by
+        ``measure`` (``weight`` or ``effect``), the highlights outlined; ``target`` outlines that word's
+        row and, in a long text, draws the :data:`vizlm.plots.WINDOW_ROWS` rows around it."""
+        measure = _measure(measure)
+        if measure == "effect" and self.attention is not None and self.slot_effects is None:
+            raise InputError("this analysis has no slot effects (a long text); analyze it with "
+                             "max_effect_pairs=None to compute every one")
+        row = None if target is None else self.target_index(target)
+        rows = plots.heatmap_rows(self, row) if row is not None and len(self.targets) > plots.WINDOW_ROWS else None
+        return export.analysis_chart(self, *self._setting(None, None), measure=measure, rows=rows, selected=row)
+
+    def html(self, target: int | str | None = None, measure: str = "weight", threshold: float | None = None,
+             top_k: int | None = None) -> str:
+        """The notebook view as a self-contained HTML string (no JavaScript): :meth:`show`'s."""
+        threshold, top_k = self._setting(threshold, top_k)
+        row = self.default_target(threshold, top_k) if target is None else self.target_index(target)
+        cases = cases_by_target(self, threshold, top_k).get(row, [])
+        return notebook.analysis_html(self, row, threshold, top_k, _measure(measure), cases)
+
+    def show(self, target: int | str | None = None, measure: str = "weight", threshold: float | None = None,
+             top_k: int | None = None) -> View:
+        """The view of one predicted word (an index or the word; default: the first with a labelled case):
+        the running text with its attention highlighted, its probability and attention effect, its memory
+        slots' weights and effects, its cases, and the heat map coloured by ``measure``. A notebook cell
+        ending in it displays it (``_repr_html_``)."""
+        return View(self.html(target, measure, threshold, top_k))
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+
+class View:
+    """HTML that displays itself in Jupyter (``_repr_html_``); ``.html`` is the string, :meth:`save`
+    writes it as a page."""
+
+    def __init__(self, html: str):
+        self.html = html
+
+    def _repr_html_(self) -> str:
+        return self.html
+
+    def __repr__(self) -> str:
+        return f"View({len(self.html):,} characters of HTML; displayed in Jupyter)"
+
+    def save(self, path: str | os.PathLike, force: bool = False) -> Path:
+        page = ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>vizlm</title></head>'
+                f"<body>{self.html}</body></html>\n")
+        return files.write_text(path, page, force=force, how="pass force=True")
+
+
+def _svg(chart: alt.TopLevelMixin) -> str | None:
+    """The chart as SVG for a notebook view (drawn in a child process); None when it cannot be drawn."""
+    try:
+        svg = export.chart_bytes(chart, "svg").decode("utf-8")
+    except (RenderError, OSError):
+        return None
+    return re.sub(r"^<\?xml[^>]*>\s*", "", svg)
+
+
+# --------------------------------------------------------------------------- corpora
+class Comparison:
+    """Model ``b`` against the baseline ``a``, sentence by sentence (:func:`compare`)."""
+
+    def __init__(self, result: stats.Comparison, corpus: str, split: str):
+        self.result, self.corpus, self.split = result, corpus, split
+        self.a, self.b = result.name_a, result.name_b
+
+    @property
+    def summary(self) -> dict:
+        """perplexity_a, perplexity_b, ratio (b / a over the corpus) with its 95% bootstrap interval
+        (ratio_ci_low, ratio_ci_high; resampling documents when a model reads running text),
+        share_improved (sentences where b's perplexity is lower), median_sentence_ratio, sentences, tokens."""
+        return dict(self.result.summary)
+
+    def frame(self) -> pd.DataFrame:
+        """One row per sentence, most improved first: sentence_id, text, length, ppl_a, ppl_b, difference,
+        log_ratio."""
+        return self.result.table.copy()
+
+    def most_improved(self, n: int = 10, min_length: int = 0) -> pd.DataFrame:
+        """The ``n`` sentences (of at least ``min_length`` words) whose perplexity ``b`` lowers most."""
+        return self.result.most_improved(_whole(n, "n", 0), _whole(min_length, "min_length", 0)).copy()
+
+    def most_worsened(self, n: int = 10, min_length: int = 0) -> pd.DataFrame:
+        return self.result.most_worsened(_whole(n, "n", 0), _whole(min_length, "min_length", 0)).copy()
+
+    def chart(self) -> alt.LayerChart:
+        """The app's scatter: per-sentence perplexity of a (x) against b (y), log axes, the diagonal."""
+        return plots.comparison_scatter(self.result.table, self.a, self.b)
+
+    def to_dict(self) -> dict:
+        return export.json_safe(self.result.to_dict())
+
+    def __repr__(self) -> str:
+        s = self.result.summary
+        return (f"Comparison({self.b!r} vs {self.a!r} on {self.corpus}/{self.split}: ratio {s.get('ratio', math.nan):.4f}, "
+                f"{s.get('sentences', 0):,} sentences)")
+
+    def _repr_html_(self) -> str:
+        svg = _svg(self.chart()) if len(self.result.table) <= SVG_MAX_POINTS else None
+        return notebook.comparison_html(self.a, self.b, self.result.summary, self.most_improved(10, 5),
+                                        self.most_worsened(10, 5), svg)
+
+
+def compare(a: str | Model, b: str | Model, corpus: str = "brown", split: str = "test",
+            limit: int | None = None, progress: Callable[[float], None] | None = None) -> Comparison:
+    """Per-sentence perplexity of ``b`` against the baseline ``a`` (names, paths or loaded models) on a
+    corpus split (:func:`corpora`), each model in its context (a document model scores every sentence
+    after the ones before it). The whole split is cached on disk; ``limit`` scores only its first
+    sentences (not cached). ``progress(fraction)`` is called as the whole split is scored."""
+    ma, mb = _model(a), _model(b)
+    _check_split(corpus, split)
+    if ma.checkpoint.vocab.itos != mb.checkpoint.vocab.itos:
+        raise InputError(f"{ma.name} and {mb.name} have different vocabularies (trained on different corpora?); "
+                         "their per-sentence perplexities are not comparable")
+    if limit is None:
+        result = stats.compare_corpus(ma.checkpoint, mb.checkpoint, corpus, split, progress=progress)
+    else:
+        c = load_corpus(corpus, split)
+        n = _whole(limit, "limit")
+        result = stats.compare(ma.checkpoint, mb.checkpoint, c.sentences[:n], c.ids[:n], originals=c.originals[:n])
+    return Comparison(result, corpus, split)
+
+
+class Positions:
+    """Mean attention and slot effect by relative position (:func:`positions`; Daniluk et al. Fig. 3)."""
+
+    def __init__(self, result: stats.PositionStats, corpus: str | None, split: str | None):
+        self.result, self.corpus, self.split = result, corpus, split
+
+    def frame(self) -> pd.DataFrame:
+        """One row per (model, offset): model, offset (1 = the most recent slot), mean weight, lo, hi (95%
+        band), count, effect (mean slot effect in bits), effect_lo, effect_hi."""
+        return self.result.frame.copy()
+
+    @property
+    def entropy(self) -> dict[str, float]:
+        """Mean attention entropy per model (nats)."""
+        return dict(self.result.entropy)
+
+    @property
+    def effects(self) -> dict[str, dict]:
+        """Per model: tokens, mean_read_bits, mean_abs_read_bits, share_over_1_bit (words the read moves
+        by more than 1 bit)."""
+        return dict(self.result.effects)
+
+    @property
+    def skipped(self) -> list[str]:
+        """Models left out: they have no attention."""
+        return list(self.result.skipped)
+
+    def chart(self, measure: str = "weight") -> alt.LayerChart:
+        """The app's chart: the mean weight (``measure="effect"``: the mean slot effect) by position, one
+        line per model, the 95% band."""
+        measure = _measure(measure)
+        if self.result.frame.empty:
+            raise InputError("none of these models has attention: there is nothing to draw")
+        if measure == "effect" and not self.result.frame["effect"].notna().any():
+            raise InputError("these positions were computed without effects (effects=False)")
+        return plots.positions_chart(self.result.frame, measure=measure)
+
+    def to_dict(self) -> dict:
+        return export.json_safe(self.result.to_dict())
+
+    def __repr__(self) -> str:
+        models = list(dict.fromkeys(self.result.frame["model"].astype(str))) if not self.result.frame.empty else []
+        where = f" on {self.corpus}/{self.split}" if self.corpus else ""
+        return f"Positions({', '.join(models) or 'no attention model'}{where})"
+
+    def _repr_html_(self) -> str:
+        frame = self.result.frame
+        svgs = []
+        if not frame.empty:
+            svgs.append(_svg(self.chart()))
+            if frame["effect"].notna().any():
+                svgs.append(_svg(self.chart("effect")))
+        return notebook.positions_html(frame, self.result.entropy, self.result.peak, self.result.effects,
+                                       self.result.skipped, svgs)
+
+
+def positions(models: str | Model | Iterable[str | Model], corpus: str = "brown", split: str = "test",
+              window: int = 10, effects: bool = True, limit: int | None = None,
+              progress: Callable[[float], None] | None = None) -> Positions:
+    """Mean attention weight at 1..``window`` words back for each attention model (names, paths or
+    loaded models), with the mean slot effect there and the share of words the read moves by more than
+    1 bit, over a corpus split read in each model's context (a document model reads the documents as
+    running text). The whole split is cached on disk (a window's statistics serve every narrower one);
+    ``limit`` reads only its first sentences. ``progress(fraction)`` is called as the text is read."""
+    chosen = [models] if isinstance(models, (str, os.PathLike, Model, Checkpoint)) else list(models)
+    if not chosen:
+        raise InputError("positions() needs at least one model")
+    ckpts = [_model(m).checkpoint for m in chosen]
+    _check_split(corpus, split)
+    window = _whole(window, "window")
+    if limit is None:
+        result = stats.positions_corpus(ckpts, corpus, split, window=window, effects=bool(effects), progress=progress)
+    else:
+        c = load_corpus(corpus, split)
+        n = _whole(limit, "limit")
+        result = stats.attention_by_position(ckpts, c.sentences[:n], window=window, effects=bool(effects), ids=c.ids[:n],
+                                             progress=progress)
+    return Positions(result, corpus, split)
+

@@ -1,0 +1,310 @@
+"""The Explorer's glue: its URL state, the example picker, the selected word, and a model's panel.
+
+``pages/explorer.py`` lays the page out and calls these; the numbers come from the API
+(:class:`vizlm.api.Analysis`, through :mod:`vizlm.app.results`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import streamlit as st
+
+from vizlm import corpus as vc
+from vizlm.api import ATTENTION_OFF, MAX_TOKENS, READINGS, Analysis
+from vizlm.app import checkpoints as ck
+from vizlm.app import results
+from vizlm.app import widgets as ui
+from vizlm.checkpoint import meta_corpus
+from vizlm.data import CORPUS_LANGUAGE, CORPUS_TITLES, example_passages, example_sentences
+from vizlm.links import DEFAULT_TEXT, MAX_TOP_K, parse_query
+from vizlm.plots import attention_key_html, format_prob, highlighted_html, sentence_strip_html, text_span
+
+UNKNOWN_WARNING = 0.5  # share of out-of-vocabulary words above which a model is said not to read the text
+EXAMPLE_LABEL_CHARS = 42  # what a third of the page's select box shows (about 330 px)
+
+
+def defaults(names: list[str]) -> tuple[str, str | None]:
+    """The model to open with and the one to compare it with."""
+    model = ck.preferred_model(names)
+    return model, ck.baseline_model(names, model)
+
+
+def seed_from_url(names: list[str]) -> None:
+    """Copy the query string into the widgets' state when it changed outside this session."""
+    params = st.query_params.to_dict()
+    last = st.session_state.get("_qs_written")
+    if params == last:
+        return
+    if not params and last:  # back from another page via the menu: restore this session's view
+        params = last
+    model, compare = defaults(names)
+    state, notes = parse_query(params, names, model, compare, DEFAULT_TEXT)
+    st.session_state.update(
+        model=state.model,
+        compare=state.compare or "",
+        text=state.text,
+        mode="Top-k" if state.top_k else "Threshold",
+        threshold=state.threshold,
+        topk=state.top_k or 3,
+        heat_measure=state.measure,
+        _measure=state.measure,
+        _target_url=state.target,
+        _url_notes=notes,
+        example=None,
+    )
+
+
+def use_example() -> None:
+    choice = st.session_state.get("example")
+    if choice:
+        st.session_state["text"] = st.session_state["_examples"][choice]
+
+
+def example_options(model: str, compare: str) -> dict[str, str]:
+    """``{"<group> · <sentence id>": text}`` for the example picker: passages first, then sentences."""
+    opts = {f"{name} passage · {sid}": text for corpus, name in (("brown", "Brown"), ("wsj", "WSJ"))
+            for sid, text in example_passages(corpus, "test")}
+    opts |= {f"WSJ · {sid}": text for sid, text in example_sentences("wsj", "test")}
+    opts |= {f"Brown · {sid}": text for sid, text in example_sentences("brown", "test")}
+    improved = st.session_state.get("_improved", {}).get((compare, model))
+    if improved:
+        opts = {f"improved by {model} · {sid}": text for sid, text in improved} | opts
+    st.session_state["_examples"] = opts
+    return opts
+
+
+def example_label(key: str, text: str) -> str:
+    """``Brown passage · The jurors said the…``: the example's group and its first words, cut at a word
+    so the whole label fits the picker."""
+    head = key.split(" · ")[0] + " · "
+    words, shown = text.split(), ""
+    for w in words:
+        if len(head) + len(shown) + len(w) + 2 > EXAMPLE_LABEL_CHARS:
+            return head + (shown or w[: EXAMPLE_LABEL_CHARS - len(head) - 1]) + "…"
+        shown = f"{shown} {w}" if shown else w
+    return head + shown
+
+
+def find_improved(model: str, compare: str) -> bool:
+    """Rank the Brown test sentences by how much ``model`` improves on ``compare`` (progress bar, cached)."""
+    try:
+        result = results.with_progress(vc.compare_corpus, ck.get_checkpoint(compare), ck.get_checkpoint(model),
+                                       "brown", "test", text=f"Scoring Brown test with {compare} and {model}")
+    except (ValueError, ck.UserError) as exc:  # e.g. different vocabularies
+        ui.show_error(exc)
+        return False
+    rows = []
+    for sid in result.most_improved(10, min_length=8)["sentence_id"].astype(str):
+        idx = results.sentence_index("brown", "test", sid)
+        if idx is not None:
+            rows.append((sid, results.sentence_text("brown", "test", idx)))
+    st.session_state.setdefault("_improved", {})[(compare, model)] = rows
+    return True
+
+
+def warn_unknown(analyses: dict[str, Analysis], names: list[str]) -> None:
+    """A warning for each model that reads most of the text as ``<unk>`` (e.g. Chinese for an English model)."""
+    for name, a in analyses.items():
+        unknown = sum(a.unk) / max(1, len(a.unk))
+        if unknown <= UNKNOWN_WARNING:
+            continue
+        corpus = meta_corpus(ck.model_meta(name))
+        trained = f" {CORPUS_LANGUAGE[corpus]}-only: it was trained on {CORPUS_TITLES[corpus]}" if corpus in CORPUS_LANGUAGE else ""
+        readers = ck.readers_of(a.tokens, names)  # the models in this text's language
+        instead = (f" Choose a {ck.language(readers[0])} model instead: {', '.join(readers)}."
+                   if readers and name not in readers else "")
+        st.warning(f"{unknown:.0%} of these words are not in {name}'s vocabulary ({name} is{trained or ' not trained on text like this'}). "
+                   f"It reads them as <unk>, so its attention and probabilities say little about this text.{instead}",
+                   icon=":material/translate:")
+
+
+def target_key(sa: Analysis, text: str, threshold: float | None, top_k: int | None) -> str:
+    """The Session State key of the word picker for this text (a new text forgets the old selection),
+    holding the word the link asks for, else the one already picked, else :meth:`Analysis.default_target`."""
+    T = len(sa.targets)
+    key = "target:" + hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    old = st.session_state.get("_target_key")
+    if old != key:
+        st.session_state.pop(old, None)
+        st.session_state["_target_key"] = key
+    wanted = st.session_state.pop("_target_url", None)
+    if wanted is not None and 0 <= wanted < T:
+        st.session_state[key] = wanted
+    elif wanted is not None:
+        st.warning(f"The link selects word {wanted}, but this text has {T} predicted words (0 to {T - 1}); picking one.",
+                   icon=":material/link:")
+    if st.session_state.get(key) not in range(T):
+        st.session_state[key] = sa.default_target(threshold, top_k)
+    return key
+
+
+def word_label(sa: Analysis, r: int) -> str:
+    word = sa.tokens[r] if r < len(sa.tokens) else "</s>"
+    label = ui.md_escape(word)
+    return f":orange[{label} ?]" if r < len(sa.unk) and sa.unk[r] else label
+
+
+def _bits(x: float) -> str:
+    text = f"{x:+.2f} bits"
+    return "+0.00 bits" if text == "-0.00 bits" else text
+
+
+def model_panel(name: str, sa: Analysis, doc: dict, r: int, threshold: float | None, top_k: int | None,
+                text: str) -> None:
+    """One model's column: its reading, the word's numbers, the running text with its attention, the
+    memory slots by effect, the labelled cases and the top predictions (``doc``: :meth:`Analysis.to_dict`)."""
+    t = doc["targets"][r]
+    ppl = ck.perplexity(name)
+    st.subheader(name, anchor=False, help=f"{ck.family(name)} checkpoint" + (f"; {ppl[0]} perplexity {ppl[1]:.1f}" if ppl else ""))
+    several = " (one sentence: both readings agree)" if not sa.boundaries else ""
+    st.caption(f":material/menu_book: **{sa.context}-level checkpoint**: {READINGS[sa.context]}{several}.")
+    with st.container(horizontal=True, wrap=True, gap="medium"):  # wraps instead of cutting numbers off
+        st.metric("P(word)", format_prob(t["prob"]), help="probability the model gave the actual next word",
+                  width="content")
+        st.metric("Surprisal", f"{t['surprisal_bits']:.1f} bits", help="−log₂ P(word); lower is better", width="content")
+        if t["read_effect_bits"] is not None:
+            st.metric("Attention effect", _bits(t["read_effect_bits"]), width="content",
+                      help="log₂ P(word) with the attention read minus without it (the read set to zero): how much the "
+                           "attention changed this prediction. +1 bit = twice as likely with the attention.")
+        st.metric("Perplexity", f"{sa.perplexity:.0f}", help="perplexity of the whole text", width="content")
+    if sa.attention is None:
+        st.html(sentence_strip_html(sa, selected=r, span=text_span(sa, r)))
+        st.caption(f"{name} has no attention: it predicts from its recurrent state alone. Each word shows the "
+                   "probability this model gave it; the bar colour is its surprisal.")
+    else:
+        _attention_panel(name, sa, t, r, threshold, top_k, text)
+    if sa.gates is not None:
+        st.caption(f"AMSRN selection gate g₁ for this step: mean {t['gate_mean']:.2f} over {sa.gates.shape[1]} units (see the Gates tab).")
+    st.dataframe(
+        {"next word": [x["word"] for x in t["top"]], "probability": [format_prob(x["prob"]) for x in t["top"]]},
+        column_config={"next word": st.column_config.TextColumn("next word", width="small"),
+                       "probability": st.column_config.TextColumn("probability", width="small")},
+        hide_index=True, width="stretch", height=213,
+    )
+
+
+def _attention_panel(name: str, sa: Analysis, t: dict, r: int, threshold: float | None, top_k: int | None,
+                     text: str) -> None:
+    st.html(highlighted_html(sa, r, threshold=threshold, top_k=top_k, span=text_span(sa, r)) + attention_key_html())
+    if (t["start_weight"] or 0) >= ATTENTION_OFF:
+        st.caption(f":material/power_settings_new: **Attention mostly off for this word:** {t['start_weight']:.0%} of the "
+                   "weight is on the empty start slot (a zero vector), so the read adds little to the prediction.")
+    st.caption(f"**Attention changed log₂ P(word) by {_bits(t['read_effect_bits'])}**: without its read, "
+               f"P(word) would be {format_prob(t['prob_without_read'])} instead of {format_prob(t['prob'])}.")
+    effect_bits = results.row_effect_bits(name, text, r)  # [S] bits, computed for this word if need be
+    slots = sa.slot_table(r, effect_bits, threshold=threshold, top_k=top_k)
+    st.caption("Memory slots of this word, **largest |effect| first** (then by weight): the highlighted ones "
+               "and the three whose effect is largest.")
+    st.dataframe(
+        {"memory slot": [f"{e['slot']} {e['word']}" for e in slots], "weight": [e["weight"] for e in slots],
+         "effect (bits)": [e["effect_bits"] for e in slots]},
+        column_config={
+            "weight": st.column_config.ProgressColumn("weight", format="%.3f", min_value=0.0, max_value=1.0),
+            "effect (bits)": st.column_config.NumberColumn(
+                "effect (bits)", format="%+.3f",
+                help="log₂ P(word) minus the same with this slot dropped (the other weights renormalised): "
+                     "+ the slot helped, − it hurt"),
+        },
+        hide_index=True, width="stretch",
+    )
+    # the slot effect of each case, also when it was computed for this word alone (a long text)
+    cases = [{**c, "effect": c.get("effect") if c.get("effect") is not None or effect_bits is None
+              else float(effect_bits[c["slot"]])} for c in t["cases"] if c.get("labels")]
+    cases.sort(key=lambda c: (c.get("effect") is None, -(c.get("effect") or 0.0)))  # most helpful first
+    if cases:
+        for c in cases:
+            effect = "" if c.get("effect") is None else f" · effect {_bits(c['effect'])}"
+            for lab in c["labels"]:
+                why = c["evidence"].get(lab, "") if isinstance(c["evidence"], dict) else c["evidence"]
+                st.markdown(f"{ui.label_badge(lab)} **{ui.md_escape(c['attended'])}** → "
+                            f"**{ui.md_escape(t['word'])}** · weight {c['weight']:.2f}{effect}  \n"
+                            f":small[{ui.md_escape(why)}]")
+        if len(cases) > 1:
+            st.caption("Cases ranked by effect: the pair whose slot helped the prediction most first.")
+    elif t["highlights"]:
+        st.caption("The attended words above match no trigger / causal / phrase / grammar rule.")
+    else:
+        st.caption("No earlier word reaches the threshold for this word; lower it or use top-k.")
+
+
+def sidebar() -> tuple[list[str], str, str, float | None, int | None]:
+    """The sidebar: the upload, the model and the one to compare it with, the highlight setting.
+    Returns (every model name, model, compare ("" for none), threshold, top_k)."""
+    models_box = st.sidebar.container()
+    ui.upload_widget()
+    names = ck.model_names()  # an upload may have added one
+    with models_box:
+        st.header("Models", anchor=False)
+        if st.session_state.get("model") not in names:
+            st.session_state["model"] = defaults(names)[0]
+        listed = ck.by_kind(names)
+        model = st.selectbox("Model", listed, key="model", format_func=ck.model_label,
+                             help=f"{ck.KINDS_HELP} {ck.model_help(st.session_state['model'])}")
+        others = [""] + [n for n in listed if n != model]
+        if st.session_state.get("compare") not in others:
+            st.session_state["compare"] = ""
+        compare = st.selectbox("Compare with", others, key="compare", format_func=ck.model_label,
+                               help="A second model shown side by side. It opens with the control the model's run was "
+                                    "measured against (the same training without attention, see Models), else the LSTM. "
+                                    + ck.model_help(st.session_state["compare"]))
+    with st.sidebar:
+        st.header("Highlight", anchor=False)
+        mode = st.segmented_control("Mode", ["Threshold", "Top-k"], key="mode", required=True,
+                                    help="Highlight every earlier word with at least this attention weight, or the k heaviest.")
+        threshold, top_k = None, None
+        if mode == "Top-k":
+            top_k = st.slider("Words to highlight", 1, MAX_TOP_K, key="topk")
+        else:
+            threshold = st.slider("Attention threshold", 0.0, 1.0, step=0.01, key="threshold")
+    return names, model, compare, threshold, top_k
+
+
+def text_input(model: str, compare: str) -> str:
+    """The title, the text box and the example picker (with "Most improved"); returns the text."""
+    st.title("Explorer", anchor=False)
+    st.caption(f"Type a sentence or a passage (up to {MAX_TOKENS} words; a line break, . ! ? before a capital or 。！？ ends a "
+               "sentence). Each model reads it left to right, a document-level model as running text, a sentence-level "
+               "model a sentence at a time; pick a word to see which earlier words the model attended to while "
+               "predicting it, how sure it was, and why the attention may have helped.")
+    for note in st.session_state.pop("_url_notes", []):
+        st.warning(note, icon=":material/link:")
+    left, right = st.columns([2, 1], vertical_alignment="bottom")
+    with right:
+        examples = example_options(model, compare)
+        st.session_state.setdefault("example", None)
+        st.selectbox("Or pick an example", list(examples), key="example",
+                     placeholder="Passages and sentences…", on_change=use_example,
+                     format_func=lambda k: example_label(k, examples[k]),
+                     help="Passages of Brown test documents and of the WSJ sample, single sentences, and the "
+                          "sentences the model improves most (after “Most improved”).")
+        can_rank = compare and ck.has_attention(model) and (compare, model) not in st.session_state.get("_improved", {})
+        clicked = can_rank and st.button(
+            f"Most improved by {model}", icon=":material/trending_down:", width="stretch", key="rank_improved",
+            help=f"Scores the Brown test split with both models once (cached), then lists the 10 "
+                 f"sentences whose perplexity {model} lowers most relative to {compare}.")
+        if clicked and find_improved(model, compare):
+            st.rerun()
+    with left:
+        text = st.text_area("Sentence or passage", key="text", height=96,
+                            placeholder="Type or paste English text: a sentence, or several…")
+    return text
+
+
+def word_picker(sa: Analysis, text: str, threshold: float | None, top_k: int | None) -> int:
+    """The predicted word to look at (a row of ``sa``), picked among the words of the text."""
+    T = len(sa.targets)
+    tkey = target_key(sa, text, threshold, top_k)
+    if sa.boundaries:
+        documents = f" in {len(sa.breaks) + 1} documents (a blank line ends one)" if sa.breaks else ""
+        st.caption(f"A passage of {len(sa.boundaries) + 1} sentences{documents}, {T} predicted words (each sentence "
+                   "ends with </s>). Dashed lines in the heat map and bars in the running text mark where a sentence "
+                   "begins.")
+    labels = ui.unique_labels([word_label(sa, i) for i in range(T)])
+    # long texts: the word picker scrolls instead of pushing everything down
+    with st.container(height=220 if T > 60 else "content", border=False):
+        r = st.pills("Predicted word — click one", list(range(T)), key=tkey, required=True,
+                     format_func=labels.__getitem__,
+                     help="Pick the word being predicted: the model has read every word before it. "
+                          "Orange words marked ? are outside the vocabulary (read as <unk>).")
+    return r

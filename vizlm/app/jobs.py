@@ -1,0 +1,120 @@
+"""Corpus computations in the background, shared by every browser session of the server.
+
+A page asks for a result by key (:func:`result`). The first ask starts the computation in a
+worker thread of the server process; a later ask, from any session, or after the page was left
+and opened again, finds it running (and waits on it, from where it is) or done. The page waits
+with a progress bar; leaving the page stops the waiting, never the computation. The most recent
+:data:`KEEP` results stay in memory (the corpus functions also keep theirs on disk); a failed
+job is reported to the sessions waiting on it, then forgotten, so that the next ask tries again.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import streamlit as st
+
+WORKERS = 2  # a short request (200 sentences) need not wait behind another session's whole split
+KEEP = 32  # finished results kept in memory, the most recently asked
+QUICK_S = 0.5  # a result that comes within this (from the disk cache) shows without a progress bar
+POLL_S = 0.25
+
+
+@dataclass
+class Job:
+    """One computation: its progress (0..1, as the corpus functions report it), then its result or error."""
+
+    key: Hashable
+    fraction: float = 0.0
+    started: bool = False
+    result: Any = None
+    error: BaseException | None = None
+    finished: threading.Event = field(default_factory=threading.Event)
+
+    def progress(self, fraction: float) -> None:
+        self.fraction = min(1.0, max(self.fraction, float(fraction)))
+
+
+class Jobs:
+    """The registry: one :class:`Job` per key, run on a thread pool."""
+
+    def __init__(self, workers: int = WORKERS, keep: int = KEEP):
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="vizlm-job")
+        self._lock = threading.Lock()
+        self._jobs: OrderedDict[Hashable, Job] = OrderedDict()
+        self._keep = keep
+
+    def submit(self, key: Hashable, fn: Callable, *args, **kwargs) -> Job:
+        """The job of ``key``: the one running or done, else ``fn(*args, **kwargs)`` started (given
+        ``progress=`` when it takes one)."""
+        with self._lock:
+            job = self._jobs.get(key)
+            if job is not None:
+                self._jobs.move_to_end(key)
+                return job
+            job = self._jobs[key] = Job(key)
+            self._trim()
+        if "progress" in inspect.signature(fn).parameters:
+            kwargs = {**kwargs, "progress": job.progress}
+        self._pool.submit(self._run, job, fn, args, kwargs)
+        return job
+
+    def _run(self, job: Job, fn: Callable, args: tuple, kwargs: dict) -> None:
+        job.started = True
+        try:
+            job.result = fn(*args, **kwargs)
+            job.fraction = 1.0
+        except Exception as exc:  # noqa: BLE001 - handed to the sessions waiting on it
+            job.error = exc
+            self.forget(job)
+        finally:
+            job.finished.set()
+
+    def forget(self, job: Job) -> None:
+        with self._lock:
+            if self._jobs.get(job.key) is job:
+                del self._jobs[job.key]
+
+    def _trim(self) -> None:
+        """Drop the least recently asked finished jobs past :data:`KEEP` (running ones stay)."""
+        done = [k for k, j in self._jobs.items() if j.finished.is_set()]
+        for k in done[: max(0, len(done) - self._keep)]:
+            del self._jobs[k]
+
+    def running(self) -> int:
+        with self._lock:
+            return sum(not j.finished.is_set() for j in self._jobs.values())
+
+
+@st.cache_resource(show_spinner=False)
+def registry() -> Jobs:
+    """The server's one registry (shared by every session and page)."""
+    return Jobs()
+
+
+def result(key: Hashable, fn: Callable, *args, text: str, **kwargs):
+    """``fn(*args, **kwargs)``'s result for ``key``, computed once in the background for every session
+    (:class:`Jobs`); while it runs, a progress bar says ``text`` and how far it is. Raises the
+    computation's error."""
+    job = registry().submit(key, fn, *args, **kwargs)
+    if not job.finished.wait(QUICK_S):
+        bar = st.progress(job.fraction, text=_label(job, text))
+        while not job.finished.wait(POLL_S):
+            bar.progress(job.fraction, text=_label(job, text))
+        bar.empty()
+    if job.error is not None:
+        raise job.error
+    return job.result
+
+
+def _label(job: Job, text: str) -> str:
+    if not job.started:
+        return f"{text} · waiting for another computation to finish"
+    return (f"{text} · {job.fraction:.0%} (computed once for everyone, then cached; it goes on if you open "
+            "another page)")

@@ -1,0 +1,417 @@
+"""Import a model trained elsewhere: pytorch/examples' ``word_language_model`` (``RNNModel``).
+
+``vizlm import pytorch-examples MODEL.pt --data FOLDER --corpus NAME --out DIR`` turns one of
+its checkpoints into a vizlm checkpoint (``model.safetensors`` + ``config.json``, the ``lstm``
+family with the same cell, layers, sizes and tying, read from the weights) and prepares
+``FOLDER`` (its ``train.txt``, ``valid.txt``, ``test.txt``) as the vizlm corpus ``NAME`` with
+exactly the model's vocabulary.
+
+Reading the file, no pickled code runs: ``torch.load(weights_only=True)`` with an allow-list of
+inert stand-ins (:class:`Inert`). A whole module saved by its ``main.py`` (``torch.save(model,
+f)``) names ``model.RNNModel`` and torch's layer classes; each is rebuilt as a stand-in that
+only keeps its attributes (``_parameters``, ``_modules``, ``rnn_type``...), and nothing of
+either class is imported or called. Any other global (``os.system`` in a crafted
+``__reduce__``, a class of the user's own) stops the load before it is called.
+
+Vocabulary (pytorch/examples' ``data.Corpus``): the words of ``train.txt``, then ``valid.txt``,
+then ``test.txt``, in order of first appearance, every line split on whitespace plus ``<eos>``;
+the model's id of a word is its position in that list. vizlm's vocabulary starts with its four
+special tokens (:data:`vizlm.data.SPECIALS`), so the imported one is::
+
+    <pad> <s> </s> <unk>  then the model's words in its own order, without <eos> and <unk>
+
+``</s>`` is the model's ``<eos>`` (a sentence ends where a line ended), ``<unk>`` the model's
+``<unk>`` when it has one (WikiText and PTB do). ``<s>``, which vizlm reads before a sentence
+read alone, is read as ``<eos>`` (the token before every line in the model's stream); it is never
+predicted. The rows vizlm adds get a zero weight and a bias of ``-IMPOSSIBLE`` in the output
+layer: a probability of exactly 0 in float32, so the softmax over the model's words is the
+model's own (a row without a word: ``<pad>``, ``<s>``, and ``<unk>`` when the model has none;
+zero embedding rows except ``<s>``'s). Each of the model's words keeps its rows: the logits of
+the imported checkpoint at vizlm ids are the original model's logits at the model's ids, bit
+for bit (``tests/test_import.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import re
+import stat
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from vizlm import files, paths
+from vizlm.checkpoint import MAX_PARAMETERS, CheckpointError, _check_vocab, save_checkpoint
+from vizlm.data import BOS, EOS, PAD, SPECIALS, SPLITS, USER_CORPUS_FILE, USER_CORPUS_FORMAT, Vocab, check_corpus_name
+from vizlm.errors import VizlmError
+from vizlm.models import build_model, count_parameters
+
+SOURCES = ("pytorch-examples",)  # what `vizlm import` reads
+SOURCE_EOS, SOURCE_UNK = "<eos>", "<unk>"  # pytorch/examples' end of line; the unknown word of WikiText / PTB
+IMPOSSIBLE = 1e4  # output bias of the rows vizlm adds: exp(-1e4) is 0 in float32 and float64 (checkpoint limit: 1e4)
+MAX_FILE_BYTES = 1 << 30  # a model file; vizlm checkpoints hold at most 50M parameters (200 MB) anyway
+SAVE_STATE_DICT = 'torch.save(model.state_dict(), "model_state.pt")'  # the one line that makes a file vizlm reads
+CELLS = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}  # RNNModel's rnn_type -> vizlm
+GATES = {4: "lstm", 3: "gru"}  # rows of weight_ih per hidden unit -> cell (1: an Elman RNN, tanh or ReLU)
+
+
+class ImportModelError(VizlmError, ValueError):
+    """A model file or data folder that cannot be imported, with a message meant for the user."""
+
+
+# --------------------------------------------------------------------------- reading without running code
+class Inert:
+    """An object of an allow-listed pickled class, rebuilt as data: its attributes and nothing else.
+
+    The unpickler creates it with ``__new__`` and fills ``__dict__`` from the pickled state
+    (:meth:`__setstate__`); no method of the class it stands in for exists here, so none runs.
+    """
+
+    pickled_name = ""  # the class it stands in for, "module.Class"
+
+    def __init__(self, *args, **kwargs):  # a REDUCE on the stand-in: keep the arguments, do nothing
+        self.__dict__["args"] = args
+
+    def __setstate__(self, state) -> None:
+        if isinstance(state, tuple) and len(state) == 2:  # (dict state, slot state), as pickle's BUILD
+            state = {**(state[0] or {}), **(state[1] or {})}
+        if isinstance(state, dict):
+            self.__dict__.update(state)
+
+
+# The classes a pytorch/examples checkpoint saved whole may name (main.py's own allow-list), each
+# rebuilt as an Inert stand-in. The Transformer's are here so that it is recognised and refused
+# with a message of its own rather than as an unknown class.
+ALLOWED = (
+    "model.RNNModel",
+    "torch.nn.modules.sparse.Embedding", "torch.nn.modules.rnn.LSTM", "torch.nn.modules.rnn.GRU",
+    "torch.nn.modules.rnn.RNN", "torch.nn.modules.linear.Linear", "torch.nn.modules.dropout.Dropout",
+    "model.TransformerModel", "model.PositionalEncoding", "torch.nn.functional.relu",
+    "torch.nn.modules.activation.MultiheadAttention", "torch.nn.modules.container.ModuleList",
+    "torch.nn.modules.linear.NonDynamicallyQuantizableLinear", "torch.nn.modules.normalization.LayerNorm",
+    "torch.nn.modules.transformer.TransformerEncoder", "torch.nn.modules.transformer.TransformerEncoderLayer",
+)
+STAND_INS = {name: type(name.rpartition(".")[2], (Inert,), {"pickled_name": name}) for name in ALLOWED}
+
+
+def _refused(path: Path, why: str) -> ImportModelError:
+    return ImportModelError(
+        f"{path}: {why}; vizlm reads a state dict or pytorch/examples' RNNModel saved whole, and never runs code "
+        f"from a file. Save a state dict where the model is defined and import that: {SAVE_STATE_DICT}")
+
+
+def read_model_file(path: Path | str) -> dict[str, torch.Tensor] | Inert:
+    """A state dict (name -> tensor) or the root stand-in of a module saved whole, read with
+    ``torch.load(weights_only=True)`` and only :data:`STAND_INS` allowed besides torch's tensors."""
+    path = Path(path)
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise ImportModelError(f"{path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ImportModelError(f"{path} is not a regular file; give a PyTorch model file (.pt)")
+    if info.st_size > MAX_FILE_BYTES:
+        raise ImportModelError(f"{path} is {info.st_size / 2**30:.1f} GiB; the limit is {MAX_FILE_BYTES / 2**30:g} GiB")
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if head[:4] != b"PK\x03\x04" and head[:1] != b"\x80":  # torch.save's zip, or its legacy format (a pickle)
+        raise ImportModelError(f"{path} is not a PyTorch model file (neither torch.save's zip format nor a pickle)")
+    try:
+        with torch.serialization.safe_globals([(cls, name) for name, cls in STAND_INS.items()]), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # e.g. "Detected pickle protocol 4": the refusal says enough
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        found = re.search(r"GLOBAL (\S+)", str(exc)) or re.search(r"(?:function|got) (<[^>]*>|\S+)", str(exc))
+        what = f"it names {found.group(1).rstrip('.,')}, which is not allowed" if found else "it is not plain data"
+        raise _refused(path, f"refused to unpickle ({what})") from None
+    except (RuntimeError, EOFError, ValueError, OSError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        raise ImportModelError(f"{path} is not a PyTorch model file torch.load can read ({first})") from None
+    return obj
+
+
+def module_tensors(root: Inert) -> dict[str, torch.Tensor]:
+    """The state dict of a module saved whole, from its stand-ins: ``_parameters`` and
+    ``_buffers`` of every submodule under its dotted name (a tied weight is the same tensor twice)."""
+    out: dict[str, torch.Tensor] = {}
+    todo, seen = [("", root)], set()
+    while todo:
+        prefix, node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        for kind in ("_parameters", "_buffers"):
+            for key, t in _mapping(node, kind).items():
+                if isinstance(t, torch.Tensor):
+                    out[prefix + str(key)] = t
+        for key, child in _mapping(node, "_modules").items():
+            if isinstance(child, Inert):
+                todo.append((f"{prefix}{key}.", child))
+    return out
+
+
+def _mapping(node: Inert, name: str) -> dict:
+    """A stand-in's attribute ``name`` if it is a dict (what a module's ``_parameters`` are), else empty."""
+    value = node.__dict__.get(name)
+    return value if isinstance(value, dict) else {}
+
+
+# --------------------------------------------------------------------------- what the weights say
+@dataclass
+class Spec:
+    """An RNNModel read from its weights."""
+
+    cell: str  # lstm | gru | rnn_tanh | rnn_relu
+    layers: int
+    vocab_size: int
+    emb_dim: int
+    hidden_dim: int
+    tied: bool
+
+
+def state_dict_of(obj, path: Path, nonlinearity: str | None = None) -> tuple[dict[str, torch.Tensor], str | None]:
+    """``(state dict, cell)`` of what :func:`read_model_file` returned; ``cell`` is known from a
+    module saved whole (its ``rnn_type``), or from ``nonlinearity`` for a state dict of an Elman RNN."""
+    cell = None if nonlinearity is None else f"rnn_{nonlinearity}"
+    if isinstance(obj, Inert):
+        kind = type(obj).pickled_name  # the class the file named (not an attribute its state could set)
+        if kind == "model.TransformerModel":
+            raise ImportModelError(f"{path} is pytorch/examples' TransformerModel; vizlm imports its RNNModel "
+                                   "(LSTM, GRU, RNN_TANH, RNN_RELU) only: the Transformer is not supported yet")
+        if kind != "model.RNNModel":
+            raise _refused(path, f"it holds a {kind} object, not an RNNModel")
+        state = module_tensors(obj)
+        rnn = _mapping(obj, "_modules").get("rnn")
+        layer = rnn.__dict__ if isinstance(rnn, Inert) else {}
+        mode = layer.get("mode") or obj.__dict__.get("rnn_type")
+        if not isinstance(mode, str) or mode not in CELLS:
+            raise _refused(path, f"its RNNModel has the recurrent cell {str(mode)[:40]!r}, not one of {', '.join(CELLS)}")
+        if any(layer.get(k) not in (None, False, 0) for k in ("bidirectional", "proj_size", "batch_first")):
+            raise ImportModelError(f"{path}: a bidirectional, projected or batch-first RNN is not an RNNModel vizlm imports")
+        if cell is not None and cell != CELLS[mode]:
+            raise ImportModelError(f"{path} saved its RNN as {mode}; --nonlinearity {nonlinearity} says otherwise")
+        cell = CELLS[mode]
+    elif isinstance(obj, dict):
+        state = dict(obj)
+        if state and all(isinstance(k, str) and k.startswith("module.") for k in state):  # saved from DataParallel
+            state = {k[len("module."):]: v for k, v in state.items()}
+    else:
+        raise _refused(path, f"it holds a {type(obj).__name__}, not a state dict or an RNNModel")
+    bad = [str(k)[:40] for k, v in state.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
+    if bad:
+        raise _refused(path, f"its entries {bad[:3]} are not named tensors: not a state dict")
+    if any(k.startswith(("transformer_encoder.", "pos_encoder.", "input_emb.")) for k in state):
+        raise ImportModelError(f"{path} is a state dict of pytorch/examples' TransformerModel; vizlm imports its "
+                               "RNNModel (LSTM, GRU, RNN_TANH, RNN_RELU) only: the Transformer is not supported yet")
+    return state, cell
+
+
+def read_spec(state: dict[str, torch.Tensor], cell: str | None, path: Path) -> Spec:
+    """Cell, layers, sizes and tying from an RNNModel state dict (keys ``encoder``, ``rnn``, ``decoder``),
+    every tensor's name and shape checked."""
+    need = ["encoder.weight", "decoder.weight", "decoder.bias", "rnn.weight_ih_l0", "rnn.weight_hh_l0"]
+    missing = [k for k in need if k not in state]
+    if missing:
+        raise ImportModelError(f"{path} is not a pytorch/examples RNNModel: it has no {', '.join(missing)} "
+                               f"(its tensors: {', '.join(list(state)[:6])}{', ...' if len(state) > 6 else ''})")
+    V, E = _shape(state, "encoder.weight", 2)
+    gH, H = _shape(state, "rnn.weight_hh_l0", 2)
+    if H < 1 or gH % H:
+        raise ImportModelError(f"{path}: rnn.weight_hh_l0 is {gH} x {H}, not gates x hidden by hidden")
+    gates = gH // H
+    seen = GATES.get(gates, "rnn" if gates == 1 else None)
+    if seen is None:
+        raise ImportModelError(f"{path}: rnn.weight_hh_l0 has {gates} gates per unit; an LSTM has 4, a GRU 3, an RNN 1")
+    if seen == "rnn":
+        if cell is None:
+            raise ImportModelError(f"{path} is a state dict of an Elman RNN (RNN_TANH or RNN_RELU), which the weights "
+                                   "do not tell apart: pass --nonlinearity tanh or --nonlinearity relu")
+        if not cell.startswith("rnn_"):
+            raise ImportModelError(f"{path}: the weights are an Elman RNN's, not a {cell}'s")
+    elif cell is not None and cell != seen:
+        raise ImportModelError(f"{path}: the weights are a {seen.upper()}'s, not a {cell}'s")
+    cell = cell or seen
+    layers = 0
+    while f"rnn.weight_ih_l{layers}" in state:
+        layers += 1
+    expected = {"encoder.weight": (V, E), "decoder.weight": (V, H), "decoder.bias": (V,)}
+    for k in range(layers):
+        expected |= {f"rnn.weight_ih_l{k}": (gH, E if k == 0 else H), f"rnn.weight_hh_l{k}": (gH, H),
+                     f"rnn.bias_ih_l{k}": (gH,), f"rnn.bias_hh_l{k}": (gH,)}
+    extra = sorted(set(state) - set(expected))
+    if extra:
+        raise ImportModelError(f"{path}: unexpected tensors {extra[:4]} (a bidirectional or projected RNN, or not an "
+                               "RNNModel); vizlm imports pytorch/examples' RNNModel")
+    for key, shape in expected.items():
+        if key not in state:
+            raise ImportModelError(f"{path}: {key} is missing (an RNN without biases is not an RNNModel)")
+        if tuple(state[key].shape) != shape:
+            raise ImportModelError(f"{path}: {key} is {tuple(state[key].shape)}; the other tensors call for {shape}")
+        t = state[key]
+        if not t.is_floating_point():
+            raise ImportModelError(f"{path}: {key} is {t.dtype}, not floating point")
+        if not bool(torch.isfinite(t).all()):
+            raise ImportModelError(f"{path}: {key} contains NaN or infinite values")
+    enc, dec = state["encoder.weight"], state["decoder.weight"]
+    tied = _same_storage(enc, dec) or (enc.shape == dec.shape and torch.equal(enc, dec))
+    return Spec(cell, layers, V, E, H, tied)
+
+
+def _shape(state: dict[str, torch.Tensor], key: str, dims: int) -> tuple[int, ...]:
+    shape = tuple(state[key].shape)
+    if len(shape) != dims:
+        raise ImportModelError(f"{key} has shape {shape}; expected {dims} dimensions")
+    return shape
+
+
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and a.storage_offset() == b.storage_offset()
+            and a.shape == b.shape and a.stride() == b.stride())
+
+
+# --------------------------------------------------------------------------- vocabulary and corpus
+def source_vocabulary(folder: Path) -> list[str]:
+    """pytorch/examples' ``data.Corpus`` dictionary of ``folder``: the words of train.txt, then
+    valid.txt, then test.txt in order of first appearance, every line split on whitespace plus
+    ``<eos>`` (a blank line included). Index = the model's id."""
+    words: dict[str, None] = {}
+    for split in SPLITS:
+        with open(_split_file(folder, split), encoding="utf-8") as fh:
+            for line in fh:
+                for w in line.split():
+                    words.setdefault(w, None)
+                words.setdefault(SOURCE_EOS, None)
+    return list(words)
+
+
+def _split_file(folder: Path, split: str) -> Path:
+    path = Path(folder) / f"{split}.txt"
+    if not path.is_file():
+        raise ImportModelError(f"{path} is missing: --data must be a folder with train.txt, valid.txt and test.txt "
+                               "(the data the model was trained on, as pytorch/examples reads it)")
+    return path
+
+
+def vizlm_vocabulary(words: list[str]) -> tuple[list[str], list[int]]:
+    """``(vizlm words, model id of each)``: the specials first, then the model's words in its own
+    order (module docstring); -1 where a special has no row of the model (``<pad>``, ``<s>``,
+    ``<unk>`` when the model has none). ``<s>``'s entry is -1: it reads the ``<eos>`` embedding
+    but is never predicted (:func:`convert`)."""
+    for special in (PAD, BOS, EOS):
+        if special in words:
+            raise ImportModelError(f"the corpus uses {special!r} as a word; vizlm keeps it for its own special token")
+    index = {w: i for i, w in enumerate(words)}
+    itos = list(SPECIALS)
+    rows = [-1, -1, index[SOURCE_EOS], index.get(SOURCE_UNK, -1)]
+    for i, w in enumerate(words):
+        if w not in (SOURCE_EOS, SOURCE_UNK):
+            itos.append(w)
+            rows.append(i)
+    try:
+        _check_vocab(itos, len(itos))
+    except CheckpointError as exc:
+        raise ImportModelError(f"the corpus's vocabulary cannot be a vizlm vocabulary: {exc}") from None
+    return itos, rows
+
+
+def convert(state: dict[str, torch.Tensor], spec: Spec, rows: list[int], vocab_size: int):
+    """The vizlm ``lstm`` model of the RNNModel ``state``: the recurrent weights as they are, the
+    embedding and output rows moved to the vizlm ids (``rows``: model id of each vizlm id)."""
+    config = {"vocab_size": vocab_size, "emb_dim": spec.emb_dim, "hidden_dim": spec.hidden_dim, "rnn": spec.cell,
+              "layers": spec.layers, "tie": spec.tied, "context": "document"}
+    model = build_model("lstm", **config)
+    n = count_parameters(model)
+    if n > MAX_PARAMETERS:
+        raise ImportModelError(f"the model has {n:,} parameters; vizlm checkpoints hold at most {MAX_PARAMETERS:,}")
+    idx = torch.tensor(rows)
+    has = idx >= 0
+    src = idx.clamp_min(0)
+    enc = state["encoder.weight"].float()
+    embed = torch.where(has[:, None], enc[src], 0.0)  # (V', E)
+    embed[Vocab.bos_id] = enc[rows[Vocab.eos_id]]  # <s> is read as <eos>, the token before every line
+    weight = torch.where(has[:, None], state["decoder.weight"].float()[src], 0.0)  # (V', H)
+    bias = torch.where(has, state["decoder.bias"].float()[src], -IMPOSSIBLE)  # (V',): the added rows are never predicted
+    new = {"embed.weight": embed, "decoder.bias": bias}
+    if not spec.tied:
+        new["decoder.weight"] = weight
+    for k in range(spec.layers):
+        for part in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            new[f"rnn.{part}_l{k}"] = state[f"rnn.{part}_l{k}"].float()
+    model.load_state_dict(new)
+    return model.eval()
+
+
+def write_corpus(folder: Path, name: str, itos: list[str], data_dir: Path | None = None, force: bool = False,
+                 source: dict | None = None) -> Path:
+    """Write ``folder``'s splits as the vizlm corpus ``name`` (the layout :func:`vizlm.data.load_corpus`
+    reads) with the vocabulary ``itos``: every line a sentence, its words as they are (no
+    normalisation: the model's words), a blank line an empty sentence (the model's lone
+    ``<eos>``), each split one document (the model read it as one stream). Nothing is replaced
+    without ``force``; every file is checked before the first is written."""
+    check_corpus_name(name)
+    out = Path(data_dir or paths.data_dir()) / name
+    planned: dict[Path, bytes] = {}
+    for split in SPLITS:
+        with open(_split_file(folder, split), encoding="utf-8") as fh:
+            sents = [line.split() for line in fh]
+        text = "".join(" ".join(s) + "\n" for s in sents)
+        planned[out / f"{split}.txt"] = text.encode("utf-8")
+        planned[out / f"{split}.orig"] = planned[out / f"{split}.txt"]
+        planned[out / f"{split}.tags"] = "".join(" ".join("-" * bool(w) for w in s) + "\n" for s in sents).encode()
+        planned[out / f"{split}.ids"] = "".join(f"{split}:{i}\n" for i in range(len(sents))).encode()
+    planned[out / "vocab.txt"] = ("\n".join(itos) + "\n").encode("utf-8")
+    marker = {"format": USER_CORPUS_FORMAT, "name": name, "splits": list(SPLITS), "source": source or {},
+              "vocab_size": len(itos)}
+    planned[out / USER_CORPUS_FILE] = (json.dumps(marker, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
+    how = "pass --force (vizlm import)"
+    for path, data in planned.items():
+        files.check_replace(path, data, force, how)
+    out.mkdir(parents=True, exist_ok=True)
+    for path, data in planned.items():
+        files.write_bytes(path, data, force=True)
+    return out
+
+
+# --------------------------------------------------------------------------- the command
+def import_pytorch_examples(model_file: Path | str, data: Path | str, corpus: str, out: Path | str,
+                            nonlinearity: str | None = None, force: bool = False,
+                            data_dir: Path | None = None) -> dict:
+    """Import a pytorch/examples ``word_language_model`` checkpoint (module docstring); returns a
+    summary. Everything is checked before anything is written; ``out`` or a corpus that would
+    change is replaced only with ``force``."""
+    model_file, data, out = Path(model_file), Path(data), Path(out)
+    check_corpus_name(corpus)
+    if not data.is_dir():
+        raise ImportModelError(f"--data {data}: not a folder (give the folder with train.txt, valid.txt, test.txt)")
+    if files.checkpoint_files(out) and not force:
+        raise files.OverwriteError(f"{out} holds a checkpoint ({', '.join(files.checkpoint_files(out))}); pass --force "
+                                   "to replace it, or import elsewhere")
+    if out.exists() and not out.is_dir():
+        raise ImportModelError(f"--out {out} is a file; give a folder")
+    state, cell = state_dict_of(read_model_file(model_file), model_file, nonlinearity)
+    spec = read_spec(state, cell, model_file)
+    words = source_vocabulary(data)
+    if len(words) != spec.vocab_size:
+        raise ImportModelError(
+            f"{model_file} has {spec.vocab_size:,} words but {data}'s train.txt, valid.txt and test.txt give "
+            f"{len(words):,}: that is not the data the model was trained on")
+    itos, rows = vizlm_vocabulary(words)
+    model = convert(state, spec, rows, len(itos))
+    source = {"kind": "pytorch-examples", "file": str(model_file.name), "data": str(data), "cell": spec.cell,
+              "layers": spec.layers, "tied": spec.tied, "model_vocab_size": spec.vocab_size}
+    corpus_dir = write_corpus(data, corpus, itos, data_dir, force, {"kind": source["kind"], "data": source["data"]})
+    out.mkdir(parents=True, exist_ok=True)
+    save_checkpoint(out, model, "lstm", Vocab(itos), label=out.name, parameters=count_parameters(model),
+                    corpus={"name": corpus}, imported=source)
+    return {"checkpoint": str(out), "corpus": corpus, "corpus_folder": str(corpus_dir), "model": "lstm",
+            "rnn": spec.cell, "layers": spec.layers, "emb_dim": spec.emb_dim, "hidden_dim": spec.hidden_dim,
+            "tie": spec.tied, "vocab_size": len(itos), "model_vocab_size": spec.vocab_size,
+            "parameters": count_parameters(model)}
+
+
+__all__ = ["ImportModelError", "SOURCES", "import_pytorch_examples", "read_model_file", "read_spec", "state_dict_of",
+           "source_vocabulary", "vizlm_vocabulary", "convert", "write_corpus", "Inert", "STAND_INS"]
