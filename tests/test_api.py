@@ -122,6 +122,8 @@ USER_ERRORS = {
     "window 0": lambda lm, a, t: vizlm.positions(lm, window=0, limit=5),
     "positions split": lambda lm, a, t: vizlm.positions(lm, corpus="sinica", split="dev", limit=5),
     "most_improved n": lambda lm, a, t: vizlm.compare("lstm", lm, limit=20).most_improved(-1),
+    "no given words": lambda lm, a, t: vizlm.compare("lstm", lm, sentences=[[], []]),
+    "ids for other sentences": lambda lm, a, t: vizlm.positions(lm, sentences=[["the", "end"]], ids=["d:0", "d:1"]),
 }
 
 
@@ -352,6 +354,21 @@ def test_compare(lm):
     html = c._repr_html_()
     assert "bootstrap interval" in html and "<svg" in html and "<script" not in html.lower()
     assert "amsrn" in repr(c)
+
+
+def test_given_sentences_are_what_the_cli_reads(lm):
+    """``sentences`` / ``ids`` (what ``vizlm compare|positions --text-file`` passes) go to the same library
+    functions a split does; a document model reads each document's sentences as running text."""
+    from vizlm import corpus
+
+    sents = [["the", "jury", "said", "it", "."], ["the", "city", "paid", "."], ["it", "rained", "."]]
+    ids = ["d1:0", "d1:1", "d2:0"]
+    c = vizlm.compare("lstm", lm, sentences=sents, ids=ids)
+    direct = corpus.compare(vizlm.load("lstm").checkpoint, lm.checkpoint, sents, ids)
+    assert c.frame().equals(direct.table) and c.summary == direct.summary and "given sentences" in repr(c)
+    p = vizlm.positions("kvp-doc", window=4, sentences=sents, ids=ids)
+    same = corpus.attention_by_position([vizlm.load("kvp-doc").checkpoint], sents, window=4, ids=ids)
+    assert p.frame().equals(same.frame) and p.entropy == same.entropy
 
 
 def test_positions():

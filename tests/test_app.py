@@ -412,7 +412,7 @@ def test_most_improved_sentences_join_the_examples(monkeypatch):
     from vizlm import corpus as vc
     from vizlm.data import load_corpus
 
-    def small_compare_corpus(a, b, corpus, split, progress=None, use_cache=True):
+    def small_compare_corpus(a, b, corpus, split, progress=None, use_cache=True, ctx=None):
         c = load_corpus(corpus, split)
         if progress:
             progress(0.5)

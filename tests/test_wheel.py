@@ -78,9 +78,12 @@ def test_wheel_cli_runs_outside_the_repo(installed):
     out = json.loads(_run(vizlm + ["--data", str(ROOT / "data"), "eval", "--checkpoint", str(lstm), "--corpus", "wsj", "--json"], work, env).stdout)
     stored = json.loads((lstm / "config.json").read_text(encoding="utf-8"))["metrics"]["wsj_perplexity"]
     assert out["perplexity"] == pytest.approx(stored, rel=1e-4)
-    # bundled names through --checkpoints; the corpus statistics are cached in the user cache dir only
+    # names through --checkpoints (a folder of copies: without the statistics shipped beside the bundled ones,
+    # checkpoints/stats/, so they are computed); they are cached in the user cache dir only
     site = Path(where[0]).parent.parent
-    out = json.loads(_run(vizlm + ["--data", str(ROOT / "data"), "--checkpoints", str(ROOT / "checkpoints"), "compare",
+    for name in ("lstm", "amsrn"):
+        shutil.copytree(ROOT / "checkpoints" / name, work / "mine" / name)
+    out = json.loads(_run(vizlm + ["--data", str(ROOT / "data"), "--checkpoints", str(work / "mine"), "compare",
                                    "--a", "lstm", "--b", "amsrn", "--corpus", "wsj", "--json"], work, env).stdout)
     assert out["summary"]["perplexity_a"] == pytest.approx(stored, rel=1e-4)
     assert list(Path(where[1]).glob("*.json")), "compare wrote no cache entry"

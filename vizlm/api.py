@@ -60,6 +60,7 @@ from vizlm.checkpoint import (
     read_meta,
 )
 from vizlm.data import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, DataError, load_corpus
+from vizlm.distributed import SINGLE, Context
 from vizlm.errors import InputError, VizlmError
 from vizlm.models import ATTENTION_MODELS
 from vizlm.render import RenderError
@@ -577,7 +578,8 @@ class Comparison:
 
     def __repr__(self) -> str:
         s = self.result.summary
-        return (f"Comparison({self.b!r} vs {self.a!r} on {self.corpus}/{self.split}: ratio {s.get('ratio', math.nan):.4f}, "
+        where = f"{self.corpus}/{self.split}" if self.corpus else "the given sentences"
+        return (f"Comparison({self.b!r} vs {self.a!r} on {where}: ratio {s.get('ratio', math.nan):.4f}, "
                 f"{s.get('sentences', 0):,} sentences)")
 
     def _repr_html_(self) -> str:
@@ -586,19 +588,43 @@ class Comparison:
                                         self.most_worsened(10, 5), svg)
 
 
+def _given(sentences, ids, what: str) -> tuple[list[list[str]], list[str]]:
+    """Sentences given instead of a split, and their ids (``document:index``; each sentence its own
+    document when none are given)."""
+    sentences = [list(s) for s in sentences]
+    if not any(sentences):
+        raise InputError(f"no sentences to {what}: the text has no words")
+    ids = [f"s{i}:0" for i in range(len(sentences))] if ids is None else [str(i) for i in ids]
+    if len(ids) != len(sentences):
+        raise InputError(f"{len(ids)} ids for {len(sentences)} sentences")
+    return sentences, ids
+
+
 def compare(a: str | Model, b: str | Model, corpus: str = "brown", split: str = "test",
-            limit: int | None = None, progress: Callable[[float], None] | None = None) -> Comparison:
+            limit: int | None = None, progress: Callable[[float], None] | None = None, *,
+            sentences: Iterable[list[str]] | None = None, ids: Iterable[str] | None = None,
+            context: Context | None = None) -> Comparison:
     """Per-sentence perplexity of ``b`` against the baseline ``a`` (names, paths or loaded models) on a
     corpus split (:func:`corpora`), each model in its context (a document model scores every sentence
     after the ones before it). The whole split is cached on disk; ``limit`` scores only its first
-    sentences (not cached). ``progress(fraction)`` is called as the whole split is scored."""
+    sentences (not cached). ``progress(fraction)`` is called as the whole split is scored.
+
+    ``sentences`` (tokenised and normalised, e.g. :func:`vizlm.data.read_text_file`'s) are scored
+    instead of a split, with their ``ids`` (``document:index``: a document model reads each
+    document's sentences as running text). ``context``: the process group of a ``torchrun`` run
+    (:func:`vizlm.distributed.session`, what ``vizlm compare --device`` uses): its ranks score
+    the split together and every rank gets the result."""
     ma, mb = _model(a), _model(b)
-    _check_split(corpus, split)
     if ma.checkpoint.vocab.itos != mb.checkpoint.vocab.itos:
         raise InputError(f"{ma.name} and {mb.name} have different vocabularies (trained on different corpora?); "
                          "their per-sentence perplexities are not comparable")
+    if sentences is not None:
+        sents, names = _given(sentences, ids, "compare")
+        return Comparison(stats.compare(ma.checkpoint, mb.checkpoint, sents, names), None, None)
+    _check_split(corpus, split)
     if limit is None:
-        result = stats.compare_corpus(ma.checkpoint, mb.checkpoint, corpus, split, progress=progress)
+        result = stats.compare_corpus(ma.checkpoint, mb.checkpoint, corpus, split, progress=progress,
+                                      ctx=context or SINGLE)
     else:
         c = load_corpus(corpus, split)
         n = _whole(limit, "limit")
@@ -664,20 +690,28 @@ class Positions:
 
 def positions(models: str | Model | Iterable[str | Model], corpus: str = "brown", split: str = "test",
               window: int = 10, effects: bool = True, limit: int | None = None,
-              progress: Callable[[float], None] | None = None) -> Positions:
+              progress: Callable[[float], None] | None = None, *, sentences: Iterable[list[str]] | None = None,
+              ids: Iterable[str] | None = None, context: Context | None = None) -> Positions:
     """Mean attention weight at 1..``window`` words back for each attention model (names, paths or
     loaded models), with the mean slot effect there and the share of words the read moves by more than
     1 bit, over a corpus split read in each model's context (a document model reads the documents as
     running text). The whole split is cached on disk (a window's statistics serve every narrower one);
-    ``limit`` reads only its first sentences. ``progress(fraction)`` is called as the text is read."""
+    ``limit`` reads only its first sentences. ``progress(fraction)`` is called as the text is read.
+    ``sentences``, ``ids`` and ``context``: as :func:`compare` takes them."""
     chosen = [models] if isinstance(models, (str, os.PathLike, Model, Checkpoint)) else list(models)
     if not chosen:
         raise InputError("positions() needs at least one model")
     ckpts = [_model(m).checkpoint for m in chosen]
-    _check_split(corpus, split)
     window = _whole(window, "window")
+    if sentences is not None:
+        sents, names = _given(sentences, ids, "read")
+        result = stats.attention_by_position(ckpts, sents, window=window, effects=bool(effects), ids=names,
+                                             progress=progress)
+        return Positions(result, None, None)
+    _check_split(corpus, split)
     if limit is None:
-        result = stats.positions_corpus(ckpts, corpus, split, window=window, effects=bool(effects), progress=progress)
+        result = stats.positions_corpus(ckpts, corpus, split, window=window, effects=bool(effects), progress=progress,
+                                        ctx=context or SINGLE)
     else:
         c = load_corpus(corpus, split)
         n = _whole(limit, "limit")

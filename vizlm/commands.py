@@ -2,8 +2,8 @@
 
 Each command is argparse -> one library call -> JSON (``--json``) or a table. Models are loaded,
 and texts analysed and exported, through the Python API (:mod:`vizlm.api`, what ``import vizlm``
-offers), as in a notebook; the corpus statistics are :mod:`vizlm.corpus`'s and :mod:`vizlm.cases`'s
-(with a device and, under torchrun, a process group, which the API does not take).
+offers), as in a notebook: comparisons and positions too (under torchrun with the process group,
+``context=``); the case reports are :mod:`vizlm.cases`'s.
 
 Also here, for every command of the CLI: the option types that refuse a bad number with a
 message (argparse then exits 2), reading ``--text-file`` and writing output files, and the
@@ -23,7 +23,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from vizlm import files
-from vizlm.api import ATTENTION_OFF, DEFAULT_THRESHOLD, MAX_TOKENS, MAX_TOP_K, READINGS, load
+from vizlm.api import ATTENTION_OFF, DEFAULT_THRESHOLD, MAX_TOKENS, MAX_TOP_K, READINGS, compare, load, positions
 from vizlm.cases import LABELS, RANKINGS
 from vizlm.data import CORPORA, MAX_TEXT_FILE_BYTES, read_text_file
 from vizlm.distributed import DEVICES, session
@@ -285,21 +285,21 @@ def cmd_analyze(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from vizlm.corpus import compare, compare_corpus
     from vizlm.export import export_frame
 
     check_outputs(args, "csv")
-    a, b = load(args.a).checkpoint, load(args.b).checkpoint
+    ma, mb = load(args.a), load(args.b)
+    a, b = ma.checkpoint, mb.checkpoint
     with session(args.device) as ctx:
         for c in (a, b):
             c.model.to(ctx.device)
         if args.text_file:
             sents, ids, _, _ = _sentences(args, "compare")
             with scoring_progress([a, b], sents, "compare"):
-                result = compare(a, b, sents, ids)
+                result = compare(ma, mb, sentences=sents, ids=ids).result
         else:
             with scoring_progress([a, b] if ctx.main else [], None, "compare"):
-                result = compare_corpus(a, b, args.corpus, args.split, ctx=ctx)
+                result = compare(ma, mb, args.corpus, args.split, context=ctx).result
         if not ctx.main:
             return 0
     if args.csv:
@@ -324,10 +324,9 @@ def cmd_compare(args) -> int:
 
 
 def cmd_positions(args) -> int:
-    from vizlm.corpus import attention_by_position, positions_corpus
-
     check_outputs(args, "png", "svg")
-    ckpts = [load(c).checkpoint for c in args.checkpoint]
+    models = [load(c) for c in args.checkpoint]
+    ckpts = [m.checkpoint for m in models]
     attending = [c for c in ckpts if c.has_attention]
     effects = not args.no_effects
     with session(args.device) as ctx:
@@ -336,10 +335,11 @@ def cmd_positions(args) -> int:
         if args.text_file:
             sents, ids, _, _ = _sentences(args, "analyse")  # ids: a document model reads each block as running text
             with scoring_progress(attending, sents, "positions"):
-                stats = attention_by_position(ckpts, sents, window=args.window, effects=effects, ids=ids)
+                stats = positions(models, window=args.window, effects=effects, sentences=sents, ids=ids).result
         else:
             with scoring_progress(attending if ctx.main else [], None, "positions"):
-                stats = positions_corpus(ckpts, args.corpus, args.split, window=args.window, effects=effects, ctx=ctx)
+                stats = positions(models, args.corpus, args.split, window=args.window, effects=effects,
+                                  context=ctx).result
         if not ctx.main:
             return 0
     if (args.png or args.svg) and not stats.frame.empty:

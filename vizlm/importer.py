@@ -26,9 +26,10 @@ read alone, is read as ``<eos>`` (the token before every line in the model's str
 predicted. The rows vizlm adds get a zero weight and a bias of ``-IMPOSSIBLE`` in the output
 layer: a probability of exactly 0 in float32, so the softmax over the model's words is the
 model's own (a row without a word: ``<pad>``, ``<s>``, and ``<unk>`` when the model has none;
-zero embedding rows except ``<s>``'s). Each of the model's words keeps its rows: the logits of
-the imported checkpoint at vizlm ids are the original model's logits at the model's ids, bit
-for bit (``tests/test_import.py``).
+zero embedding rows except ``<s>``'s). Each of the model's words keeps its rows: the recurrent
+outputs of the imported checkpoint equal the original model's bit for bit, and its logits at vizlm
+ids the original's at the model's ids within float32's tolerance (the output layer is a matrix
+product of another shape, whose kernel may round the last bit differently; ``tests/test_import.py``).
 """
 
 from __future__ import annotations

@@ -10,10 +10,10 @@ import hashlib
 
 import streamlit as st
 
-from vizlm import corpus as vc
 from vizlm.api import ATTENTION_OFF, MAX_TOKENS, READINGS, Analysis
+from vizlm.api import compare as compare_models
 from vizlm.app import checkpoints as ck
-from vizlm.app import results
+from vizlm.app import jobs, results
 from vizlm.app import widgets as ui
 from vizlm.checkpoint import meta_corpus
 from vizlm.data import CORPUS_LANGUAGE, CORPUS_TITLES, example_passages, example_sentences
@@ -87,10 +87,12 @@ def example_label(key: str, text: str) -> str:
 
 
 def find_improved(model: str, compare: str) -> bool:
-    """Rank the Brown test sentences by how much ``model`` improves on ``compare`` (progress bar, cached)."""
+    """Rank the Brown test sentences by how much ``model`` improves on ``compare`` (:func:`vizlm.compare` in
+    the background, the job the Compare page shares; progress bar; cached)."""
     try:
-        result = results.with_progress(vc.compare_corpus, ck.get_checkpoint(compare), ck.get_checkpoint(model),
-                                       "brown", "test", text=f"Scoring Brown test with {compare} and {model}")
+        result = jobs.result(("compare", ck.model_key(compare), ck.model_key(model), "brown", "test", None),
+                             compare_models, ck.get_checkpoint(compare), ck.get_checkpoint(model), "brown", "test",
+                             text=f"Scoring Brown test with {compare} and {model}").result
     except (ValueError, ck.UserError) as exc:  # e.g. different vocabularies
         ui.show_error(exc)
         return False
