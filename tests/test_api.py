@@ -123,6 +123,8 @@ USER_ERRORS = {
     "positions split": lambda lm, a, t: vizlm.positions(lm, corpus="sinica", split="dev", limit=5),
     "most_improved n": lambda lm, a, t: vizlm.compare("lstm", lm, limit=20).most_improved(-1),
     "no given words": lambda lm, a, t: vizlm.compare("lstm", lm, sentences=[[], []]),
+    "attribute a list": lambda lm, a, t: lm.attribute(["the", "end"]),
+    "attribute method": lambda lm, a, t: lm.attribute(TEXT, method="saliency"),
     "ids for other sentences": lambda lm, a, t: vizlm.positions(lm, sentences=[["the", "end"]], ids=["d:0", "d:1"]),
 }
 

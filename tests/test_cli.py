@@ -266,3 +266,30 @@ def test_long_work_shows_progress_on_stderr_only(capsys, monkeypatch, text_file)
     monkeypatch.setattr(commands, "PROGRESS_MIN_TOKENS", 10_000)
     code, out, err = run(capsys, "eval", "--checkpoint", "lstm", "--text-file", str(text_file), "--json")
     assert code == 0 and err == ""
+
+
+@pytest.mark.parametrize("ckpt,method", [("amsrn", "integrated-gradients"), ("lstm", "gradient-x-input"),
+                                         ("kvp-doc", "occlusion")])
+def test_attribute_json(capsys, ckpt, method):
+    """Issue 29: per word its attributions over the words read before it (never a later one), IG's convergence
+    delta, and for an attention model the agreement with its weights; the plain LSTM too."""
+    if ckpt not in bundled_checkpoints():
+        pytest.skip(f"{ckpt} is not bundled")
+    code, out, _ = run(capsys, "attribute", "--checkpoint", ckpt, "--text", PARAGRAPHS.splitlines()[0],
+                       "--method", method, "--steps", "16", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["method"] == method and doc["targets"] and doc["inputs"][0] == "<s>"
+    assert all(a["offset"] >= 0 and a["position"] <= t["index"] for t in doc["targets"] for a in t["attributions"])
+    assert any(a["score"] != 0 for t in doc["targets"] for a in t["attributions"])
+    assert ("convergence_delta" in doc["targets"][-1]) == (method == "integrated-gradients")
+    attention = ckpt != "lstm"
+    assert (doc["agreement"] is not None) == attention
+    assert all(("agreement" in t) == attention for t in doc["targets"])
+
+
+def test_attribute_refuses_what_it_cannot_do(capsys):
+    code, _, err = run(capsys, "attribute", "--checkpoint", "lstm", "--text", "the end .", "--method", "slot-effect")
+    assert code == 2 and "no attention" in err and "Traceback" not in err
+    code, _, err = run(capsys, "attribute", "--checkpoint", "lstm", "--text", "   ", "--method", "occlusion")
+    assert code == 2 and "Traceback" not in err

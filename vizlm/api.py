@@ -46,6 +46,7 @@ from vizlm.analysis import (  # noqa: F401 - ATTENTION_OFF, READINGS: facts the 
     analyze,
     context_of,
 )
+from vizlm.attribution import METHODS as ATTRIBUTION_METHODS  # noqa: F401 - read by the CLI from here
 from vizlm.checkpoint import (
     MAX_META_BYTES,
     META,
@@ -312,6 +313,19 @@ class Model:
                             f"than the {max_effect_pairs:,} computed at most (shorter sentences have fewer); the read "
                             "effects are")
         return Analysis.of(sa, *setting)
+
+    def attribute(self, text: str, method: str = "integrated-gradients", n_steps: int = 32):
+        """Which earlier words the prediction of every word of ``text`` depended on: the attribution of
+        ``log P(word)`` (nats) to each token read before it, in the model's context, for any family
+        (:func:`vizlm.attribution.attribute`; ``method``: ``gradient-x-input``, ``integrated-gradients``
+        with ``n_steps`` (doubled where its convergence delta exceeds 1%), ``occlusion`` or, with attention,
+        ``slot-effect``). Gives a :class:`vizlm.attribution.Attribution` (``.frame()``, ``.agreement()``
+        with the attention, ``.to_dict()``)."""
+        from vizlm.attribution import attribute
+
+        if not isinstance(text, str):
+            raise InputError(f"attribute() takes a text (str), not {type(text).__name__}")
+        return attribute(self.checkpoint, text, method=method, n_steps=n_steps)
 
 
 # --------------------------------------------------------------------------- one analysis

@@ -154,6 +154,32 @@ class Attribution:
         return {"targets": len(rows), "kendall_tau": _nanmean(tau), "top1_share": _nanmean(rows.top1.to_numpy(float)),
                 f"top{k}_overlap": _nanmean(rows.top_k_overlap.to_numpy(float))}
 
+    def to_dict(self) -> dict:
+        """JSON-able: per target (``targets``) its ``attributions`` over the positions of its reading up to
+        it (``position``, ``input``, ``offset`` words back, ``score`` in nats, ``attention`` where the row has
+        a slot for it), ``logprob``, for integrated gradients ``convergence_delta`` and ``steps``, and for an
+        attention model ``agreement`` (Kendall tau-b, top-1, top-3 overlap); the text's ``agreement``."""
+        agree = self.agreement() if self.attention is not None else None
+        rows = []
+        for r, word in enumerate(self.targets):
+            positions = np.flatnonzero(self.covered[r])
+            row = {"index": r, "word": word, "logprob": float(self.logprobs[r]), "attributions": [
+                {"position": int(q), "input": self.inputs[q], "offset": r - int(q), "score": float(self.scores[r, q]),
+                 **({"attention": float(self.attention[r, q]) if self.attended[r, q] else None}
+                    if self.attention is not None else {})}
+                for q in positions]}
+            if self.convergence_delta is not None:
+                row |= {"convergence_delta": float(self.convergence_delta[r]), "steps": int(self.steps[r]),
+                        "relative_delta": float(self.relative_delta[r])}
+            if agree is not None:
+                a = agree.iloc[r]
+                row["agreement"] = {"positions": int(a.positions), "kendall_tau": _float(a.kendall_tau),
+                                    "top1": _float(a.top1), f"top{TOP_K}_overlap": _float(a.top_k_overlap)}
+            rows.append(row)
+        return {"model": self.model, "method": self.method, "context": self.context, "unit": "nats of log P(word)",
+                "inputs": list(self.inputs), "targets": rows,
+                "agreement": self.agreement_summary() if agree is not None else None}
+
     def frame(self) -> pd.DataFrame:
         """One line per (target, position) of the rows' readings: row, target, position, input, offset,
         score (nats), attention (NaN where the row has no slot for the position) and, for integrated
@@ -441,6 +467,11 @@ def agreement(attention_row: Sequence[float], attribution_row: Sequence[float], 
     m = min(k, n)
     overlap = len(set(_top(a, m).tolist()) & set(_top(b, m).tolist())) / m
     return {"positions": n, "kendall_tau": kendall_tau(a, b), "top1": top1, "top_k_overlap": overlap}
+
+
+def _float(x) -> float | None:
+    """A number for JSON: None where it is not defined (NaN)."""
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
 
 def _nanmean(x: np.ndarray) -> float:

@@ -23,7 +23,17 @@ from pathlib import Path
 from tqdm import tqdm
 
 from vizlm import files
-from vizlm.api import ATTENTION_OFF, DEFAULT_THRESHOLD, MAX_TOKENS, MAX_TOP_K, READINGS, compare, load, positions
+from vizlm.api import (
+    ATTENTION_OFF,
+    ATTRIBUTION_METHODS,
+    DEFAULT_THRESHOLD,
+    MAX_TOKENS,
+    MAX_TOP_K,
+    READINGS,
+    compare,
+    load,
+    positions,
+)
 from vizlm.cases import LABELS, RANKINGS
 from vizlm.data import CORPORA, MAX_TEXT_FILE_BYTES, read_text_file
 from vizlm.distributed import DEVICES, session
@@ -200,6 +210,18 @@ def add_analysis_commands(sub) -> None:
     p.add_argument("--rank", choices=RANKINGS, default="weight",
                    help="which examples are the strongest: the heaviest, those whose slot helped the prediction most, "
                         "or the heaviest above uniform (weight - 1 / the slots the row could attend to)")
+
+    p = sub.add_parser("attribute", help="which earlier words each prediction of a text depended on (attribution), "
+                                         "and whether the attention agrees")
+    p.add_argument("--checkpoint", required=True, help="checkpoint folder or bundled name (any family, lstm too)")
+    p.add_argument("--text", required=True, help="the sentence or passage")
+    p.add_argument("--method", choices=ATTRIBUTION_METHODS, default="integrated-gradients",
+                   help="gradient x input, integrated gradients (with its convergence delta), occlusion (the word "
+                        "replaced by <unk>), or the attention's slot effect")
+    p.add_argument("--steps", type=whole(1, 512), default=32,
+                   help="integrated gradients' steps (doubled for a word whose convergence delta exceeds 1%%)")
+    p.add_argument("--json", action="store_true", help="print JSON: per word its attributions, IG's convergence "
+                                                       "delta and, for attention models, the agreement")
 
     p = sub.add_parser("export", help="attention heatmap and data of one sentence to a file")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or bundled name")
@@ -401,6 +423,26 @@ def cmd_cases(args) -> int:
     return 0
 
 
+def cmd_attribute(args) -> int:
+    result = load(args.checkpoint).attribute(args.text, method=args.method, n_steps=args.steps)
+    doc = result.to_dict()
+    if args.json:
+        dump_json(doc)
+        return 0
+    print(f"{doc['model']} ({doc['context']} level), {doc['method']}: attribution of log P(word) in nats to the "
+          "words read before it, the three largest |score| first")
+    for t in doc["targets"]:
+        top = sorted(t["attributions"], key=lambda a: -abs(a["score"]))[:3]
+        agree = t.get("agreement")
+        tail = "" if not agree or agree["kendall_tau"] is None else f"   tau {agree['kendall_tau']:+.2f}"
+        print(f"{t['index']:>3} {t['word']:<15} " + ", ".join(f"{a['input']}({a['score']:+.2f})" for a in top) + tail)
+    if doc["agreement"]:
+        s = doc["agreement"]
+        print(f"agreement with the attention over {s['targets']} words: mean Kendall tau {s['kendall_tau']:+.2f}, "
+              f"most attended = most important for {s['top1_share']:.0%}")
+    return 0
+
+
 def cmd_export(args) -> int:
     check_outputs(args, "out")
     sa = load(args.checkpoint).analyze(args.text, threshold=args.threshold, top_k=args.top_k)
@@ -414,7 +456,8 @@ def cmd_export(args) -> int:
     return 0
 
 
-COMMANDS = {"analyze": cmd_analyze, "compare": cmd_compare, "positions": cmd_positions, "cases": cmd_cases, "export": cmd_export}
+COMMANDS = {"analyze": cmd_analyze, "compare": cmd_compare, "positions": cmd_positions, "cases": cmd_cases,
+            "attribute": cmd_attribute, "export": cmd_export}
 
 
 def run(args) -> int:
