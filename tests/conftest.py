@@ -83,3 +83,21 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(
             f"{len(skipped)} browser test(s) skipped: {reason.removeprefix('Skipped: ')} "
             "(Debian: apt-get install chromium; .ci/run installs it)", yellow=True)
+
+
+def vega_colours(values: list[float], scale) -> list[tuple[int, int, int]]:
+    """The colour Vega draws for each of ``values`` on the Altair ``scale`` (one rect each, rendered to SVG):
+    what the Python palettes of :mod:`vizlm.plots` must match."""
+    import re
+
+    import altair as alt
+    import pandas as pd
+
+    from vizlm import export
+
+    df = pd.DataFrame({"x": [str(v) for v in values], "v": values})
+    chart = alt.Chart(df).mark_rect().encode(x=alt.X("x:N", sort=None), color=alt.Color("v:Q", scale=scale, legend=None))
+    svg = export.chart_bytes(chart, "svg").decode()
+    drawn = [tuple(map(int, m)) for m in re.findall(r'fill="rgb\((\d+), (\d+), (\d+)\)"', svg)]
+    assert len(drawn) == len(values)
+    return drawn

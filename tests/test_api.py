@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import subprocess
 import sys
 
@@ -14,7 +13,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT
+from conftest import ROOT, vega_colours
 
 import vizlm
 from vizlm import api, cli, export, plots
@@ -125,6 +124,8 @@ USER_ERRORS = {
     "no given words": lambda lm, a, t: vizlm.compare("lstm", lm, sentences=[[], []]),
     "attribute a list": lambda lm, a, t: lm.attribute(["the", "end"]),
     "attribute method": lambda lm, a, t: lm.attribute(TEXT, method="saliency"),
+    "corpus attribution split": lambda lm, a, t: lm.corpus_attribution("wsj", "valid"),
+    "corpus attribution limit": lambda lm, a, t: lm.corpus_attribution("wsj", limit=0),
     "ids for other sentences": lambda lm, a, t: vizlm.positions(lm, sentences=[["the", "end"]], ids=["d:0", "d:1"]),
 }
 
@@ -298,14 +299,9 @@ def test_chart_is_the_apps(a):
 def test_effect_colours_match_the_chart_scheme():
     """Effects are coloured in Python for the notebook's heat map: as Vega draws EFFECT_SCHEME."""
     values = [-1.0, -0.6, -0.2, 0.0, 0.3, 0.7, 1.0]
-    df = pd.DataFrame({"x": [str(v) for v in values], "v": values})
     scale = alt.Scale(scheme=plots.EFFECT_SCHEME, domain=[-plots.EFFECT_DOMAIN_BITS, plots.EFFECT_DOMAIN_BITS],
                       domainMid=0)
-    chart = alt.Chart(df).mark_rect().encode(x=alt.X("x:N", sort=None), color=alt.Color("v:Q", scale=scale, legend=None))
-    svg = export.chart_bytes(chart, "svg").decode()
-    drawn = [tuple(map(int, m)) for m in re.findall(r'fill="rgb\((\d+), (\d+), (\d+)\)"', svg)]
-    assert len(drawn) == len(values)
-    for v, rgb in zip(values, drawn):
+    for v, rgb in zip(values, vega_colours(values, scale)):
         ours = plots._rgb(plots.effect_colour(v))
         assert max(abs(p - q) for p, q in zip(ours, rgb)) <= 8, (v, ours, rgb)
     assert plots.effect_colour(5.0) == plots.effect_colour(1.0)

@@ -293,3 +293,22 @@ def test_attribute_refuses_what_it_cannot_do(capsys):
     assert code == 2 and "no attention" in err and "Traceback" not in err
     code, _, err = run(capsys, "attribute", "--checkpoint", "lstm", "--text", "   ", "--method", "occlusion")
     assert code == 2 and "Traceback" not in err
+
+
+def test_attribute_corpus_statistics(capsys, monkeypatch, tmp_path):
+    """Issue 29: ``--corpus`` gives attribution by distance for any model, the agreement and the permutation
+    test for attention models, with 95% intervals (cached: a second run reads them)."""
+    monkeypatch.setenv("VIZLM_CACHE", str(tmp_path))
+    docs = {}
+    for ckpt in ("amsrn", "lstm"):
+        code, out, _ = run(capsys, "attribute", "--checkpoint", ckpt, "--corpus", "wsj", "--limit", "6", "--json")
+        assert code == 0
+        docs[ckpt] = json.loads(out)
+    for doc in docs.values():
+        assert doc["units"] == 6 and doc["positions"]["offset"][0] == 0 and doc["method"] == "gradient-x-input"
+    agreement = docs["amsrn"]["agreement"]
+    assert agreement["top1_share"]["lo"] <= agreement["top1_share"]["value"] <= agreement["top1_share"]["hi"]
+    assert docs["amsrn"]["permutation"]["targets"] > 0 and not docs["lstm"].get("agreement")
+    assert len(list(tmp_path.glob("*.json"))) == 2
+    code, out, _ = run(capsys, "attribute", "--checkpoint", "amsrn", "--corpus", "wsj", "--limit", "6", "--json")
+    assert json.loads(out) == docs["amsrn"] and len(list(tmp_path.glob("*.json"))) == 2

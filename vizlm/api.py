@@ -327,6 +327,21 @@ class Model:
             raise InputError(f"attribute() takes a text (str), not {type(text).__name__}")
         return attribute(self.checkpoint, text, method=method, n_steps=n_steps)
 
+    def corpus_attribution(self, corpus: str = "brown", split: str = "test", method: str = "gradient-x-input",
+                           limit: int | None = None, n_steps: int = 32,
+                           progress: Callable[[float], None] | None = None) -> dict:
+        """:meth:`attribute` over a corpus split (its first ``limit`` sentences), cached on disk
+        (:func:`vizlm.attribution.corpus_attribution`): attribution by distance beside the attention's
+        (Daniluk et al.'s Fig. 3) and, for attention models, the agreement and Jain & Wallace's permutation
+        test, each with a 95% bootstrap interval over sentences (a document model's: passages)."""
+        from vizlm.attribution import corpus_attribution
+
+        _check_split(corpus, split)
+        if limit is not None:
+            limit = _whole(limit, "limit")
+        return corpus_attribution(self.checkpoint, corpus, split, method=method, limit=limit, n_steps=n_steps,
+                                  progress=progress)
+
 
 # --------------------------------------------------------------------------- one analysis
 @dataclass(repr=False)

@@ -507,7 +507,7 @@ def permutation_shift(ckpt: Checkpoint, sa: SentenceAnalysis, permutations: int 
         shuffle = [r for r in range(Tb) if mask[r].sum() >= 2]
         if not shuffle:
             continue
-        m = torch.from_numpy(np.ascontiguousarray(mask))  # (Tb, Tb)
+        m = torch.tensor(np.asarray(mask, dtype=bool))  # (Tb, Tb), a copy: the mask may be read only
         keys = torch.from_numpy(rng.random((permutations, Tb, Tb))).masked_fill(~m, math.inf)  # (K, Tb, Tb)
         order = keys.argsort(-1)  # (K, Tb, Tb): a random order of each row's allowed slots first
         span = torch.arange(Tb)

@@ -214,10 +214,17 @@ def add_analysis_commands(sub) -> None:
     p = sub.add_parser("attribute", help="which earlier words each prediction of a text depended on (attribution), "
                                          "and whether the attention agrees")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or bundled name (any family, lstm too)")
-    p.add_argument("--text", required=True, help="the sentence or passage")
-    p.add_argument("--method", choices=ATTRIBUTION_METHODS, default="integrated-gradients",
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--text", help="the sentence or passage")
+    src.add_argument("--corpus", choices=list(CORPORA),
+                     help="statistics over a processed corpus split (cached): attribution by distance, and for "
+                          "attention models the agreement and Jain & Wallace's permutation test, with 95%% intervals")
+    p.add_argument("--split", default="test", help="with --corpus: train / valid / test (default test)")
+    p.add_argument("--limit", type=whole(1), help="with --corpus: its first sentences only")
+    p.add_argument("--method", choices=ATTRIBUTION_METHODS, default=None,
                    help="gradient x input, integrated gradients (with its convergence delta), occlusion (the word "
-                        "replaced by <unk>), or the attention's slot effect")
+                        "replaced by <unk>), or the attention's slot effect; default: integrated-gradients for a "
+                        "text, gradient-x-input (the fast one) for a corpus")
     p.add_argument("--steps", type=whole(1, 512), default=32,
                    help="integrated gradients' steps (doubled for a word whose convergence delta exceeds 1%%)")
     p.add_argument("--json", action="store_true", help="print JSON: per word its attributions, IG's convergence "
@@ -424,7 +431,24 @@ def cmd_cases(args) -> int:
 
 
 def cmd_attribute(args) -> int:
-    result = load(args.checkpoint).attribute(args.text, method=args.method, n_steps=args.steps)
+    from vizlm.export import json_safe
+
+    model = load(args.checkpoint)
+    if args.corpus:
+        with tqdm(total=100, desc="attribute", unit="%", file=sys.stderr, delay=2) as bar:  # shown past 2 s only
+            doc = model.corpus_attribution(args.corpus, args.split, method=args.method or "gradient-x-input",
+                                           limit=args.limit, n_steps=args.steps,
+                                           progress=lambda f: bar.update(int(100 * f) - bar.n))
+        if args.json:
+            dump_json(doc)
+            return 0
+        print(f"{doc['model']} on {doc['corpus']}/{doc['split']}, {doc['method']} ({doc['units']:,} "
+              f"{doc['resampled']}; intervals: 95% bootstrap over them; --json for attribution by distance)")
+        for key in ("agreement", "permutation"):
+            if doc.get(key):
+                print(f"{key}: " + json.dumps(json_safe(doc[key]), ensure_ascii=False))
+        return 0
+    result = model.attribute(args.text, method=args.method or "integrated-gradients", n_steps=args.steps)
     doc = result.to_dict()
     if args.json:
         dump_json(doc)
