@@ -7,7 +7,7 @@ the same server afterwards). Target: the cold first visit renders in < 10 s on 2
 Each page is driven by Streamlit's ``AppTest`` (the script as the server runs it, no browser) in a
 child process of its own; the pages are interleaved across repeats and the medians reported.
 ``--without-shipped`` hides the statistics shipped with the bundled checkpoints
-(``checkpoints/stats/``, ``scripts/ship_stats.py``): what a cold visit costs without them.
+(``data/stats/``, ``scripts/ship_stats.py``): what a cold visit costs without them.
 """
 
 from __future__ import annotations
@@ -50,12 +50,13 @@ def child(page: str) -> dict:
 
 
 def hide_shipped(folder: Path) -> dict:
-    """An environment whose checkpoints folder links every bundled checkpoint but not ``stats/``."""
-    from vizlm.checkpoint import bundled_checkpoints, bundled_dir
+    """An environment whose data folder links every corpus and file of ``data/`` but not ``stats/``."""
+    from vizlm import paths
 
-    for name in bundled_checkpoints():
-        (folder / name).symlink_to(bundled_dir() / name, target_is_directory=True)
-    return {"VIZLM_CHECKPOINTS": str(folder)}
+    for entry in paths.data_dir().iterdir():
+        if entry.name != paths.SHIPPED_STATS:
+            (folder / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+    return {"VIZLM_DATA": str(folder)}
 
 
 def main() -> int:

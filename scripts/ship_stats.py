@@ -1,4 +1,4 @@
-"""Compute the corpus statistics of the bundled checkpoints and ship them in ``checkpoints/stats/``.
+"""Compute the corpus statistics of the bundled checkpoints and ship them in ``data/stats/``.
 
 What the app's corpus pages show first, so that they open at once on a cold cache: for every
 bundled checkpoint and every held-out split of its language (``vizlm.data.HELD_OUT``), the
@@ -15,7 +15,7 @@ corpus changes (a changed file has a new checksum, so an old entry is never used
 
 An entry already shipped is read, not computed again (the library's own lookup), so a run that
 was stopped goes on where it was. Entries of checkpoints that changed are never read again; to
-drop them, empty ``checkpoints/stats/`` and run this again.
+drop them, empty ``data/stats/`` and run this again.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import pytest
 import torch
 from conftest import TINY, assert_same_math
 
+from vizlm import paths
 from vizlm.analysis import analyze_tokens
 from vizlm.checkpoint import Checkpoint
 from vizlm.corpus import attention_by_position, compare, compare_corpus, sentence_positions
@@ -202,9 +203,9 @@ def test_shipped_statistics_are_read_when_the_cache_has_none(monkeypatch, tmp_pa
 
     from vizlm import cache
 
-    shipped = tmp_path / "checkpoints" / "stats"
+    shipped = tmp_path / "data" / paths.SHIPPED_STATS
     shipped.mkdir(parents=True)
-    monkeypatch.setenv("VIZLM_CHECKPOINTS", str(tmp_path / "checkpoints"))
+    monkeypatch.setenv("VIZLM_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("VIZLM_CACHE", str(tmp_path / "cache"))
     parts = {"kind": "test", "n": 1}
     with gzip.open(shipped / f"{cache.key_of(parts)}{cache.SHIPPED_SUFFIX}", "wt", encoding="utf-8") as f:

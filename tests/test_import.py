@@ -273,6 +273,7 @@ def test_bad_inputs_get_one_line_and_nothing_is_replaced(data, data_dir, tmp_pat
     fails(args, "--nonlinearity")  # an Elman RNN's state dict does not say tanh or relu
     fails(args[:-4] + ["--corpus", "brown", "--out", str(out), "--nonlinearity", "tanh"], "vizlm's own corpora")
     fails(args[:-4] + ["--corpus", "../x", "--out", str(out), "--nonlinearity", "tanh"], "corpus name")
+    fails(args[:-4] + ["--corpus", "stats", "--out", str(out), "--nonlinearity", "tanh"], "shipped with the bundled")
     other = tmp_path / "other"
     other.mkdir()
     for split in ("train", "valid", "test"):

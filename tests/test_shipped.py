@@ -1,4 +1,4 @@
-"""The corpus statistics shipped with the bundled checkpoints (``checkpoints/stats/``, written by
+"""The corpus statistics shipped with the bundled checkpoints (``data/stats/``, written by
 ``scripts/ship_stats.py``): every corpus page's first view of a bundled model on a bundled split
 is read from them, never computed (so it opens at once on a cold cache), and they are what
 computing them gives."""
@@ -31,7 +31,7 @@ def test_the_corpus_pages_first_views_of_bundled_models_are_shipped(monkeypatch,
     monkeypatch.setenv("VIZLM_CACHE", str(tmp_path))
 
     def refuse(*args, **kwargs):
-        raise AssertionError(f"{where}: computed, not read from checkpoints/stats/: run scripts/ship_stats.py")
+        raise AssertionError(f"{where}: computed, not read from data/stats/: run scripts/ship_stats.py")
 
     monkeypatch.setattr(corpus, "_nll", refuse)
     monkeypatch.setattr(corpus, "_position_sums", refuse)

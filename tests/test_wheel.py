@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
+from vizlm import paths
+
 pytestmark = pytest.mark.slow
 
 
@@ -78,12 +80,16 @@ def test_wheel_cli_runs_outside_the_repo(installed):
     out = json.loads(_run(vizlm + ["--data", str(ROOT / "data"), "eval", "--checkpoint", str(lstm), "--corpus", "wsj", "--json"], work, env).stdout)
     stored = json.loads((lstm / "config.json").read_text(encoding="utf-8"))["metrics"]["wsj_perplexity"]
     assert out["perplexity"] == pytest.approx(stored, rel=1e-4)
-    # names through --checkpoints (a folder of copies: without the statistics shipped beside the bundled ones,
-    # checkpoints/stats/, so they are computed); they are cached in the user cache dir only
+    # names through --checkpoints (a folder of copies) and the corpora through --data without the statistics
+    # shipped beside them (data/stats/), so they are computed; they are cached in the user cache dir only
     site = Path(where[0]).parent.parent
     for name in ("lstm", "amsrn"):
         shutil.copytree(ROOT / "checkpoints" / name, work / "mine" / name)
-    out = json.loads(_run(vizlm + ["--data", str(ROOT / "data"), "--checkpoints", str(work / "mine"), "compare",
+    (work / "corpora").mkdir()
+    for entry in (ROOT / "data").iterdir():
+        if entry.name != paths.SHIPPED_STATS:
+            (work / "corpora" / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+    out = json.loads(_run(vizlm + ["--data", str(work / "corpora"), "--checkpoints", str(work / "mine"), "compare",
                                    "--a", "lstm", "--b", "amsrn", "--corpus", "wsj", "--json"], work, env).stdout)
     assert out["summary"]["perplexity_a"] == pytest.approx(stored, rel=1e-4)
     assert list(Path(where[1]).glob("*.json")), "compare wrote no cache entry"

@@ -98,6 +98,8 @@ def check_corpus_name(name: str) -> str:
                         "starting with a letter or digit")
     if name in CORPORA:
         raise DataError(f"{name!r} is one of vizlm's own corpora ({', '.join(CORPORA)}); choose another name")
+    if name == paths.SHIPPED_STATS:
+        raise DataError(f"{name!r} is the data folder's statistics shipped with the bundled checkpoints; choose another name")
     return name
 
 

@@ -10,7 +10,8 @@
 - ``runs/`` (``$VIZLM_RUNS``) holds the reproduction's runs that are not bundled.
 - The **cache** of corpus statistics defaults to the user's cache folder
   (``platformdirs``), never inside the installed package; the statistics of the bundled
-  checkpoints ship beside them (``checkpoints/stats/``, read only).
+  checkpoints on the bundled corpora ship beside the corpora (``data/stats/``, read only), so the
+  weights alone make up ``checkpoints/``.
 - **Assets** (the POS tagger, the collocation table, example sentences) are what
   analysis needs at run time; they ship inside the package (``vizlm/assets/``), so an
   installed wheel can label cases without the repository.
@@ -28,6 +29,7 @@ ASSETS = Path(str(files("vizlm") / "assets"))
 TAGGER_FILE = "tagger.json"  # bigram HMM tagger counts, built from Brown train (vizlm.tagger)
 COLLOCATIONS_FILE = "collocations.tsv"  # word pairs with PMI, built from Brown train (vizlm.resources)
 EXAMPLES_FILE = "examples.json"  # example passages of the test splits (vizlm.prepare)
+SHIPPED_STATS = "stats"  # the folder of the data folder holding the shipped statistics (not a corpus name)
 
 _ENV = {"home": "VIZLM_HOME", "data": "VIZLM_DATA", "checkpoints": "VIZLM_CHECKPOINTS", "cache": "VIZLM_CACHE", "runs": "VIZLM_RUNS",
         "evidence": "VIZLM_EVIDENCE"}
@@ -101,9 +103,10 @@ def commit() -> str | None:
 
 
 def shipped_stats_dir() -> Path:
-    """Corpus statistics of the bundled checkpoints on the bundled corpora, shipped beside them
-    (``checkpoints/stats/``, read only): cache entries (:mod:`vizlm.cache`) the app need not compute."""
-    return checkpoints_dir() / "stats"
+    """Corpus statistics of the bundled checkpoints on the bundled corpora, shipped beside the corpora
+    (``data/stats/``, read only): cache entries (:mod:`vizlm.cache`) the app need not compute. Keyed by
+    checkpoint and corpus checksums, so an entry answers only for the very files it was computed from."""
+    return data_dir() / SHIPPED_STATS
 
 
 def runs_dir() -> Path:
