@@ -8,7 +8,8 @@ A passage of several sentences is read as running text by document checkpoints a
 sentence at a time by sentence checkpoints (:data:`vizlm.analysis.READINGS`); each panel says which.
 Its state lives in the URL: ``?model=amsrn&compare=lstm&text=...&threshold=0.2&target=3``
 (``topk=3`` instead of ``threshold`` for top-k mode, ``measure=effect`` for the heat map coloured by
-effect), so a view can be shared and reopened.
+effect, ``measure=integrated-gradients`` / ``gradient-x-input`` / ``occlusion`` for what each prediction
+depended on, every model the LSTM included), so a view can be shared and reopened.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def explorer() -> None:
         st.stop()
     ex.seed_from_url(names)
 
-    names, model, compare, threshold, top_k = ex.sidebar()
+    names, model, compare, threshold, top_k, measure = ex.sidebar()
     text = ex.text_input(model, compare)
 
     # ---------------------------------------------------------------- validation
@@ -58,20 +59,19 @@ def explorer() -> None:
 
     r = ex.word_picker(sa, text, threshold, top_k)
     ui.write_explorer_query(ExplorerState(model, compare or None, text,
-                                          threshold if threshold is not None else DEFAULT_THRESHOLD, top_k, r,
-                                          st.session_state.get("_measure", "weight")))
+                                          threshold if threshold is not None else DEFAULT_THRESHOLD, top_k, r, measure))
 
     # ---------------------------------------------------------------- per-model panels
     cols = st.columns(len(shown), gap="large")
     for col, name in zip(cols, shown):
         with col:
-            ex.model_panel(name, analyses[name], docs[name], r, threshold, top_k, text)
+            ex.model_panel(name, analyses[name], docs[name], r, threshold, top_k, text, measure)
 
     # ---------------------------------------------------------------- whole-text views
     st.divider()
     # Only the open tab runs: each view costs a chart or an export, so nothing is drawn unseen.
     views = {
-        "Attention heatmap": lambda: render_heatmaps(analyses, text, threshold, top_k, r),
+        "Heat map": lambda: render_heatmaps(analyses, text, threshold, top_k, r, measure),
         "Surprisal per word": lambda: render_surprisal(analyses),
         "AMSRN gates": lambda: render_gates(analyses),
         "Data & downloads": lambda: render_data(analyses, r, threshold, top_k),

@@ -519,8 +519,8 @@ def test_effect_toggle_switches_the_heatmap():
     no_exception(at)
     (before, *_) = heatmap_specs(at)
     assert before["layer"][0]["encoding"]["color"]["field"] == "weight"
-    assert at.segmented_control(key="heat_measure").value == "weight"
-    at.segmented_control(key="heat_measure").set_value("effect").run()
+    assert at.selectbox(key="measure").value == "weight"
+    at.selectbox(key="measure").set_value("effect").run()
     no_exception(at)
     after = heatmap_specs(at)
     assert len(after) == 2  # both attention models
@@ -530,7 +530,7 @@ def test_effect_toggle_switches_the_heatmap():
         assert colour["scale"]["domainMid"] == 0
         assert "effect of each memory slot" in spec["title"]["text"]
     assert "Blue: the slot helped" in " ".join(c.value for c in at.caption)
-    at.segmented_control(key="heat_measure").set_value("weight").run()
+    at.selectbox(key="measure").set_value("weight").run()
     assert heatmap_specs(at)[0]["layer"][0]["encoding"]["color"]["field"] == "weight"
 
 
@@ -589,7 +589,7 @@ def test_slot_effects_are_computed_on_demand():
     full = analyze(load_checkpoint("amsrn"), text, max_effect_pairs=None)  # every slot effect at once
     for row in table.itertuples(index=False):  # this word's slot effects, computed for it alone
         assert row[2] == pytest.approx(full.slot_effect_bits[80, int(row[0].split()[0])], abs=1e-5)
-    at.segmented_control(key="heat_measure").set_value("effect").run()
+    at.selectbox(key="measure").set_value("effect").run()
     no_exception(at)
     (spec,) = heatmap_specs(at)
     assert spec["layer"][0]["encoding"]["color"]["field"] == "effect"
@@ -677,19 +677,50 @@ def test_a_long_passage_gets_a_heat_map_window():
     assert len(spec["layer"][0]["encoding"]["y"]["scale"]["domain"]) == len(pills(at).options)
 
 
+def test_an_attribution_measure_explains_every_model_the_lstm_too():
+    """Integrated gradients picked in the sidebar: each panel highlights the words its prediction depended on
+    (the LSTM's too), lists them with their attribution (and, for the attention model, their weight and the
+    agreement), and the heat map tab draws one attribution map per model; the measure lives in the URL."""
+    text = "the dogs in the park are barking because they saw a cat ."
+    at = explorer(model="amsrn", compare="lstm", text=text, measure="integrated-gradients", target="9")
+    no_exception(at)
+    page = html_of(at)
+    assert page.count("integrated gradients, highlighted") == 2 and "vz-attributed" in page
+    tables = [d.value for d in at.dataframe if "bits" in d.value.columns]
+    assert len(tables) == 2 and "weight" in tables[0].columns and "weight" not in tables[1].columns
+    from vizlm import load
+
+    expected = load("lstm").attribute(text, "integrated-gradients").row_frame(9)
+    assert list(tables[1]["bits"]) == pytest.approx(list(expected.attribution_bits[:len(tables[1])]), abs=1e-6)
+    assert {m.label for m in at.metric} >= {"Kendall τ", "Top-1 agrees", "Top-3 overlap"}
+    assert any("convergence delta" in c.value for c in at.caption)
+    specs = heatmap_specs(at)
+    assert len(specs) == 2  # one per model, the LSTM's included
+    for spec in specs:
+        colour = spec["layer"][0]["encoding"]["color"]
+        assert colour["field"] == "attribution" and colour["scale"]["domainMid"] == 0
+    assert str(at.query_params["measure"]).strip("[]'") == "integrated-gradients"
+    at.selectbox(key="measure").set_value("occlusion").run()
+    no_exception(at)
+    assert html_of(at).count("occlusion, highlighted") == 2
+    at.selectbox(key="measure").set_value("weight").run()
+    no_exception(at)
+    assert "vz-attributed" not in html_of(at) and len(heatmap_specs(at)) == 1  # the attention model's alone
+
+
 def test_the_heat_map_measure_lives_in_the_url():
     at = explorer(model=TINY, text="the dogs in the park are barking .", measure="effect")
     no_exception(at)
-    assert at.segmented_control(key="heat_measure").value == "effect"
+    assert at.selectbox(key="measure").value == "effect"
     assert str(at.query_params["measure"]).strip("[]'") == "effect"
     at.session_state["explorer_view"] = "Surprisal per word"  # another tab: the measure is kept
     at.run()
     at.slider(key="threshold").set_value(0.3).run()
     assert str(at.query_params["measure"]).strip("[]'") == "effect"
-    at.session_state["explorer_view"] = "Attention heatmap"
+    at.session_state["explorer_view"] = "Heat map"
     at.run()
-    assert at.segmented_control(key="heat_measure").value == "effect"
-    at.segmented_control(key="heat_measure").set_value("weight").run()
+    assert at.selectbox(key="measure").value == "effect"
+    at.selectbox(key="measure").set_value("weight").run()
     no_exception(at)
     assert "measure" not in at.query_params
 

@@ -414,3 +414,50 @@ def test_corpus_statistics_on_a_tiny_corpus(monkeypatch, tmp_path, context):
     again = at.corpus_attribution(ckpt, "brown", "test", "occlusion", limit=10, permutations=4, max_offset=4,
                                   passage_tokens=20, n_boot=100)
     assert again["agreement"]["targets"] == rows
+
+
+# --------------------------------------------------------------------------- what the Explorer shows
+@pytest.mark.parametrize("context", ["sentence", "document"])
+@pytest.mark.parametrize("name,kw", [("lstm", {}), ("kvp", {"window": 3})])
+def test_highlights_text_and_heat_map_show_only_what_a_row_read(name, kw, context):
+    """The highlights of a row are positions of its own reading (never the target or a later word, never
+    another sentence read alone), largest |attribution| first; the running text colours exactly the words
+    read at those positions; the heat map has a cell for every covered pair and no other (a valid
+    Vega-Lite spec), in bits."""
+    from vizlm import export, plots
+
+    ckpt = tiny(name, **kw, context=context)
+    res = at.attribute(ckpt, analyze_sentences(ckpt, PASSAGE), "gradient-x-input")
+    T = len(res.targets)
+    for r in range(T):
+        size = np.abs(res.scores[r]) * res.covered[r]
+        top = res.highlights(r, top_k=3)
+        assert top == sorted(top, key=lambda p: -size[p]) and len(top) == min(3, int((size > 0).sum()))
+        lit = res.highlights(r, threshold=0.25)
+        assert all(res.covered[r, p] and p <= r for p in lit)
+        assert set(lit) == {p for p in range(T) if size[p] > 0 and size[p] >= 0.25 * size.sum()}
+        frame = res.row_frame(r)
+        assert list(frame.position) == sorted(np.flatnonzero(res.covered[r]), key=lambda p: (-size[p], p))
+        assert_same_math(torch.from_numpy(frame.attribution_bits.to_numpy().copy()),
+                         torch.from_numpy(res.scores[r, frame.position] / math.log(2)))
+        html = plots.attribution_html(res, r, top_k=2)
+        words = [m.split(">", 1)[1].split("<", 1)[0] for m in html.split('class="vz-tok vz-attributed"')[1:]]
+        norms = res.analysis.norms
+        expected = [norms[p - 1] for p in res.highlights(r, top_k=2) if norms[p - 1] != "</s>"]
+        assert sorted(words) == sorted(expected)
+    spec = export.chart_spec(plots.attribution_heatmap(res, top_k=2, selected=3))  # validated
+    cells = next(d for d in spec["datasets"].values() if d and "attribution" in d[0])
+    assert len(cells) == int(res.covered.sum())
+    assert all(c["back"] >= 0 for c in cells)
+    with pytest.raises(at.AttributionError, match="out of range"):
+        res.highlights(T)
+
+
+def test_attribution_html_escapes_every_word():
+    vocab = Vocab(list(SPECIALS) + ["<script>alert(1)</script>", "=cmd|' /C calc'!A0", "w1"])
+    ckpt = tiny("lstm", vocab=vocab)
+    from vizlm import plots
+
+    res = at.attribute(ckpt, [["<script>alert(1)</script>", "=cmd|' /C calc'!A0", "w1"]], "occlusion")
+    html = plots.attribution_html(res, 2, top_k=3) + plots.attribution_key_html(1.0, "occlusion")
+    assert "<script>" not in html and "&lt;script&gt;" in html

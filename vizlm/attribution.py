@@ -58,7 +58,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vizlm.analysis import SentenceAnalysis, analyze, analyze_sentences, with_slot_effects
+from vizlm.analysis import LN2, SentenceAnalysis, analyze, analyze_sentences, with_slot_effects
 from vizlm.cache import cached, checkpoint_digest
 from vizlm.checkpoint import Checkpoint
 from vizlm.data import Vocab, load_corpus
@@ -71,6 +71,13 @@ METHODS = {  # the interface's names -> what each measures
     "occlusion": "log P(target) minus the same with the input token replaced by <unk>",
     "slot-effect": "log P(target) minus the same with the token's memory slot dropped (attention models)",
 }
+LABELS = {  # each method as people read it (the Explorer's measure picker, chart titles, exports)
+    "gradient-x-input": "gradient × input",
+    "integrated-gradients": "integrated gradients",
+    "occlusion": "occlusion",
+    "slot-effect": "slot effect",
+}
+TEXT_METHODS = ("gradient-x-input", "integrated-gradients", "occlusion")  # any family, the plain LSTM included
 GRADIENT_METHODS = ("gradient-x-input", "integrated-gradients")
 # Integrated gradients' steps (Gauss-Legendre) to start with. At 32 steps the convergence delta of about 98%
 # of the bundled models' targets is below 1% of |log P(target) - log P(target | baseline)| (all of them
@@ -82,6 +89,7 @@ MAX_STEPS = 512
 ROW_BLOCK = 64  # targets attributed in one batch: the block's copies of the text read up to its last row
 POSITION_BUDGET = 1 << 17  # text positions per forward pass (copies x length): bounds memory on long passages
 TOP_K = 3
+DEFAULT_SHARE = 0.2  # Attribution.highlights without a setting: a position with a fifth of the row's |attribution|
 # corpus statistics
 ATTRIBUTION_VERSION = 1  # in the cache key: bump when the statistics change
 MAX_OFFSET = 30  # the most words back the position statistics keep (beyond: summed)
@@ -127,6 +135,42 @@ class Attribution:
         with np.errstate(divide="ignore", invalid="ignore"):  # a row with nothing to attribute (only <s> read): 0
             return np.where(delta == 0, 0.0, delta / gap)
 
+    @property
+    def bits(self) -> np.ndarray:
+        """[T, T] :attr:`scores` in bits of ``log2 P(target)`` (the unit the app and the pictures show)."""
+        return self.scores / LN2
+
+    def highlights(self, row: int, threshold: float | None = None, top_k: int | None = None) -> list[int]:
+        """The positions row ``row`` depended on most, by ``|attribution|``, largest first: the ``top_k``
+        largest, or those holding at least ``threshold`` of the row's total ``|attribution|`` (the share a
+        highlight needs, as a weight needs its share of the attention). Positions with no attribution at
+        all (exactly 0, e.g. a row reading only ``<s>``) are never highlighted."""
+        if not 0 <= row < len(self.targets):
+            raise AttributionError(f"row {row} out of range: the text has {len(self.targets)} predicted words")
+        size = np.abs(self.scores[row]) * self.covered[row]  # (T,)
+        order = [int(p) for p in np.argsort(-size, kind="stable") if size[p] > 0]
+        if top_k is not None:
+            return order[:top_k]
+        total = size.sum()
+        cut = DEFAULT_SHARE if threshold is None else threshold
+        return [p for p in order if size[p] >= cut * total]
+
+    def row_frame(self, row: int) -> pd.DataFrame:
+        """Row ``row``'s reading, most important first: position, input, offset (words back), attribution
+        in bits, its share of the row's ``|attribution|``, and the attention weight on it (NaN without a slot;
+        no column for a model without attention)."""
+        if not 0 <= row < len(self.targets):
+            raise AttributionError(f"row {row} out of range: the text has {len(self.targets)} predicted words")
+        positions = np.flatnonzero(self.covered[row])
+        bits = self.bits[row, positions]
+        total = np.abs(bits).sum()
+        out = {"position": positions, "input": [self.inputs[p] for p in positions], "offset": row - positions,
+               "attribution_bits": bits, "share": np.abs(bits) / total if total > 0 else np.zeros(len(bits))}
+        if self.attention is not None:
+            out["attention"] = np.where(self.attended[row, positions], self.attention[row, positions], math.nan)
+        frame = pd.DataFrame(out)
+        return frame.iloc[np.argsort(-np.abs(bits), kind="stable")].reset_index(drop=True)
+
     def offsets(self) -> np.ndarray:
         """[T, T] words back from row r to position p: ``r - p`` (0: the current word, 1: the word before)."""
         T = len(self.targets)
@@ -137,13 +181,17 @@ class Attribution:
         columns row, target, positions, kendall_tau, top1, top_k_overlap. Raises for a model without attention."""
         if self.attention is None:
             raise AttributionError(f"{self.model} has no attention: there is nothing to agree with")
-        records = []
-        for r, target in enumerate(self.targets):
-            both = np.flatnonzero(self.attended[r] & self.covered[r])
-            records.append({"row": r, "target": target,
-                            **agreement(self.attention[r], self.scores[r], both, absolute, k)})
+        records = [{"row": r, "target": target, **self.row_agreement(r, absolute, k)}
+                   for r, target in enumerate(self.targets)]
         return pd.DataFrame.from_records(records, columns=["row", "target", "positions", "kendall_tau", "top1",
                                                            "top_k_overlap"])
+
+    def row_agreement(self, row: int, absolute: bool = True, k: int = TOP_K) -> dict:
+        """:func:`agreement` of row ``row``'s attention and attribution over the positions both cover."""
+        if self.attention is None:
+            raise AttributionError(f"{self.model} has no attention: there is nothing to agree with")
+        both = np.flatnonzero(self.attended[row] & self.covered[row])
+        return agreement(self.attention[row], self.scores[row], both, absolute, k)
 
     def agreement_summary(self, absolute: bool = True, k: int = TOP_K) -> dict:
         """The text's agreement: mean tau-b, share of top-1 matches and mean top-k overlap over the targets

@@ -3,7 +3,8 @@
 
 Pure logic, no Streamlit. The Explorer: ``?model=amsrn&compare=lstm&text=...&threshold=0.2&target=3``
 (``topk=3`` instead of ``threshold`` for top-k mode; ``measure=effect`` when the heat map is
-coloured by effect). Compare perplexity: ``?a=lstm-continued&b=amsrn&corpus=brown&split=test``.
+coloured by effect, ``measure=integrated-gradients`` (or another attribution method) when the
+highlights and the heat map show what each prediction depended on). Compare perplexity: ``?a=lstm-continued&b=amsrn&corpus=brown&split=test``.
 Anything malformed or out of range in a link falls back to a default, with a note for the user
 each time.
 """
@@ -15,9 +16,15 @@ from dataclasses import dataclass
 
 from vizlm.analysis import DEFAULT_THRESHOLD, MAX_TEXT_CHARS
 from vizlm.data import CORPORA
+from vizlm.attribution import LABELS as METHOD_LABELS
+from vizlm.attribution import TEXT_METHODS
 from vizlm.plots import MEASURES
 
 MAX_TOP_K = 10  # the Explorer's top-k slider
+# What the Explorer's highlights and heat map show: the attention (its weight; its effect in the heat map),
+# or an attribution method's answer to "what did this prediction depend on?" (every model, the LSTM too).
+EXPLORER_MEASURES = (*MEASURES, *TEXT_METHODS)
+MEASURE_LABELS = {"weight": "attention weight", "effect": "attention effect", **{m: METHOD_LABELS[m] for m in TEXT_METHODS}}
 # The Explorer's text when a link brings none: every word in the vocabulary of the models it opens with
 # (tests/test_app.py checks), so a newcomer's first sight is the attention, not an <unk> notice.
 DEFAULT_TEXT = "The dogs in the park are running because they saw a cat , so the owners are running too ."
@@ -31,7 +38,7 @@ class ExplorerState:
     threshold: float
     top_k: int | None
     target: int | None
-    measure: str = MEASURES[0]  # what colours the heat map: weight (left out of the link) or effect
+    measure: str = MEASURES[0]  # one of EXPLORER_MEASURES: weight (left out of the link), effect, an attribution
 
     def query(self) -> dict[str, str]:
         q = {"model": self.model}
@@ -75,9 +82,9 @@ def parse_query(params: dict, names: list[str], default_model: str, default_comp
         notes.append(f"the text in the link has {len(text):,} characters; only the first {MAX_TEXT_CHARS:,} are read")
         text = text[:MAX_TEXT_CHARS]
     threshold, top_k, target, measure = DEFAULT_THRESHOLD, None, None, params.get("measure", MEASURES[0])
-    if measure not in MEASURES:
-        notes.append(f"the heat map measure {measure!r} in the link is not one of {', '.join(MEASURES)}; "
-                     f"colouring by {MEASURES[0]}")
+    if measure not in EXPLORER_MEASURES:
+        notes.append(f"the measure {measure!r} in the link is not one of {', '.join(EXPLORER_MEASURES)}; "
+                     f"showing the attention {MEASURES[0]}")
         measure = MEASURES[0]
     if "threshold" in params:
         try:

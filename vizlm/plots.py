@@ -31,6 +31,8 @@ import numpy as np
 import pandas as pd
 
 from vizlm.analysis import BOUNDARY, DEFAULT_THRESHOLD, SentenceAnalysis
+from vizlm.attribution import LABELS as METHOD_LABELS
+from vizlm.attribution import DEFAULT_SHARE, Attribution
 from vizlm.cases import LABELS
 from vizlm.text import clean_text
 
@@ -377,6 +379,116 @@ def attention_heatmap(
         height=alt.Step(cell),
         title=alt.Title(head, subtitle=subtitle if effect_mode else subtitle[0], anchor="start"),
     )
+
+
+def position_axis_labels(attr: Attribution) -> list[str]:
+    """[T] ``"j word"`` for each input position ``p``, numbered ``j = p + 1`` as the memory slot that holds it
+    (:func:`slot_axis_labels`), so an attribution heat map and an attention heat map share their columns."""
+    return [f"{p + 1} {w}" for p, w in enumerate(attr.inputs)]
+
+
+HEATMAP_SCALE_QUANTILE = 0.95  # an attribution heat map's colours end here: the current word's few large cells clip
+
+
+def attribution_scale(attr: Attribution, rows: Sequence[int] | None = None, quantile: float = 1.0) -> float:
+    """The colour scale's end, in bits: that ``quantile`` of the ``|attribution|`` of ``rows`` (every row by
+    default; 1.0: the largest, so the strongest word shown gets the full colour; larger values clip);
+    1 bit where nothing is attributed."""
+    rows = list(range(len(attr.targets)) if rows is None else rows)
+    bits = np.abs(attr.bits[rows])[attr.covered[rows]]
+    bits = bits[bits > 0]
+    top = float(np.quantile(bits, quantile)) if bits.size else 0.0
+    return top if top > 0 else 1.0
+
+
+def attribution_heatmap(
+    attr: Attribution,
+    threshold: float | None = None,
+    top_k: int | None = None,
+    rows: tuple[int, int] | None = None,
+    selected: int | None = None,
+    title: str | None = None,
+) -> alt.LayerChart:
+    """Targets (rows) x input positions (columns): the attribution of each predicted word's log2 P(word) to
+    each word read before it (:class:`vizlm.attribution.Attribution`, in bits), on a diverging scale centred
+    at 0 over ± the largest ``|attribution|`` shown (blue: the word raised P(word), red: lowered it).
+
+    Only the positions of each row's reading up to it are drawn (no later word, no other sentence read
+    alone). With ``threshold`` / ``top_k`` the positions :meth:`Attribution.highlights` picks are outlined;
+    ``rows`` ``(first, end)`` draws those rows and the positions they read, at most as many as rows, the
+    newest; ``selected`` outlines a row. Dashed lines separate the sentences of a passage."""
+    sa = attr.analysis
+    T = len(attr.targets)
+    r0, r1 = rows if rows is not None else (0, T)
+    if not 0 <= r0 < r1 <= T:
+        raise ValueError(f"rows {r0}..{r1} are not rows of this text (0..{T})")
+    used = np.flatnonzero(attr.covered[r0:r1].any(0))  # (n,) the positions the rows read
+    columns = [int(p) for p in used[-(r1 - r0):]] if len(used) else []
+    mask = np.zeros_like(attr.covered)
+    mask[r0:r1, columns] = attr.covered[r0:r1, columns]
+    ylab, xlab = target_axis_labels(sa), position_axis_labels(attr)
+    row_domain, col_domain = ylab[r0:r1], [xlab[p] for p in columns]
+    rows_, cols = np.nonzero(mask)
+    marked = set()
+    if threshold is not None or top_k is not None:
+        marked = {(r, p) for r in range(r0, r1) for p in attr.highlights(r, threshold, top_k)}
+    bits = attr.bits
+    lim = attribution_scale(attr, range(r0, r1), HEATMAP_SCALE_QUANTILE)
+    df = pd.DataFrame({
+        "target": [ylab[r] for r in rows_],
+        "position": [xlab[p] for p in cols],
+        "predicting": [attr.targets[r] for r in rows_],
+        "input": [attr.inputs[p] for p in cols],
+        "back": (rows_ - cols).astype(int),
+        "attribution": bits[rows_, cols],
+        "highlighted": [(int(r), int(p)) in marked for r, p in zip(rows_, cols)],
+    })
+    tooltip = [alt.Tooltip("predicting:N", title="predicting"), alt.Tooltip("input:N", title="word read"),
+               alt.Tooltip("back:Q", title="words back"),
+               alt.Tooltip("attribution:Q", title="attribution (bits)", format="+.3f")]
+    if attr.attention is not None:
+        df["weight"] = np.where(attr.attended[rows_, cols], attr.attention[rows_, cols], np.nan)  # NaN: no slot
+        tooltip.append(alt.Tooltip("weight:Q", title="attention weight", format=".3f"))
+    n = max(r1 - r0, len(columns))
+    cell, font, angle = _sizes(n)
+    base = alt.Chart(df).encode(
+        x=alt.X("position:N", title="word read (input position)", scale=alt.Scale(domain=col_domain),
+                axis=_x_axis(angle, font)),
+        y=alt.Y("target:N", title="predicted word", scale=alt.Scale(domain=row_domain),
+                axis=alt.Axis(labelFontSize=font, labelLimit=_MAX_LABEL_PX, labelOverlap=True)),
+    )
+    legend = alt.Legend(gradientLength=min(200, max(80, cell * (r1 - r0) // 2)), format="+.2g")
+    colour = alt.Color("attribution:Q", title=["attribution", "(bits)"], legend=legend,
+                       scale=alt.Scale(scheme=EFFECT_SCHEME, domain=[-lim, lim], domainMid=0, clamp=True))
+    dark = (alt.datum.attribution >= 0.6 * lim) | (alt.datum.attribution <= -0.6 * lim)
+    layers: list[alt.Chart] = [base.mark_rect().encode(color=colour, tooltip=tooltip)]
+    if marked:
+        layers.append(base.transform_filter(alt.datum.highlighted).mark_rect(filled=False, strokeWidth=max(1.5, cell / 10))
+                      .encode(stroke=alt.condition(dark, alt.value("#ffffff"), alt.value("#000000")), tooltip=tooltip))
+    if cell >= 28:
+        layers.append(base.transform_filter(alt.expr.abs(alt.datum.attribution) >= 0.005)
+                      .mark_text(fontSize=max(7, font - 3))
+                      .encode(text=alt.Text("attribution:Q", format="+.2f"),
+                              color=alt.condition(dark, alt.value("#ffffff"), alt.value("#000000")), tooltip=tooltip))
+    head = title or f"{attr.model}: what each prediction depended on ({METHOD_LABELS.get(attr.method, attr.method)})"
+    if top_k is not None:
+        head += f" (outlined: top {top_k})"
+    elif threshold is not None:
+        head += f" (outlined: ≥ {threshold:g} of the row's |attribution|)"
+    # the same sentence lines as the attention's map: its slot j is this map's position j - 1, labelled alike
+    slot_like = ["0 <s>"] + xlab
+    layers += _boundary_rules(sa, ylab, slot_like, row_domain, col_domain)
+    if selected is not None and r0 <= selected < r1:
+        layers.append(alt.Chart(pd.DataFrame({"target": [ylab[selected]]})).mark_rect(
+            filled=False, stroke=SELECTED_COLOUR, strokeWidth=2,
+        ).encode(y=alt.Y("target:N", scale=alt.Scale(domain=row_domain))))
+    subtitle = [_subtitle(sa.text)]
+    if (r0, r1) != (0, T):
+        subtitle[0] = f"words {r0 + 2} to {r1 + 1} of {T + 1} (a window) · " + _subtitle(sa.text, 70)
+    subtitle.append(f"attribution of log₂ P(word) to each word read · blue: raised P(word), red: lowered it · "
+                    f"clipped at ±{lim:.2g} bits ({HEATMAP_SCALE_QUANTILE:.0%} of the cells shown are within)")
+    return alt.layer(*layers).properties(width=alt.Step(cell), height=alt.Step(cell),
+                                         title=alt.Title(head, subtitle=subtitle, anchor="start"))
 
 
 def positions_chart(frame: pd.DataFrame, title: str | None = None, measure: str = "weight") -> alt.LayerChart:
@@ -742,6 +854,117 @@ def highlighted_html(
             f"<b>{_esc(sa.targets[target])}</b> after “{_esc(sa.current_word(target))}” · {what}</div>"
         )
     return f'<div class="vizlm-highlight" style="font-size:1.05em;line-height:2">{head}{body}</div>'
+
+
+def attribution_colour(bits: float, lim: float) -> str:
+    """Background of a word in running text by its attribution: the :data:`EFFECT_SCHEME` colour of
+    ``bits`` over ``±lim`` (blue: raised P(word), red: lowered it), as :func:`attribution_heatmap` draws it."""
+    return palette(bits, -lim, lim, _REDBLUE)
+
+
+def attribution_html(
+    attr: Attribution,
+    target: int,
+    threshold: float | None = None,
+    top_k: int | None = None,
+    span: tuple[int, int] | None = None,
+    caption: bool = True,
+) -> str:
+    """The running text with what row ``target``'s prediction depended on, as an HTML fragment (inline
+    styles only): the words :meth:`Attribution.highlights` picks get a background by their attribution
+    (:func:`attribution_colour`, full colour at the row's largest ``|attribution|``), every word of the row's
+    reading has its attribution in a tooltip; the predicted word is outlined, words not read yet are faded,
+    words of another sentence read alone are grey; sentence boundaries are markers as in
+    :func:`highlighted_html`. ``span`` shows those tokens only. All text is escaped."""
+    sa = attr.analysis
+    T = len(attr.targets)
+    if not 0 <= target < T:
+        raise IndexError(f"target {target} out of range: the text has {T} predicted words (0..{T - 1})")
+    first, end = span if span is not None else (0, len(sa.tokens))
+    lit = set(attr.highlights(target, threshold, top_k))
+    bits = attr.bits[target]
+    lim = attribution_scale(attr, [target])
+    total = float(np.abs(bits * attr.covered[target]).sum())
+    starts = set(int(r) for r in sa.first_rows())  # positions where a reading reads <s>, not a word of the text
+
+    def read_at(i: int) -> int | None:  # the input position that read token i, if any
+        p = i + 1
+        return p if p < T and p not in starts else None
+
+    def paint(p: int | None, tips: list[str]) -> tuple[str, list[str]]:
+        if p is None or not attr.covered[target, p]:
+            return "", []
+        share = abs(bits[p]) / total if total > 0 else 0.0
+        tips.append(f"attribution {bits[p]:+.3f} bits ({share:.0%} of this word's)")
+        if p not in lit:
+            return "", []
+        bg = attribution_colour(float(bits[p]), lim)
+        return f"background:{bg};color:{text_colour(bg)};", ["vz-attributed"]
+
+    parts = [f'<span class="vz-start" style="{_MARKER}" title="sentence start">&lt;s&gt;</span> ']
+    if first > 0:
+        parts.append(f'<span style="{_MARKER}" title="{first} earlier tokens left out">…</span> ')
+    gaps = _gaps(sa)
+    outline = f"outline:2px solid {SELECTED_COLOUR};outline-offset:1px;"
+    for i in range(first, end):
+        tok, p = sa.tokens[i], read_at(i)
+        parts.append(_esc(gaps[i]) if i > first else "")
+        tips: list[str] = []
+        if sa.norms[i] == BOUNDARY:
+            tips.append("sentence end: </s>" + (" (predicted word)" if i == target else ""))
+            bg, cls = paint(p, tips)
+            own = outline if i == target else ""
+            parts.append(f' <span class="vz-boundary {" ".join(cls)}" style="{_MARKER}{own}{bg}" '
+                         f'title="{_esc(" · ".join(tips))}">&lt;/s&gt;</span> ')
+            if p is None and i + 1 < T:  # the next sentence is read afresh
+                what = "sentence" if i not in sa.breaks else "document (after a blank line)"
+                parts.append(f'<span class="vz-start" style="{_MARKER}{_BREAK}" title="{_esc(f"start of a {what}: {sa.model} reads it afresh, from a zero state")}">&lt;s&gt;</span> ')
+            continue
+        style, classes = _SPAN, ["vz-tok"]
+        if i == target:
+            classes.append("vz-target")
+            style += outline + "font-weight:600;"
+            tips.append("predicted word")
+        elif i > target:
+            classes.append("vz-future")
+            style += "opacity:0.45;"
+            tips.append("not read yet")
+        elif p is not None and not attr.covered[target, p]:
+            classes.append("vz-outside")
+            style += "color:#8a8a8a;"
+            tips.append("another sentence, read alone")
+        elif p == target:
+            tips.append("read just now")
+        bg, cls = paint(p, tips) if i < target else ("", [])
+        style += bg
+        classes += cls
+        if i < len(sa.unk) and sa.unk[i]:
+            classes.append("vz-unk")
+            style += f"text-decoration:underline dashed {SELECTED_COLOUR};text-underline-offset:3px;"
+            tips.append(UNK_TITLE)
+        parts.append(f'<span class="{" ".join(classes)}" style="{style}" title="{_esc(" · ".join(tips))}">{_esc(tok)}</span>')
+    if end == len(sa.tokens):
+        parts.append(f' <span class="vz-end" style="{_MARKER}{outline if target == T - 1 else ""}" title="sentence end">&lt;/s&gt;</span>')
+    else:
+        parts.append(f' <span style="{_MARKER}" title="later text left out">…</span>')
+    head = ""
+    if caption:
+        rule = f"top {top_k}" if top_k is not None else f"≥ {DEFAULT_SHARE if threshold is None else threshold:g} of |attribution|"
+        head = (f'<div style="font-size:0.85em;color:#555;margin-bottom:4px">predicting <b>{_esc(attr.targets[target])}</b> '
+                f"after “{_esc(sa.current_word(target))}” · {_esc(METHOD_LABELS.get(attr.method, attr.method))}, "
+                f"highlighted: {_esc(rule)} ({len(lit)} word{'s' if len(lit) != 1 else ''})</div>")
+    return f'<div class="vizlm-highlight" style="font-size:1.05em;line-height:2">{head}{"".join(parts)}</div>'
+
+
+def attribution_key_html(lim: float, method: str) -> str:
+    """A colour key for :func:`attribution_html`: swatches from ``-lim`` to ``+lim`` bits, and what they mean."""
+    swatches = "".join(
+        f'<span style="{_SPAN}background:{attribution_colour(v, lim)};color:{text_colour(attribution_colour(v, lim))};'
+        f'min-width:3em;text-align:center">{v:+.2g}</span>'
+        for v in (-lim, -lim / 2, 0.0, lim / 2, lim)
+    )
+    return (f'<div class="vizlm-key" style="font-size:0.8em;color:#555">{_esc(METHOD_LABELS.get(method, method))}, '
+            f"bits of log₂ P(word): {swatches} blue: the word raised P(word), red: lowered it</div>")
 
 
 def text_span(sa: SentenceAnalysis, target: int, around: int = 1, min_tokens: int | None = None) -> tuple[int, int]:

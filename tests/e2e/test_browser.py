@@ -165,8 +165,9 @@ def test_explorer_type_threshold_select_download(page):
     shot(page, "explorer")
 
 
-def test_effect_toggle_colours_the_heatmap_by_effect(page):
-    """The heat map's "Colour the cells by" control switches weight -> effect; the panel shows the read effect."""
+def test_measures_colour_the_heatmap_by_effect_and_by_attribution(page):
+    """The sidebar's measure: the attention's effect colours the heat maps; integrated gradients highlights
+    what each prediction depended on, for the LSTM too, beside the attention model's weights."""
     text = "The dogs in the park are barking because they saw a cat , so the owners are running ."
     page.goto(page.base + "/?model=amsrn&compare=kvp&target=5&text=" + urllib.request.quote(text))
     wait_idle(page)
@@ -175,18 +176,20 @@ def test_effect_toggle_colours_the_heatmap_by_effect(page):
     assert main.get_by_text("Attention changed log₂ P(word) by").first.is_visible()
     charts = main.locator("[data-testid='stVegaLiteChart']")
     assert charts.count() == 2
-    before = [charts.nth(i).inner_html() for i in range(2)]
-    measure = main.locator("[data-testid='stButtonGroup'] button")  # the segmented control's options
-    measure.filter(has_text="Effect on P(word)").first.click()
+    assert main.get_by_text("Brighter = more attention").first.is_visible()
+    page.goto(page.base + "/?model=amsrn&compare=kvp&target=5&measure=effect&text=" + urllib.request.quote(text))
     wait_idle(page)
     main.get_by_text("Blue: the slot helped").first.wait_for(timeout=30_000)
-    charts = main.locator("[data-testid='stVegaLiteChart']")
-    assert charts.count() == 2
-    assert [charts.nth(i).inner_html() for i in range(2)] != before, "the maps are redrawn"
+    assert main.locator("[data-testid='stVegaLiteChart']").count() == 2
     shot(page, "explorer-effects")
-    measure.filter(has_text="Attention weight").first.click()
+    page.goto(page.base + "/?model=amsrn&compare=lstm&target=9&measure=integrated-gradients&text="
+              + urllib.request.quote(text))
     wait_idle(page)
-    assert main.get_by_text("Brighter = more attention").first.is_visible()
+    main.get_by_text("blue: it raised the probability").first.wait_for(timeout=60_000)
+    assert main.locator(".vizlm-highlight .vz-attributed").count() >= 2  # both panels, the LSTM's too
+    assert main.get_by_text("Kendall τ").first.is_visible()
+    assert main.locator("[data-testid='stVegaLiteChart']").count() == 2
+    shot(page, "explorer-attribution")
 
 
 def test_passage_view(page):

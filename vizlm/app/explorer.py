@@ -10,6 +10,7 @@ import hashlib
 
 import streamlit as st
 
+from vizlm.analysis import LN2
 from vizlm.api import ATTENTION_OFF, MAX_TOKENS, READINGS, Analysis
 from vizlm.api import compare as compare_models
 from vizlm.app import checkpoints as ck
@@ -17,10 +18,21 @@ from vizlm.app import jobs, results
 from vizlm.app import widgets as ui
 from vizlm.checkpoint import meta_corpus
 from vizlm.data import CORPUS_LANGUAGE, CORPUS_TITLES, example_passages, example_sentences
-from vizlm.links import DEFAULT_TEXT, MAX_TOP_K, parse_query
-from vizlm.plots import attention_key_html, format_prob, highlighted_html, sentence_strip_html, text_span
+from vizlm.attribution import TEXT_METHODS
+from vizlm.links import DEFAULT_TEXT, EXPLORER_MEASURES, MAX_TOP_K, MEASURE_LABELS, parse_query
+from vizlm.plots import (
+    attention_key_html,
+    attribution_html,
+    attribution_key_html,
+    attribution_scale,
+    format_prob,
+    highlighted_html,
+    sentence_strip_html,
+    text_span,
+)
 
 UNKNOWN_WARNING = 0.5  # share of out-of-vocabulary words above which a model is said not to read the text
+ATTRIBUTION_ROWS = 12  # words of the selected word's reading listed by attribution (the heat map shows them all)
 EXAMPLE_LABEL_CHARS = 42  # what a third of the page's select box shows (about 330 px)
 
 
@@ -47,8 +59,7 @@ def seed_from_url(names: list[str]) -> None:
         mode="Top-k" if state.top_k else "Threshold",
         threshold=state.threshold,
         topk=state.top_k or 3,
-        heat_measure=state.measure,
-        _measure=state.measure,
+        measure=state.measure,
         _target_url=state.target,
         _url_notes=notes,
         example=None,
@@ -153,9 +164,10 @@ def _bits(x: float) -> str:
 
 
 def model_panel(name: str, sa: Analysis, doc: dict, r: int, threshold: float | None, top_k: int | None,
-                text: str) -> None:
-    """One model's column: its reading, the word's numbers, the running text with its attention, the
-    memory slots by effect, the labelled cases and the top predictions (``doc``: :meth:`Analysis.to_dict`)."""
+                text: str, measure: str = EXPLORER_MEASURES[0]) -> None:
+    """One model's column: its reading, the word's numbers, the running text with its attention (or, for an
+    attribution ``measure``, with what the prediction depended on, beside the attention), the memory slots by
+    effect, the labelled cases and the top predictions (``doc``: :meth:`Analysis.to_dict`)."""
     t = doc["targets"][r]
     ppl = ck.perplexity(name)
     st.subheader(name, anchor=False, help=f"{ck.family(name)} checkpoint" + (f"; {ppl[0]} perplexity {ppl[1]:.1f}" if ppl else ""))
@@ -170,10 +182,13 @@ def model_panel(name: str, sa: Analysis, doc: dict, r: int, threshold: float | N
                       help="log₂ P(word) with the attention read minus without it (the read set to zero): how much the "
                            "attention changed this prediction. +1 bit = twice as likely with the attention.")
         st.metric("Perplexity", f"{sa.perplexity:.0f}", help="perplexity of the whole text", width="content")
-    if sa.attention is None:
+    if measure in TEXT_METHODS:
+        _attribution_panel(name, sa, r, threshold, top_k, text, measure)
+    elif sa.attention is None:
         st.html(sentence_strip_html(sa, selected=r, span=text_span(sa, r)))
         st.caption(f"{name} has no attention: it predicts from its recurrent state alone. Each word shows the "
-                   "probability this model gave it; the bar colour is its surprisal.")
+                   "probability this model gave it; the bar colour is its surprisal. Pick an attribution measure in the "
+                   "sidebar to see which earlier words its prediction depended on.")
     else:
         _attention_panel(name, sa, t, r, threshold, top_k, text)
     if sa.gates is not None:
@@ -184,6 +199,59 @@ def model_panel(name: str, sa: Analysis, doc: dict, r: int, threshold: float | N
                        "probability": st.column_config.TextColumn("probability", width="small")},
         hide_index=True, width="stretch", height=213,
     )
+
+
+def _attribution_panel(name: str, sa: Analysis, r: int, threshold: float | None, top_k: int | None, text: str,
+                       method: str) -> None:
+    """What row ``r``'s prediction depended on (``method``), the running text highlighted by it, a table of
+    the words read with their attribution and, for an attention model, their weight and the agreement."""
+    with st.spinner(f"Attributing every word of the text for {name}…", show_time=True):
+        attr = results.attribution(name, text, method)
+    span = text_span(sa, r)
+    st.html(attribution_html(attr, r, threshold=threshold, top_k=top_k, span=span)
+            + attribution_key_html(attribution_scale(attr, [r]), method))
+    frame = attr.row_frame(r)
+    if frame.empty:
+        st.caption(f"{name} has read no word of this text before this one (only the start of its reading): "
+                   "there is nothing to attribute.")
+        return
+    if attr.convergence_delta is not None:
+        gap = (attr.logprobs[r] - attr.baseline_logprobs[r]) / LN2
+        st.caption(f"Integrated gradients ({int(attr.steps[r])} steps): the attributions sum to log₂ P(word) minus "
+                   f"the same with every word's embedding zero ({gap:+.2f} bits) up to a convergence delta of "
+                   f"{attr.convergence_delta[r] / LN2:+.3f} bits ({attr.relative_delta[r]:.1%}).")
+    if attr.attention is not None:
+        agree = attr.row_agreement(r)
+        if agree["positions"] >= 2:
+            with st.container(horizontal=True, wrap=True, gap="medium"):
+                st.metric("Kendall τ", "–" if agree["kendall_tau"] != agree["kendall_tau"] else f"{agree['kendall_tau']:+.2f}",
+                          width="content", help="Rank correlation of attention weight and |attribution| over the words both "
+                                                "cover (the words in this word's memory): +1 the same order, 0 unrelated.")
+                st.metric("Top-1 agrees", "yes" if agree["top1"] == 1 else "no", width="content",
+                          help="Is the most attended word the one the prediction depended on most?")
+                st.metric("Top-3 overlap", f"{agree['top_k_overlap']:.0%}", width="content",
+                          help="Share of the three most attended words among the three most important ones.")
+        else:
+            st.caption("This word has fewer than two earlier words in its memory: its attention chooses nothing to agree with.")
+    shown = frame.head(ATTRIBUTION_ROWS)
+    table = {"word read": [f"{p + 1} {w}" for p, w in zip(shown.position, shown.input)],
+             "back": shown.offset, "bits": shown.attribution_bits, "share": 100 * shown.share}
+    config = {
+        "back": st.column_config.NumberColumn("back", width="small", help="words back (0: the word just read)"),
+        "bits": st.column_config.NumberColumn(
+            "bits", format="%+.3f", width="small",
+            help="this word's attribution: its part of log₂ P(word), in bits (+ it raised the probability, − it lowered it)"),
+        "share": st.column_config.ProgressColumn("share", format="%.0f%%", min_value=0.0, max_value=100.0, width="small",
+                                                 help="its share of the total |attribution| of this prediction"),
+    }
+    if attr.attention is not None:
+        table["weight"] = [None if w != w else float(w) for w in shown.attention]  # empty: no memory slot
+        config["weight"] = st.column_config.NumberColumn(
+            "weight", format="%.3f", width="small",
+            help="the attention weight on this word's memory slot (empty: not in memory, e.g. the word just read)")
+    st.caption(f"The words read before this one, **largest |attribution| first**"
+               + (f" (the first {ATTRIBUTION_ROWS} of {len(frame)})" if len(frame) > ATTRIBUTION_ROWS else "") + ".")
+    st.dataframe(table, column_config=config, hide_index=True, width="stretch")
 
 
 def _attention_panel(name: str, sa: Analysis, t: dict, r: int, threshold: float | None, top_k: int | None,
@@ -230,9 +298,9 @@ def _attention_panel(name: str, sa: Analysis, t: dict, r: int, threshold: float 
         st.caption("No earlier word reaches the threshold for this word; lower it or use top-k.")
 
 
-def sidebar() -> tuple[list[str], str, str, float | None, int | None]:
-    """The sidebar: the upload, the model and the one to compare it with, the highlight setting.
-    Returns (every model name, model, compare ("" for none), threshold, top_k)."""
+def sidebar() -> tuple[list[str], str, str, float | None, int | None, str]:
+    """The sidebar: the upload, the model and the one to compare it with, the measure and the highlight
+    setting. Returns (every model name, model, compare ("" for none), threshold, top_k, measure)."""
     models_box = st.sidebar.container()
     ui.upload_widget()
     names = ck.model_names()  # an upload may have added one
@@ -252,14 +320,25 @@ def sidebar() -> tuple[list[str], str, str, float | None, int | None]:
                                     + ck.model_help(st.session_state["compare"]))
     with st.sidebar:
         st.header("Highlight", anchor=False)
+        st.session_state.setdefault("measure", EXPLORER_MEASURES[0])
+        measure = st.selectbox(
+            "Measure", EXPLORER_MEASURES, key="measure", format_func=MEASURE_LABELS.get,
+            help="What the highlights and the heat map show. Attention weight: where the model looked (the heat map "
+                 "can show its effect: whether dropping that memory slot changes P(word)). Gradient × input, "
+                 "integrated gradients, occlusion: what the prediction actually depended on, through the recurrent "
+                 "state too, for every model (the LSTM included), in bits of log₂ P(word); beside the attention, "
+                 "they say whether the attention agrees.")
+        attributed = measure in TEXT_METHODS
         mode = st.segmented_control("Mode", ["Threshold", "Top-k"], key="mode", required=True,
-                                    help="Highlight every earlier word with at least this attention weight, or the k heaviest.")
+                                    help="Highlight every earlier word with at least this share (of the attention, or of "
+                                         "the word's total |attribution|), or the k largest.")
         threshold, top_k = None, None
         if mode == "Top-k":
             top_k = st.slider("Words to highlight", 1, MAX_TOP_K, key="topk")
         else:
-            threshold = st.slider("Attention threshold", 0.0, 1.0, step=0.01, key="threshold")
-    return names, model, compare, threshold, top_k
+            threshold = st.slider("Share of |attribution|" if attributed else "Attention threshold", 0.0, 1.0, step=0.01,
+                                  key="threshold")
+    return names, model, compare, threshold, top_k, measure
 
 
 def text_input(model: str, compare: str) -> str:

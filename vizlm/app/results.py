@@ -23,11 +23,12 @@ from vizlm.analysis import (
     with_slot_effects,
 )
 from vizlm.api import Analysis, Model
+from vizlm.attribution import Attribution
 from vizlm.app.checkpoints import UserError, get_checkpoint, model_key
 from vizlm.data import Corpus, load_corpus, passage_start
 from vizlm.errors import VizlmError
 from vizlm.export import chart_spec
-from vizlm.plots import attention_heatmap
+from vizlm.plots import attention_heatmap, attribution_heatmap
 from vizlm.text import detokenize
 
 # Cache sizes bound the server's memory: a 400-word text's analysis is ~2 MB (with its dict ~4 MB),
@@ -64,6 +65,35 @@ def analysis_dict(name: str, text: str, threshold: float | None, top_k: int | No
     """:meth:`vizlm.api.Analysis.to_dict` (highlights and case labels for every target, the document the
     JSON download holds) for the page, cached per setting."""
     return _analysis_dict(name, model_key(name), text, threshold, top_k)
+
+
+@st.cache_data(show_spinner=False, max_entries=ANALYSIS_CACHE_ENTRIES)
+def _attribution(name: str, key: str, text: str, method: str) -> Attribution:
+    return Model(get_checkpoint(name)).attribute(text, method=method)
+
+
+def attribution(name: str, text: str, method: str) -> Attribution:
+    """:meth:`vizlm.api.Model.attribute` of ``text`` through the cache: what every prediction depended on
+    (``method``: one of :data:`vizlm.attribution.TEXT_METHODS`); :class:`UserError` for bad input."""
+    try:
+        return _attribution(name, model_key(name), text, method)
+    except VizlmError as exc:
+        raise UserError(str(exc)) from None
+
+
+@st.cache_data(show_spinner=False, max_entries=HEATMAP_CACHE_ENTRIES)
+def _attribution_spec(name: str, key: str, text: str, method: str, threshold: float | None, top_k: int | None,
+                      rows: tuple[int, int] | None, selected: int | None) -> dict:
+    chart = attribution_heatmap(_attribution(name, key, text, method), threshold=threshold, top_k=top_k, rows=rows,
+                                selected=selected)
+    return chart_spec(chart, validate=False)  # the tests validate these specs
+
+
+def attribution_spec(name: str, text: str, method: str, threshold: float | None, top_k: int | None,
+                     rows: tuple[int, int] | None = None, selected: int | None = None) -> dict:
+    """The attribution heat map of ``text`` (:func:`vizlm.plots.attribution_heatmap`) as a Vega-Lite spec,
+    built once per input."""
+    return _attribution_spec(name, model_key(name), text, method, threshold, top_k, rows, selected)
 
 
 @st.cache_data(show_spinner=False, max_entries=ANALYSIS_CACHE_ENTRIES)

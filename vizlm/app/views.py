@@ -8,12 +8,15 @@ import streamlit as st
 
 from vizlm.analysis import with_slot_effects
 from vizlm.app.checkpoints import get_checkpoint
-from vizlm.app.results import heatmap_spec
+from vizlm.app.results import attribution, attribution_spec, heatmap_spec
+from vizlm.attribution import LABELS as METHOD_LABELS
+from vizlm.attribution import TEXT_METHODS
 from vizlm.app.widgets import analysis_downloads, chart_downloads, md_escape, show_chart
 from vizlm.export import chart_html, safe_filename
 from vizlm.plots import (
     WINDOW_ROWS,
     attention_heatmap,
+    attribution_heatmap,
     gates_chart,
     heatmap_rows,
     highlighted_html,
@@ -32,9 +35,6 @@ def highlight_page(sa, target: int, threshold: float | None, top_k: int | None) 
     return chart_html(chart, title=f"vizlm: {sa.model}", body_html=body).encode("utf-8")
 
 
-MEASURE_LABELS = {"weight": "Attention weight", "effect": "Effect on P(word)"}  # the heat map's colour
-
-
 def _with_effects(name: str, sa):
     """For a download: ``sa`` with every slot effect, computed when the button is clicked (the page
     itself computes the selected word's only)."""
@@ -45,30 +45,45 @@ def _with_effects(name: str, sa):
 HEATMAP_VIEWS = {"window": f"{WINDOW_ROWS} rows around the selected word", "all": "Every row"}  # a long text's heat map
 
 
-def _keep_measure() -> None:
-    st.session_state["_measure"] = st.session_state["heat_measure"]  # outlives the tab: the URL and other tabs read it
+def _rows_view(T: int) -> str:
+    """``"window"`` or ``"all"``: a long text's heat map shows the rows around the selected word or every row."""
+    if T <= WINDOW_ROWS:
+        return "all"
+    st.session_state.setdefault("heat_rows", "window")  # a passage: the window keeps cells big enough to read
+    return st.segmented_control("Rows", list(HEATMAP_VIEWS), key="heat_rows", required=True, format_func=HEATMAP_VIEWS.get,
+                                help="A long text's map has a row and a column per word: around the selected word its "
+                                     "cells stay readable; every row makes a large map that scrolls.")
 
 
-def render_heatmaps(analyses: dict, text: str, threshold: float | None, top_k: int | None, target: int) -> None:
+def render_attribution_maps(analyses: dict, text: str, method: str, threshold: float | None, top_k: int | None,
+                            target: int) -> None:
+    """Every model's attribution heat map (the LSTM's too) with its downloads: pictures of what is shown,
+    every (word, word read) pair as CSV / JSON."""
+    view = _rows_view(len(next(iter(analyses.values())).targets))
+    st.caption(f"Rows: the word being predicted; columns: the words read before it. Each cell is that word's part of "
+               f"log₂ P(word) by {METHOD_LABELS[method]}, in bits: **blue: it raised the probability, red: it lowered it.** "
+               "Outlined cells are the highlighted ones; hover a cell for its numbers (and the attention weight on it).")
+    for name, sa in analyses.items():
+        rows = heatmap_rows(sa, target) if view == "window" else None
+        with st.spinner(f"Attributing every word of the text for {name}…", show_time=True):
+            spec = attribution_spec(name, text, method, threshold, top_k, rows, target)
+        st.vega_lite_chart(spec, width="content", theme=None)
+        attr = attribution(name, text, method)
+        chart = attribution_heatmap(attr, threshold=threshold, top_k=top_k, rows=rows, selected=target)
+        chart_downloads(chart, safe_filename(f"{name}-{method}-{sa.text[:30]}"), f"attr_{name}", attr.frame())
+
+
+def render_heatmaps(analyses: dict, text: str, threshold: float | None, top_k: int | None, target: int,
+                    measure: str = "weight") -> None:
+    if measure in TEXT_METHODS:
+        render_attribution_maps(analyses, text, measure, threshold, top_k, target)
+        return
     shown = {n: sa for n, sa in analyses.items() if sa.attention is not None}
     if not shown:
-        st.info("None of the chosen models has attention (LSTM and N-gram RNN predict from their state alone).", icon=":material/info:")
+        st.info("None of the chosen models has attention (LSTM and N-gram RNN predict from their state alone). Pick an "
+                "attribution measure in the sidebar to see what their predictions depended on.", icon=":material/info:")
         return
-    st.session_state.setdefault("heat_measure", st.session_state.get("_measure", "weight"))
-    left, right = st.columns([2, 3], vertical_alignment="bottom")
-    measure = left.segmented_control(
-        "Colour the cells by", list(MEASURE_LABELS), key="heat_measure", required=True, format_func=MEASURE_LABELS.get,
-        on_change=_keep_measure,
-        help="The attention weight says where the model looked; the effect says whether it mattered: how much "
-             "log₂ P(word) drops when that memory slot is dropped and the other weights renormalised.")
-    T = len(next(iter(shown.values())).targets)
-    view = "all"
-    if T > WINDOW_ROWS:  # a passage: the window keeps cells big enough to read; every row scrolls
-        st.session_state.setdefault("heat_rows", "window")
-        view = right.segmented_control("Rows", list(HEATMAP_VIEWS), key="heat_rows", required=True,
-                                       format_func=HEATMAP_VIEWS.get,
-                                       help="A long text's map has a row and a column per word: around the selected "
-                                            "word its cells stay readable; every row makes a large map that scrolls.")
+    view = _rows_view(len(next(iter(shown.values())).targets))
     if measure == "effect":
         st.caption("Rows: the word being predicted; columns: the memory slots. Each cell is the effect of that slot in bits: "
                    "log₂ P(word) as computed minus the same without the slot. **Blue: the slot helped, red: it hurt, white: it "
