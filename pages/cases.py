@@ -22,9 +22,10 @@ page_setup()
 
 
 # how the gallery picks its strongest examples (vizlm.cases.RANKINGS; the default: vizlm.cases.GALLERY_RANK)
-RANK_LABELS = {"above_uniform": "Above uniform", "weight": "Weight", "effect": "Effect"}
+RANK_LABELS = {"above_uniform": "Above uniform", "weight": "Weight", "effect": "Effect", "attribution": "Attribution"}
 RANK_ORDER = {"above_uniform": "the most weight above an even spread first", "weight": "heaviest first",
-              "effect": "the most helpful slot first (by effect)"}
+              "effect": "the most helpful slot first (by effect)",
+              "attribution": "the attended word that raised the prediction most first (by attribution)"}
 
 
 def case_report(name: str, key: str, corpus: str, split: str, threshold: float, limit: int | None, examples: int,
@@ -33,7 +34,8 @@ def case_report(name: str, key: str, corpus: str, split: str, threshold: float, 
     return jobs.result(("cases", key, corpus, split, threshold, limit, examples, rank), corpus_cases,
                        ck.get_checkpoint(name), corpus, split, threshold=threshold, limit=limit,
                        examples_per_label=examples, rank=rank,
-                       text=f"Labelling the attention of {name} on {corpus}/{split}").to_dict()
+                       text=f"Labelling the attention of {name} on {corpus}/{split}"
+                            + (" and attributing its predictions" if rank == "attribution" else "")).to_dict()
 
 
 with st.sidebar:
@@ -52,7 +54,12 @@ with st.sidebar:
                                 help="Above uniform: the weight minus 1 / the slots the word could attend to, how much "
                                      "the attention chose this slot over an even spread. Weight: the pairs with the most "
                                      "attention. Effect: the pairs whose slot helped the prediction most — log₂ P(word) "
-                                     "minus the same with that slot dropped, in bits.")
+                                     "minus the same with that slot dropped, in bits. Attribution: the pairs whose "
+                                     "attended word the prediction actually depended on most — gradient × input of "
+                                     "log₂ P(word) to that word, in bits; positive: it raised P(word), negative: it "
+                                     "lowered it (ranked by the signed value, lowest last). Computed for this ranking "
+                                     "only: one more batched gradient (backward) pass per sentence, or per 64 words of "
+                                     "a document for a document-level model, so a first report takes longer.")
 
 st.title("Cases", anchor=False)
 st.caption("When a model attends strongly to an earlier word, why? Transparent rules (see `vizlm/cases.py`) label "
@@ -131,6 +138,8 @@ grid = st.columns(2, gap="medium")
 for i, (name, lab, ex) in enumerate(examples[:SHOW]):
     with grid[i % 2].container(border=True):
         effect = "" if ex.get("effect") is None else f" · effect {ex['effect']:+.2f} bits"
+        if ex.get("attribution_bits") is not None:
+            effect += f" · attribution {ex['attribution_bits']:+.2f} bits"
         st.markdown(f"{ui.label_badge(lab)} **{ui.md_escape(ex['attended'])}** → "
                     f"**{ui.md_escape(ex['word'])}** · weight {ex['weight']:.2f} (uniform {1 / ex['slots']:.2f})"
                     f"{effect} · {ui.md_escape(name)} · "

@@ -3,8 +3,9 @@
 Daniluk et al. (2017, Fig. 3) average the attention weight at each relative position
 over a whole test set and find it concentrated on the last few words. This page draws
 that plot for the attention models (at first those reading running text, as theirs did),
-with confidence bands and mean entropy, plus the same view for a single sentence. Thin page:
-inputs -> :mod:`vizlm.corpus` -> render.
+with confidence bands and mean entropy, plus the same view for a single sentence; on request, beside
+it, where the predictions' dependence actually is (attribution by distance, every model, the LSTM
+included). Thin page: inputs -> :mod:`vizlm.corpus` / :meth:`vizlm.Model.corpus_attribution` -> render.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from vizlm.plots import positions_chart, sentence_positions_chart
 page_setup()
 
 DEFAULT_WINDOW = 10  # the window slider's, when the models have no window of their own up to vc.MAX_WINDOW
+ATTRIBUTION = "gradient-x-input"  # the cheap method: one backward pass per block of predicted words
 
 
 def corpus_positions(models: tuple[str, ...], keys: tuple[str, ...], corpus: str, split: str, window: int, limit: int | None):
@@ -34,6 +36,16 @@ def corpus_positions(models: tuple[str, ...], keys: tuple[str, ...], corpus: str
     return jobs.result(("positions", keys, corpus, split, window, limit), vizlm.positions,
                        [ck.get_checkpoint(m) for m in models], corpus, split, window=window, limit=limit,
                        text=f"Averaging attention of {', '.join(models)} over {corpus}/{split}").result
+
+
+def corpus_attributions(models: list[str], corpus: str, split: str, limit: int | None) -> list[dict]:
+    """Model.corpus_attribution (gradient × input, disk-cached) of each model, in the background for every
+    session (vizlm.app.jobs): one job per model, so a model in two sessions' choices is attributed once, and
+    the window changes nothing (the result keeps every offset the attribution statistics keep)."""
+    return [jobs.result(("attribution", ck.model_key(m), corpus, split, ATTRIBUTION, limit),
+                        vizlm.Model(ck.get_checkpoint(m)).corpus_attribution, corpus, split, method=ATTRIBUTION,
+                        limit=limit, text=f"Attributing {m}'s predictions over {corpus}/{split} (gradient × input)")
+            for m in models]
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -89,6 +101,36 @@ def corpus_view() -> None:
     views.render_position_stats(stats, positions_chart, f"positions-{corpus}-{split}-w{window}", "pos_corpus")
     st.caption("Daniluk et al. found their models' attention concentrated on the last ~5 words. A windowed model "
                "(kvp) has no weight beyond its window; a whole-sentence model (amsrn) can also rest on the start state.")
+    attribution_view()
+
+
+def attribution_view() -> None:
+    """On request (minutes over a whole split): attribution by distance of the chosen models and, at first,
+    their controls without attention, beside the attention plot."""
+    if not st.toggle("Attribution by distance", key="pos_attribution",
+                     help="Where each prediction's dependence actually is: the mean share of a predicted word's "
+                          "|attribution| (gradient × input) at each position back, and the share beyond the model's "
+                          "attention window. It costs minutes: the split is read again with gradients, the first time "
+                          "about 20 seconds (an LSTM) to 2 minutes (an attention model, which also runs Jain & "
+                          "Wallace's permutation test) per model per 1,000 sentences on one CPU core, up to about 15 "
+                          "minutes per model for the whole Brown test split; then it comes from the disk cache. The "
+                          "Sentences picker in the sidebar limits it."):
+        return
+    lang = ck.language(models[0])
+    others = ck.by_kind([n for n in ck.model_names() if not ck.has_attention(n) and ck.language(n) == lang])
+    ui.keep_choices("pos_attribution_others", others,
+                    list(dict.fromkeys(b for m in models if (b := ck.baseline_model(others, m)))))
+    extra = st.multiselect("Beside them, without attention", others, key="pos_attribution_others",
+                           help="Models without attention attributed the same way (at first the chosen models' "
+                                "controls: the same training without attention, else the LSTM): does a plain "
+                                "recurrent model depend on words further back than the attention's window?")
+    try:
+        results = corpus_attributions([*models, *extra], corpus, split, limit)
+    except (ValueError, ck.UserError) as exc:
+        ui.show_error(exc)
+        return
+    views.render_attribution_positions(results, window, f"attribution-positions-{corpus}-{split}-w{window}",
+                                       "pos_attribution")
 
 
 def sentence_view() -> None:

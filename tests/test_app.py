@@ -914,3 +914,62 @@ def test_a_dash_token_reads_the_same_everywhere():
     assert "7 --" in spec["layer"][0]["encoding"]["x"]["scale"]["domain"]
     for text in ("--", "->", "<-", "<->", ">=", "<=", "~=", "a -- b", "x->y"):
         assert streamlit_shows(md_escape(text)) == text
+
+
+def test_cases_gallery_ranks_by_attribution():
+    """Issue 29: the rank selector offers attribution (its help says what it means and what it costs); the
+    examples show their attribution in bits and come highest first."""
+    at = page("cases.py", cases_models=[TINY], cases_sample=SMALL, cases_threshold=0.05)
+    no_exception(at)
+    control = at.segmented_control(key="cases_rank")
+    assert control.options[-1] == "Attribution"  # the page shows RANK_LABELS
+    assert "gradient × input" in control.help and "backward" in control.help and "raised P(word)" in control.help
+    assert not [m for m in at.markdown if "· attribution" in m.value]  # computed for its ranking only
+    control.set_value("attribution").run()
+    no_exception(at)
+    cards = [m.value for m in at.markdown if "· attribution " in m.value]
+    assert cards and "by attribution" in " ".join(c.value for c in at.caption)
+    values = [float(c.split("· attribution ")[1].split(" bits")[0]) for c in cards]
+    assert values == sorted(values, reverse=True)
+
+
+def test_positions_page_shows_attribution_by_distance_on_request(monkeypatch, tmp_path, doc_dirs):
+    """Issue 29: beside the attention by position, on request (off at first: it costs minutes), each model's
+    share of |attribution| at 0..window words back, a model without attention too, and per model the share
+    beyond its attention window with its interval, as vizlm computes it."""
+    import pandas as pd
+    from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
+
+    import vizlm
+
+    monkeypatch.setenv("VIZLM_CACHE", str(tmp_path))  # computed by the page, not read from an earlier run
+    at = page("positions.py", pos_models=[TINY, DOC_KVP], pos_sample=SMALL)
+    no_exception(at)
+    toggle = at.toggle(key="pos_attribution")
+    assert toggle.value is False and "minutes" in toggle.help and "Sentences" in toggle.help
+    assert len(charts(at)) == 2 and not list(tmp_path.iterdir())  # nothing attributed unasked
+    toggle.set_value(True)
+    at.session_state["pos_attribution_others"] = [DOC_LSTM]
+    at.run()
+    no_exception(at)
+    assert at.multiselect(key="pos_attribution_others").value == [DOC_LSTM]
+    assert len(list(tmp_path.iterdir())) == 3  # each model attributed once, into the disk cache
+    specs = [json.loads(c.proto.spec) for c in charts(at)]
+    (spec,) = [s for s in specs if s["title"]["text"] == "Attribution by distance"]
+    line = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "line")
+    assert line["encoding"]["y"]["field"] == "mean" and line["encoding"]["y"]["title"] == "share of |attribution|"
+    assert line["encoding"]["x"]["field"] == "position"
+    assert line["encoding"]["color"]["scale"]["domain"] == [TINY, DOC_KVP, DOC_LSTM]  # the attention plot's order first
+    # Streamlit sends the chart's data beside its spec, as Arrow tables
+    (chart,) = [c for c in charts(at) if json.loads(c.proto.spec)["title"]["text"] == "Attribution by distance"]
+    tables = [convert_arrow_bytes_to_pandas_df(d.data.data) for d in chart.proto.datasets]
+    rows = pd.concat([t for t in tables if "model" in t.columns])  # not the mark at 0 ("word just read")
+    assert set(rows["model"]) == {TINY, DOC_KVP, DOC_LSTM}
+    window = at.slider(key="pos_window").value
+    assert set(rows["position"]) == set(range(-window, 1))  # 0: the word just read
+    metrics = {streamlit_shows(m.label): m for m in at.metric}
+    assert metrics[TINY].value == "no window" and metrics[DOC_LSTM].value == "no window"
+    expected = vizlm.load(str(doc_dirs[0])).corpus_attribution("brown", "test", limit=200)["positions"]["beyond_window"]
+    kvp = metrics[DOC_KVP]
+    assert kvp.value == f"{expected['value']:.1%}" and kvp.delta == f"95% {expected['lo']:.1%}–{expected['hi']:.1%}"
+    assert "more than 3 back" in kvp.help

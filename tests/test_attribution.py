@@ -409,6 +409,18 @@ def test_corpus_statistics_on_a_tiny_corpus(monkeypatch, tmp_path, context):
     perm = res["permutation"]
     assert perm["median_abs_dlogp"]["value"] >= 0 and 0 <= perm["mean_tvd"]["value"] <= 1
     assert res["positions"]["window"] == 3 and 0 <= res["positions"]["beyond_window"]["value"] <= 1
+    # the per-unit sums the evidence keeps give the same means and intervals, and the distance bins partition
+    rows_, n = at.collect(ckpt, "brown", "test", "occlusion", limit=10, permutations=4, max_offset=4, passage_tokens=20)
+    sums = at.unit_sums(rows_, n)
+    for name, stat in (("kendall_tau", res["agreement"]["kendall_tau"]), ("top1", res["agreement"]["top1_share"]),
+                       ("top3_overlap", res["agreement"]["top3_overlap"]), ("abs_dlogp", perm["mean_abs_dlogp"]),
+                       ("tvd", perm["mean_tvd"]), ("moved_1_bit", perm["share_over_1_bit"]),
+                       ("beyond_window", res["positions"]["beyond_window"])):
+        assert at.cluster_mean(*sums[name], n_boot=100) == pytest.approx(stat, rel=1e-12), name
+    bins = sum(sums[b][0] for b in at.DISTANCE_BINS)  # per unit: each row's shares over the bins sum to 1
+    assert bins == pytest.approx(sums["share_now"][1]) and sums["share_now"][1].sum() > 0
+    assert at.cluster_mean(*sums["share_now"], n_boot=100)["value"] == pytest.approx(
+        np.nanmean(rows_["share"][:, 0]), rel=1e-12)
     # cached: served again without computing
     monkeypatch.setattr(at, "attribute", lambda *a, **k: pytest.fail("recomputed"))
     again = at.corpus_attribution(ckpt, "brown", "test", "occlusion", limit=10, permutations=4, max_offset=4,

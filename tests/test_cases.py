@@ -366,3 +366,109 @@ def test_a_corpus_report_is_cached_by_checkpoint_split_and_arguments(monkeypatch
     report(a, threshold=0.05, limit=31)
     report(a, threshold=0.05, use_cache=False)
     assert len(calls) == 4
+
+
+# --------------------------------------------------------------------------- issue 29: ranked by attribution
+def test_ranking_by_attribution_stores_gradient_x_input_of_the_attended_word(tiny_ckpt):
+    """Each example's ``attribution_bits`` is attribute(..., "gradient-x-input").bits at (target row, slot - 1):
+    memory slot j holds input position j - 1. Two computations of one number (the report's batched analysis,
+    a fresh one here): float32, so conftest's float32 tolerance."""
+    from conftest import TOLERANCE
+
+    from vizlm.attribution import attribute
+
+    tolerance = {"rel": TOLERANCE[torch.float32]["rtol"], "abs": TOLERANCE[torch.float32]["atol"]}
+    test = load_corpus("brown", "test")
+    sents, tags = test.sentences[:20], test.tags[:20]
+    report = corpus_cases(tiny_ckpt, sentences=sents, tags=tags, threshold=0.05, examples_per_label=5,
+                          rank="attribution")
+    assert report.rank == "attribution"
+    examples = [e for examples in report.examples.values() for e in examples]
+    assert len(examples) >= 5
+    for e in examples:
+        i = int(e["sentence_id"].removeprefix("s"))
+        bits = attribute(tiny_ckpt, sents[i], "gradient-x-input").bits  # (T, T): predicted word, input position
+        assert e["attribution_bits"] == pytest.approx(float(bits[e["target"], e["slot"] - 1]), **tolerance)
+        assert bits[e["target"], e["slot"] - 1] != bits[e["target"], e["slot"]]  # the column is told apart
+    for label, kept in report.examples.items():  # ranked by the signed attribution, the highest first
+        values = [e["attribution_bits"] for e in kept]
+        assert values == sorted(values, reverse=True), label
+    assert json.loads(json.dumps(report.to_dict(), allow_nan=False)) == report.to_dict()
+
+
+def test_attribution_is_computed_only_for_its_ranking(tiny_ckpt, monkeypatch):
+    """The other rankings (the default, and the shipped reports) never attribute: their examples say None."""
+    import vizlm.cases as cases
+
+    calls = []
+    real = cases.attribute
+    monkeypatch.setattr(cases, "attribute", lambda *a, **k: calls.append(1) or real(*a, **k))
+    sents = [["the", "market", "fell", "and", "the", "market", "rose", "."]] * 2
+    for rank in ("weight", "effect", "above_uniform"):
+        report = corpus_cases(tiny_ckpt, sentences=sents, threshold=0.0, rank=rank)
+        assert report.examples["trigger"] and all(
+            e["attribution_bits"] is None for examples in report.examples.values() for e in examples)
+    assert calls == []
+    report = corpus_cases(tiny_ckpt, sentences=sents, threshold=0.0, rank="attribution")
+    assert len(calls) == 2  # one per sentence with a labelled pair
+    assert all(isinstance(e["attribution_bits"], float) for examples in report.examples.values() for e in examples)
+    # a report stored before examples had the field (the shipped ones) reads as one without it computed
+    doc = corpus_cases(tiny_ckpt, sentences=sents, threshold=0.0).to_dict()
+    for examples in doc["examples"].values():
+        for e in examples:
+            del e["attribution_bits"]
+    old = cases.CaseReport.from_dict(doc)
+    assert old.examples["trigger"][0]["attribution_bits"] is None
+    assert cases.CaseReport.from_dict(old.to_dict()).to_dict() == old.to_dict()
+
+
+def test_attribution_of_a_document_model_s_cases(tiny_ckpt):
+    """A document model's case is found in the document read as running text: its example's row is
+    ``reading.target`` and its slot is the passage's slot shifted by ``reading.span[0]``."""
+    from vizlm.attribution import attribute
+
+    vocab = tiny_ckpt.vocab
+    torch.manual_seed(0)
+    model = build_model("kvp", vocab_size=len(vocab), emb_dim=8, hidden_dim=6, context="document", window=3).eval()
+    doc = Checkpoint(model, vocab, "kvp-doc")
+    sents = [["the", "market", "fell", "."], ["the", "market", "rose", "."], ["taxes", "rose", "and", "taxes", "fell"]]
+    report = corpus_cases(doc, sentences=sents, ids=["d:0", "d:1", "d:2"], threshold=0.0, examples_per_label=5,
+                          rank="attribution")
+    bits = attribute(doc, sents, "gradient-x-input", max_tokens=None).bits
+    examples = [e for examples in report.examples.values() for e in examples]
+    assert examples and any(e["reading"]["span"][0] > 0 for e in examples)
+    for e in examples:
+        row, slot = e["reading"]["target"], e["slot"] + e["reading"]["span"][0]
+        assert e["attribution_bits"] == pytest.approx(float(bits[row, slot - 1]), rel=1e-5, abs=1e-6)  # float32's
+
+
+def test_the_gallery_ranks_by_attribution():
+    def ex(bits: float | None) -> dict:
+        return {"weight": 0.5, "attribution_bits": bits}
+
+    examples = [("a", "trigger", ex(None)), ("a", "trigger", ex(-0.5)), ("a", "phrase", ex(1.5)),
+                ("a", "grammar", ex(0.1))]
+    assert [e["attribution_bits"] for _, _, e in gallery_order(examples, "attribution")] == [1.5, 0.1, -0.5, None]
+
+
+def test_cli_cases_ranked_by_attribution(capsys, tmp_path, tiny_ckpt):
+    """``vizlm cases --rank attribution`` through the CLI's main: printed, and in the JSON, highest first."""
+    from vizlm import cli
+    from vizlm.checkpoint import save_checkpoint
+
+    folder = tmp_path / "tiny"
+    save_checkpoint(folder, tiny_ckpt.model, "amsrn", tiny_ckpt.vocab, metrics={}, corpus={"name": "brown"},
+                    parameters=sum(p.numel() for p in tiny_ckpt.model.parameters()))
+    text = tmp_path / "text.txt"
+    text.write_text("The market fell and the market rose .\nThe workers said that they would pay the taxes .\n",
+                    encoding="utf-8")
+    argv = ["cases", "--checkpoint", str(folder), "--text-file", str(text), "--threshold", "0", "--rank", "attribution"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "trigger:" in out and " attribution " in out
+    assert cli.main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["rank"] == "attribution" and doc["examples"]["trigger"]
+    for examples in doc["examples"].values():
+        values = [e["attribution_bits"] for e in examples]
+        assert None not in values and values == sorted(values, reverse=True)

@@ -12,6 +12,7 @@ from conftest import ROOT
 from test_reproduce import TINY
 
 from vizlm import cli, evidence, paths, reproduce
+from vizlm.cache import checkpoint_digest
 from vizlm.checkpoint import load_checkpoint
 from vizlm.corpus import compare
 from vizlm.data import split_texts
@@ -123,8 +124,9 @@ def test_results_md_is_what_the_evidence_in_the_repository_gives(monkeypatch, tm
     monkeypatch.setattr(reproduce, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
     runs = reproduce.load_manifest(ROOT / reproduce.MANIFEST)
     claims = reproduce.load_claims(ROOT / reproduce.MANIFEST, runs)
+    monkeypatch.setattr(evidence, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
     start = time.perf_counter()
-    text = reproduce.report(runs, claims)
+    text = reproduce.report(runs, claims, reproduce.load_attribution(ROOT / reproduce.MANIFEST))
     assert time.perf_counter() - start < 60
     stored = (ROOT / "docs" / "RESULTS.md").read_text(encoding="utf-8")
     begin, end = stored.index(reproduce.REPORT_BEGIN), stored.index(reproduce.REPORT_END) + len(reproduce.REPORT_END)
@@ -135,8 +137,17 @@ def test_every_finished_run_in_the_repository_has_whole_evidence(monkeypatch):
     root = ROOT / "evidence"
     monkeypatch.setenv("VIZLM_EVIDENCE", str(root))
     runs = reproduce.load_manifest(ROOT / reproduce.MANIFEST)
-    folders = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")] if root.is_dir() else []
+    folders = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name != evidence.ATTRIBUTION]
     assert {p.name for p in folders} <= set(runs), "evidence of a run the manifest does not name"
+    plan = reproduce.load_attribution(ROOT / reproduce.MANIFEST)
+    assert set(evidence.attribution_names()) <= set(plan.checkpoints), "attribution evidence the manifest does not name"
+    for name in evidence.attribution_names():  # whole, with its command and commit, of the bundled weights
+        ev = evidence.read_attribution(name)
+        assert ev.config["commit"] and "+dirty" not in ev.config["commit"] and ev.config["written_by"], name
+        assert (ev.config["corpus"], ev.config["split"], ev.config["method"], ev.config["limit"]) == (
+            plan.corpus, plan.split, plan.method, plan.limit), name
+        assert ev.config["checkpoint_sha256"] == checkpoint_digest(load_checkpoint(ROOT / "checkpoints" / name)), name
+        assert all(len(s) == ev.config["units"] == len(c) for s, c in ev.sums.values()), name
     assert (root / "README.md").is_file()
     for p in folders:
         assert all((p / f).is_file() for f in evidence.FILES), p
@@ -144,3 +155,44 @@ def test_every_finished_run_in_the_repository_has_whole_evidence(monkeypatch):
         assert ev.config["train"].get("command") and "commit" in ev.config["evidence"], p.name
         # the stored NLLs give the stored test perplexity (float32 storage of the NLLs aside)
         assert ev.perplexity("test") == pytest.approx(ev.metrics["test_perplexity"], rel=1e-4), p.name
+
+
+def test_attribution_evidence_gives_the_librarys_statistics(monkeypatch, tmp_path, capsys):
+    """`vizlm reproduce --attribution` keeps per-unit sums whose means and intervals are exactly
+    corpus_attribution's; the report's tables read them alone; existing evidence is kept unless --force."""
+    import torch
+
+    from vizlm import attribution
+    from vizlm.checkpoint import save_checkpoint
+    from vizlm.data import Vocab
+    from vizlm.models import build_model
+
+    for key, sub in (("VIZLM_CACHE", "cache"), ("VIZLM_EVIDENCE", "evidence"), ("VIZLM_CHECKPOINTS", "checkpoints")):
+        monkeypatch.setenv(key, str(tmp_path / sub))
+    vocab = Vocab.for_corpus("brown")
+    for name, family, kw in (("tiny-kvp", "kvp", {"window": 3}), ("tiny-lstm", "lstm", {})):
+        torch.manual_seed(0)
+        model = build_model(family, vocab_size=len(vocab), emb_dim=8, hidden_dim=8, **kw).eval()
+        save_checkpoint(tmp_path / "checkpoints" / name, model, family, vocab, metrics={}, corpus={"name": "brown"})
+    manifest = tmp_path / "experiments.toml"
+    manifest.write_text(TINY + '\n[attribution]\nmethod = "occlusion"\nlimit = 12\ncheckpoints = ["tiny-kvp", "tiny-lstm", "never"]\n')
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--attribution", "tiny-kvp", "tiny-lstm"]) == 0
+    ev = evidence.read_attribution("tiny-kvp")
+    assert ev.config["limit"] == 12 and ev.config["commit"] is not None and ev.config["window"] == 3
+    ckpt = load_checkpoint(tmp_path / "checkpoints" / "tiny-kvp")
+    lib = attribution.corpus_attribution(ckpt, "brown", "test", "occlusion", limit=12)
+    assert ev.statistic("kendall_tau") == pytest.approx(lib["agreement"]["kendall_tau"], rel=1e-12)
+    assert ev.statistic("moved_1_bit") == pytest.approx(lib["permutation"]["share_over_1_bit"], rel=1e-12)
+    assert ev.statistic("beyond_window") == pytest.approx(lib["positions"]["beyond_window"], rel=1e-12)
+    assert evidence.read_attribution("tiny-lstm").statistic("kendall_tau") is None  # no attention, no agreement
+    plan = reproduce.load_attribution(manifest)
+    monkeypatch.setattr(evidence, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
+    text = "\n".join(reproduce.attribution_report(plan))
+    tau = lib["agreement"]["kendall_tau"]
+    assert f"| tiny-kvp | {tau['n']:,} | {tau['value']:.2f} ({tau['lo']:.2f}–{tau['hi']:.2f}) |" in text
+    assert "| never | not run |" in text and "| tiny-lstm | sentence | — |" in text
+    capsys.readouterr()
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--attribution", "tiny-kvp"]) == 0
+    assert "has attribution evidence" in capsys.readouterr().err
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--attribution", "other"]) == 2
+    assert "not in the manifest's [attribution] checkpoints" in capsys.readouterr().err

@@ -632,8 +632,6 @@ def corpus_attribution(
     """
     if method not in METHODS:
         raise AttributionError(f"unknown attribution method {method!r}; valid: {', '.join(METHODS)}")
-    if method == "slot-effect" and not ckpt.has_attention:
-        raise AttributionError(f"{ckpt.label} has no attention: it has no slot effects")
     data = load_corpus(corpus, split)
     document = getattr(ckpt.model.config, "context", "sentence") == "document"
     parts = {"kind": "attribution", "version": ATTRIBUTION_VERSION, "checkpoint": checkpoint_digest(ckpt),
@@ -646,13 +644,11 @@ def corpus_attribution(
         parts["passage_tokens"] = passage_tokens
 
     def compute() -> dict:
-        sentences = data.sentences[:limit] if limit is not None else data.sentences
-        units = _units(sentences, data.ids, document, passage_tokens)
-        rows = _collect(ckpt, sentences, data.ids, units, method, n_steps, permutations, max_offset, absolute,
-                        seed, progress)
+        rows, units = collect(ckpt, corpus, split, method, limit, n_steps, permutations, max_offset, passage_tokens,
+                              absolute, seed, progress)
         return {"model": ckpt.label, "method": method, "corpus": corpus, "split": split, "context": parts["context"],
-                "units": len(units), "resampled": "passages" if document else "sentences",
-                **_statistics(rows, len(units), model_window(ckpt), max_offset, n_boot, seed)}
+                "units": units, "resampled": "passages" if document else "sentences",
+                **_statistics(rows, units, model_window(ckpt), max_offset, n_boot, seed)}
 
     return cached(parts, compute, use_cache)
 
@@ -730,6 +726,35 @@ def _cat(xs: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(xs) if xs else np.zeros(0)
 
 
+def _draws(n_units: int, n_boot: int, seed: int) -> np.ndarray:
+    """(n_boot, n_units): how often each unit is drawn in each bootstrap resample (with replacement)."""
+    rng = np.random.default_rng(seed)
+    return rng.multinomial(n_units, np.full(n_units, 1 / n_units), size=n_boot)
+
+
+def _percentiles(boot: np.ndarray) -> dict:
+    """``{"lo", "hi"}``: the 95% percentile interval of the finite bootstrap values."""
+    boot = boot[np.isfinite(boot)]
+    if not len(boot):
+        return {"lo": math.nan, "hi": math.nan}
+    return {"lo": float(np.quantile(boot, 0.025)), "hi": float(np.quantile(boot, 0.975))}
+
+
+def cluster_mean(sums: np.ndarray, counts: np.ndarray, n_boot: int = N_BOOT, seed: int = 0) -> dict:
+    """``{"value", "lo", "hi", "n"}``: the mean of values given per unit as their sum and count (``sums[u]``,
+    ``counts[u]``: a unit with none counts 0), with a 95% bootstrap interval that resamples the units. What
+    :func:`cluster_interval` computes for ``stat="mean"``, from the per-unit sums alone (the evidence keeps
+    those: :func:`unit_sums`)."""
+    sums, counts = np.asarray(sums, float), np.asarray(counts, float)
+    n = int(counts.sum())
+    if not n:
+        return {"value": math.nan, "lo": math.nan, "hi": math.nan, "n": 0}
+    draws = _draws(len(sums), n_boot, seed)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        boot = (draws @ sums) / (draws @ counts)
+    return {"value": float(sums.sum() / counts.sum()), **_percentiles(boot), "n": n}
+
+
 def cluster_interval(values: np.ndarray, units: np.ndarray, n_units: int, stat: str = "mean",
                      n_boot: int = N_BOOT, seed: int = 0) -> dict:
     """``{"value", "lo", "hi", "n"}``: the mean or median of ``values`` (NaN ignored) with a 95% bootstrap
@@ -739,15 +764,11 @@ def cluster_interval(values: np.ndarray, units: np.ndarray, n_units: int, stat: 
     values, units = values[ok], units[ok]
     if not len(values):
         return {"value": math.nan, "lo": math.nan, "hi": math.nan, "n": 0}
-    rng = np.random.default_rng(seed)
-    draws = rng.multinomial(n_units, np.full(n_units, 1 / n_units), size=n_boot)  # (n_boot, units) counts
     if stat == "mean":
-        sums = np.bincount(units, weights=values, minlength=n_units)
-        counts = np.bincount(units, minlength=n_units).astype(float)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            boot = (draws @ sums) / (draws @ counts)
-        value = float(values.mean())
-    elif stat == "median":
+        return cluster_mean(np.bincount(units, weights=values, minlength=n_units),
+                            np.bincount(units, minlength=n_units).astype(float), n_boot, seed)
+    draws = _draws(n_units, n_boot, seed)
+    if stat == "median":
         order = np.argsort(values, kind="stable")
         v, u = values[order], units[order]
         boot = np.empty(n_boot)
@@ -758,9 +779,67 @@ def cluster_interval(values: np.ndarray, units: np.ndarray, n_units: int, stat: 
         value = float(np.median(values))
     else:
         raise ValueError(f"stat must be 'mean' or 'median', not {stat!r}")
-    boot = boot[np.isfinite(boot)]
-    lo, hi = (float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975))) if len(boot) else (math.nan,) * 2
-    return {"value": value, "lo": lo, "hi": hi, "n": int(len(values))}
+    return {"value": value, **_percentiles(boot), "n": int(len(values))}
+
+
+# The per-target quantities the evidence keeps as per-unit sums (:func:`unit_sums`), each a mean over targets:
+# where a prediction's |attribution| lies by distance, how much of it lies beyond the attention window, the
+# agreement with the attention (targets with >= 2 positions both cover) and Jain & Wallace's permutation shift.
+DISTANCE_BINS = {"share_now": (0, 0), "share_1": (1, 1), "share_2_5": (2, 5), "share_beyond_5": (6, None)}
+UNIT_SUMS = (*DISTANCE_BINS, "beyond_window", "kendall_tau", "top1", f"top{TOP_K}_overlap", "abs_dlogp",
+             "moved_1_bit", "tvd")
+
+
+def unit_sums(rows: dict, n_units: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per unit, the sum and the count of each per-target quantity of :data:`UNIT_SUMS` (NaN targets left
+    out): ``{name: (sums [n_units], counts [n_units])}``; what :func:`cluster_mean` needs, so the evidence of a
+    corpus attribution stays small (its units, not its targets) and its intervals are exactly the library's.
+    Quantities a model does not have (agreement without attention) are absent."""
+
+    def per_unit(values: np.ndarray, units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ok = np.isfinite(values)
+        return (np.bincount(units[ok], weights=values[ok], minlength=n_units),
+                np.bincount(units[ok], minlength=n_units).astype(float))
+
+    unit, share = rows["unit"].astype(int), rows["share"]  # share: (targets, W + 2), offsets 0..W then beyond W
+    W = share.shape[1] - 2
+    out = {}
+    for name, (lo, hi) in DISTANCE_BINS.items():
+        cols = list(range(lo, W + 2)) if hi is None else list(range(lo, hi + 1))
+        out[name] = per_unit(share[:, cols].sum(1), unit)  # NaN rows (nothing attributed) stay NaN
+    if rows["beyond_window"] is not None:
+        out["beyond_window"] = per_unit(rows["beyond_window"], unit)
+    if rows["attention"] is not None:
+        chosen = rows["npos"] >= 2  # a row with one slot chooses nothing
+        for name, key in (("kendall_tau", "tau"), ("top1", "top1"), (f"top{TOP_K}_overlap", "topk")):
+            out[name] = per_unit(np.where(chosen, rows[key], math.nan), unit)
+        if len(rows["dlogp"]):
+            pu = rows["perm_unit"].astype(int)
+            dlogp = rows["dlogp"]
+            out["abs_dlogp"] = per_unit(dlogp, pu)
+            out["moved_1_bit"] = per_unit(np.where(np.isfinite(dlogp), (dlogp > math.log(2)).astype(float), math.nan), pu)
+            out["tvd"] = per_unit(rows["tvd"], pu)
+    return out
+
+
+def collect(ckpt: Checkpoint, corpus: str, split: str, method: str = "gradient-x-input", limit: int | None = None,
+            n_steps: int = DEFAULT_STEPS, permutations: int = PERMUTATIONS, max_offset: int = MAX_OFFSET,
+            passage_tokens: int = PASSAGE_TOKENS, absolute: bool = True, seed: int = 0,
+            progress: Callable[[float], None] | None = None) -> tuple[dict, int]:
+    """``(rows, units)``: the per-target arrays of :func:`corpus_attribution` over a processed split (its first
+    ``limit`` sentences), not cached, and how many units (sentences, or a document model's passages) they come
+    from."""
+    if method not in METHODS:
+        raise AttributionError(f"unknown attribution method {method!r}; valid: {', '.join(METHODS)}")
+    if method == "slot-effect" and not ckpt.has_attention:
+        raise AttributionError(f"{ckpt.label} has no attention: it has no slot effects")
+    data = load_corpus(corpus, split)
+    document = getattr(ckpt.model.config, "context", "sentence") == "document"
+    sentences = data.sentences[:limit] if limit is not None else data.sentences
+    units = _units(sentences, data.ids, document, passage_tokens)
+    rows = _collect(ckpt, sentences, data.ids, units, method, n_steps, permutations, max_offset, absolute, seed,
+                    progress)
+    return rows, len(units)
 
 
 def _statistics(rows: dict, n_units: int, window: int | None, W: int, n_boot: int, seed: int) -> dict:
@@ -813,6 +892,6 @@ def _statistics(rows: dict, n_units: int, window: int | None, W: int, n_boot: in
 
 __all__ = [
     "METHODS", "DEFAULT_STEPS", "Attribution", "AttributionError", "agreement", "attribute",
-    "cluster_interval", "corpus_agreement", "corpus_attribution", "kendall_tau", "model_window",
-    "permutation_shift",
+    "cluster_interval", "cluster_mean", "collect", "corpus_agreement", "corpus_attribution", "kendall_tau",
+    "model_window", "permutation_shift", "unit_sums",
 ]

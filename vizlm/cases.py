@@ -112,6 +112,7 @@ from vizlm.analysis import (
     split_at_boundaries,
     tag_passage,
 )
+from vizlm.attribution import attribute
 from vizlm.cache import cached, checkpoint_digest
 from vizlm.checkpoint import Checkpoint
 from vizlm.data import document_sizes, load_corpus
@@ -119,8 +120,8 @@ from vizlm.resources import Collocations, load_collocations
 from vizlm.tagger import simplify_tag, tag_tokens
 from vizlm.text import NUMBER, detokenize
 
-__all__ = ["LABELS", "LABEL_DESCRIPTIONS", "RANKINGS", "Case", "CaseReport", "label_cases",
-           "by_effect", "corpus_cases", "gallery_order", "tag_tokens", "stem"]
+__all__ = ["LABELS", "LABEL_DESCRIPTIONS", "RANKINGS", "RANK_FIELDS", "Case", "CaseReport", "label_cases",
+           "attribute_cases", "by_effect", "corpus_cases", "gallery_order", "tag_tokens", "stem"]
 
 LABEL_DESCRIPTIONS = {  # label -> what its rule checks, in the order the rules run
     "trigger": "the attended word comes back: same word, same stem, or a pronoun for the same entity",
@@ -129,9 +130,14 @@ LABEL_DESCRIPTIONS = {  # label -> what its rule checks, in the order the rules 
     "grammar": "a grammatical dependency: subject–verb agreement, determiner → noun, auxiliary → verb form",
 }
 LABELS = tuple(LABEL_DESCRIPTIONS)
-# How corpus_cases picks its examples: the heaviest, the most helpful slot, or the most weight above an even
-# spread over the slots the row could attend to (Case.above_uniform: one slot gets weight 1, choosing nothing).
-RANKINGS = ("weight", "effect", "above_uniform")
+# How corpus_cases picks its examples -> the field of a case (and of an example) it ranks by: the heaviest, the
+# most helpful slot, the most weight above an even spread over the slots the row could attend to
+# (Case.above_uniform: one slot gets weight 1, choosing nothing), or the attended word the prediction depended
+# on most (gradient x input: computed for this ranking only, :func:`attribute_cases`).
+RANK_FIELDS = {"weight": "weight", "effect": "effect", "above_uniform": "above_uniform",
+               "attribution": "attribution_bits"}
+RANKINGS = tuple(RANK_FIELDS)
+ATTRIBUTION_METHOD = "gradient-x-input"  # what rank="attribution" measures (vizlm.attribution.METHODS)
 # The Cases page's defaults (the reports of the bundled checkpoints at these ship with them: scripts/ship_stats.py)
 GALLERY_RANK, GALLERY_LIMIT, GALLERY_EXAMPLES = "above_uniform", 1000, 8
 CASES_VERSION = 1  # in the cache key of a corpus report: raise it when the rules or the report change
@@ -476,6 +482,8 @@ class Case:
     evidence: dict[str, str] = field(default_factory=dict)  # label -> why
     effect: float | None = None  # slot effect in bits: log2 P(word) minus the same without this slot (None: not computed)
     slots: int = 1  # slots the row could attend to (its start slot included): uniform attention gives each 1 / slots
+    attribution_bits: float | None = None  # gradient x input of log2 P(word) to the attended word, in bits: > 0
+    # it raised P(word) (None: not computed; corpus_cases computes it for rank="attribution")
 
     @property
     def above_uniform(self) -> float:
@@ -496,6 +504,7 @@ class Case:
             "effect": None if self.effect is None else float(self.effect),
             "slots": int(self.slots),
             "above_uniform": float(self.above_uniform),
+            "attribution_bits": None if self.attribution_bits is None else float(self.attribution_bits),
         }
 
 
@@ -532,6 +541,19 @@ def label_cases(
     return cases
 
 
+def attribute_cases(ckpt: Checkpoint, sa: SentenceAnalysis, cases: list[Case]) -> list[Case]:
+    """``cases`` (of ``sa``, an analysis of ``ckpt``) with their :attr:`Case.attribution_bits`: the attribution of
+    each target's ``log2 P(word)`` to its attended word (:data:`ATTRIBUTION_METHOD`, gradient x input, over
+    ``sa``'s reading: :func:`vizlm.attribution.attribute`). Memory slot ``j`` holds input position ``j - 1``, so
+    a case's is column ``slot - 1`` of its target's row. One batched gradient pass per reading (per
+    :data:`vizlm.attribution.ROW_BLOCK` targets); none when there are no cases. Sets the field in place."""
+    if cases:
+        bits = attribute(ckpt, sa, ATTRIBUTION_METHOD).bits  # (T, T): predicted word r, input position p
+        for case in cases:
+            case.attribution_bits = float(bits[case.target, case.slot - 1])
+    return cases
+
+
 def by_effect(cases: list[Case]) -> list[Case]:
     """Cases ranked by effect, the most helpful slot first (then by weight); those without an effect last."""
     return sorted(cases, key=lambda c: (c.effect is None, -(c.effect or 0.0), -c.weight))
@@ -562,8 +584,12 @@ class CaseReport:
 
     @classmethod
     def from_dict(cls, doc: dict) -> CaseReport:
-        """The report of :meth:`to_dict` (its ``shares`` are recomputed)."""
-        return cls(**{f.name: doc[f.name] for f in fields(cls) if f.name in doc})
+        """The report of :meth:`to_dict` (its ``shares`` are recomputed). An example stored before examples
+        had ``attribution_bits`` (the shipped reports) reads as one without it computed: None."""
+        report = cls(**{f.name: doc[f.name] for f in fields(cls) if f.name in doc})
+        report.examples = {label: [{**e, "attribution_bits": e.get("attribution_bits")} for e in examples]
+                           for label, examples in report.examples.items()}
+        return report
 
 
 def _documents(ckpt: Checkpoint, sentences: list[list[str]], ids: list[str], originals: list[list[str]] | None,
@@ -605,8 +631,8 @@ def _document_example(case: Case, first: int, boundaries: list[int], ids: list[s
 
 
 def _strength(value: float | None) -> float:
-    """A value to rank by (a :data:`RANKINGS` field of a case or an example); -inf, ranked last, for
-    none (an effect not computed)."""
+    """A value to rank by (the :data:`RANK_FIELDS` field of a case or an example); -inf, ranked last, for
+    none (an effect or an attribution not computed)."""
     return -math.inf if value is None else value
 
 
@@ -614,8 +640,10 @@ def gallery_order(examples: list[tuple[str, str, dict]], rank: str) -> list[tupl
     """``(model, label, example)`` triples of several models in gallery order: the models take turns
     (each one's strongest by ``rank``, then each one's second, ...; the strongest first within a turn), so
     that no model fills the gallery, e.g. one whose every weight is 1 because its window holds one slot."""
+    key = RANK_FIELDS[rank]
+
     def strength(e: tuple) -> float:
-        return _strength(e[2].get(rank))
+        return _strength(e[2].get(key))
 
     by_model: dict[str, list] = {}
     for e in sorted(examples, key=strength, reverse=True):
@@ -648,8 +676,12 @@ def corpus_cases(
     every highlighted pair) and labelled by :func:`label_cases`. ``limit`` keeps the
     first sentences only. Examples are the ``examples_per_label`` strongest pairs of
     each label: the heaviest (``rank="weight"``), those whose slot helped the
-    prediction most (``rank="effect"``) or those with the most weight above an even
-    spread (``rank="above_uniform"``); ties: earlier sentence first. Counts do not
+    prediction most (``rank="effect"``), those with the most weight above an even
+    spread (``rank="above_uniform"``) or those whose attended word raised the prediction
+    most (``rank="attribution"``: gradient x input of ``log2 P(word)`` to the attended word,
+    signed, in bits, :func:`attribute_cases`; computed only for this ranking, one more
+    batched gradient pass per sentence or document with a labelled pair, so the other
+    rankings' examples have ``attribution_bits`` None); ties: earlier sentence first. Counts do not
     depend on the order sentences are processed in. A corpus split's report is cached
     (:mod:`vizlm.cache`, keyed by the checkpoint's and the split's checksums and every
     argument); the bundled checkpoints' at the gallery's defaults ship with them.
@@ -704,10 +736,13 @@ def _case_report(ckpt: Checkpoint, source: str, sentences: list[list[str]], ids:
         analysed += len(sa.boundaries) + 1
         sentence = sa.sentence_of()  # [T]
         where = (first, sa.boundaries) if document else sa.text  # what the example needs of its text
-        for k, case in enumerate(label_cases(sa, threshold, top_k, collocations=collocations)):
+        cases = label_cases(sa, threshold, top_k, collocations=collocations)
+        if rank == "attribution" and examples_per_label > 0:  # only the labelled pairs can be examples
+            attribute_cases(ckpt, sa, [case for case in cases if case.labels])
+        for k, case in enumerate(cases):
             pairs += 1
             labelled += bool(case.labels)
-            strength = _strength(getattr(case, rank))
+            strength = _strength(getattr(case, RANK_FIELDS[rank]))
             i = first + int(sentence[case.target])
             for label in case.labels:
                 counts[label] += 1

@@ -140,6 +140,9 @@ def _add_reproduce(sub) -> None:
                       "evidence (evidence/: no weights, no model evaluation)")
     what.add_argument("--evidence", nargs="*", metavar="NAME", help="write the evidence of these finished runs (none "
                       "named: of every finished run whose checkpoint is here and whose evidence is not)")
+    what.add_argument("--attribution", nargs="*", metavar="CHECKPOINT", help="attribute the predictions of the "
+                      "manifest's [attribution] checkpoints (these only, if named) over its split and write their evidence "
+                      "(evidence/attribution/; beyond the papers: is attention an explanation?)")
     what.add_argument("--bundle", metavar="NAME", help="copy a finished run into checkpoints/ (float16 where test "
                       "perplexity changes < 0.1%%) and mark it bundled in the manifest")
     p.add_argument("--as", dest="bundle_as", metavar="FOLDER", default=None, help="with --bundle: the folder name in "
@@ -147,7 +150,7 @@ def _add_reproduce(sub) -> None:
     p.add_argument("--manifest", type=Path, default=None, help="the manifest (default: experiments.toml in the vizlm home)")
     p.add_argument("--threads", type=whole(1), default=None, help="torch CPU threads for training")
     p.add_argument("--json", action="store_true", help="with --list: print JSON")
-    p.add_argument("--force", action="store_true", help="with --evidence: rewrite evidence that exists")
+    p.add_argument("--force", action="store_true", help="with --evidence / --attribution: rewrite evidence that exists")
     p.add_argument("--dry-run", action="store_true", help="a few batches per run, to check the pipeline (not results)")
 
 
@@ -181,6 +184,16 @@ def cmd_reproduce(args) -> int:
         if not names:
             print("reproduce: every finished run here has its evidence", file=sys.stderr)
         return 0
+    if args.attribution is not None:
+        plan = reproduce.load_attribution(args.manifest)
+        if plan is None:
+            raise ValueError("the manifest has no [attribution] table")
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        reproduce.write_attribution_evidence(plan, args.attribution, force=args.force)
+        return 0
     if args.bundle:
         if args.bundle not in runs:
             raise ValueError(f"no run {args.bundle!r} in the manifest; see `vizlm reproduce --list`")
@@ -188,7 +201,8 @@ def cmd_reproduce(args) -> int:
         return 0
     if args.report:
         claims = reproduce.load_claims(args.manifest, runs)
-        path = reproduce.write_report(runs, paths.home() / "docs" / "RESULTS.md", claims)
+        path = reproduce.write_report(runs, paths.home() / "docs" / "RESULTS.md", claims,
+                                      reproduce.load_attribution(args.manifest))
         print(f"wrote {path}", file=sys.stderr)
         return 0
     names = list(runs) if args.all else args.only

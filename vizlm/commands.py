@@ -209,7 +209,10 @@ def add_analysis_commands(sub) -> None:
     p.add_argument("--examples", type=whole(0), default=10, help="strongest examples listed per label")
     p.add_argument("--rank", choices=RANKINGS, default="weight",
                    help="which examples are the strongest: the heaviest, those whose slot helped the prediction most, "
-                        "or the heaviest above uniform (weight - 1 / the slots the row could attend to)")
+                        "the heaviest above uniform (weight - 1 / the slots the row could attend to), or those whose "
+                        "attended word the prediction depended on most (attribution: gradient x input of log2 P(word) "
+                        "to the attended word, in bits, signed: > 0 raised P(word); costs one more batched gradient "
+                        "pass per sentence, or per 64 words of a document for a document-level model)")
 
     p = sub.add_parser("attribute", help="which earlier words each prediction of a text depended on (attribution), "
                                          "and whether the attention agrees")
@@ -426,7 +429,9 @@ def cmd_cases(args) -> int:
         print(f"\n{label}:")
         for ex in examples:
             effect = "" if ex["effect"] is None else f" {_bits(ex['effect'])}"
-            print(f"  {ex['weight']:.2f}{effect}  {ex['attended']} -> {ex['word']}  ({ex['sentence_id']}): {ex['evidence']}")
+            attributed = "" if ex.get("attribution_bits") is None else f" attribution {_bits(ex['attribution_bits'])}"
+            print(f"  {ex['weight']:.2f}{effect}{attributed}  {ex['attended']} -> {ex['word']}  ({ex['sentence_id']}): "
+                  f"{ex['evidence']}")
     return 0
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from vizlm import paths
 from vizlm.checkpoint import load_checkpoint, meta_context, meta_corpus
@@ -193,9 +194,7 @@ def write(name: str, source: Path | str, force: bool = False, log=sys.stderr) ->
     config["vocab_size"] = len(ckpt.vocab)
     config["evidence"] = {"written_by": f"vizlm reproduce --evidence {name}", "commit": paths.commit(),
                           "source": _display(Path(source)), "weights_committed_in": committed_in(Path(ckpt.path) / "model.safetensors")}
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=dest.parent))
-    try:
+    def fill(tmp: Path) -> None:
         _dump(tmp / "config.json", config)
         _dump(tmp / "metrics.json", meta["metrics"])
         log_file = Path(ckpt.path) / "train_log.jsonl"
@@ -206,11 +205,26 @@ def write(name: str, source: Path | str, force: bool = False, log=sys.stderr) ->
         save_file(arrays, str(tmp / "nll.safetensors"))
         if positions is not None:
             _dump(tmp / POSITIONS, positions)
+
+    _publish(dest, fill)
+    ev = read(name)
+    print(f"evidence: {name} -> {dest} (test perplexity {ev.perplexity('test'):.2f} from the NLLs, "
+          f"{meta['metrics']['test_perplexity']:.2f} stored)", file=log)
+    return dest
+
+
+def _publish(dest: Path, fill) -> None:
+    """Write a folder whole: ``fill(tmp)`` writes its files into a temporary folder beside ``dest``, which
+    then takes ``dest``'s place (an existing one goes only once the new one is complete)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    try:
+        fill(tmp)
         for f in tmp.iterdir():
             f.chmod(0o644)
         tmp.chmod(0o755)
         if dest.exists():  # --force: the old folder goes only once the new one is whole
-            old = dest.with_name(f".{name}.old")
+            old = dest.with_name(f".{dest.name}.old")
             shutil.rmtree(old, ignore_errors=True)
             os.replace(dest, old)
             os.replace(tmp, dest)
@@ -219,9 +233,114 @@ def write(name: str, source: Path | str, force: bool = False, log=sys.stderr) ->
             os.replace(tmp, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    ev = read(name)
-    print(f"evidence: {name} -> {dest} (test perplexity {ev.perplexity('test'):.2f} from the NLLs, "
-          f"{meta['metrics']['test_perplexity']:.2f} stored)", file=log)
+
+
+# --------------------------------------------------------------------------- corpus attribution (beyond the papers)
+ATTRIBUTION = "attribution"  # evidence/attribution/CHECKPOINT/: what a bundled model's predictions depended on
+ATTRIBUTION_FILES = ("config.json", "sums.safetensors")
+
+
+@dataclass
+class AttributionEvidence:
+    """A bundled checkpoint's attribution over a corpus split, read back (:func:`read_attribution`): per unit
+    (sentence, or a document model's passage) the sum and count of each quantity of
+    :data:`vizlm.attribution.UNIT_SUMS` it has."""
+
+    name: str
+    config: dict
+    sums: dict[str, tuple[np.ndarray, np.ndarray]] = field(repr=False)
+
+    def statistic(self, key: str) -> dict | None:
+        """The mean of ``key`` over the targets with its 95% interval resampling the units (the library's
+        :func:`vizlm.attribution.cluster_mean`, with the seed and resamples the config records); None when
+        the model has no such quantity (agreement without attention)."""
+        from vizlm.attribution import cluster_mean
+
+        if key not in self.sums:
+            return None
+        return cluster_mean(*self.sums[key], n_boot=self.config["n_boot"], seed=self.config["seed"])
+
+
+def attribution_folder(name: str) -> Path:
+    return paths.evidence_dir() / ATTRIBUTION / name
+
+
+def attribution_names() -> list[str]:
+    """The checkpoints whose corpus attribution has evidence."""
+    root = paths.evidence_dir() / ATTRIBUTION
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []
+
+
+def read_attribution(name: str) -> AttributionEvidence | None:
+    """The corpus attribution evidence of checkpoint ``name``, None when it has none."""
+    from safetensors.numpy import load_file
+
+    where = attribution_folder(name)
+    if not where.exists():
+        return None
+    missing = [f for f in ATTRIBUTION_FILES if not (where / f).is_file()]
+    if missing:
+        raise EvidenceError(f"{where} lacks {', '.join(missing)}; rewrite it with `vizlm reproduce --attribution {name}`")
+    try:
+        config = json.loads((where / "config.json").read_text(encoding="utf-8"))
+        arrays = load_file(str(where / "sums.safetensors"))
+    except (OSError, ValueError) as e:
+        raise EvidenceError(f"{where}: cannot be read ({e})") from e
+    keys = sorted({k.rsplit(".", 1)[0] for k in arrays})
+    return AttributionEvidence(name, config, {k: (arrays[f"{k}.sum"], arrays[f"{k}.count"]) for k in keys})
+
+
+def write_attribution(name: str, source: Path | str, corpus: str, split: str, method: str, limit: int | None,
+                      force: bool = False, log=None) -> Path:
+    """Attribute the predictions of checkpoint ``source`` over ``corpus``/``split`` (its first ``limit``
+    sentences; :func:`vizlm.attribution.collect`) and keep, in ``evidence/attribution/NAME/``, the per-unit
+    sums the report's means and intervals are computed from (:func:`vizlm.attribution.unit_sums`) and a
+    config: the checkpoint's and the corpus's checksums, every parameter, the command and the commit.
+    Written whole; existing evidence is replaced only with ``force``."""
+    import time
+
+    from safetensors.numpy import save_file
+
+    from vizlm import attribution as va
+    from vizlm.cache import checkpoint_digest
+    from vizlm.data import load_corpus
+
+    log = log or sys.stderr
+    dest = attribution_folder(name)
+    if dest.exists() and not force:
+        raise EvidenceError(f"{dest} exists already (attribution evidence of {name}); pass --force to rewrite it")
+    ckpt = load_checkpoint(source)
+    start = time.perf_counter()
+    last = [0.0]
+
+    def progress(fraction: float) -> None:
+        if fraction - last[0] >= 0.1 or fraction >= 1:
+            last[0] = fraction
+            print(f"evidence: {name}: attribution {fraction:.0%} ({time.perf_counter() - start:.0f} s)", file=log)
+
+    rows, units = va.collect(ckpt, corpus, split, method, limit, progress=progress)
+    sums = va.unit_sums(rows, units)
+    document = meta_context(ckpt.meta) == "document"
+    config = {
+        "checkpoint": name, "checkpoint_sha256": checkpoint_digest(ckpt), "family": ckpt.meta.get("model"),
+        "context": meta_context(ckpt.meta), "window": va.model_window(ckpt), "attention": ckpt.has_attention,
+        "corpus": corpus, "split": split, "corpus_sha256": load_corpus(corpus, split).checksum, "limit": limit,
+        "method": method, "units": units, "resampled": "passages" if document else "sentences",
+        "targets": int(len(rows["unit"])), "permutations": va.PERMUTATIONS, "max_offset": va.MAX_OFFSET,
+        "passage_tokens": va.PASSAGE_TOKENS if document else None, "absolute": True, "seed": 0, "n_boot": va.N_BOOT,
+        "written_by": f"vizlm reproduce --attribution {name}", "commit": paths.commit(),
+        "source": _display(Path(source)), "threads": torch.get_num_threads(),
+        "wall_s": round(time.perf_counter() - start, 1),
+    }
+    arrays = {f"{k}.{part}": a for k, (s_, c) in sums.items() for part, a in (("sum", s_), ("count", c))}
+
+    def fill(tmp: Path) -> None:
+        _dump(tmp / "config.json", config)
+        save_file(arrays, str(tmp / "sums.safetensors"))
+
+    _publish(dest, fill)
+    print(f"evidence: {name} -> {dest} ({config['targets']:,} targets in {units:,} {config['resampled']}, "
+          f"{config['wall_s']:.0f} s)", file=log)
     return dest
 
 
@@ -251,4 +370,6 @@ def _dump(path: Path, doc: dict) -> None:
     path.write_text(json.dumps(doc, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
 
 
-__all__ = ["FILES", "Evidence", "EvidenceError", "exists", "folder", "read", "splits_of", "versus", "write"]
+__all__ = ["ATTRIBUTION", "FILES", "AttributionEvidence", "Evidence", "EvidenceError", "attribution_folder",
+           "attribution_names", "exists", "folder", "read", "read_attribution", "splits_of", "versus", "write",
+           "write_attribution"]

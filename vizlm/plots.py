@@ -549,6 +549,93 @@ def positions_chart(frame: pd.DataFrame, title: str | None = None, measure: str 
     )
 
 
+ATTRIBUTION_POSITION_COLUMNS = ["model", "method", "offset", "mean", "lo", "hi", "count", "attention"]
+
+
+def _number(x) -> float:
+    """A statistic read back from a cached result: None (JSON's null) as NaN."""
+    return math.nan if x is None else float(x)
+
+
+def attribution_positions_frame(results: Sequence[dict], window: int | None = None) -> pd.DataFrame:
+    """One row per (model, offset) of :func:`vizlm.attribution.corpus_attribution` results (its ``positions``
+    part), offsets ``0..window`` (every one it kept without ``window``), the models in the given order (their
+    colours in :func:`attribution_positions_chart`, as in :func:`positions_chart`).
+
+    Columns: model (the result's label, as the position statistics name it), method, offset (0 = the word just
+    read, 1 = the word before it: the attention's most recent slot), mean (share of a predicted word's
+    ``|attribution|`` at that many words back, over the words whose reading reaches it), lo, hi (its 95%
+    interval), count (those words), attention (the mean attention weight there; NaN without attention, and at
+    offset 0, which no memory slot holds).
+    """
+    rows = []
+    for res in results:
+        p = res["positions"]
+        attention = p.get("attention")
+        for i, offset in enumerate(p["offset"]):
+            if window is not None and offset > window:
+                continue
+            rows.append({"model": str(res["model"]), "method": res.get("method"), "offset": int(offset),
+                         "mean": _number(p["mean"][i]), "lo": _number(p["lo"][i]), "hi": _number(p["hi"][i]),
+                         "count": int(p["count"][i]),
+                         "attention": _number(attention[i]) if attention is not None else math.nan})
+    return pd.DataFrame.from_records(rows, columns=ATTRIBUTION_POSITION_COLUMNS)
+
+
+def attribution_positions_chart(frame: pd.DataFrame, title: str | None = None, current: bool = True) -> alt.LayerChart:
+    """Attribution by distance: the mean share of a predicted word's ``|attribution|`` at each position back,
+    one line per model with its 95% band, drawn like :func:`positions_chart` (same x axis, same colours in
+    the same model order) so that where the attention looks sits beside where the prediction depends.
+
+    ``frame``: :func:`attribution_positions_frame`. With ``current`` the word just read (offset 0, at 0 on
+    the x axis, marked) is drawn too: the prediction depends on it most, and no attention slot holds it.
+    Positions no word reaches (NaN) are left out.
+    """
+    _require(frame, ["model", "offset", "mean", "lo", "hi", "count"], "attribution_positions_chart")
+    df = frame[np.isfinite(frame["mean"].astype(float))].copy()
+    if not current:
+        df = df[df["offset"].astype(int) >= 1]
+    if df.empty:
+        raise ValueError("attribution_positions_chart: no position in this frame has an attribution")
+    df["position"] = -df["offset"].astype(int)
+    models = list(dict.fromkeys(df["model"].astype(str)))
+    colour = alt.Color("model:N", title="model", scale=alt.Scale(domain=models, range=_categorical(len(models))))
+    x = alt.X("position:Q", axis=alt.Axis(tickMinStep=1, format="d"),
+              title="position relative to the predicted word (0 = the word just read, −1 = the one before)"
+              if current else "position relative to the predicted word (−1 = most recent)")
+    tooltip = [
+        alt.Tooltip("model:N"),
+        alt.Tooltip("offset:Q", title="words back"),
+        alt.Tooltip("mean:Q", title="share of |attribution|", format=".1%"),
+        alt.Tooltip("lo:Q", title="band low", format=".1%"),
+        alt.Tooltip("hi:Q", title="band high", format=".1%"),
+        alt.Tooltip("count:Q", title="words", format=","),
+    ]
+    if "attention" in df.columns and np.isfinite(df["attention"].astype(float)).any():
+        tooltip.insert(3, alt.Tooltip("attention:Q", title="mean attention weight", format=".3f"))
+    base = alt.Chart(df).encode(x=x, color=colour)
+    band = base.mark_area(opacity=0.2).encode(y="lo:Q", y2="hi:Q")
+    line = base.mark_line(point=True, strokeWidth=2).encode(
+        y=alt.Y("mean:Q", title="share of |attribution|", scale=alt.Scale(zero=True), axis=alt.Axis(format=".0%")),
+        strokeDash=alt.StrokeDash("model:N", legend=None),
+        tooltip=tooltip,
+    )
+    layers: list[alt.Chart] = [band, line]
+    if current:  # the word just read is no memory slot: a rule and a label say what 0 is
+        mark = alt.Chart(pd.DataFrame({"position": [0], "label": ["word just read"]}))
+        layers.insert(0, mark.mark_rule(color="#888", strokeDash=[4, 4]).encode(x="position:Q"))
+        layers.append(mark.mark_text(align="right", baseline="top", dx=-4, dy=4, color="#555")
+                      .encode(x="position:Q", y=alt.value(0), text="label:N"))
+    methods = list(dict.fromkeys(frame["method"].dropna().astype(str))) if "method" in frame.columns else []
+    method = METHOD_LABELS.get(methods[0], methods[0]) if len(methods) == 1 else "attribution"
+    return alt.layer(*layers).properties(
+        width=480,
+        height=300,
+        title=alt.Title(title or "Attribution by distance",
+                        subtitle=f"{method}: mean share of a predicted word's |attribution|, 95% band", anchor="start"),
+    )
+
+
 def comparison_scatter(table: pd.DataFrame, name_a: str, name_b: str) -> alt.LayerChart:
     """Per-sentence perplexity of model A (x) against model B (y), log axes, with the line y = x.
 

@@ -172,12 +172,122 @@ def load_claims(path: Path | None = None, runs: dict[str, Run] | None = None) ->
     return claims
 
 
+@dataclass
+class AttributionPlan:
+    """The manifest's ``[attribution]``: the bundled checkpoints whose predictions are attributed over one
+    split (beyond the papers: is attention an explanation?), how, and the evidence each leaves
+    (:func:`vizlm.evidence.write_attribution`)."""
+
+    checkpoints: list[str]
+    corpus: str = "brown"
+    split: str = "test"
+    method: str = "gradient-x-input"
+    limit: int | None = None  # the split's first sentences
+    note: str | None = None
+
+
+def load_attribution(path: Path | None = None) -> AttributionPlan | None:
+    """The ``[attribution]`` table of ``experiments.toml``, checked; None when it has none."""
+    from vizlm.attribution import TEXT_METHODS
+
+    path, doc = _read(path)
+    spec = doc.get("attribution")
+    if spec is None:
+        return None
+    fields = set(AttributionPlan.__dataclass_fields__)
+    if set(spec) - fields or "checkpoints" not in spec:
+        raise ValueError(f"{path}: [attribution] has unknown field(s) {sorted(set(spec) - fields)} or no checkpoints")
+    plan = AttributionPlan(**spec)
+    if plan.method not in TEXT_METHODS or not all(isinstance(c, str) and c for c in plan.checkpoints):
+        raise ValueError(f"{path}: [attribution]: method must be one of {', '.join(TEXT_METHODS)}, checkpoints names")
+    return plan
+
+
+def write_attribution_evidence(plan: AttributionPlan, names: list[str] | None = None, force: bool = False,
+                               log=None) -> list[Path]:
+    """Attribute the plan's bundled checkpoints (``names``: these only) and write their evidence; a checkpoint
+    with evidence is skipped unless ``force``. Progress goes to ``log`` (default: standard error)."""
+    from vizlm.checkpoint import bundled_dir
+
+    log = log or sys.stderr
+    names = names or plan.checkpoints
+    unknown = [n for n in names if n not in plan.checkpoints]
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)}: not in the manifest's [attribution] checkpoints "
+                         f"({', '.join(plan.checkpoints)})")
+    written = []
+    for name in names:
+        if evidence.attribution_folder(name).exists() and not force:
+            print(f"reproduce: {name} has attribution evidence (--force to rewrite it)", file=log)
+            continue
+        written.append(evidence.write_attribution(name, bundled_dir() / name, plan.corpus, plan.split, plan.method,
+                                                  plan.limit, force=force, log=log))
+    return written
+
+
+def _interval(stat: dict | None, scale: float = 1.0, spec: str = ".2f") -> str:
+    if stat is None or not stat["n"]:
+        return "—"
+    return f"{stat['value'] * scale:{spec}} ({stat['lo'] * scale:{spec}}–{stat['hi'] * scale:{spec}})"
+
+
+def attribution_report(plan: AttributionPlan) -> list[str]:
+    """The tables of "Is attention an explanation?" from ``evidence/attribution/`` alone (markdown lines):
+    per model, where its predictions' |attribution| lies by distance, and, for attention models, how the
+    attention agrees with it and how far shuffling it moves the prediction; each a mean over the predicted
+    words with a 95% bootstrap interval over the units (sentences, or a document model's passages)."""
+    from vizlm.attribution import DISTANCE_BINS, LABELS, TOP_K
+
+    shown = {n: evidence.read_attribution(n) for n in plan.checkpoints}
+    what = f"{plan.corpus} {plan.split}" + (f", its first {plan.limit:,} sentences" if plan.limit else "")
+    perms = next((ev.config["permutations"] for ev in shown.values() if ev is not None), "—")
+    lines = ["### Beyond the papers: is attention an explanation?", "",
+             (f"Each model's predictions on {what}, attributed with {LABELS[plan.method]} (captum), every word's "
+              "log P(word) to every word read before it, in the model's own context (`vizlm reproduce --attribution`; "
+              "evidence in `evidence/attribution/`). Means over the predicted words, 95% bootstrap intervals over "
+              "sentences (sentence models) or passages of whole sentences up to 100 tokens (document models)."),
+             "", "Where the dependence lies: the share of a prediction's |attribution| on the word just read, one "
+             "word back, 2–5 back, further back, and beyond the model's attention window.", "",
+             "| model | context | window | targets | just read | 1 back | 2–5 back | > 5 back | beyond the window |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, ev in shown.items():
+        if ev is None:
+            lines.append(f"| {name} | not run | | | | | | | |")
+            continue
+        c = ev.config
+        bins = " | ".join(_interval(ev.statistic(b)) for b in DISTANCE_BINS)
+        lines.append(f"| {name} | {c['context']} | {c['window'] or '—'} | {c['targets']:,} | {bins} | "
+                     f"{_interval(ev.statistic('beyond_window'))} |")
+    lines += ["", (f"Agreement of the attention with the attribution (attention models; the words a prediction could "
+                   f"attend to, predictions with at least two): Kendall τ-b of weight and |attribution|, whether the most "
+                   f"attended word is the most important one, the overlap of the top {TOP_K}; and Jain & Wallace's "
+                   f"permutation test, each prediction's attention shuffled over its own slots "
+                   f"({perms} shuffles, the median per prediction): |Δ log₂ P(word)|, the share moved by more than 1 bit, and the total "
+                   "variation distance of the next-word distribution."), "",
+              f"| model | targets | Kendall τ | top-1 agrees | top-{TOP_K} overlap | permuted: \\|Δ log₂ P\\| (bits) | "
+              "moved > 1 bit | TVD |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, ev in shown.items():
+        if ev is None or "kendall_tau" not in ev.sums:
+            continue
+        tau = ev.statistic("kendall_tau")
+        lines.append(f"| {name} | {tau['n']:,} | {_interval(tau)} | {_interval(ev.statistic('top1'))} | "
+                     f"{_interval(ev.statistic(f'top{TOP_K}_overlap'))} | "
+                     f"{_interval(ev.statistic('abs_dlogp'), 1 / math.log(2))} | "
+                     f"{_interval(ev.statistic('moved_1_bit'))} | {_interval(ev.statistic('tvd'))} |")
+    if plan.note:
+        lines += ["", plan.note]
+    return lines + [""]
+
+
 def load_manifest(path: Path | None = None) -> dict[str, Run]:
     """The runs of ``experiments.toml`` (default: the one in the vizlm home), checked."""
     path, doc = _read(path)
     defaults = doc.get("defaults", {})
     runs = {}
     for name, spec in doc.get("run", {}).items():
+        if name == evidence.ATTRIBUTION:
+            raise ValueError(f"{path}: a run may not be named {name!r}: evidence/{name}/ holds the corpus attribution")
         unknown = set(spec) - _FIELDS
         if unknown:
             raise ValueError(f"{path}: run {name!r} has unknown field(s) {sorted(unknown)}")
@@ -583,9 +693,10 @@ def _fmt(v, spec: str = ".1f") -> str:
     return "—" if v is None else format(v, spec)
 
 
-def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None) -> str:
+def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None,
+           attribution: AttributionPlan | None = None) -> str:
     """The result tables (markdown), from the checkpoints' stored metrics and paired comparisons,
-    and the verdict on each claim of the papers."""
+    and the verdict on each claim of the papers; with ``attribution``, the corpus attribution's tables."""
     lines = [REPORT_BEGIN, "",
              "_Generated by `vizlm reproduce --report` from the runs' evidence (`evidence/`); do not edit by hand._", ""]
     for paper, title in PAPERS.items():
@@ -628,14 +739,17 @@ def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None) -> str:
                       ("| runs | finished | test per seed | test mean ± sd | vs control per seed (95% CI) | "
                        "ratio mean ± sd | seeds |"), "|---|---|---|---|---|---|---|"]
             lines += [_seed_rows(g, runs) for g in groups] + [""]
+    if attribution is not None:
+        lines += attribution_report(attribution)
     lines.append(REPORT_END)
     return "\n".join(lines) + "\n"
 
 
-def write_report(runs: dict[str, Run], path: Path, claims: dict[str, Claim] | None = None) -> Path:
+def write_report(runs: dict[str, Run], path: Path, claims: dict[str, Claim] | None = None,
+                 attribution: AttributionPlan | None = None) -> Path:
     """Replace the generated part of ``path`` (between the markers), or append it."""
     text = path.read_text(encoding="utf-8") if path.is_file() else ""
-    new = report(runs, claims)
+    new = report(runs, claims, attribution)
     if REPORT_BEGIN in text and REPORT_END in text:
         head, rest = text.split(REPORT_BEGIN, 1)
         text = head + new.rstrip("\n") + rest.split(REPORT_END, 1)[1]
@@ -649,6 +763,7 @@ def as_json(runs: dict[str, Run]) -> str:
     return json.dumps(table(runs), indent=1)
 
 
-__all__ = ["MANIFEST", "Claim", "Run", "bundle", "decide", "load_claims", "load_manifest", "needs", "order", "pick", "report",
+__all__ = ["MANIFEST", "AttributionPlan", "Claim", "Run", "attribution_report", "bundle", "decide", "load_attribution",
+           "load_claims", "load_manifest", "needs", "order", "pick", "report", "write_attribution_evidence",
            "run_one", "seed_groups", "seed_pairs", "serves", "state_note", "sweeps", "table", "versus", "write_evidence",
            "write_report"]

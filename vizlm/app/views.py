@@ -1,7 +1,9 @@
 """Views shared by pages: the Explorer's tabs (heat maps, surprisal, gates, data) and the
-position statistics of the Attention-by-position page."""
+position statistics of the Attention-by-position page (attention, and attribution by distance)."""
 
 from __future__ import annotations
+
+import math
 
 import pandas as pd
 import streamlit as st
@@ -17,6 +19,8 @@ from vizlm.plots import (
     WINDOW_ROWS,
     attention_heatmap,
     attribution_heatmap,
+    attribution_positions_chart,
+    attribution_positions_frame,
     gates_chart,
     heatmap_rows,
     highlighted_html,
@@ -198,3 +202,45 @@ def render_position_stats(stats, chart_fn, stem: str, key: str) -> None:
         st.caption("Right: the mean effect of the slot at each position, in bits — how much log₂ P(word) drops when that "
                    "slot is dropped from the memory (the other weights renormalised). A position can carry much weight "
                    "and little effect.")
+
+
+def _share(x) -> str:
+    """A share of |attribution| for a metric; a dash where no word gave one (NaN, or JSON's null)."""
+    return "—" if x is None or not math.isfinite(x) else f"{max(0.0, x):.1%}"  # float noise must not print "-0.0%"
+
+
+def render_attribution_positions(results: list[dict], window: int, stem: str, key: str) -> None:
+    """Attribution by distance (:func:`vizlm.attribution.corpus_attribution`'s ``positions`` per model, in
+    the order of the attention plot's models so the colours match): the chart of the share of |attribution|
+    at 0..``window`` words back beside, per model, the share beyond its attention window; downloads."""
+    frame = attribution_positions_frame(results, window)
+    left, right = st.columns(2, gap="large")
+    with left:
+        chart = attribution_positions_chart(frame)
+        show_chart(chart, "stretch")
+        chart_downloads(chart, stem, key, frame)
+    with right:
+        st.markdown("**Attribution beyond the attention window**")
+        cols = st.columns(2)  # half a page: two metrics a row
+        for i, res in enumerate(results):
+            p = res["positions"]
+            inside, beyond = p["beyond_window"], p["beyond"]
+            last = max(p["offset"])
+            name = md_escape(res["model"])
+            if inside is None:  # no window: what lies past the furthest position kept instead
+                value, delta = "no window", f"{_share(beyond['value'])} past {last} words"
+                info = (f"{name} attends to every earlier word of its reading (or has no attention): it has no "
+                        f"window to look beyond. The share of |attribution| more than {last} words back is "
+                        f"{_share(beyond['value'])} (95% interval {_share(beyond['lo'])}–{_share(beyond['hi'])}).")
+            else:
+                value, delta = _share(inside["value"]), f"95% {_share(inside['lo'])}–{_share(inside['hi'])}"
+                info = (f"Mean share of a predicted word's |attribution| on words more than {p['window']} back, "
+                        f"where {name}'s attention cannot look: what its prediction depends on that reaches it "
+                        f"only through the recurrent state. 95% bootstrap interval over {res['resampled']}; "
+                        f"{res['targets']:,} predicted words.")
+            cols[i % len(cols)].metric(name, value, delta=delta, delta_color="off",
+                                       delta_arrow="off", help=info)
+        st.caption("Left: the mean share of a predicted word's |attribution| (gradient × input) at each position "
+                   "back, 0 the word just read, 95% band. Read it beside the attention plot: mass at a position with "
+                   "little attention means the prediction depends on a word the attention does not pick; it "
+                   "reaches the prediction through the recurrent state.")
