@@ -288,6 +288,33 @@ def test_attribute_json(capsys, ckpt, method):
     assert all(("agreement" in t) == attention for t in doc["targets"])
 
 
+def test_attribute_writes_its_exports_and_replaces_nothing_unasked(capsys, tmp_path):
+    """Issue 29's exports: the attribution's pairs (CSV: nats, bits, share), its JSON and its heat map (PNG / SVG,
+    the chosen method); an existing file is refused without --force."""
+    text = "The dogs in the park are barking because they saw a cat ."
+    base = ["attribute", "--checkpoint", "kvp", "--text", text, "--method", "gradient-x-input"]
+    code, _, err = run(capsys, *base, "--out", str(tmp_path / "a.csv"))
+    assert code == 0 and "wrote" in err
+    import pandas as pd
+
+    frame = pd.read_csv(tmp_path / "a.csv")
+    assert {"row", "target", "input", "offset", "score", "score_bits", "share", "attention", "method"} <= set(frame.columns)
+    assert (frame.offset >= 0).all() and set(frame.method) == {"gradient-x-input"}
+    assert frame.groupby("row").share.sum().between(0.999, 1.001).all()
+    assert frame.score_bits.to_numpy() == pytest.approx(frame.score.to_numpy() / math.log(2))
+    code, _, _ = run(capsys, *base, "--out", str(tmp_path / "a.json"), "--top-k", "2")
+    assert code == 0 and json.loads((tmp_path / "a.json").read_text())["method"] == "gradient-x-input"
+    code, _, _ = run(capsys, *base, "--out", str(tmp_path / "map"), "--format", "svg", "--top-k", "2")
+    assert code == 0 and "attribution" in (tmp_path / "map").read_text()
+    before = (tmp_path / "a.csv").read_bytes()
+    code, _, err = run(capsys, *base, "--out", str(tmp_path / "a.csv"), "--method", "occlusion")
+    assert code == 2 and "--force" in err and (tmp_path / "a.csv").read_bytes() == before
+    code, _, _ = run(capsys, *base, "--out", str(tmp_path / "a.csv"), "--force")
+    assert code == 0
+    code, _, err = run(capsys, *base, "--out", str(tmp_path / "a.txt"))
+    assert code == 2 and "--format" in err
+
+
 def test_attribute_refuses_what_it_cannot_do(capsys):
     code, _, err = run(capsys, "attribute", "--checkpoint", "lstm", "--text", "the end .", "--method", "slot-effect")
     assert code == 2 and "no attention" in err and "Traceback" not in err

@@ -232,6 +232,18 @@ def add_analysis_commands(sub) -> None:
                    help="integrated gradients' steps (doubled for a word whose convergence delta exceeds 1%%)")
     p.add_argument("--json", action="store_true", help="print JSON: per word its attributions, IG's convergence "
                                                        "delta and, for attention models, the agreement")
+    p.add_argument("--out", type=Path, default=None,
+                   help="with --text: also write the attribution to this file, as --format says: its heat map (png, "
+                        "svg, html; the --top-k or --threshold highlights outlined), every (word, word read) pair "
+                        "(csv, nats and bits) or the JSON --json prints")
+    p.add_argument("--format", choices=["png", "svg", "html", "csv", "json"], default=None,
+                   help="with --out: the file's format (default: its extension)")
+    _force(p)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--threshold", type=fraction, default=None,
+                      help="with --out: outline the words holding at least this share of a word's |attribution|")
+    mode.add_argument("--top-k", type=whole(1, TOP_K_MAX), default=None,
+                      help="with --out: outline each word's k largest |attribution| instead")
 
     p = sub.add_parser("export", help="attention heatmap and data of one sentence to a file")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or bundled name")
@@ -436,8 +448,15 @@ def cmd_cases(args) -> int:
 
 
 def cmd_attribute(args) -> int:
-    from vizlm.export import json_safe
+    from vizlm.export import FORMATS, export_attribution, json_safe
 
+    if args.out is not None:
+        if args.corpus:
+            raise ValueError("--out writes the attribution of one text (--text), not a corpus's statistics (--json)")
+        args.format = args.format or args.out.suffix.lstrip(".").lower()
+        if args.format not in FORMATS:
+            raise ValueError(f"--out {args.out}: say --format ({', '.join(FORMATS)}); the extension does not")
+        check_outputs(args, "out")
     model = load(args.checkpoint)
     if args.corpus:
         with tqdm(total=100, desc="attribute", unit="%", file=sys.stderr, delay=2) as bar:  # shown past 2 s only
@@ -454,6 +473,10 @@ def cmd_attribute(args) -> int:
                 print(f"{key}: " + json.dumps(json_safe(doc[key]), ensure_ascii=False))
         return 0
     result = model.attribute(args.text, method=args.method or "integrated-gradients", n_steps=args.steps)
+    if args.out is not None:
+        data = export_attribution(result, args.format, threshold=args.threshold, top_k=args.top_k)
+        files.write_bytes(args.out, data, force=args.force)
+        print(f"wrote {args.out} ({len(data):,} bytes)", file=sys.stderr)
     doc = result.to_dict()
     if args.json:
         dump_json(doc)

@@ -33,7 +33,8 @@ import pandas as pd
 import vl_convert as vlc
 
 from vizlm import plots
-from vizlm.analysis import DEFAULT_THRESHOLD, SentenceAnalysis
+from vizlm.analysis import DEFAULT_THRESHOLD, LN2, SentenceAnalysis
+from vizlm.attribution import Attribution
 from vizlm.render import clean_spec, render
 from vizlm.serialize import analysis_dict, json_safe
 from vizlm.text import clean_text
@@ -294,6 +295,32 @@ def export_analysis(
         f"(bar colour: surprisal)</p>{plots.sentence_strip_html(sa)}{notes}"
     )
     return chart_html(chart, title=f"vizlm: {sa.model}", body_html=body).encode("utf-8")
+
+
+def attribution_records(attr: Attribution) -> pd.DataFrame:
+    """One row per (predicted word, word read before it): :meth:`Attribution.frame` with the score in bits
+    beside nats and its share of the word's total |attribution| (the CSV of an attribution)."""
+    frame = attr.frame()
+    frame["score_bits"] = frame["score"] / LN2
+    total = frame.groupby("row")["score"].transform(lambda s: s.abs().sum())
+    frame["share"] = np.where(total > 0, frame["score"].abs() / total.where(total > 0, 1.0), 0.0)
+    return frame
+
+
+def export_attribution(attr: Attribution, fmt: str, threshold: float | None = None, top_k: int | None = None,
+                       rows: tuple[int, int] | None = None, selected: int | None = None,
+                       scale: float = PNG_SCALE) -> bytes:
+    """One attribution (one method, one text, one model) as ``png`` / ``svg`` / ``html`` (its heat map,
+    :func:`vizlm.plots.attribution_heatmap`, the highlights outlined; ``rows``: a window, ``selected``: an
+    outlined row), ``csv`` (:func:`attribution_records`: every pair of the whole text) or ``json``
+    (:meth:`Attribution.to_dict`: per word its attributions, IG's convergence delta, the agreement)."""
+    fmt = _check_format(fmt, FORMATS)
+    if fmt == "csv":
+        return _csv_bytes(attribution_records(attr))
+    if fmt == "json":
+        return _json_bytes(attr.to_dict())
+    chart = plots.attribution_heatmap(attr, threshold=threshold, top_k=top_k, rows=rows, selected=selected)
+    return chart_bytes(chart, fmt, scale=scale, title=f"vizlm: {attr.model}")
 
 
 def write_export(data: bytes, path: str | os.PathLike) -> Path:

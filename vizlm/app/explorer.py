@@ -249,7 +249,7 @@ def _attribution_panel(name: str, sa: Analysis, r: int, threshold: float | None,
         config["weight"] = st.column_config.NumberColumn(
             "weight", format="%.3f", width="small",
             help="the attention weight on this word's memory slot (empty: not in memory, e.g. the word just read)")
-    st.caption(f"The words read before this one, **largest |attribution| first**"
+    st.caption("The words read before this one, **largest |attribution| first**"
                + (f" (the first {ATTRIBUTION_ROWS} of {len(frame)})" if len(frame) > ATTRIBUTION_ROWS else "") + ".")
     st.dataframe(table, column_config=config, hide_index=True, width="stretch")
 

@@ -13,12 +13,11 @@ from vizlm.app.checkpoints import get_checkpoint
 from vizlm.app.results import attribution, attribution_spec, heatmap_spec
 from vizlm.attribution import LABELS as METHOD_LABELS
 from vizlm.attribution import TEXT_METHODS
-from vizlm.app.widgets import analysis_downloads, chart_downloads, md_escape, show_chart
-from vizlm.export import chart_html, safe_filename
+from vizlm.app.widgets import analysis_downloads, chart_downloads, download_row, md_escape, show_chart
+from vizlm.export import FORMATS, MIME, chart_html, export_attribution, safe_filename
 from vizlm.plots import (
     WINDOW_ROWS,
     attention_heatmap,
-    attribution_heatmap,
     attribution_positions_chart,
     attribution_positions_frame,
     gates_chart,
@@ -73,8 +72,9 @@ def render_attribution_maps(analyses: dict, text: str, method: str, threshold: f
             spec = attribution_spec(name, text, method, threshold, top_k, rows, target)
         st.vega_lite_chart(spec, width="content", theme=None)
         attr = attribution(name, text, method)
-        chart = attribution_heatmap(attr, threshold=threshold, top_k=top_k, rows=rows, selected=target)
-        chart_downloads(chart, safe_filename(f"{name}-{method}-{sa.text[:30]}"), f"attr_{name}", attr.frame())
+        stem = safe_filename(f"{name}-{method}-{sa.text[:30]}")
+        download_row([(fmt.upper(), (lambda f=fmt, a=attr: export_attribution(a, f, threshold, top_k, rows, target)),
+                       f"{stem}.{fmt}", MIME[fmt]) for fmt in FORMATS], f"attr_{name}")
 
 
 def render_heatmaps(analyses: dict, text: str, threshold: float | None, top_k: int | None, target: int,
