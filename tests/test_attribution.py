@@ -184,7 +184,9 @@ def test_integrated_gradients_is_complete(name, kw, context):
     assert_same_math(torch.from_numpy(res.baseline_logprobs), torch.cat(zero))
     gap = torch.from_numpy(res.logprobs - res.baseline_logprobs)
     assert_same_math(torch.from_numpy(res.scores.sum(1) - res.convergence_delta), gap)
-    assert (np.abs(res.scores.sum(1) - gap.numpy()) <= 0.01 * np.abs(gap.numpy())).all()
+    # within 1% of the gap; a row that reads only <s> has none, up to float64 rounding (its log P comes from the
+    # analysis's forward pass, its baseline from IG's, batched differently)
+    assert (np.abs(res.scores.sum(1) - gap.numpy()) <= 0.01 * np.abs(gap.numpy()) + 1e-12).all()
 
 
 def test_integrated_gradients_refines_only_what_it_must():
@@ -255,15 +257,17 @@ def copy_batch(g, n, noise=0.0):
 
 @pytest.fixture(scope="module")
 def copy_models():
-    """An LSTM and Daniluk et al.'s attention model trained for 400 steps on the copy task (float32, a
-    few seconds), then read in float64."""
+    """An LSTM and Daniluk et al.'s attention model trained on the copy task (float32, seconds), then read in
+    float64. The attention model gets a smaller learning rate, more steps and more units: at lr 0.02 and 16
+    units its training stalls on some CPUs' kernels (P(copy) 0.3 after 400 steps on an AMD EPYC, seeds 0 and 1
+    alike); at lr 0.01 it reaches P(copy) 0.75-0.8 (of 0.8 possible at noise 0.3) for seeds 0, 1 and 2."""
     out = {}
-    for name, kw in (("lstm", {}), ("attention", {"window": 5})):
+    for name, kw, hidden, lr, steps in (("lstm", {}, 16, 0.02, 400), ("attention", {"window": 5}, 32, 0.01, 1000)):
         torch.manual_seed(0)
-        model = build_model(name, vocab_size=len(COPY_VOCAB), emb_dim=8, hidden_dim=16, **kw)
-        opt = torch.optim.Adam(model.parameters(), lr=0.02)
+        model = build_model(name, vocab_size=len(COPY_VOCAB), emb_dim=8, hidden_dim=hidden, **kw)
+        opt = torch.optim.Adam(model.parameters(), lr=lr)
         g = torch.Generator().manual_seed(1)
-        for _ in range(400):
+        for _ in range(steps):
             _, ids, targets = copy_batch(g, 32, noise=0.3)
             loss = model(ids).nll(targets) / targets.numel()
             opt.zero_grad()

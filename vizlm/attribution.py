@@ -87,6 +87,10 @@ DEFAULT_STEPS = 32
 DELTA_TOLERANCE = 0.01
 MAX_STEPS = 512
 ROW_BLOCK = 64  # targets attributed in one batch: the block's copies of the text read up to its last row
+# Integrated gradients' blocks are smaller: each copy is read n_steps times, so reading a block only up to its
+# own last row matters more than the passes it adds (a 40-token sentence, 32 steps, one core: 8-row blocks take
+# 45-55% less time than one 41-row block for lstm, amsrn and kvp-doc; gradient x input is fastest in one block).
+IG_ROW_BLOCK = 8
 POSITION_BUDGET = 1 << 17  # text positions per forward pass (copies x length): bounds memory on long passages
 TOP_K = 3
 DEFAULT_SHARE = 0.2  # Attribution.highlights without a setting: a position with a fifth of the row's |attribution|
@@ -264,8 +268,8 @@ def attribute(
     ``|log P(target) - log P(target | baseline)|`` until it does not (up to :data:`MAX_STEPS`; None: never).
     All targets of a reading are attributed together: gradient x input in one batched
     forward and backward pass (blocks of :data:`ROW_BLOCK` targets), integrated gradients in ``n_steps``
-    times that (in batches of :data:`POSITION_BUDGET` positions), occlusion in one batched forward pass of
-    every replaced copy.
+    times that over blocks of :data:`IG_ROW_BLOCK` targets, each read only up to its last (in batches of
+    :data:`POSITION_BUDGET` positions), occlusion in one batched forward pass of every replaced copy.
     """
     if method not in METHODS:
         raise AttributionError(f"unknown attribution method {method!r}; valid: {', '.join(METHODS)}")
@@ -439,9 +443,10 @@ def _gradients(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, me
 
     with torch.enable_grad():
         todo, n = torch.arange(Tb), n_steps
+        size = IG_ROW_BLOCK if ig else ROW_BLOCK
         while len(todo):
-            for k in range(0, len(todo), ROW_BLOCK):
-                block(todo[k : k + ROW_BLOCK], n)
+            for k in range(0, len(todo), size):
+                block(todo[k : k + size], n)
             if not ig or tolerance is None or 2 * n > MAX_STEPS:
                 break
             gap = np.abs(scores.sum(1).numpy() - delta)  # |log P(target) - log P(target | baseline)|
