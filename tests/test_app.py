@@ -973,3 +973,51 @@ def test_positions_page_shows_attribution_by_distance_on_request(monkeypatch, tm
     kvp = metrics[DOC_KVP]
     assert kvp.value == f"{expected['value']:.1%}" and kvp.delta == f"95% {expected['lo']:.1%}–{expected['hi']:.1%}"
     assert "more than 3 back" in kvp.help
+
+
+# --------------------------------------------------------------------------- plugins (docs/PLUGINS.md)
+def _plugin_checkpoint(tmp_path: Path, monkeypatch, name: str, family: str, **kw) -> Path:
+    """A checkpoint of plugin model ``family`` with the bundled vocabulary, selectable as ``name``."""
+    meta = json.loads((bundled_dir() / bundled_checkpoints()[0] / "config.json").read_text(encoding="utf-8"))
+    vocab = Vocab(meta["vocab"])
+    torch.manual_seed(0)
+    model = build_model(family, vocab_size=len(vocab), emb_dim=8, hidden_dim=8, **kw).eval()
+    folder = tmp_path / name
+    save_checkpoint(folder, model, family, vocab, metrics={"valid_perplexity": 9999.0}, corpus={"name": "brown"},
+                    parameters=sum(p.numel() for p in model.parameters()))
+    monkeypatch.setenv("VIZLM_EXTRA_CHECKPOINTS", os.pathsep.join([os.environ["VIZLM_EXTRA_CHECKPOINTS"], str(folder)]))
+    return folder
+
+
+def test_the_explorer_shows_a_plugin_model_s_attention(tmp_path, monkeypatch):
+    """The example plugin (examples/plugin, model ``selfattn``) chosen in the Explorer: its heat map, highlights
+    and read effect, as for a built-in family."""
+    pytest.importorskip("vizlm_selfattn", reason="pip install -e examples/plugin (bash scripts/setup.sh test does)")
+    _plugin_checkpoint(tmp_path, monkeypatch, "tiny_selfattn", "selfattn", window=3, init_range=0.5)
+    at = explorer(model="tiny_selfattn", text="the jury said it was fine .", target="4")
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    assert at.selectbox(key="model").value == "tiny_selfattn"
+    (spec,) = heatmap_specs(at)
+    assert spec["layer"][0]["encoding"]["color"]["field"] == "weight"
+    assert "vizlm-highlight" in html_of(at) or "vizlm-strip" in html_of(at)
+    assert "Attention effect" in {m.label for m in at.metric}
+
+
+def test_a_plugin_that_breaks_the_contract_gets_a_message_not_a_traceback(tmp_path, monkeypatch):
+    """A checkpoint of a plugin whose attention rows do not sum to 1: the Explorer names the plugin and says so."""
+    from test_plugins import EntryPoint, HalfRows, toy
+
+    from vizlm.models import plugins
+
+    monkeypatch.setattr(plugins, "entry_points", lambda: [EntryPoint("halfrows", toy(HalfRows))])
+    plugins.reset()
+    try:
+        _plugin_checkpoint(tmp_path, monkeypatch, "tiny_halfrows", "halfrows", contract=False)
+        at = explorer(model="tiny_halfrows", text="the jury said it was fine .")
+        no_exception(at)
+        shown = " ".join(e.value for e in at.error)
+        assert "the plugin 'halfrows' (package broken-pkg 0.0.1) breaks vizlm's model contract" in shown
+        assert "attention rows must sum to 1" in shown
+    finally:
+        plugins.reset()

@@ -46,7 +46,7 @@ from torch.overrides import TorchFunctionMode
 from vizlm import __version__, files, paths
 from vizlm.data import Vocab
 from vizlm.errors import VizlmError
-from vizlm.models import build_model, check_config
+from vizlm.models import PluginError, build_model, check_config, lookup, plugin_of, plugins
 from vizlm.models.base import BaseConfig
 
 FORMAT = "vizlm-checkpoint"
@@ -76,7 +76,9 @@ _OPTIONAL_KEYS = {
     "vizlm_version": str, "label": str, "parameters": int,
     "metrics": dict, "corpus": dict, "train": dict, "init_from": dict, "storage": dict,
     "imported": dict,  # where `vizlm import` took the model from (vizlm.importer)
+    "plugin": dict,  # a plugin's model: its name, package and version (vizlm.models.plugins, docs/PLUGINS.md)
 }
+_PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")  # a package name fit to print in a pip command
 
 
 def _stored_as(got: torch.dtype, ref: torch.dtype) -> bool:
@@ -127,6 +129,7 @@ def save_checkpoint(folder: Path, model: nn.Module, name: str, vocab: Vocab, wei
         "model": name,
         "config": asdict(model.config),
         **meta,
+        **({"plugin": plugin.record()} if (plugin := plugin_of(name)) else {}),
         "vocab": vocab.itos,
     }
     files.write_text(folder / META, json.dumps(doc, indent=1, ensure_ascii=False) + "\n", force=True)
@@ -383,15 +386,38 @@ class _Plan:
     expected: dict[str, torch.Tensor]  # meta tensors
 
 
+def _require_model(name: str, record) -> None:
+    """The model ``name`` exists here: a built-in family or an installed plugin; else a message that says
+    which package to install (a plugin's checkpoint records it, ``config.json``'s ``plugin``)."""
+    try:
+        lookup(name)
+    except PluginError as exc:  # installed, but vizlm skipped it
+        raise CheckpointError(str(exc)) from None
+    except ValueError as exc:
+        package = record.get("distribution") if isinstance(record, dict) else None
+        if not (isinstance(package, str) and _PACKAGE.fullmatch(package)):
+            raise CheckpointError(f"config.json: {exc}") from None
+        version = record.get("version")
+        version = f" {version}" if isinstance(version, str) and _PACKAGE.fullmatch(version) else ""
+        raise CheckpointError(
+            f"this checkpoint's model {name[:40]!r} comes from the plugin package {package}{version}, which is not "
+            f"installed here: pip install {package}, then load it again (docs/PLUGINS.md)") from None
+
+
 def _plan(meta_raw: bytes | str) -> _Plan:
     doc = parse_meta(meta_raw)
     name = doc["model"]
+    _require_model(name, doc.get("plugin"))
     try:
         config = check_config(name, doc["config"])
     except (ValueError, TypeError) as exc:
         raise CheckpointError(f"config.json: {exc}") from None
     vocab = _check_vocab(doc["vocab"], config.vocab_size)
-    return _Plan(doc, name, config, vocab, _expected_tensors(name, config))
+    try:
+        expected = _expected_tensors(name, config)
+    except PluginError as exc:
+        raise CheckpointError(str(exc)) from None
+    return _Plan(doc, name, config, vocab, expected)
 
 
 def checkpoint_from_bytes(weights: bytes, meta_raw: bytes | str) -> Checkpoint:
@@ -427,10 +453,15 @@ def _build(plan: _Plan, weights: bytes, meta_raw: bytes | str) -> Checkpoint:
                     f"tensor {key!r} has a weight of magnitude {peak:.3g}; vizlm refuses weights beyond "
                     f"{MAX_ABS_WEIGHT:g} (trained models stay near 1-10, and such values overflow the forward pass)"
                 )
-    with _NoInit():  # every parameter is overwritten below (strictly: the names matched exactly)
-        model = build_model(name, plan.config)
-    model.load_state_dict(state)
-    model.eval()
+    try:
+        with _NoInit():  # every parameter is overwritten below (strictly: the names matched exactly)
+            model = build_model(name, plan.config, contract=False)
+        model.load_state_dict(state)
+        model.eval()
+        if plugin_of(name):  # with its weights in: a plugin's model must keep vizlm's contract
+            plugins.check_contract(name, model)
+    except PluginError as exc:
+        raise CheckpointError(str(exc)) from None
     return Checkpoint(model, plan.vocab, name, plan.doc, digest=digest_of(weights, meta_raw))
 
 

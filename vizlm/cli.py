@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from vizlm import commands, paths
+from vizlm import commands, models, paths
 from vizlm.commands import fraction, positive_number, read_text, scoring_progress, whole
 from vizlm.data import CORPORA, TRAINABLE
 from vizlm.distributed import DEVICES
@@ -36,9 +36,19 @@ MODEL_OPTIONS = {  # flag -> (config field, type, help)
 }
 
 
+def model_name(text: str) -> str:
+    """argparse type: a built-in family or an installed plugin's model (read only for a name vizlm lacks)."""
+    try:
+        models.lookup(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _add_train(sub) -> None:
     p = sub.add_parser("train", help="train a model on a corpus")
-    p.add_argument("--model", required=True, choices=list(REGISTRY), help="model family")
+    p.add_argument("--model", required=True, type=model_name, metavar="MODEL",
+                   help=f"model family: {', '.join(REGISTRY)}, or an installed plugin's (`vizlm plugins` lists them)")
     p.add_argument("--corpus", default="brown", metavar="NAME", help=f"training corpus: {', '.join(TRAINABLE)} "
                    "(default brown), or one made by `vizlm import`")
     p.add_argument("--out", type=Path, help="checkpoint folder (default RUNS/MODEL, runs/ of the vizlm home; a temp dir "
@@ -154,6 +164,21 @@ def _add_reproduce(sub) -> None:
     p.add_argument("--dry-run", action="store_true", help="a few batches per run, to check the pipeline (not results)")
 
 
+def cmd_plugins() -> int:
+    """One line per plugin: its model name, package, version and description; then the skipped ones."""
+    from vizlm.models import plugins
+
+    found, skipped = plugins.installed(REGISTRY), plugins.skipped(REGISTRY)
+    for name, p in found.items():
+        kind = "attention" if p.plugin.model.has_attention else "no attention"
+        print(f"{name:<16} {p.distribution or '(in-process)'} {p.version or ''}  {kind}; {p.plugin.description}".rstrip("; "))
+    for name, why in skipped.items():
+        print(f"{name:<16} skipped: {why}")
+    if not found and not skipped:
+        print(f"no plugins installed (entry point group {plugins.GROUP!r}; docs/PLUGINS.md)")
+    return 0
+
+
 def cmd_reproduce(args) -> int:
     from vizlm import reproduce
 
@@ -235,6 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval(sub)
     _add_import(sub)
     _add_reproduce(sub)
+    sub.add_parser("plugins", help="model families from installed packages (entry points 'vizlm.models', "
+                   "docs/PLUGINS.md), and those skipped with the reason")
     commands.add_analysis_commands(sub)
     return parser
 
@@ -356,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_import(args)
         if args.command == "reproduce":
             return cmd_reproduce(args)
+        if args.command == "plugins":
+            return cmd_plugins()
         return commands.run(args)
     except (VizlmError, ValueError) as exc:  # bad input: a message for a person, no traceback
         print(f"vizlm {args.command}: error: {exc}", file=sys.stderr)

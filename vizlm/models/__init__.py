@@ -9,14 +9,17 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
+from collections.abc import Set as AbstractSet
 
 import torch
 from torch import nn
 
+from vizlm.models import plugins
 from vizlm.models.amsrn import AMSRN, SELECTIONS, AMSRNConfig
 from vizlm.models.base import CELLS, CONTEXTS, BaseConfig, LMOutput, RecurrentLM
 from vizlm.models.daniluk import VARIANTS, DanilukConfig, DanilukLM, NGramConfig, NGramRNN
 from vizlm.models.lstm import LSTMLM, LSTMConfig
+from vizlm.models.plugins import Plugin, PluginError
 from vizlm.models.rm import RMLM, RMConfig
 from vizlm.models.salton import SCORES, SaltonConfig, SaltonLM
 
@@ -33,14 +36,66 @@ REGISTRY: dict[str, tuple[type[BaseConfig], type[RecurrentLM], dict]] = {
 }
 
 
+# Model families from installed packages (entry point group "vizlm.models", docs/PLUGINS.md) are not
+# entries of REGISTRY, which stays the built-in families whatever is installed: lookup(), names() and
+# ATTENTION_MODELS find them, reading the entry points on first need (vizlm.models.plugins).
+_BUILTIN_ATTENTION = frozenset(name for name, (_, cls, _) in REGISTRY.items() if cls.has_attention)
+
+
+class _AttentionModels(AbstractSet):
+    """The names of the models whose forward() returns attention weights (each class's flag): the
+    built-in families', and installed plugins' (looked up when asked about)."""
+
+    def __contains__(self, name) -> bool:
+        if name in _BUILTIN_ATTENTION or not isinstance(name, str) or name in REGISTRY:
+            return name in _BUILTIN_ATTENTION
+        try:
+            found = plugins.find(name, REGISTRY)
+        except PluginError:  # installed but skipped: not usable
+            return False
+        return found is not None and found.plugin.model.has_attention
+
+    def __iter__(self):
+        return iter([n for n in names() if n in self])
+
+    def __len__(self) -> int:
+        return len(list(iter(self)))
+
+
 # the models whose forward() returns attention weights
-ATTENTION_MODELS = frozenset(name for name, (_, cls, _) in REGISTRY.items() if cls.has_attention)
+ATTENTION_MODELS: AbstractSet = _AttentionModels()
+
+
+def names() -> list[str]:
+    """Every model name: the built-in families, then installed plugins (read on first use)."""
+    return [*REGISTRY, *plugins.installed(REGISTRY)]
 
 
 def lookup(name: str) -> tuple[type[BaseConfig], type[RecurrentLM], dict]:
-    if name not in REGISTRY:
-        raise ValueError(f"unknown model {name!r}; valid models: {', '.join(REGISTRY)}")
-    return REGISTRY[name]
+    """(config class, model class, fixed config fields) of model ``name``, a built-in family or a plugin.
+    Raises :class:`ValueError` with the valid names (:class:`PluginError` for a plugin vizlm skipped)."""
+    if name in REGISTRY:
+        return REGISTRY[name]
+    found = plugins.find(name, REGISTRY) if isinstance(name, str) else None
+    if found is None:
+        raise ValueError(f"unknown model {name!r}; valid models: {', '.join(names())}")
+    return found.plugin.config, found.plugin.model, {}
+
+
+def plugin_of(name: str) -> plugins.Installed | None:
+    """The installed plugin that gives model ``name`` (its package, version, entry point); None for a
+    built-in family or an unknown name."""
+    if not isinstance(name, str) or name in REGISTRY:
+        return None
+    try:
+        return plugins.find(name, REGISTRY)
+    except PluginError:
+        return None
+
+
+def _limits(name: str) -> dict:
+    """The limits of model ``name``'s config fields: :data:`LIMITS`, and a plugin's own."""
+    return LIMITS if name in REGISTRY else {**LIMITS, **plugins.find(name, REGISTRY).plugin.limits}
 
 
 def make_config(name: str, **kwargs) -> BaseConfig:
@@ -132,6 +187,7 @@ def check_config(name: str, values: dict) -> BaseConfig:
     config_cls, _, fixed = lookup(name)
     if not isinstance(values, dict):
         raise TypeError("the config must be an object")
+    limits = _limits(name)
     hints = typing.get_type_hints(config_cls)
     valid = [f.name for f in dataclasses.fields(config_cls)]
     unknown = sorted(set(values) - set(valid), key=str)
@@ -139,7 +195,7 @@ def check_config(name: str, values: dict) -> BaseConfig:
         raise ValueError(f"{name} has no option(s) {[str(u)[:40] for u in unknown[:5]]}; valid: {sorted(valid)}")
     clean = {}
     for key, value in values.items():
-        kind, limit = hints[key], LIMITS.get(key)
+        kind, limit = hints[key], limits.get(key)
         if limit is None:  # pragma: no cover - a new config field without a limit
             raise ValueError(f"{key!r} has no validation rule; add it to vizlm.models.LIMITS")
         optional = type(None) in typing.get_args(kind)  # e.g. memory: int | None
@@ -175,10 +231,25 @@ def check_config(name: str, values: dict) -> BaseConfig:
     return config_cls(**{**clean, **fixed})
 
 
-def build_model(name: str, config: BaseConfig | None = None, **kwargs) -> nn.Module:
-    """Instantiate model ``name`` from a config (or keyword arguments for one)."""
+def build_model(name: str, config: BaseConfig | None = None, *, contract: bool = True, **kwargs) -> nn.Module:
+    """Instantiate model ``name`` from a config (or keyword arguments for one).
+
+    A plugin's model gets the contract check (:func:`vizlm.models.plugins.check_contract`) unless it is
+    built on the ``meta`` device or ``contract=False`` (the checkpoint loader checks it once its weights
+    are in); a plugin whose class cannot be built raises :class:`PluginError` naming it.
+    """
     _, model_cls, _ = lookup(name)
-    return model_cls(config if config is not None else make_config(name, **kwargs))
+    config = config if config is not None else make_config(name, **kwargs)
+    if name in REGISTRY:
+        return model_cls(config)
+    try:
+        model = model_cls(config)
+    except Exception as exc:  # noqa: BLE001 - whatever the plugin's constructor raises
+        label = plugins.find(name, REGISTRY).label
+        raise PluginError(f"the {label} cannot build its model: {type(exc).__name__} ({str(exc)[:200]})") from None
+    if contract and not any(p.is_meta for p in model.parameters()):
+        plugins.check_contract(name, model)
+    return model
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -229,6 +300,7 @@ def match_parameters(name: str, kwargs: dict, reference: str = "lstm", tolerance
 
 
 __all__ = [
-    "ATTENTION_MODELS", "LIMITS", "REGISTRY", "LMOutput",
-    "build_model", "check_config", "count_parameters", "lookup", "make_config", "match_parameters", "parameter_count",
+    "ATTENTION_MODELS", "LIMITS", "REGISTRY", "LMOutput", "Limit", "Plugin", "PluginError",
+    "build_model", "check_config", "count_parameters", "lookup", "make_config", "match_parameters",
+    "names", "parameter_count", "plugin_of",
 ]
