@@ -185,11 +185,13 @@ def test_attribution_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pat
     assert ev.statistic("moved_1_bit") == pytest.approx(lib["permutation"]["share_over_1_bit"], rel=1e-12)
     assert ev.statistic("beyond_window") == pytest.approx(lib["positions"]["beyond_window"], rel=1e-12)
     assert evidence.read_attribution("tiny-lstm").statistic("kendall_tau") is None  # no attention, no agreement
+    chance = ev.statistic("top1_chance")  # 1 / n of the n positions a prediction could attend to (window 3)
+    assert chance["n"] == lib["agreement"]["targets"] and 1 / 3 <= chance["value"] <= 1 / 2
     plan = reproduce.load_attribution(manifest)
     monkeypatch.setattr(evidence, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
     text = "\n".join(reproduce.attribution_report(plan))
     tau = lib["agreement"]["kendall_tau"]
-    assert f"| tiny-kvp | {tau['n']:,} | {tau['value']:.2f} ({tau['lo']:.2f}–{tau['hi']:.2f}) |" in text
+    assert f"| tiny-kvp | {tau['n']:,} | {tau['value']:+.3f} ({tau['lo']:+.3f}–{tau['hi']:+.3f}) |" in text
     assert "| never | not run |" in text and "| tiny-lstm | sentence | — |" in text
     capsys.readouterr()
     assert cli.main(["reproduce", "--manifest", str(manifest), "--attribution", "tiny-kvp"]) == 0

@@ -791,8 +791,8 @@ def cluster_interval(values: np.ndarray, units: np.ndarray, n_units: int, stat: 
 # where a prediction's |attribution| lies by distance, how much of it lies beyond the attention window, the
 # agreement with the attention (targets with >= 2 positions both cover) and Jain & Wallace's permutation shift.
 DISTANCE_BINS = {"share_now": (0, 0), "share_1": (1, 1), "share_2_5": (2, 5), "share_beyond_5": (6, None)}
-UNIT_SUMS = (*DISTANCE_BINS, "beyond_window", "kendall_tau", "top1", f"top{TOP_K}_overlap", "abs_dlogp",
-             "moved_1_bit", "tvd")
+UNIT_SUMS = (*DISTANCE_BINS, "beyond_window", "kendall_tau", "top1", f"top{TOP_K}_overlap", "top1_chance",
+             f"top{TOP_K}_chance", "abs_dlogp", "moved_1_bit", "tvd")
 
 
 def unit_sums(rows: dict, n_units: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -818,6 +818,11 @@ def unit_sums(rows: dict, n_units: int) -> dict[str, tuple[np.ndarray, np.ndarra
         chosen = rows["npos"] >= 2  # a row with one slot chooses nothing
         for name, key in (("kendall_tau", "tau"), ("top1", "top1"), (f"top{TOP_K}_overlap", "topk")):
             out[name] = per_unit(np.where(chosen, rows[key], math.nan), unit)
+        # the same by chance (attention and attribution unrelated; ties aside): the most attended of n positions
+        # is the most important one with probability 1/n, and two random m-subsets of n share m/n of m
+        n = np.where(chosen, rows["npos"], 1).astype(float)
+        out["top1_chance"] = per_unit(np.where(chosen, 1 / n, math.nan), unit)
+        out[f"top{TOP_K}_chance"] = per_unit(np.where(chosen, np.minimum(TOP_K, n) / n, math.nan), unit)
         if len(rows["dlogp"]):
             pu = rows["perm_unit"].astype(int)
             dlogp = rows["dlogp"]

@@ -231,6 +231,10 @@ def _interval(stat: dict | None, scale: float = 1.0, spec: str = ".2f") -> str:
     return f"{stat['value'] * scale:{spec}} ({stat['lo'] * scale:{spec}}–{stat['hi'] * scale:{spec}})"
 
 
+def _chance(stat: dict | None) -> str:
+    return "—" if stat is None or not stat["n"] else f"{100 * stat['value']:.1f}"
+
+
 def attribution_report(plan: AttributionPlan) -> list[str]:
     """The tables of "Is attention an explanation?" from ``evidence/attribution/`` alone (markdown lines):
     per model, where its predictions' |attribution| lies by distance, and, for attention models, how the
@@ -248,33 +252,37 @@ def attribution_report(plan: AttributionPlan) -> list[str]:
               "sentences (sentence models) or passages of whole sentences up to 100 tokens (document models)."),
              "", "Where the dependence lies: the share of a prediction's |attribution| on the word just read, one "
              "word back, 2–5 back, further back, and beyond the model's attention window.", "",
-             "| model | context | window | targets | just read | 1 back | 2–5 back | > 5 back | beyond the window |",
+             "| model | context | window | targets | just read (%) | 1 back (%) | 2–5 back (%) | > 5 back (%) | "
+             "beyond the window (%) |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, ev in shown.items():
         if ev is None:
             lines.append(f"| {name} | not run | | | | | | | |")
             continue
         c = ev.config
-        bins = " | ".join(_interval(ev.statistic(b)) for b in DISTANCE_BINS)
+        bins = " | ".join(_interval(ev.statistic(b), 100, ".1f") for b in DISTANCE_BINS)
         lines.append(f"| {name} | {c['context']} | {c['window'] or '—'} | {c['targets']:,} | {bins} | "
-                     f"{_interval(ev.statistic('beyond_window'))} |")
+                     f"{_interval(ev.statistic('beyond_window'), 100, '.1f')} |")
     lines += ["", (f"Agreement of the attention with the attribution (attention models; the words a prediction could "
                    f"attend to, predictions with at least two): Kendall τ-b of weight and |attribution|, whether the most "
-                   f"attended word is the most important one, the overlap of the top {TOP_K}; and Jain & Wallace's "
+                   f"attended word is the most important one, the overlap of the top {TOP_K} (each beside what chance "
+                   f"gives: attention and attribution unrelated, 1/n and {TOP_K}/n of n positions); and Jain & Wallace's "
                    f"permutation test, each prediction's attention shuffled over its own slots "
                    f"({perms} shuffles, the median per prediction): |Δ log₂ P(word)|, the share moved by more than 1 bit, and the total "
                    "variation distance of the next-word distribution."), "",
-              f"| model | targets | Kendall τ | top-1 agrees | top-{TOP_K} overlap | permuted: \\|Δ log₂ P\\| (bits) | "
-              "moved > 1 bit | TVD |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+              f"| model | targets | Kendall τ | top-1 agrees (%) | by chance | top-{TOP_K} overlap (%) | by chance | "
+              "permuted: \\|Δ log₂ P\\| (bits) | moved > 1 bit (%) | TVD |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, ev in shown.items():
         if ev is None or "kendall_tau" not in ev.sums:
             continue
         tau = ev.statistic("kendall_tau")
-        lines.append(f"| {name} | {tau['n']:,} | {_interval(tau)} | {_interval(ev.statistic('top1'))} | "
-                     f"{_interval(ev.statistic(f'top{TOP_K}_overlap'))} | "
-                     f"{_interval(ev.statistic('abs_dlogp'), 1 / math.log(2))} | "
-                     f"{_interval(ev.statistic('moved_1_bit'))} | {_interval(ev.statistic('tvd'))} |")
+        lines.append(f"| {name} | {tau['n']:,} | {_interval(tau, spec='+.3f')} | "
+                     f"{_interval(ev.statistic('top1'), 100, '.1f')} | {_chance(ev.statistic('top1_chance'))} | "
+                     f"{_interval(ev.statistic(f'top{TOP_K}_overlap'), 100, '.1f')} | "
+                     f"{_chance(ev.statistic(f'top{TOP_K}_chance'))} | "
+                     f"{_interval(ev.statistic('abs_dlogp'), 1 / math.log(2), '.3f')} | "
+                     f"{_interval(ev.statistic('moved_1_bit'), 100, '.1f')} | {_interval(ev.statistic('tvd'), spec='.3f')} |")
     if plan.note:
         lines += ["", plan.note]
     return lines + [""]
