@@ -75,6 +75,23 @@ def batch() -> torch.Tensor:
     return x
 
 
+def assert_no_future(model: torch.nn.Module, batch: torch.Tensor) -> None:
+    """Changing the token at position p changes no row before p (logits and attention, bit for bit: the same
+    kernels on the same earlier inputs), and does change the rows from p on."""
+    T = batch.shape[1]
+    with torch.no_grad():
+        base = model(batch)
+        for p in range(1, T):
+            changed = batch.clone()
+            changed[:, p] = (changed[:, p] + 7) % 36 + 4
+            out = model(changed)
+            # rows 0..p-1 read inputs 0..p-1 only
+            torch.testing.assert_close(out.logits[:, :p], base.logits[:, :p], atol=0, rtol=0)
+            if out.attention is not None:
+                torch.testing.assert_close(out.attention[:, :p], base.attention[:, :p], atol=0, rtol=0)
+            assert not torch.equal(out.logits[:, p:], base.logits[:, p:])
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """One line when the browser tests were skipped (no Chromium), so a green run never hides them."""
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if "e2e" in getattr(r, "keywords", {})]

@@ -813,6 +813,31 @@ def _gaps(sa: SentenceAnalysis) -> list[str]:
     return gaps
 
 
+def _token_start(i: int, target: int, outline: str) -> tuple[str, list[str], list[str], bool]:
+    """``(style, classes, tips, decided)`` of token ``i`` in a running text for row ``target``, as every running
+    text draws it: the predicted word outlined, a word not read yet faded (``decided``: nothing else applies)."""
+    if i == target:
+        return _SPAN + outline + "font-weight:600;", ["vz-tok", "vz-target"], ["predicted word"], True
+    if i > target:
+        return _SPAN + "opacity:0.45;", ["vz-tok", "vz-future"], ["not read yet"], True
+    return _SPAN, ["vz-tok"], [], False
+
+
+def _token_end(sa: SentenceAnalysis, i: int, tok: str, style: str, classes: list[str], tips: list[str]) -> str:
+    """Token ``i``'s span, a word outside the vocabulary underlined (its tooltip says so)."""
+    if i < len(sa.unk) and sa.unk[i]:
+        classes = [*classes, "vz-unk"]
+        style += f"text-decoration:underline dashed {SELECTED_COLOUR};text-underline-offset:3px;"
+        tips = [*tips, UNK_TITLE]
+    return f'<span class="{" ".join(classes)}" style="{style}" title="{_esc(" · ".join(tips))}">{_esc(tok)}</span>'
+
+
+def _restart_title(sa: SentenceAnalysis, boundary: int) -> str:
+    """The tooltip of the ``<s>`` where ``sa``'s model reads the text after token ``boundary`` afresh."""
+    what = "sentence" if boundary not in sa.breaks else "document (after a blank line)"
+    return f"start of a {what}: {sa.model} reads it afresh, from a zero state"
+
+
 def highlighted_html(
     sa: SentenceAnalysis,
     target: int,
@@ -887,38 +912,19 @@ def highlighted_html(
                              f'title="{_esc(" · ".join(tips))}">&lt;/s&gt;</span> ')
                 continue
             parts.append(f' <span class="vz-boundary" style="{_MARKER}{own}" title="{_esc(tips[0])}">&lt;/s&gt;</span> ')
-            what = "sentence" if i not in sa.breaks else "document (after a blank line)"
-            parts.append(start_marker(i + 1, f"start of a {what}: {sa.model} reads it afresh, from a zero state",
-                                      _MARKER + _BREAK))
+            parts.append(start_marker(i + 1, _restart_title(sa, i), _MARKER + _BREAK))
             continue
-        tips = []
-        style = _SPAN
-        classes = ["vz-tok"]
-        if i == target:
-            classes.append("vz-target")
-            style += target_outline + "font-weight:600;"
-            tips.append("predicted word")
-        elif i > target:
-            classes.append("vz-future")
-            style += "opacity:0.45;"
-            tips.append("not read yet")
-        elif i == target - 1:
+        style, classes, tips, decided = _token_start(i, target, target_outline)
+        if not decided and i == target - 1:
             tips.append("read just now: the attention's query")
-        elif att is not None and not (held and mask[target, slot]):
+        elif not decided and att is not None and not (held and mask[target, slot]):
             classes.append("vz-outside")
             style += "color:#8a8a8a;"
             tips.append("not in this word's memory")
         bg, cls = slot_style(slot, tips) if held else ("", [])
-        style += bg
-        classes += cls
-        if i < len(sa.unk) and sa.unk[i]:
-            classes.append("vz-unk")
-            style += f"text-decoration:underline dashed {SELECTED_COLOUR};text-underline-offset:3px;"
-            tips.append(UNK_TITLE)
         if i < len(sa.targets):
             tips.append(f"P = {format_prob(float(sa.probs[i]))}")
-        title = _esc(" · ".join(tips))
-        parts.append(f'<span class="{" ".join(classes)}" style="{style}" title="{title}">{_esc(tok)}</span>')
+        parts.append(_token_end(sa, i, tok, style + bg, classes + cls, tips))
     if end == len(sa.tokens):
         end_style = _MARKER + (target_outline if target == T - 1 else "")
         parts.append(f' <span class="vz-end" style="{end_style}" title="sentence end">&lt;/s&gt;</span>')
@@ -996,40 +1002,25 @@ def attribution_html(
     for i in range(first, end):
         tok, p = sa.tokens[i], read_at(i)
         parts.append(_esc(gaps[i]) if i > first else "")
-        tips: list[str] = []
         if sa.norms[i] == BOUNDARY:
-            tips.append("sentence end: </s>" + (" (predicted word)" if i == target else ""))
+            tips = ["sentence end: </s>" + (" (predicted word)" if i == target else "")]
             bg, cls = paint(p, tips)
             own = outline if i == target else ""
             parts.append(f' <span class="vz-boundary {" ".join(cls)}" style="{_MARKER}{own}{bg}" '
                          f'title="{_esc(" · ".join(tips))}">&lt;/s&gt;</span> ')
             if p is None and i + 1 < T:  # the next sentence is read afresh
-                what = "sentence" if i not in sa.breaks else "document (after a blank line)"
-                parts.append(f'<span class="vz-start" style="{_MARKER}{_BREAK}" title="{_esc(f"start of a {what}: {sa.model} reads it afresh, from a zero state")}">&lt;s&gt;</span> ')
+                parts.append(f'<span class="vz-start" style="{_MARKER}{_BREAK}" '
+                             f'title="{_esc(_restart_title(sa, i))}">&lt;s&gt;</span> ')
             continue
-        style, classes = _SPAN, ["vz-tok"]
-        if i == target:
-            classes.append("vz-target")
-            style += outline + "font-weight:600;"
-            tips.append("predicted word")
-        elif i > target:
-            classes.append("vz-future")
-            style += "opacity:0.45;"
-            tips.append("not read yet")
-        elif p is not None and not attr.covered[target, p]:
+        style, classes, tips, decided = _token_start(i, target, outline)
+        if not decided and p is not None and not attr.covered[target, p]:
             classes.append("vz-outside")
             style += "color:#8a8a8a;"
             tips.append("another sentence, read alone")
-        elif p == target:
+        elif not decided and p == target:
             tips.append("read just now")
         bg, cls = paint(p, tips) if i < target else ("", [])
-        style += bg
-        classes += cls
-        if i < len(sa.unk) and sa.unk[i]:
-            classes.append("vz-unk")
-            style += f"text-decoration:underline dashed {SELECTED_COLOUR};text-underline-offset:3px;"
-            tips.append(UNK_TITLE)
-        parts.append(f'<span class="{" ".join(classes)}" style="{style}" title="{_esc(" · ".join(tips))}">{_esc(tok)}</span>')
+        parts.append(_token_end(sa, i, tok, style + bg, classes + cls, tips))
     if end == len(sa.tokens):
         parts.append(f' <span class="vz-end" style="{_MARKER}{outline if target == T - 1 else ""}" title="sentence end">&lt;/s&gt;</span>')
     else:
