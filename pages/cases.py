@@ -70,6 +70,7 @@ if not models:
     st.info("Pick at least one model in the sidebar.", icon=":material/info:")
     st.stop()
 
+ui.off_corpus_warning(models, corpus, split)  # a model not trained on this corpus: its overlap, above the counts
 reports = {}
 for name in models:
     try:

@@ -61,6 +61,7 @@ st.caption(f"Every sentence of **{ui.md_escape(label)}** scored by **{ui.md_esca
            "Hover a point for its text. The view is in the URL: share it as a link.")
 for note in notes:
     st.warning(note[:1].upper() + note[1:] + ".", icon=":material/link:")
+ui.off_corpus_warning([a, b], corpus, split)  # a model not trained on this corpus: its overlap, above the verdict
 
 try:
     result = comparison(a, ck.model_key(a), b, ck.model_key(b), corpus, split, limit)

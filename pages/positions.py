@@ -93,6 +93,7 @@ st.caption(" ".join(
 
 
 def corpus_view() -> None:
+    ui.off_corpus_warning(models, corpus, split)  # a model not trained on this corpus: its overlap, above the result
     try:
         stats = corpus_positions(tuple(models), keys, corpus, split, window, limit)
     except (ValueError, ck.UserError) as exc:

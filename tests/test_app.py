@@ -1021,3 +1021,162 @@ def test_a_plugin_that_breaks_the_contract_gets_a_message_not_a_traceback(tmp_pa
         assert "attention rows must sum to 1" in shown
     finally:
         plugins.reset()
+
+
+# --------------------------------------------------------------------------- your own models and corpora (#27, #28)
+IMPORTED = ("wlm-lstm", "wlm-gru")  # two pytorch/examples models of one data folder: one vocabulary, one corpus
+USER_CORPUS = "wlm test · yours"  # the corpus pickers' label of the imported corpus's test split
+
+
+@pytest.fixture(scope="session")
+def imported(tmp_path_factory) -> dict[str, Path]:
+    """pytorch/examples word_language_model models built as tests/test_import.py builds them, imported with
+    ``vizlm import pytorch-examples`` into a checkpoints folder of their own and a data folder of their own (the
+    corpus ``wlm``); beside them a folder with weights and no config (skipped with a note), and a runs folder
+    with a finished run and one still training."""
+    from test_import import RNNModel, _anchor_corpus
+
+    from vizlm import paths
+    from vizlm.cli import main
+    from vizlm.importer import source_vocabulary
+
+    root = tmp_path_factory.mktemp("yours")
+    source = _anchor_corpus(root / "wlm-source")  # train / valid / test in pytorch/examples' format
+    words = source_vocabulary(source)
+    checkpoints, data, runs = root / "checkpoints", root / "data", root / "runs"
+    for name, cell in zip(IMPORTED, ("LSTM", "GRU")):
+        torch.manual_seed(len(cell))
+        f = root / f"{name}.pt"
+        torch.save(RNNModel(cell, len(words), 8, 8, 1).state_dict(), f)
+        try:
+            assert main(["--data", str(data), "import", "pytorch-examples", str(f), "--data", str(source), "--corpus",
+                         "wlm", "--out", str(checkpoints / name)]) == 0
+        finally:
+            paths.clear_overrides()
+    (checkpoints / "half").mkdir()
+    (checkpoints / "half" / "model.safetensors").write_bytes(b"weights without their config")
+    meta = json.loads((checkpoints / IMPORTED[0] / "config.json").read_text(encoding="utf-8"))
+    for run, metrics in (("wlm-run", {"valid_perplexity": 30.0, "test_perplexity": 31.0}),
+                         ("wlm-training", {"valid_perplexity": 30.0})):
+        (runs / run).mkdir(parents=True)
+        (runs / run / "model.safetensors").write_bytes((checkpoints / IMPORTED[0] / "model.safetensors").read_bytes())
+        (runs / run / "config.json").write_text(json.dumps({**meta, "label": run, "metrics": metrics}), encoding="utf-8")
+    return {"checkpoints": checkpoints, "data": data, "runs": runs}
+
+
+@pytest.fixture
+def yours(imported, monkeypatch, tmp_path) -> dict[str, Path]:
+    """The app pointed at the imported folders through the environment (the bundled checkpoints listed too)."""
+    monkeypatch.setenv("VIZLM_CHECKPOINTS", str(imported["checkpoints"]))
+    monkeypatch.setenv("VIZLM_DATA", str(imported["data"]))
+    monkeypatch.setenv("VIZLM_RUNS", str(imported["runs"]))
+    monkeypatch.setenv("VIZLM_CACHE", str(tmp_path / "cache"))
+    return imported
+
+
+def test_the_explorer_lists_and_opens_an_imported_model(yours):
+    """#28: the imported model is listed beside the bundled ones, labelled by where it comes from, and opens with
+    its surprisal, its top predictions and the views of a model without attention; its examples come from its
+    corpus; a finished run is listed as a run, a run still training and a broken folder are not (a note says so)."""
+    at = explorer(model=IMPORTED[0], text="the big cat sees the dog .")
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    options = at.selectbox(key="model").options
+    assert f"{IMPORTED[0]} · yours · running text" in options and f"{IMPORTED[1]} · yours · running text" in options
+    assert "amsrn · sentences" in options  # the bundled ones are listed too
+    assert "wlm-run · run · running text" in options
+    assert not any(o.startswith(("wlm-training", "half")) for o in options)
+    assert any("1 checkpoint folder skipped" in e.label for e in at.expander)
+    assert at.selectbox(key="model").value == IMPORTED[0]
+    metrics = {m.label: m.value for m in at.metric}
+    assert "Surprisal" in metrics and metrics["Surprisal"].endswith("bits") and "Attention effect" not in metrics
+    top = [d.value for d in at.dataframe if "next word" in d.value.columns]
+    assert top and len(top[0]) > 0 and set(top[0]["next word"]) <= set(json.loads(
+        (yours["checkpoints"] / IMPORTED[0] / "config.json").read_text(encoding="utf-8"))["vocab"])
+    assert "vizlm-strip" in html_of(at)  # the running text coloured by surprisal
+    assert "unknown" not in messages(at) and "not in" not in messages(at)  # every word is in its vocabulary
+    examples = at.selectbox(key="example").options
+    assert examples and all(o.startswith("wlm") for o in examples), examples  # from its corpus's test split
+    assert any(o.startswith("wlm passage · the ") for o in examples)  # its passages: consecutive lines
+    for view in ("Surprisal per word", "Data & downloads"):  # every view of a model without attention
+        at.session_state["explorer_view"] = view
+        at.run()
+        no_exception(at)
+
+
+def test_compare_runs_on_an_imported_corpus(yours):
+    """#28: Compare opens on the imported models' own corpus (the one their config.json names) and shows the
+    result, without a warning: both were trained on it."""
+    at = page("compare.py", cmp_a=IMPORTED[0], cmp_b=IMPORTED[1], cmp_sample=SMALL)
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    assert at.selectbox(key="cmp_corpus").value == USER_CORPUS
+    assert USER_CORPUS in at.selectbox(key="cmp_corpus").options and "Brown test" in at.selectbox(key="cmp_corpus").options
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics[f"Perplexity {IMPORTED[0]}"] not in ("—", "") and metrics[f"Perplexity {IMPORTED[1]}"] not in ("—", "")
+    assert charts(at) and "not trained on" not in messages(at)
+    assert query(at)["corpus"] == "wlm"
+
+
+def test_a_bundled_model_on_an_imported_corpus_shows_its_overlap(yours):
+    """#27: a model scored on a corpus it was not trained on shows the share of the corpus's tokens outside its
+    vocabulary and a warning above the result (Compare, Attention by position, Cases)."""
+    from vizlm.checkpoint import load_checkpoint
+    from vizlm.data import vocab_overlap
+
+    expected = vocab_overlap(load_checkpoint(ROOT / "checkpoints" / "amsrn").vocab, "wlm", "test", yours["data"])
+    assert 0 < expected.oov_rate < 1
+    shown = (f"**{expected.oov_rate:.1%}** of the tokens of wlm test are outside its vocabulary "
+             f"({expected.oov_tokens:,} of {expected.tokens:,}; {expected.oov_types:,} of {expected.types:,} distinct words)")
+    at = page("compare.py", cmp_a="lstm", cmp_b="amsrn", cmp_sample=SMALL, cmp_corpus=USER_CORPUS)
+    no_exception(at)
+    warned = " ".join(w.value for w in at.warning)
+    assert "Scored on a corpus a model was not trained on" in warned and shown in warned, warned
+    assert "amsrn" in warned and "lstm" in warned and at.metric  # the result follows the warning
+    at = page("positions.py", pos_models=["amsrn"], pos_sample=SMALL, pos_corpus=USER_CORPUS)
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    assert shown in " ".join(w.value for w in at.warning) and charts(at)
+    at = page("cases.py", cases_models=["amsrn"], cases_sample=SMALL, cases_corpus=USER_CORPUS)
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    assert shown in " ".join(w.value for w in at.warning) and at.metric
+
+
+@pytest.fixture
+def app_argv(monkeypatch):
+    """Set the app's command line (``streamlit run app.py -- ARGS``); the paths overrides it sets are cleared after."""
+    import sys
+
+    from vizlm import paths
+
+    yield lambda *args: monkeypatch.setattr(sys, "argv", [APP, *map(str, args)])
+    paths.clear_overrides()
+
+
+@pytest.mark.parametrize("args,expect", [
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--checkpoints"], "expected one argument"),
+    (["--corpora", "/nonexistent/vizlm-corpora"], "--corpora /nonexistent/vizlm-corpora: not a folder"),
+])
+def test_bad_app_arguments_give_a_message(app_argv, args, expect):
+    app_argv(*args)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    no_exception(at)
+    assert at.error and "arguments" in at.error[0].value
+    shown = " ".join(c.value for c in at.code)
+    assert expect in shown and "usage: streamlit run app.py --" in shown, shown
+
+
+def test_app_arguments_set_the_folders(app_argv, imported, tmp_path, monkeypatch):
+    """``streamlit run app.py -- --checkpoints DIR --corpora DIR --runs DIR``: the app lists those folders' models."""
+    from vizlm import paths
+
+    monkeypatch.setenv("VIZLM_CACHE", str(tmp_path / "cache"))
+    app_argv("--checkpoints", imported["checkpoints"], "--corpora", imported["data"], "--runs", imported["runs"])
+    at = explorer(model=IMPORTED[1], text="the dog .")
+    no_exception(at)
+    assert at.selectbox(key="model").value == IMPORTED[1]
+    assert "wlm-run · run · running text" in at.selectbox(key="model").options
+    assert (paths.checkpoints_dir(), paths.data_dir(), paths.runs_dir()) == (
+        imported["checkpoints"], imported["data"], imported["runs"])

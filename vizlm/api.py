@@ -60,7 +60,7 @@ from vizlm.checkpoint import (
     meta_corpus,
     read_meta,
 )
-from vizlm.data import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, DataError, load_corpus
+from vizlm.data import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, DataError, corpus_splits, load_corpus
 from vizlm.distributed import SINGLE, Context
 from vizlm.errors import InputError, VizlmError
 from vizlm.models import ATTENTION_MODELS
@@ -120,10 +120,10 @@ def _measure(value) -> str:
 
 
 def _check_split(corpus, split) -> None:
-    if corpus not in CORPORA:
-        raise DataError(f"unknown corpus {corpus!r}; valid: {', '.join(CORPORA)} (vizlm.corpora() lists them)")
-    if split not in CORPORA[corpus]:
-        raise DataError(f"corpus {corpus!r} has no split {split!r}; valid: {', '.join(CORPORA[corpus])}")
+    """A split of one of vizlm's corpora or of one ``vizlm import`` wrote (:func:`vizlm.data.corpus_splits`)."""
+    splits = corpus_splits(corpus)  # an unknown one: a DataError naming the valid ones
+    if split not in splits:
+        raise DataError(f"corpus {corpus!r} has no split {split!r}; valid: {', '.join(splits)}")
 
 
 # --------------------------------------------------------------------------- models

@@ -16,7 +16,7 @@ import itertools
 import json
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -172,16 +172,124 @@ def _examples() -> dict[str, list[list[str]]]:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
-def example_sentences(corpus: str, split: str) -> list[tuple[str, str]]:
-    """Readable example sentences of a split, ``[(sentence id, text)]``, from the shipped
-    ``examples.json`` (:func:`vizlm.prepare.write_examples`); empty for other splits."""
+def example_sentences(corpus: str, split: str, data_dir: Path | None = None) -> list[tuple[str, str]]:
+    """Readable example sentences of a split, ``[(sentence id, text)]``: vizlm's corpora from the shipped
+    ``examples.json`` (:func:`vizlm.prepare.write_examples`), a corpus ``vizlm import`` wrote from its
+    processed files (:func:`user_examples`); empty for other splits."""
+    if corpus not in CORPORA:
+        return user_examples(corpus, split, data_dir)[0]
     return [(sid, text) for sid, text in _examples().get(f"{corpus}/{split}", [])]
 
 
-def example_passages(corpus: str, split: str) -> list[tuple[str, str]]:
+def example_passages(corpus: str, split: str, data_dir: Path | None = None) -> list[tuple[str, str]]:
     """Example passages of a split, consecutive sentences of a document, ``[("ca10:0-7", text a sentence
-    a line)]``, from the shipped ``examples.json``; empty for other splits."""
+    a line)]``: from the shipped ``examples.json``, or a user corpus's files (:func:`user_examples`);
+    empty for other splits."""
+    if corpus not in CORPORA:
+        return user_examples(corpus, split, data_dir)[1]
     return [(sid, text) for sid, text in _examples().get(f"{corpus}/{split}/passages", [])]
+
+
+USER_EXAMPLES = 8  # sentences, and passages, a user corpus's split offers as examples
+USER_EXAMPLE_LENGTH = (5, 40)  # tokens of an example sentence (a WikiText line is a paragraph: most are longer)
+USER_PASSAGE_TOKENS = 120  # a passage: consecutive non-empty lines up to this many tokens
+
+
+def _file_stamp(path: Path) -> tuple[int, int]:
+    """Changes when the file is rewritten: its size and modification time."""
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+def user_examples(corpus: str, split: str, data_dir: Path | None = None) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """``(sentences, passages)`` of a corpus ``vizlm import`` wrote, from its processed split (the words as
+    they are, space-separated): its lines of :data:`USER_EXAMPLE_LENGTH` tokens, spread over the split, and
+    runs of consecutive non-empty lines of up to :data:`USER_PASSAGE_TOKENS` tokens (ids ``test:4-9``), at
+    most :data:`USER_EXAMPLES` each; both empty when it is not such a corpus, has no such split or its
+    files are missing."""
+    if corpus in CORPORA or split not in user_corpora(data_dir).get(corpus, ()):
+        return [], []
+    path = Path(data_dir or paths.data_dir()) / corpus / f"{split}.orig"
+    try:
+        return _user_examples(str(path), _file_stamp(path))
+    except OSError:
+        return [], []
+
+
+@functools.lru_cache(maxsize=16)
+def _user_examples(path: str, stamp: tuple[int, int]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    lines = Path(path).with_suffix(".orig").read_text(encoding="utf-8").splitlines()
+    ids = Path(path).with_suffix(".ids").read_text(encoding="utf-8").splitlines()
+    words = [line.split() for line in lines]
+    lo, hi = USER_EXAMPLE_LENGTH
+    fitting = [i for i, w in enumerate(words) if lo <= len(w) <= hi]
+    step = max(1, len(fitting) // USER_EXAMPLES)  # spread over the split, not its first paragraph alone
+    sentences = [(ids[i], " ".join(words[i])) for i in fitting[::step][:USER_EXAMPLES]]
+    passages, i = [], 0
+    while i < len(words) and len(passages) < USER_EXAMPLES:
+        if not words[i] or len(words[i]) > USER_PASSAGE_TOKENS:
+            i += 1
+            continue
+        j, size = i, 0
+        while j < len(words) and words[j] and size + len(words[j]) <= USER_PASSAGE_TOKENS:
+            size += len(words[j])
+            j += 1
+        if j - i > 1:  # a passage is more than one line
+            passages.append((f"{ids[i]}-{ids[j - 1].rpartition(':')[2]}", "\n".join(" ".join(w) for w in words[i:j])))
+        i = j
+    return sentences, passages
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """How much of a split a vocabulary covers: its tokens (running words, ``</s>`` not counted) and
+    distinct words, and those of them outside the vocabulary (a model reads them as ``<unk>``)."""
+
+    corpus: str
+    split: str
+    tokens: int
+    oov_tokens: int
+    types: int
+    oov_types: int
+
+    @property
+    def oov_rate(self) -> float:
+        """The share of the split's tokens outside the vocabulary (0 for an empty split)."""
+        return self.oov_tokens / self.tokens if self.tokens else 0.0
+
+    @property
+    def type_overlap(self) -> float:
+        """The share of the split's distinct words inside the vocabulary."""
+        return 1 - self.oov_types / self.types if self.types else 1.0
+
+
+@functools.lru_cache(maxsize=16)
+def _word_counts(path: str, stamp: tuple[int, int]) -> dict[str, int]:
+    """Running words of a processed split, counted once per version of its file."""
+    counts: dict[str, int] = {}
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            for w in line.split():
+                counts[w] = counts.get(w, 0) + 1
+    return counts
+
+
+def vocab_overlap(vocab: Vocab | Iterable[str], corpus: str, split: str, data_dir: Path | None = None) -> Overlap:
+    """The overlap of a model's vocabulary (a :class:`Vocab` or its words) with a processed split: what a model
+    run on a corpus it was not trained on will read as ``<unk>``. A word counts as inside when the vocabulary
+    holds it exactly, as the model encodes it (a literal ``<unk>`` in the text is inside: it is read as itself).
+    The split's word counts are read once per version of its file (cached)."""
+    folder = _split_folder(corpus, split, data_dir)
+    path = folder / f"{split}.txt"
+    counts = _word_counts(str(path), _file_stamp(path))
+    known = vocab.stoi if isinstance(vocab, Vocab) else set(vocab)
+    missing = [n for w, n in counts.items() if w not in known]
+    return Overlap(corpus, split, sum(counts.values()), sum(missing), len(counts), len(missing))
+
+
+def oov_rate(vocab: Vocab | Iterable[str], corpus: str, split: str, data_dir: Path | None = None) -> float:
+    """The share of a split's tokens outside ``vocab`` (:func:`vocab_overlap`)."""
+    return vocab_overlap(vocab, corpus, split, data_dir).oov_rate
 
 
 # --------------------------------------------------------------------------- vocabulary

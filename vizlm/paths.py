@@ -6,7 +6,8 @@
   else the current directory. So ``vizlm eval --checkpoint amsrn`` works from anywhere
   inside the repository, and a wheel installed elsewhere looks beside the user's files.
 - Each can be set on its own: ``$VIZLM_DATA``, ``$VIZLM_CHECKPOINTS``, ``$VIZLM_CACHE``,
-  or the CLI's ``--data`` / ``--checkpoints`` / ``--cache`` (:func:`set_overrides`).
+  or the CLI's ``--data`` / ``--checkpoints`` / ``--cache`` (:func:`set_overrides`; the app's
+  ``--corpora`` / ``--checkpoints`` / ``--runs``).
 - ``runs/`` (``$VIZLM_RUNS``) holds the reproduction's runs that are not bundled.
 - The **cache** of corpus statistics defaults to the user's cache folder
   (``platformdirs``), never inside the installed package; the statistics of the bundled
@@ -36,9 +37,10 @@ _ENV = {"home": "VIZLM_HOME", "data": "VIZLM_DATA", "checkpoints": "VIZLM_CHECKP
 _overrides: dict[str, Path] = {}
 
 
-def set_overrides(data: Path | str | None = None, checkpoints: Path | str | None = None, cache: Path | str | None = None) -> None:
+def set_overrides(data: Path | str | None = None, checkpoints: Path | str | None = None, cache: Path | str | None = None,
+                  runs: Path | str | None = None) -> None:
     """Command-line overrides (they win over the environment); ``None`` leaves a location as it is."""
-    for key, value in (("data", data), ("checkpoints", checkpoints), ("cache", cache)):
+    for key, value in (("data", data), ("checkpoints", checkpoints), ("cache", cache), ("runs", runs)):
         if value is not None:
             _overrides[key] = Path(value).expanduser()
 

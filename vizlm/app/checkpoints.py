@@ -1,9 +1,11 @@
 """Which models the app can show, their metadata, and loading them once per process.
 
-Models are named as in the URL: a checkpoint folder's name (``amsrn``) under
-:func:`vizlm.paths.checkpoints_dir`, a folder from ``$VIZLM_EXTRA_CHECKPOINTS``
-(``os.pathsep``-separated checkpoint folders, for development), or ``upload:<label>``
-for a checkpoint uploaded in this browser session.
+Models are named as in the URL: a checkpoint folder's name (``amsrn``) in one of the folders the app
+lists (:func:`listing`: the checkpoints folder, :func:`vizlm.paths.checkpoints_dir`; the repository's
+``checkpoints/`` when that is another folder; the finished runs in :func:`vizlm.paths.runs_dir`; the
+folders of ``$VIZLM_EXTRA_CHECKPOINTS``, ``os.pathsep``-separated, for development), ``SOURCE:name``
+when an earlier folder has that name already (``bundled:amsrn``), or ``upload:<label>`` for a checkpoint
+uploaded in this browser session. Each is labelled by where it comes from (:data:`SOURCES`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import streamlit as st
@@ -27,7 +32,7 @@ from vizlm.checkpoint import (
     meta_corpus,
     read_meta,
 )
-from vizlm.data import CORPUS_LANGUAGE
+from vizlm.data import CORPUS_LANGUAGE, Overlap, vocab_overlap
 from vizlm.errors import VizlmError
 from vizlm.models import ATTENTION_MODELS
 from vizlm.reproduce import PAPERS, load_manifest
@@ -44,10 +49,135 @@ class UserError(VizlmError, ValueError):
     """Something the user can fix; shown as a message, never as a traceback."""
 
 
+# Where a listed checkpoint comes from, as its label says: the repository's checkpoints/ (bundled), the user's
+# checkpoints folder and $VIZLM_EXTRA_CHECKPOINTS (yours), a finished run in runs/ (run); uploads say "upload:".
+SOURCES = ("bundled", "yours", "run")
+UPLOAD_SOURCE = "upload"
+
+
+@dataclass(frozen=True)
+class Listing:
+    """The checkpoints the app lists: name -> folder and name -> source, and a note per folder skipped."""
+
+    folders: dict[str, Path] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    skipped: tuple[str, ...] = ()
+
+
+def _same_folder(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def _roots() -> list[tuple[Path, str]]:
+    """The folders of checkpoint folders, in the order their names win: the checkpoints folder, the repository's
+    ``checkpoints/`` (when the checkpoints folder is another), the runs."""
+    own, repo = paths.checkpoints_dir(), paths.home() / "checkpoints"
+    same = _same_folder(own, repo)
+    return [(own, "bundled" if same else "yours"), *([] if same else [(repo, "bundled")]), (paths.runs_dir(), "run")]
+
+
+def _stamps(root: Path) -> tuple[tuple[str, bool, bool, int], ...]:
+    """(subfolder, has weights, has config, version) of each folder in ``root``: changes when one is added,
+    removed or rewritten, so the cached scan follows the disk."""
+    try:
+        subs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+    except OSError:
+        return ()
+    return tuple((p.name, (p / WEIGHTS).is_file(), (p / META).is_file(), _version(p)) for p in subs)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _scan(root: str, source: str, stamps: tuple) -> tuple[list[str], list[str]]:
+    """The checkpoint folders of ``root`` (names) and a note per broken one: weights without a config or a config
+    without weights, a config that cannot be read; of the runs, only the finished ones (a test perplexity)."""
+    found, notes = [], []
+    for name, has_weights, has_meta, version in stamps:
+        if not (has_weights or has_meta):
+            continue  # not a checkpoint (a run's resume state alone: still training)
+        where = Path(root) / name
+        if not (has_weights and has_meta):
+            notes.append(f"{where}: no {META if has_weights else WEIGHTS}")
+            continue
+        try:
+            meta = _read_meta(str(where), version)
+        except (OSError, ValueError) as exc:  # CheckpointError is a ValueError
+            notes.append(f"{where}: {META} cannot be read ({str(exc)[:160]})")
+            continue
+        if source == "run" and "test_perplexity" not in (meta.get("metrics") or {}):
+            continue  # a run still training (or cut): the Models page of a finished run only
+        found.append(name)
+    return found, notes
+
+
+LISTING_TTL_S = 1.0  # a page run asks for the list dozens of times: it is read from disk at most this often
+_listed: list = []  # [(key, time, Listing)]: the last listing
+
+
+def _mtime(folder: Path) -> int:
+    try:
+        return folder.stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
+def listing() -> Listing:
+    """Every checkpoint folder the app lists (module docstring), the first of a name keeping it plain. Read
+    again when a listed folder gains or loses an entry or the folders change, else at most every
+    :data:`LISTING_TTL_S` seconds (a checkpoint rewritten in place)."""
+    roots = _roots()
+    key = (tuple((str(r), src, _mtime(r)) for r, src in roots), os.environ.get("VIZLM_EXTRA_CHECKPOINTS", ""))
+    if _listed and _listed[0][0] == key and time.monotonic() - _listed[0][1] < LISTING_TTL_S:
+        return _listed[0][2]
+    result = _read_listing(roots)
+    _listed[:] = [(key, time.monotonic(), result)]
+    return result
+
+
+def _read_listing(roots: list[tuple[Path, str]]) -> Listing:
+    folders, sources, skipped, seen = {}, {}, [], set()
+
+    def add(name: str, folder: Path, source: str) -> None:
+        real = folder.resolve()
+        if real in seen:  # one folder reached twice (the checkpoints folder inside runs/, a repeated extra)
+            return
+        seen.add(real)
+        key = name if name not in folders and not name.startswith(f"{UPLOAD_SOURCE}:") else f"{source}:{name}"
+        if key not in folders:
+            folders[key], sources[key] = folder, source
+
+    for root, source in roots:
+        stamps = _stamps(root)
+        if not stamps:
+            continue
+        names, notes = _scan(str(root), source, stamps)
+        skipped.extend(notes)
+        for name in names:
+            add(name, root / name, source)
+    for entry in os.environ.get("VIZLM_EXTRA_CHECKPOINTS", "").split(os.pathsep):
+        p = Path(entry) if entry else None
+        if p and (p / WEIGHTS).is_file() and (p / META).is_file():
+            add(p.name, p, "yours")
+    return Listing(folders, sources, tuple(skipped))
+
+
 def checkpoint_folders() -> dict[str, Path]:
-    """Selectable checkpoints on disk: those :func:`vizlm.load` finds by name (:func:`vizlm.api.checkpoint_folders`:
-    the checkpoints folder, then ``$VIZLM_EXTRA_CHECKPOINTS``)."""
-    return api.checkpoint_folders()
+    """Selectable checkpoints on disk, by name (:func:`listing`)."""
+    return listing().folders
+
+
+def source(name: str) -> str:
+    """Where a model comes from: one of :data:`SOURCES`, or ``upload``."""
+    if name in _uploads():
+        return UPLOAD_SOURCE
+    return listing().sources.get(name, "yours")
+
+
+def skipped_notes() -> tuple[str, ...]:
+    """A line per checkpoint folder the lists leave out because it is broken."""
+    return listing().skipped
 
 
 def _uploads() -> dict[str, dict]:
@@ -69,15 +199,25 @@ def _bundled_runs() -> dict[str, tuple[str, str | None]]:
             for r in runs.values() if r.bundled}
 
 
+def _bundled_run(name: str) -> tuple[str, str | None]:
+    """:func:`_bundled_runs`' entry of a bundled checkpoint (by its folder's name); other models: none."""
+    listed = listing()
+    if listed.sources.get(name) != "bundled":
+        return OTHER_GROUP, None
+    return _bundled_runs().get(listed.folders[name].name, (OTHER_GROUP, None))
+
+
 def model_group(name: str) -> str:
-    """The paper and protocol a checkpoint reproduces, for grouping lists (uploads: other)."""
-    return _bundled_runs().get(name, (OTHER_GROUP, None))[0]
+    """The paper and protocol a checkpoint reproduces, for grouping lists (yours, runs, uploads: other)."""
+    return _bundled_run(name)[0]
 
 
 def model_names() -> list[str]:
-    """Every selectable model, grouped by paper and protocol (manifest order), then this session's uploads."""
+    """Every selectable model: the bundled ones grouped by paper and protocol (manifest order), then yours,
+    then the runs (:data:`SOURCES`), then this session's uploads."""
     order = list(dict.fromkeys([*PAPERS.values(), OTHER_GROUP]))
-    folders = sorted(checkpoint_folders(), key=lambda n: order.index(model_group(n)))
+    listed = listing()
+    folders = sorted(listed.folders, key=lambda n: (SOURCES.index(listed.sources[n]), order.index(model_group(n))))
     return folders + list(_uploads())
 
 
@@ -88,9 +228,14 @@ def preferred_model(names: list[str]) -> str:
 
 def baseline_model(names: list[str], model: str | None = None) -> str | None:
     """What to compare ``model`` with: the control its run was measured against (the same start and
-    training without attention, e.g. ``lstm-doc`` for ``kvp-doc``), else the LSTM baseline, if there is one."""
-    control = _bundled_runs().get(model, (None, None))[1]
-    return next((n for n in (control, BASELINE_FAMILY) if n in names and n != model), None)
+    training without attention, e.g. ``lstm-doc`` for ``kvp-doc``), else the LSTM baseline, if there is one trained
+    on the same corpus."""
+    control = _bundled_run(model)[1] if model is not None else None
+    listed = listing()
+    bundled = {listed.folders[n].name: n for n in listed.folders if listed.sources[n] == "bundled"}
+    own = trained_corpus(model) if model is not None else None
+    return next((n for n in (bundled.get(control), bundled.get(BASELINE_FAMILY, BASELINE_FAMILY))
+                 if n in names and n != model and (own is None or trained_corpus(n) == own)), None)
 
 
 def missing_run_folders(command: str) -> list[str]:
@@ -208,7 +353,9 @@ def window(name: str) -> int | None:
 # models and the runs beyond the papers. A select box shows each model as "name · kind" (model_label).
 KINDS = ("sentences", "running text", "Chinese", "extension")
 KINDS_HELP = ("Grouped by kind: sentences (reads each sentence alone), running text (reads documents across "
-              "sentence boundaries), Chinese, extension (runs beyond the papers; the Models page says how each reads).")
+              "sentence boundaries), Chinese, extension (runs beyond the papers; the Models page says how each reads). "
+              "A model that is not bundled says where it comes from: yours (your checkpoints folder) or run (a "
+              "finished run in runs/).")
 
 
 def model_kind(name: str) -> str:
@@ -227,18 +374,37 @@ def by_kind(names: list[str]) -> list[str]:
 
 
 def model_label(name: str) -> str:
-    """``amsrn · sentences`` for select boxes: the name first, then its kind. A sidebar select box shows
-    about 33 characters, so nothing else fits (the perplexity is in :func:`model_help`); a multiselect
-    chip holds about 20, so the multiselects show bare names (grouped in the same order)."""
-    return f"{name} · {model_kind(name)}" if name else "— none —"
+    """``amsrn · sentences`` for select boxes: the name first, then its kind; a model that is not bundled says
+    where it comes from between them (``wt2 · yours · running text``, ``· run ·``; an upload's name says it).
+    A sidebar select box shows about 33 characters, so nothing else fits (the perplexity is in
+    :func:`model_help`); a multiselect chip holds about 20, so the multiselects show bare names (grouped in
+    the same order)."""
+    if not name:
+        return "— none —"
+    where = source(name)
+    return f"{name} · {where} · {model_kind(name)}" if where in SOURCES[1:] else f"{name} · {model_kind(name)}"
 
 
 def model_help(name: str) -> str:
-    """One line on a chosen model for a select box's help: its kind and headline perplexity."""
+    """One line on a chosen model for a select box's help: its kind, where it comes from and headline perplexity."""
     if not name:
         return ""
     ppl = perplexity(name)
-    return f"{name}: {model_kind(name)}" + (f", {ppl[0]} perplexity {ppl[1]:.1f} (lower is better)." if ppl else ".")
+    folder = checkpoint_folders().get(name)
+    where = {"bundled": "bundled", "yours": f"yours, {folder}", "run": f"a finished run, {folder}"}.get(source(name), "uploaded")
+    return (f"{name}: {model_kind(name)} ({where})"
+            + (f", {ppl[0]} perplexity {ppl[1]:.1f} (lower is better)." if ppl else "."))
+
+
+def trained_corpus(name: str) -> str | None:
+    """The corpus a model was trained on (its ``config.json``), None when it does not say."""
+    return meta_corpus(model_meta(name))
+
+
+def corpus_overlap(name: str, corpus: str, split: str) -> Overlap:
+    """The overlap of the model's vocabulary with a split (:func:`vizlm.data.vocab_overlap`, whose word counts
+    are cached); :class:`UserError` when the model cannot be loaded."""
+    return vocab_overlap(get_checkpoint(name).vocab, corpus, split)
 
 
 @st.cache_resource(show_spinner="Loading model…", max_entries=12)

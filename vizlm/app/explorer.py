@@ -17,7 +17,7 @@ from vizlm.app import checkpoints as ck
 from vizlm.app import jobs, results
 from vizlm.app import widgets as ui
 from vizlm.checkpoint import meta_corpus
-from vizlm.data import CORPUS_LANGUAGE, CORPUS_TITLES, example_passages, example_sentences
+from vizlm.data import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, example_passages, example_sentences, user_corpora
 from vizlm.attribution import TEXT_METHODS
 from vizlm.links import DEFAULT_TEXT, EXPLORER_MEASURES, MAX_TOP_K, MEASURE_LABELS, parse_query
 from vizlm.plots import (
@@ -72,12 +72,27 @@ def use_example() -> None:
         st.session_state["text"] = st.session_state["_examples"][choice]
 
 
+def examples_corpus(model: str) -> str | None:
+    """The corpus the Explorer's examples come from for ``model``: its own when ``vizlm import`` wrote it (and it
+    has a test split), else None (the shipped examples of Brown and WSJ)."""
+    corpus = ck.trained_corpus(model)
+    return corpus if corpus not in CORPORA and "test" in user_corpora().get(corpus, ()) else None
+
+
 def example_options(model: str, compare: str) -> dict[str, str]:
-    """``{"<group> · <sentence id>": text}`` for the example picker: passages first, then sentences."""
-    opts = {f"{name} passage · {sid}": text for corpus, name in (("brown", "Brown"), ("wsj", "WSJ"))
-            for sid, text in example_passages(corpus, "test")}
-    opts |= {f"WSJ · {sid}": text for sid, text in example_sentences("wsj", "test")}
-    opts |= {f"Brown · {sid}": text for sid, text in example_sentences("brown", "test")}
+    """``{"<group> · <sentence id>": text}`` for the example picker: passages first, then sentences; of the test
+    split of the model's corpus when it is one ``vizlm import`` wrote (:func:`examples_corpus`), else the shipped
+    ones of Brown and WSJ."""
+    own = examples_corpus(model)
+    opts = {}
+    if own:
+        opts = {f"{own} passage · {sid}": text for sid, text in example_passages(own, "test")}
+        opts |= {f"{own} · {sid}": text for sid, text in example_sentences(own, "test")}
+    if not opts:
+        opts = {f"{name} passage · {sid}": text for corpus, name in (("brown", "Brown"), ("wsj", "WSJ"))
+                for sid, text in example_passages(corpus, "test")}
+        opts |= {f"WSJ · {sid}": text for sid, text in example_sentences("wsj", "test")}
+        opts |= {f"Brown · {sid}": text for sid, text in example_sentences("brown", "test")}
     improved = st.session_state.get("_improved", {}).get((compare, model))
     if improved:
         opts = {f"improved by {model} · {sid}": text for sid, text in improved} | opts
@@ -353,11 +368,13 @@ def text_input(model: str, compare: str) -> str:
     left, right = st.columns([2, 1], vertical_alignment="bottom")
     with right:
         examples = example_options(model, compare)
-        st.session_state.setdefault("example", None)
+        if st.session_state.get("example") not in examples:  # another model's corpus: other examples
+            st.session_state["example"] = None
         st.selectbox("Or pick an example", list(examples), key="example",
                      placeholder="Passages and sentences…", on_change=use_example,
                      format_func=lambda k: example_label(k, examples[k]),
-                     help="Passages of Brown test documents and of the WSJ sample, single sentences, and the "
+                     help="Passages and single sentences of the test split of the model's corpus when `vizlm "
+                          "import` wrote it, else of Brown test documents and of the WSJ sample; and the "
                           "sentences the model improves most (after “Most improved”).")
         can_rank = compare and ck.has_attention(model) and (compare, model) not in st.session_state.get("_improved", {})
         clicked = can_rank and st.button(

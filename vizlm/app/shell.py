@@ -7,16 +7,28 @@ fresh server for ``/compare`` executes ``pages/compare.py`` on its own. :func:`p
 notices that (the page is not running inside :func:`run_app`), runs the app's navigation
 instead, which renders the requested page within the app's frame, and stops the outer run.
 Only public Streamlit API is used.
+
+The app takes its own arguments after ``--`` on the Streamlit command line (:func:`app_parser`):
+``streamlit run app.py -- --checkpoints DIR --corpora DIR --runs DIR`` sets the folders of
+:mod:`vizlm.paths` for the server, as ``$VIZLM_CHECKPOINTS``, ``$VIZLM_DATA`` and ``$VIZLM_RUNS`` do; a
+bad one is a message on the page, never a traceback.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextvars
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
 import torch
+
+from vizlm import paths
+from vizlm.app import checkpoints
+from vizlm.app.widgets import md_escape
+from vizlm.errors import VizlmError
 
 
 @dataclass(frozen=True)
@@ -49,17 +61,83 @@ STYLE = "<style>div:has(> [data-testid='stVegaLiteChart']) { overflow-x: auto; }
 TORCH_THREADS = 1
 
 
+APP_SCRIPT = "app.py"  # the main script: Streamlit passes the words after `--` to it as sys.argv[1:]
+
+
+class AppArgumentError(VizlmError, ValueError):
+    """A bad argument after ``--`` on the ``streamlit run`` command line (the message says which, with the usage)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises :class:`AppArgumentError` instead of exiting the server."""
+
+    def error(self, message: str):
+        raise AppArgumentError(f"{message}\n\n{self.format_usage()}")
+
+    def exit(self, status: int = 0, message: str | None = None):
+        raise AppArgumentError(message or self.format_help())
+
+
+def app_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="streamlit run app.py --", add_help=False,
+                description="vizlm's app. Its folders (else $VIZLM_CHECKPOINTS, $VIZLM_DATA, $VIZLM_RUNS, else the "
+                            "vizlm home's checkpoints/, data/, runs/).")
+    p.add_argument("--checkpoints", type=Path, metavar="DIR",
+                   help="your checkpoints folder, a checkpoint folder each (listed as 'yours'; the bundled ones are "
+                        "listed too); as $VIZLM_CHECKPOINTS")
+    p.add_argument("--corpora", type=Path, metavar="DIR",
+                   help="the data folder: the corpora `vizlm import` wrote (and vizlm's own, processed); as "
+                        "$VIZLM_DATA and the CLI's --data")
+    p.add_argument("--runs", type=Path, metavar="DIR", help="the folder of training runs: its finished runs are listed; "
+                                                            "as $VIZLM_RUNS")
+    p.add_argument("-h", "--help", action="store_true", help="show this message on the page")
+    return p
+
+
+def script_arguments() -> list[str]:
+    """The app's own arguments: what follows ``--`` on the ``streamlit run app.py`` command line (none when the
+    process is not serving ``app.py``, e.g. a test runner's)."""
+    return sys.argv[1:] if sys.argv and Path(sys.argv[0]).name == APP_SCRIPT else []
+
+
+def apply_arguments(argv: list[str]) -> None:
+    """Parse the app's arguments and set :mod:`vizlm.paths`' overrides; :class:`AppArgumentError` when one is
+    bad (a folder that is not there included), with the usage. ``--help`` raises it with the help."""
+    parser = app_parser()
+    args = parser.parse_args(argv)
+    if args.help:
+        raise AppArgumentError(parser.format_help())
+    for flag in ("checkpoints", "corpora", "runs"):
+        folder = getattr(args, flag)
+        if folder is not None and not folder.expanduser().is_dir():
+            raise AppArgumentError(f"--{flag} {folder}: not a folder\n\n{parser.format_usage()}")
+    paths.set_overrides(data=args.corpora, checkpoints=args.checkpoints, runs=args.runs)
+
+
 def run_app() -> None:
-    """Page config, the navigation menu, and the page the URL asks for."""
+    """Page config, the app's arguments, the navigation menu, and the page the URL asks for."""
     if torch.get_num_threads() != TORCH_THREADS:
         torch.set_num_threads(TORCH_THREADS)
     # A local picture: an icon name or emoji would make the browser fetch a font or image from outside.
     st.set_page_config(page_title="vizlm", page_icon=str(FAVICON), layout="wide")
+    try:
+        apply_arguments(script_arguments())
+    except AppArgumentError as exc:
+        st.error("The app's arguments (after `--` on the `streamlit run app.py` command line) are not right:",
+                 icon=":material/terminal:")
+        st.code(str(exc), language=None)
+        st.stop()
     nav = st.navigation([
         st.Page(p.path, title=p.title, icon=p.icon, default=p.default, **({} if p.default else {"url_path": p.url_path}))
         for p in PAGES
     ])
     st.sidebar.caption("vizlm · attention in recurrent language models")
+    skipped = checkpoints.skipped_notes()
+    if skipped:
+        with st.sidebar.expander(f"{len(skipped)} checkpoint folder{'s' if len(skipped) > 1 else ''} skipped",
+                                 icon=":material/folder_off:"):
+            for note in skipped:
+                st.caption(md_escape(note))
     st.html(STYLE)
     token = _inside_app.set(True)
     try:

@@ -13,13 +13,15 @@ from vizlm.app.checkpoints import (
     UserError,
     attention_model_names,
     by_kind,
+    corpus_overlap,
     language,
     one_language,
     register_upload,
+    trained_corpus,
 )
 from vizlm.cases import LABELS
 from vizlm.checkpoint import MAX_META_BYTES
-from vizlm.data import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, HELD_OUT
+from vizlm.data import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, HELD_OUT, DataError, user_corpora
 from vizlm.export import FORMATS, MIME, chart_bytes, export_analysis, export_frame, safe_filename
 from vizlm.links import CompareState, ExplorerState, parse_compare_query
 from vizlm.plots import CATEGORICAL
@@ -173,10 +175,15 @@ def keep_choices(key: str, options: list, default: list) -> None:
 
 
 # --------------------------------------------------------------------------- pickers
+USER_CORPUS_MARK = "yours"  # how a picker names a corpus `vizlm import` wrote: "wikitext2 test · yours"
+
+
 def corpus_splits(models: list[str] | None = None) -> dict[str, tuple[str, str]]:
     """Picker label -> (corpus, split): the held-out splits of every processed corpus in the language
     the ``models`` were trained on (a model scores text of another language as one unknown word after
-    another; its perplexity there means nothing); none when they read different languages."""
+    another; its perplexity there means nothing), and of every corpus ``vizlm import`` wrote (its language
+    is not recorded: the page shows how much of it a model's vocabulary covers); none when the models read
+    different languages. The corpora the models were trained on come first (the first is the default)."""
     languages = {language(m) for m in models or []} - {None}
     if len(languages) > 1:
         return {}
@@ -187,12 +194,18 @@ def corpus_splits(models: list[str] | None = None) -> dict[str, tuple[str, str]]
         shown = [s for s in HELD_OUT if s in splits]
         for split in shown:
             out[CORPUS_TITLES[corpus] if len(shown) == 1 else f"{CORPUS_TITLES[corpus]} {split}"] = (corpus, split)
-    return out
+    for corpus, splits in user_corpora().items():
+        for split in (s for s in HELD_OUT if s in splits):
+            out[f"{corpus} {split} · {USER_CORPUS_MARK}"] = (corpus, split)
+    own = list(dict.fromkeys(c for c in map(trained_corpus, models or []) if c))
+    return dict(sorted(out.items(), key=lambda item: own.index(item[1][0]) if item[1][0] in own else len(own)))
 
 
 def corpus_picker(key: str = "corpus", models: list[str] | None = None, help: str | None = None) -> tuple[str, str, str]:
-    """Sidebar select box of the processed splits the ``models`` can read (the first is the default):
-    (label, corpus, split). Stops the page, with a message, when no corpus suits them all."""
+    """Sidebar select box of the processed splits the ``models`` can read: (label, corpus, split). The default is
+    the first, a held-out split of the corpus the models were trained on; when the models change and so does
+    that default, a picker still on the old default follows it. Stops the page, with a message, when no corpus
+    suits them all."""
     options = corpus_splits(models)
     if not options:
         st.error("These models were trained on different languages; no corpus suits them all. Pick models of one language.",
@@ -202,11 +215,42 @@ def corpus_picker(key: str = "corpus", models: list[str] | None = None, help: st
     wanted = st.query_params.get("corpus")  # ?corpus=wsj&split=test, for a shared link
     if key not in st.session_state and wanted and (label := linked_corpus(options, wanted, st.query_params.get("split"))):
         st.session_state[key] = label
+    last_default = st.session_state.get(f"_{key}_default")
+    if last_default is not None and last_default != labels[0] and st.session_state.get(key) == last_default:
+        st.session_state[key] = labels[0]  # other models, trained on another corpus: their own corpus
+    st.session_state[f"_{key}_default"] = labels[0]
     keep_choice(key, labels, labels[0])
     label = st.selectbox("Corpus", labels, key=key,
-                         help=help or "Held-out text in the models' language: Brown test/valid are held-out documents "
-                                      "of the training corpus, WSJ is out of domain.")
+                         help=help or "Held-out text: the models' own corpus first; Brown test/valid are held-out "
+                                      "documents of the bundled models' training corpus, WSJ is out of domain, and "
+                                      f"'{USER_CORPUS_MARK}' marks the corpora `vizlm import` wrote. A model scored on "
+                                      "a corpus it was not trained on gets a warning with its vocabulary's overlap.")
     return (label, *options[label])
+
+
+def off_corpus_warning(models: list[str], corpus: str, split: str) -> bool:
+    """Above a corpus page's result: for each of ``models`` not trained on ``corpus``, the share of the split's
+    tokens outside its vocabulary (:func:`vizlm.data.vocab_overlap`), in one warning. Returns whether it warned."""
+    lines = []
+    for name in models:
+        trained = trained_corpus(name)
+        if trained == corpus:
+            continue
+        try:
+            ov = corpus_overlap(name, corpus, split)
+        except (UserError, DataError, OSError) as exc:
+            lines.append(f"**{md_escape(name)}**: its vocabulary's overlap cannot be measured ({md_escape(str(exc))})")
+            continue
+        where = f"trained on {md_escape(CORPUS_TITLES.get(trained, trained))}" if trained else "its training corpus is not recorded"
+        lines.append(f"**{md_escape(name)}** ({where}): **{ov.oov_rate:.1%}** of the tokens of {md_escape(corpus)} "
+                     f"{split} are outside its vocabulary ({ov.oov_tokens:,} of {ov.tokens:,}; {ov.oov_types:,} of "
+                     f"{ov.types:,} distinct words) and are read as {md_escape('<unk>')}")
+    if lines:
+        st.warning("**Scored on a corpus a model was not trained on.** Every word outside a model's vocabulary is read, "
+                   f"and predicted, as {md_escape('<unk>')}: its numbers here are not those of text like its own corpus, "
+                   "and the more unknown words, the less they say.\n\n" + "\n".join(f"- {line}." for line in lines),
+                   icon=":material/warning:")
+    return bool(lines)
 
 
 def linked_corpus(options: dict[str, tuple[str, str]], corpus: str, split: str | None) -> str | None:
