@@ -373,3 +373,30 @@ def test_bundled_checkpoints_load_unchanged(name):
         out = m(x, m.initial_state(2))
         assert torch.equal(out.hidden[..., : m.rnn.hidden_size], plain(m.embed(x))[0])
     assert out.state.h.shape == (1, 2, m.rnn.hidden_size)
+
+
+@pytest.mark.parametrize("cased", [True, False])
+def test_typed_text_is_read_as_the_imported_vocabulary_writes_words(cased, data_dir, tmp_path, capsys):
+    """WikiText keeps case and digits, PTB lowercases and writes numbers as N: an imported model reads typed text
+    its vocabulary's way (recorded as imported.reading), so "The Cat" is not <unk> to a cased model; vizlm's own
+    rule (lowercase, numbers -> N) is the default for every other checkpoint."""
+    from vizlm.api import load
+    from vizlm.importer import reading_of
+
+    folder = tmp_path / ("wiki" if cased else "ptb")
+    folder.mkdir()
+    lines = ["The Cat sat in 1999 .", "A Dog ran ."] if cased else ["the cat sat in N .", "a dog ran ."]
+    for split in ("train", "valid", "test"):
+        (folder / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    words = source_vocabulary(folder)
+    assert reading_of(words) == {"lowercase": not cased, "numbers": not cased}
+    torch.manual_seed(0)
+    f = tmp_path / "m.pt"
+    torch.save(RNNModel("LSTM", len(words), 5, 5, 1).state_dict(), f)
+    code, _, err = run(["import", "pytorch-examples", str(f), "--data", str(folder), "--corpus", folder.name,
+                        "--out", str(tmp_path / "ckpt")], capsys)
+    assert code == 0, err
+    a = load(tmp_path / "ckpt").analyze("The Cat sat in 1999 .")
+    assert a.norms == (["The", "Cat", "sat", "in", "1999", "."] if cased else ["the", "cat", "sat", "in", "N", "."])
+    assert not any(a.unk)
+    assert load("lstm").analyze("The Cat sat in 1999 .").norms == ["the", "cat", "sat", "in", "N", "."]

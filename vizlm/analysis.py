@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from vizlm.checkpoint import Checkpoint
+from vizlm.checkpoint import Checkpoint, meta_reader
 from vizlm.data import BOS, EOS, UNK, collate, iter_batches
 from vizlm.errors import VizlmError
 from vizlm.evaluate import OVERFLOW_NOTE, perplexity
@@ -782,12 +782,13 @@ def analyze(
     more = len(read) < len(text) and not text[len(read) :].isspace()  # words beyond the character cut
     sents = _first_tokens(sents, MAX_TOKENS)  # only what is analysed is tagged (tagging is slow)
     kept = sum(map(len, sents))
-    norms = [[t.norm for t in s] for s in sents]
+    reader = meta_reader(ckpt.meta or {})  # vizlm's rule, or an imported vocabulary's (case, digits kept)
+    norms = [[reader(t.text) for t in s] for s in sents]
     if tags is not None:  # one per token: cut like the sentences
         starts = itertools.accumulate([0] + [len(s) for s in sents])
         tags = [tags[i : i + len(s)] for i, s in zip(starts, sents)]
     else:
-        tags = tag_sentences(norms)
+        tags = tag_sentences([[t.norm for t in s] for s in sents])  # the tagger reads vizlm's rule
     surfaces, spans = [[t.text for t in s] for s in sents], [[(t.start, t.end) for t in s] for s in sents]
     sa = analyze_sentences(ckpt, norms, surfaces, spans, read, tags, top_k, effects, max_effect_pairs,
                            documents=[len(d) for d in docs])

@@ -48,6 +48,7 @@ from vizlm.data import Vocab
 from vizlm.errors import VizlmError
 from vizlm.models import PluginError, build_model, check_config, lookup, plugin_of, plugins
 from vizlm.models.base import BaseConfig
+from vizlm.text import normalizer
 
 FORMAT = "vizlm-checkpoint"
 FORMAT_VERSION = 1
@@ -520,6 +521,15 @@ def read_meta(path: Path | str) -> dict:
 def meta_corpus(meta: dict) -> str | None:
     """The corpus a checkpoint was trained on, from its ``config.json`` (None: not recorded)."""
     return (meta.get("corpus") or {}).get("name")
+
+
+def meta_reader(meta: dict):
+    """How a checkpoint reads typed words (:func:`vizlm.text.normalizer`): vizlm's rule, or the one an
+    imported model's vocabulary asks for (``imported.reading``: keep case, keep digits)."""
+    rule = (meta.get("imported") or {}).get("reading") if isinstance(meta.get("imported"), dict) else None
+    if not isinstance(rule, dict):
+        return normalizer()
+    return normalizer(lowercase=rule.get("lowercase") is not False, numbers=rule.get("numbers") is not False)
 
 
 def meta_context(meta: dict) -> str:

@@ -49,6 +49,7 @@ from vizlm.checkpoint import MAX_PARAMETERS, CheckpointError, _check_vocab, save
 from vizlm.data import BOS, EOS, PAD, SPECIALS, SPLITS, USER_CORPUS_FILE, USER_CORPUS_FORMAT, Vocab, check_corpus_name
 from vizlm.errors import VizlmError
 from vizlm.models import build_model, count_parameters
+from vizlm.text import NUMBER
 
 SOURCES = ("pytorch-examples",)  # what `vizlm import` reads
 SOURCE_EOS, SOURCE_UNK = "<eos>", "<unk>"  # pytorch/examples' end of line; the unknown word of WikiText / PTB
@@ -403,7 +404,8 @@ def import_pytorch_examples(model_file: Path | str, data: Path | str, corpus: st
     itos, rows = vizlm_vocabulary(words)
     model = convert(state, spec, rows, len(itos))
     source = {"kind": "pytorch-examples", "file": str(model_file.name), "data": str(data), "cell": spec.cell,
-              "layers": spec.layers, "tied": spec.tied, "model_vocab_size": spec.vocab_size}
+              "layers": spec.layers, "tied": spec.tied, "model_vocab_size": spec.vocab_size,
+              "reading": reading_of(words)}
     corpus_dir = write_corpus(data, corpus, itos, data_dir, force, {"kind": source["kind"], "data": source["data"]})
     out.mkdir(parents=True, exist_ok=True)
     save_checkpoint(out, model, "lstm", Vocab(itos), label=out.name, parameters=count_parameters(model),
@@ -414,5 +416,15 @@ def import_pytorch_examples(model_file: Path | str, data: Path | str, corpus: st
             "parameters": count_parameters(model)}
 
 
-__all__ = ["ImportModelError", "SOURCES", "import_pytorch_examples", "read_model_file", "read_spec", "state_dict_of",
+def reading_of(words: list[str]) -> dict:
+    """How typed text is read for a model of these ``words`` (``imported.reading`` in its config.json,
+    :func:`vizlm.checkpoint.meta_reader`): lowercased only when no word has a capital (``N``, PTB's number,
+    aside), numbers read as ``N`` only when ``N`` is a word and no word has a digit. WikiText keeps case and
+    digits ("The", "1"), PTB has neither ("the", "N")."""
+    cased = any(w != w.lower() for w in words if w != NUMBER and not (w.startswith("<") and w.endswith(">")))
+    digits = any(ch.isdigit() for w in words for ch in w)
+    return {"lowercase": not cased, "numbers": NUMBER in words and not digits}
+
+
+__all__ = ["ImportModelError", "SOURCES", "import_pytorch_examples", "reading_of", "read_model_file", "read_spec", "state_dict_of",
            "source_vocabulary", "vizlm_vocabulary", "convert", "write_corpus", "Inert", "STAND_INS"]

@@ -91,6 +91,22 @@ def normalize(token: str) -> str:
     return token
 
 
+def normalizer(lowercase: bool = True, numbers: bool = True):
+    """How a model reads a typed word: NFKC, then lowercased and a number read as ``N`` (vizlm's rule,
+    :func:`normalize`), or, for a model trained elsewhere on a vocabulary with capitals or digits, the
+    word with its case (``lowercase=False``) and its digits (``numbers=False``)."""
+    if lowercase and numbers:
+        return normalize
+
+    def read(token: str) -> str:
+        token = unicodedata.normalize("NFKC", token)
+        if lowercase:
+            token = token.lower()
+        return NUMBER if numbers and _NUMBER_RE.fullmatch(token.lower()) else token
+
+    return read
+
+
 @dataclass(frozen=True)
 class Token:
     """A token of user text: its surface form, normalised form and offsets."""
