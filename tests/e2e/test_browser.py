@@ -225,7 +225,8 @@ def test_passage_view(page):
     assert Path(info.value.path()).read_bytes()[:8] == PNG_MAGIC
     main.locator("[data-testid='stButtonGroup'] button").filter(has_text="Every row").first.click()
     wait_idle(page)
-    main.get_by_text("Effect on P(word)").first.click()
+    page.locator("[data-testid='stSidebar'] [data-testid='stSelectbox']").filter(has_text="Measure").first.click()
+    page.get_by_role("option", name="attention effect").first.click()  # the sidebar's measure
     wait_idle(page)
     main.get_by_text("Blue: the slot helped").first.wait_for(timeout=60_000)
     assert query(page).get("measure") == "effect" and query(page)["target"] == str(target)
