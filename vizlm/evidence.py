@@ -90,11 +90,16 @@ def read(name: str) -> Evidence | None:
     where = folder(name)
     if not where.exists():
         return None
-    missing = [f for f in FILES if not (where / f).is_file()]
-    if missing:
-        raise EvidenceError(f"{where} lacks {', '.join(missing)}; rewrite it with `vizlm reproduce --evidence {name}`")
+    _check_whole(where, FILES, f"vizlm reproduce --evidence {name}")
     stamp = tuple((f, st.st_mtime_ns, st.st_size) for f in (*FILES, POSITIONS) if (st := _stat(where / f)))
     return _read(name, str(where), stamp)
+
+
+def _check_whole(where: Path, files: tuple[str, ...], command: str) -> None:
+    """An evidence folder holds all its files (a half-written one is never taken as a result)."""
+    missing = [f for f in files if not (where / f).is_file()]
+    if missing:
+        raise EvidenceError(f"{where} lacks {', '.join(missing)}; rewrite it with `{command}`")
 
 
 def _stat(path: Path):
@@ -278,9 +283,7 @@ def read_attribution(name: str) -> AttributionEvidence | None:
     where = attribution_folder(name)
     if not where.exists():
         return None
-    missing = [f for f in ATTRIBUTION_FILES if not (where / f).is_file()]
-    if missing:
-        raise EvidenceError(f"{where} lacks {', '.join(missing)}; rewrite it with `vizlm reproduce --attribution {name}`")
+    _check_whole(where, ATTRIBUTION_FILES, f"vizlm reproduce --attribution {name}")
     try:
         config = json.loads((where / "config.json").read_text(encoding="utf-8"))
         arrays = load_file(str(where / "sums.safetensors"))

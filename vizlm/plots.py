@@ -210,6 +210,24 @@ def window_slots(allowed: np.ndarray, rows: tuple[int, int]) -> list[int]:
     return start + list(range(max(int(later[0]), newest + 1 - (r1 - r0)), newest + 1))
 
 
+def _selected_row(ylab: list[str], row_domain: list[str], selected: int | None,
+                  rows: tuple[int, int]) -> list[alt.Chart]:
+    """The selected word's row of a heat map, outlined like in the running text (none when it is not drawn)."""
+    if selected is None or not rows[0] <= selected < rows[1]:
+        return []
+    return [alt.Chart(pd.DataFrame({"target": [ylab[selected]]})).mark_rect(
+        filled=False, stroke=SELECTED_COLOUR, strokeWidth=2,
+    ).encode(y=alt.Y("target:N", scale=alt.Scale(domain=row_domain)))]
+
+
+def _window_subtitle(sa: SentenceAnalysis, rows: tuple[int, int]) -> str:
+    """A heat map's first subtitle: the text, and which of its words the rows are when they are a window."""
+    (r0, r1), T = rows, len(sa.targets)
+    if (r0, r1) == (0, T):
+        return _subtitle(sa.text)
+    return f"words {r0 + 2} to {r1 + 1} of {T + 1} (a window) · " + _subtitle(sa.text, 70)
+
+
 def _boundary_rules(sa: SentenceAnalysis, ylab: list[str], xlab: list[str], rows: list[str],
                     slots: list[str]) -> list[alt.Chart]:
     """Grey lines between two sentences of a passage: above the row predicting a sentence's first
@@ -363,13 +381,8 @@ def attention_heatmap(
     elif threshold is not None:
         head += f" (outlined: weight ≥ {threshold:g})"
     layers += _boundary_rules(sa, ylab, xlab, row_domain, slot_domain)
-    if selected is not None and r0 <= selected < r1:  # the selected word's row, outlined like in the running text
-        layers.append(alt.Chart(pd.DataFrame({"target": [ylab[selected]]})).mark_rect(
-            filled=False, stroke=SELECTED_COLOUR, strokeWidth=2,
-        ).encode(y=alt.Y("target:N", scale=alt.Scale(domain=row_domain))))
-    subtitle = [_subtitle(sa.text)]
-    if (r0, r1) != (0, len(ylab)):
-        subtitle[0] = f"words {r0 + 2} to {r1 + 1} of {len(ylab) + 1} (a window) · " + _subtitle(sa.text, 70)
+    layers += _selected_row(ylab, row_domain, selected, (r0, r1))
+    subtitle = [_window_subtitle(sa, (r0, r1))]
     if effect_mode:
         biggest = float(np.nanmax(np.abs(effects[mask]))) if mask.any() else 0.0
         subtitle.append(f"log-probability minus the same with the slot dropped · blue: the slot helped, red: it hurt "
@@ -478,13 +491,8 @@ def attribution_heatmap(
     # the same sentence lines as the attention's map: its slot j is this map's position j - 1, labelled alike
     slot_like = ["0 <s>"] + xlab
     layers += _boundary_rules(sa, ylab, slot_like, row_domain, col_domain)
-    if selected is not None and r0 <= selected < r1:
-        layers.append(alt.Chart(pd.DataFrame({"target": [ylab[selected]]})).mark_rect(
-            filled=False, stroke=SELECTED_COLOUR, strokeWidth=2,
-        ).encode(y=alt.Y("target:N", scale=alt.Scale(domain=row_domain))))
-    subtitle = [_subtitle(sa.text)]
-    if (r0, r1) != (0, T):
-        subtitle[0] = f"words {r0 + 2} to {r1 + 1} of {T + 1} (a window) · " + _subtitle(sa.text, 70)
+    layers += _selected_row(ylab, row_domain, selected, (r0, r1))
+    subtitle = [_window_subtitle(sa, (r0, r1))]
     subtitle.append(f"attribution of log₂ P(word) to each word read · blue: raised P(word), red: lowered it · "
                     f"clipped at ±{lim:.2g} bits ({HEATMAP_SCALE_QUANTILE:.0%} of the cells shown are within)")
     return alt.layer(*layers).properties(width=alt.Step(cell), height=alt.Step(cell),
