@@ -15,12 +15,19 @@ Comparing two computations (tests/README.md says the same):
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
 from vizlm.models import REGISTRY, build_model
+
+# Your corpora folder (vizlm.paths.corpora_dir) is the user's data folder: the suite never reads or writes
+# it. Every test process (and the CLI processes it starts) gets an empty one; a test that prepares a
+# corpus sets its own with monkeypatch.
+os.environ["VIZLM_CORPORA"] = tempfile.mkdtemp(prefix="vizlm-test-corpora-")
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data"

@@ -1049,7 +1049,7 @@ def imported(tmp_path_factory) -> dict[str, Path]:
         f = root / f"{name}.pt"
         torch.save(RNNModel(cell, len(words), 8, 8, 1).state_dict(), f)
         try:
-            assert main(["--data", str(data), "import", "pytorch-examples", str(f), "--data", str(source), "--corpus",
+            assert main(["--corpora", str(data), "import", "pytorch-examples", str(f), "--data", str(source), "--corpus",
                          "wlm", "--out", str(checkpoints / name)]) == 0
         finally:
             paths.clear_overrides()
@@ -1068,7 +1068,7 @@ def imported(tmp_path_factory) -> dict[str, Path]:
 def yours(imported, monkeypatch, tmp_path) -> dict[str, Path]:
     """The app pointed at the imported folders through the environment (the bundled checkpoints listed too)."""
     monkeypatch.setenv("VIZLM_CHECKPOINTS", str(imported["checkpoints"]))
-    monkeypatch.setenv("VIZLM_DATA", str(imported["data"]))
+    monkeypatch.setenv("VIZLM_CORPORA", str(imported["data"]))
     monkeypatch.setenv("VIZLM_RUNS", str(imported["runs"]))
     monkeypatch.setenv("VIZLM_CACHE", str(tmp_path / "cache"))
     return imported
@@ -1178,5 +1178,151 @@ def test_app_arguments_set_the_folders(app_argv, imported, tmp_path, monkeypatch
     no_exception(at)
     assert at.selectbox(key="model").value == IMPORTED[1]
     assert "wlm-run · run · running text" in at.selectbox(key="model").options
-    assert (paths.checkpoints_dir(), paths.data_dir(), paths.runs_dir()) == (
+    assert (paths.checkpoints_dir(), paths.corpora_dir(), paths.runs_dir()) == (
         imported["checkpoints"], imported["data"], imported["runs"])
+
+
+# --------------------------------------------------------------------------- a corpus you prepared (#27)
+PREPARED = "mine"  # prepared with `vizlm prepare --corpus mine --from FOLDER`: a sentence a line, blank lines between documents
+MINE = ("mine-lstm", "mine-kvp")  # two models of its vocabulary (a sentence one, a document one)
+MINE_TEST = f"{PREPARED} test · yours"  # the corpus pickers' label of its test split
+_SUBJECTS = ["the man", "the old woman", "a small dog", "the children", "his brother", "the zorblax"]
+_VERBS = ["saw", "found", "wanted", "gave away", "looked at", "quibbeted"]
+_OBJECTS = ["the house", "a letter", "the money", "her car", "the new book", "some water"]
+
+
+def _prepared_text(seed: int, documents: int, sentences: int) -> str:
+    """Documents of sentences of 6 to 9 words (two of them outside the bundled vocabulary), a blank line between."""
+    docs = []
+    for d in range(documents):
+        lines = []
+        for s in range(sentences):
+            k = seed + 7 * d + 3 * s
+            lines.append(f"{_SUBJECTS[k % 6]} {_VERBS[(k // 2) % 6]} {_OBJECTS[(k // 3) % 6]} .")
+        docs.append("\n".join(lines))
+    return "\n\n".join(docs) + "\n"
+
+
+@pytest.fixture(scope="session")
+def prepared_root(tmp_path_factory) -> dict[str, Path]:
+    """The corpus ``mine`` prepared from a folder of text into a corpora folder of its own, and two untrained
+    checkpoints of its vocabulary in a checkpoints folder of their own, their config.json naming it."""
+    from vizlm.ingest import prepare_corpus
+
+    root = tmp_path_factory.mktemp("prepared")
+    source = root / "source"
+    source.mkdir()
+    for split, (seed, docs) in {"train": (0, 6), "valid": (1, 2), "test": (2, 3)}.items():
+        (source / f"{split}.txt").write_text(_prepared_text(seed, docs, 4), encoding="utf-8")
+    card = prepare_corpus(PREPARED, source, corpora_dir=root / "corpora")
+    vocab = Vocab((root / "corpora" / PREPARED / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1])
+    for name, family, kw in ((MINE[0], "lstm", {}), (MINE[1], "kvp", {"window": 3, "context": "document"})):
+        torch.manual_seed(0)
+        model = build_model(family, vocab_size=len(vocab), emb_dim=8, hidden_dim=6, **kw).eval()
+        save_checkpoint(root / "checkpoints" / name, model, family, vocab, metrics={"valid_perplexity": 50.0},
+                        corpus={"name": PREPARED, "checksums": card["checksums"], "reading": card["reading"]},
+                        parameters=sum(p.numel() for p in model.parameters()))
+    return {"corpora": root / "corpora", "checkpoints": root / "checkpoints", "source": source}
+
+
+@pytest.fixture
+def mine(prepared_root, monkeypatch, tmp_path) -> dict[str, Path]:
+    """The app pointed at the prepared corpus and its models through the environment (the bundled ones listed too)."""
+    monkeypatch.setenv("VIZLM_CHECKPOINTS", str(prepared_root["checkpoints"]))
+    monkeypatch.setenv("VIZLM_CORPORA", str(prepared_root["corpora"]))
+    monkeypatch.setenv("VIZLM_CACHE", str(tmp_path / "cache"))
+    return prepared_root
+
+
+def test_compare_runs_on_a_prepared_corpus(mine):
+    """#27: Compare lists the prepared corpus, opens on it for models trained on it (no warning) and shows the result."""
+    at = page("compare.py", cmp_a=MINE[0], cmp_b=MINE[1])
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    picker = at.selectbox(key="cmp_corpus")
+    assert picker.value == MINE_TEST and picker.options[:2] == [MINE_TEST, f"{PREPARED} valid · yours"]
+    assert "Brown test" in picker.options
+    metrics = {m.label: m.value for m in at.metric}
+    assert all(metrics[f"Perplexity {m}"] not in ("—", "") for m in MINE)
+    assert charts(at) and "not trained on" not in messages(at)
+    assert query(at)["corpus"] == PREPARED and query(at)["split"] == "test"
+    table = [d.value for d in at.dataframe if "sentence_id" in d.value.columns][-1]
+    assert len(table) == 12 and set(table["sentence_id"]) == {f"d{d}:{i}" for d in range(3) for i in range(4)}
+
+
+def test_a_bundled_model_on_a_prepared_corpus_shows_its_overlap(mine):
+    """#27: every corpus page offers the prepared corpus to the bundled models, runs on it and warns of the share
+    of its tokens outside their vocabulary, above the result."""
+    from vizlm.checkpoint import load_checkpoint
+    from vizlm.data import vocab_overlap
+
+    expected = vocab_overlap(load_checkpoint(ROOT / "checkpoints" / "amsrn").vocab, PREPARED, "test")
+    assert 0 < expected.oov_rate < 1  # zorblax, quibbeted
+    shown = f"**{expected.oov_rate:.1%}** of the tokens of {PREPARED} test are outside its vocabulary"
+    at = page("compare.py", cmp_a="lstm", cmp_b="amsrn", cmp_corpus=MINE_TEST)
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    assert MINE_TEST in at.selectbox(key="cmp_corpus").options and at.selectbox(key="cmp_corpus").options[0] != MINE_TEST
+    warned = " ".join(w.value for w in at.warning)
+    assert "Scored on a corpus a model was not trained on" in warned and shown in warned, warned
+    assert at.metric and charts(at)
+    at = page("positions.py", pos_models=["amsrn", MINE[1]], pos_corpus=MINE_TEST)
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    warned = " ".join(w.value for w in at.warning)
+    assert shown in warned and f"**{MINE[1]}**" not in warned and charts(at)  # kvp was trained on it: no warning
+    at = page("cases.py", cases_models=["amsrn"], cases_corpus=MINE_TEST)
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    assert shown in " ".join(w.value for w in at.warning) and at.metric
+
+
+def test_the_corpus_pages_open_on_the_prepared_corpus_of_its_models(mine):
+    """#27: Attention by position and Cases open on the corpus the chosen model was trained on, and show results."""
+    at = page("positions.py", pos_models=[MINE[1]])
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    assert at.selectbox(key="pos_corpus").value == MINE_TEST and charts(at) and not at.warning
+    at = page("cases.py", cases_models=[MINE[1]])
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    assert at.selectbox(key="cases_corpus").value == MINE_TEST and at.metric and not at.warning
+
+
+def test_the_explorer_s_examples_come_from_the_prepared_corpus(mine):
+    """#27: a model trained on the prepared corpus opens with examples of its test split (sentences and passages,
+    by their ids dN:i), read as that corpus reads them."""
+    at = explorer(model=MINE[0], text="the man saw the house .")
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    examples = at.selectbox(key="example").options
+    assert examples and all(o.startswith(PREPARED) for o in examples), examples
+    assert any(o.startswith(f"{PREPARED} passage · ") for o in examples)
+    test = (mine["corpora"] / PREPARED / "test.orig").read_text(encoding="utf-8").splitlines()
+    assert any(test[0][:20] in o for o in examples), examples
+    assert "outside" not in messages(at) and "unknown" not in messages(at)  # every word is in its vocabulary
+
+
+def test_a_corpus_prepared_again_is_read_again(mine, tmp_path, monkeypatch):
+    """A corpus prepared again under its name (--force) while the app runs: the pages read the new files, not the
+    results kept for the old ones."""
+    import shutil
+
+    from vizlm.ingest import prepare_corpus
+
+    corpora = tmp_path / "corpora"
+    monkeypatch.setenv("VIZLM_CORPORA", str(corpora))
+    shutil.copytree(mine["corpora"], corpora)
+    at = page("compare.py", cmp_a=MINE[0], cmp_b=MINE[1])
+    no_exception(at)
+    assert {m.label: m.value for m in at.metric}
+    before = [d.value for d in at.dataframe if "sentence_id" in d.value.columns][-1]
+    assert len(before) == 12
+    source = tmp_path / "again"
+    shutil.copytree(mine["source"], source)
+    (source / "test.txt").write_text(_prepared_text(5, 2, 3), encoding="utf-8")  # 2 documents of 3 sentences
+    prepare_corpus(PREPARED, source, corpora_dir=corpora, force=True)
+    at = page("compare.py", cmp_a=MINE[0], cmp_b=MINE[1])
+    no_exception(at)
+    after = [d.value for d in at.dataframe if "sentence_id" in d.value.columns][-1]
+    assert len(after) == 6 and set(after["sentence_id"]) == {f"d{d}:{i}" for d in range(2) for i in range(3)}

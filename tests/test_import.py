@@ -80,6 +80,7 @@ def data(tmp_path):
 def data_dir(tmp_path, monkeypatch):
     out = tmp_path / "vizlm-data"
     monkeypatch.setenv("VIZLM_DATA", str(out))
+    monkeypatch.setenv("VIZLM_CORPORA", str(out))  # imported corpora go to the corpora folder: the same one here
     paths.clear_overrides()
     return out
 

@@ -124,16 +124,18 @@ def test_app_arguments(tmp_path):
     from vizlm.app.shell import AppArgumentError, apply_arguments
 
     try:
-        with pytest.raises(AppArgumentError, match="unrecognized arguments: --data") as bad:
-            apply_arguments(["--data", str(tmp_path)])
+        with pytest.raises(AppArgumentError, match="unrecognized arguments: --cache") as bad:
+            apply_arguments(["--cache", str(tmp_path)])
         assert "usage: streamlit run app.py -- [--checkpoints DIR] [--corpora DIR]" in str(bad.value)
-        assert "[--runs DIR]" in str(bad.value)
+        assert "[--runs DIR]" in str(bad.value) and "[--data DIR]" in str(bad.value)
         with pytest.raises(AppArgumentError, match="--checkpoints .*missing: not a folder"):
             apply_arguments(["--checkpoints", str(tmp_path / "missing")])
-        with pytest.raises(AppArgumentError, match="--corpora DIR +the data folder"):
+        with pytest.raises(AppArgumentError, match="--corpora DIR +your corpora folder"):
             apply_arguments(["--help"])
-        apply_arguments(["--corpora", str(tmp_path), "--runs", str(tmp_path)])
-        assert paths.data_dir() == tmp_path and paths.runs_dir() == tmp_path
+        (tmp_path / "data").mkdir()
+        apply_arguments(["--corpora", str(tmp_path), "--runs", str(tmp_path), "--data", str(tmp_path / "data")])
+        assert paths.corpora_dir() == tmp_path and paths.runs_dir() == tmp_path
+        assert paths.data_dir() == tmp_path / "data"
         assert paths.checkpoints_dir() == Path(os.environ["VIZLM_CHECKPOINTS"]) if "VIZLM_CHECKPOINTS" in os.environ \
             else paths.checkpoints_dir() == paths.home() / "checkpoints"
     finally:

@@ -25,6 +25,8 @@ _EXPORTS = {
     "load": "vizlm.api",
     "checkpoints": "vizlm.api",
     "corpora": "vizlm.api",
+    "corpus_card": "vizlm.api",
+    "prepare_corpus": "vizlm.api",
     "compare": "vizlm.api",
     "positions": "vizlm.api",
     "Model": "vizlm.api",

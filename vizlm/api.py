@@ -70,7 +70,7 @@ from vizlm.text import MAX_TOKENS  # noqa: F401 - read by the front ends from he
 
 __all__ = [
     "Analysis", "Comparison", "Model", "Positions", "View", "VizlmError",
-    "checkpoints", "compare", "corpora", "load", "positions",
+    "checkpoints", "compare", "corpora", "corpus_card", "load", "positions", "prepare_corpus",
 ]
 
 # Slot effects computed by analyze() at most (word, slot) pairs: a 400-word passage of sentences has
@@ -172,11 +172,20 @@ def checkpoints() -> pd.DataFrame:
     return pd.DataFrame(rows, columns=FACT_COLUMNS)
 
 
+CORPUS_COLUMNS = ["corpus", "split", "kind", "title", "language", "documents", "sentences", "tokens", "vocab_size",
+                  "oov_rate", "layout", "path"]
+
+
 def corpora() -> pd.DataFrame:
-    """The corpora and splits :func:`compare` and :func:`positions` read, one row per split: corpus,
-    split, title, language, sentences and tokens (None where the processed files are missing:
-    ``vizlm prepare`` makes them)."""
+    """The corpora and splits every command reads by name, one row per split: vizlm's own (``kind``
+    ``vizlm``: Brown, WSJ, Sinica) and yours (``yours``: prepared by :func:`prepare_corpus` /
+    ``vizlm prepare --corpus``, or written by ``vizlm import``), with title, language, documents,
+    sentences, tokens (None where vizlm's processed files are missing: ``vizlm prepare`` makes them),
+    vocabulary size, the split's OOV rate under the corpus's own vocabulary, layout and folder. A user
+    corpus's whole card: :func:`corpus_card`."""
     from vizlm import paths
+    from vizlm.data import corpus_card as card_of
+    from vizlm.data import user_corpus_folders
 
     rows = []
     for corpus, splits in CORPORA.items():
@@ -186,9 +195,43 @@ def corpora() -> pd.DataFrame:
             if path.is_file():
                 data = path.read_bytes()
                 sentences, tokens = data.count(b"\n"), len(data.split())
-            rows.append({"corpus": corpus, "split": split, "title": CORPUS_TITLES.get(corpus),
-                         "language": CORPUS_LANGUAGE.get(corpus), "sentences": sentences, "tokens": tokens})
-    return pd.DataFrame(rows)
+            rows.append({"corpus": corpus, "split": split, "kind": "vizlm", "title": CORPUS_TITLES.get(corpus),
+                         "language": CORPUS_LANGUAGE.get(corpus), "sentences": sentences, "tokens": tokens,
+                         "path": str(path.parent)})
+    for corpus, folder in user_corpus_folders().items():
+        card = card_of(corpus) or {}
+        for split in card.get("splits", ()):
+            st = (card.get("split_stats") or {}).get(split) or {}
+            rows.append({"corpus": corpus, "split": split, "kind": "yours", "title": corpus, "language": None,
+                         "documents": st.get("documents"), "sentences": st.get("sentences"), "tokens": st.get("tokens"),
+                         "vocab_size": card.get("vocab_size"), "oov_rate": st.get("oov_rate"),
+                         "layout": (card.get("layout") or {}).get("name") or (card.get("source") or {}).get("kind"),
+                         "path": str(folder)})
+    return pd.DataFrame(rows, columns=CORPUS_COLUMNS)
+
+
+def corpus_card(name: str) -> dict | None:
+    """The card of your corpus ``name`` (source files and checksums, layout and why, documents /
+    sentences / tokens / OOV rates per split, vocabulary and options); None for vizlm's own corpora;
+    :class:`~vizlm.data.DataError` for an unknown name."""
+    from vizlm.data import corpus_card as card_of
+
+    return card_of(name)
+
+
+def prepare_corpus(name: str, source: str | os.PathLike, layout: str | None = None, vocab_size: int | None = None,
+                   min_count: int | None = None, all_words: bool = False, lowercase: bool = False, chars: bool = False,
+                   force: bool = False, progress: bool = False) -> dict:
+    """Prepare the folder ``source`` (``train`` / ``valid`` / ``test`` as ``.txt``, ``.txt.gz`` or WikiText's
+    ``wiki.*.tokens``) as your corpus ``name``, which every command and the app then read by name; returns
+    its card. The layout (``sentence``, ``paragraph``, ``wikitext``) is detected unless given; the
+    vocabulary is the 10,000 most frequent words of train unless ``vocab_size``, ``min_count`` or
+    ``all_words`` says otherwise (:mod:`vizlm.ingest` has the rules). Nothing already prepared is replaced
+    without ``force``; bad input raises :class:`~vizlm.data.DataError` before anything is written."""
+    from vizlm.ingest import prepare_corpus as prepare
+
+    return prepare(name, Path(source), layout=layout, vocab_size=vocab_size, min_count=min_count,
+                   all_words=all_words, lowercase=lowercase, chars=chars, force=force, progress=progress)
 
 
 def check_upload(weights_name: str, weights: bytes, config_name: str, config: bytes,

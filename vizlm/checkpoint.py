@@ -525,8 +525,13 @@ def meta_corpus(meta: dict) -> str | None:
 
 def meta_reader(meta: dict):
     """How a checkpoint reads typed words (:func:`vizlm.text.normalizer`): vizlm's rule, or the one an
-    imported model's vocabulary asks for (``imported.reading``: keep case, keep digits)."""
-    rule = (meta.get("imported") or {}).get("reading") if isinstance(meta.get("imported"), dict) else None
+    imported model's vocabulary asks for (``imported.reading``: keep case, keep digits), or a model trained
+    on a prepared corpus (``corpus.reading``, from the corpus's card)."""
+    rule = None
+    for part in ("imported", "corpus"):
+        if isinstance(meta.get(part), dict) and isinstance(meta[part].get("reading"), dict):
+            rule = meta[part]["reading"]
+            break
     if not isinstance(rule, dict):
         return normalizer()
     return normalizer(lowercase=rule.get("lowercase") is not False, numbers=rule.get("numbers") is not False)

@@ -10,9 +10,11 @@ from pathlib import Path
 
 from vizlm import commands, models, paths
 from vizlm.commands import fraction, positive_number, read_text, scoring_progress, whole
-from vizlm.data import CORPORA, TRAINABLE
+from vizlm.data import CORPORA, SPECIALS, TRAINABLE, VOCAB_SIZE
 from vizlm.distributed import DEVICES
+from vizlm.ingest import LAYOUT_HELP, LAYOUTS
 from vizlm.models import REGISTRY
+from vizlm.text import MAX_TOKENS
 
 MODEL_OPTIONS = {  # flag -> (config field, type, help)
     "--emb-dim": ("emb_dim", whole(1), "embedding size (default 50)"),
@@ -50,7 +52,7 @@ def _add_train(sub) -> None:
     p.add_argument("--model", required=True, type=model_name, metavar="MODEL",
                    help=f"model family: {', '.join(REGISTRY)}, or an installed plugin's (`vizlm plugins` lists them)")
     p.add_argument("--corpus", default="brown", metavar="NAME", help=f"training corpus: {', '.join(TRAINABLE)} "
-                   "(default brown), or one made by `vizlm import`")
+                   "(default brown), or yours (`vizlm corpora` lists them)")
     p.add_argument("--out", type=Path, help="checkpoint folder (default RUNS/MODEL, runs/ of the vizlm home; a temp dir "
                    "with --dry-run); one that holds a checkpoint needs --resume or --force")
     p.add_argument("--force", action="store_true", help="train a new model in place of the checkpoint in --out")
@@ -96,8 +98,8 @@ def _add_eval(sub) -> None:
     p = sub.add_parser("eval", help="perplexity of a checkpoint on a corpus split or a text file")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or bundled name")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--corpus", metavar="NAME", help=f"processed corpus: {', '.join(CORPORA)}, or one made by "
-                     "`vizlm import`")
+    src.add_argument("--corpus", metavar="NAME", help=f"processed corpus: {', '.join(CORPORA)}, or yours "
+                     "(`vizlm corpora` lists them)")
     src.add_argument("--text-file", type=Path, help="raw text, one paragraph or sentence a line; "
                      "a blank line separates documents (read as running text by document-context checkpoints)")
     p.add_argument("--split", default="test", help="corpus split (train/valid/test)")
@@ -141,13 +143,21 @@ def cmd_import(args) -> int:
 
 
 def _add_reproduce(sub) -> None:
-    p = sub.add_parser("reproduce", help="the runs of experiments.toml: list, train what is missing, write the result tables")
+    p = sub.add_parser(
+        "reproduce", help="the runs of experiments.toml (or your manifest): list, train what is missing, write the "
+                          "result tables",
+        description="The repository's manifest (experiments.toml) trains into runs/, keeps its evidence in evidence/ "
+                    "and reports into docs/RESULTS.md. Your manifest (--manifest DIR/NAME.toml, e.g. the papers' "
+                    "protocols on a corpus you prepared: examples/my-corpus.toml) keeps all it makes in DIR/NAME/: "
+                    "runs/, evidence/ and RESULTS.md, never the repository's; $VIZLM_RUNS and $VIZLM_EVIDENCE, or "
+                    "--runs, --evidence-dir and --report-out, put them elsewhere (an option wins over a variable).")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--list", action="store_true", help="every run with its state (finished / partial / missing / blocked)")
     what.add_argument("--only", nargs="+", metavar="NAME", help="train these runs (and the runs they start from) if not finished")
     what.add_argument("--all", action="store_true", help="train every run that is not finished or blocked")
-    what.add_argument("--report", action="store_true", help="write the result tables into docs/RESULTS.md from the runs' "
-                      "evidence (evidence/: no weights, no model evaluation)")
+    what.add_argument("--report", action="store_true", help="write the result tables from the runs' evidence (no "
+                      "weights, no model evaluation) into the report file (--report-out: docs/RESULTS.md for "
+                      "experiments.toml, DIR/NAME/RESULTS.md for your DIR/NAME.toml)")
     what.add_argument("--evidence", nargs="*", metavar="NAME", help="write the evidence of these finished runs (none "
                       "named: of every finished run whose checkpoint is here and whose evidence is not)")
     what.add_argument("--attribution", nargs="*", metavar="CHECKPOINT", help="attribute the predictions of the "
@@ -157,7 +167,17 @@ def _add_reproduce(sub) -> None:
                       "perplexity changes < 0.1%%) and mark it bundled in the manifest")
     p.add_argument("--as", dest="bundle_as", metavar="FOLDER", default=None, help="with --bundle: the folder name in "
                    "checkpoints/ (default: the run's name)")
-    p.add_argument("--manifest", type=Path, default=None, help="the manifest (default: experiments.toml in the vizlm home)")
+    p.add_argument("--manifest", type=Path, default=None, help="the manifest (default: experiments.toml in the vizlm "
+                   "home); yours, DIR/NAME.toml, keeps its runs, evidence and report in DIR/NAME/")
+    where = p.add_argument_group("where a manifest's results go (an option wins over $VIZLM_RUNS / $VIZLM_EVIDENCE)")
+    where.add_argument("--runs", type=Path, metavar="DIR", default=None, help="the runs' checkpoints (default: "
+                       "$VIZLM_RUNS, else runs/ of the vizlm home for experiments.toml, DIR/NAME/runs for yours)")
+    where.add_argument("--evidence-dir", type=Path, metavar="DIR", default=None, help="the runs' evidence (default: "
+                       "$VIZLM_EVIDENCE, else evidence/ of the vizlm home for experiments.toml, DIR/NAME/evidence for "
+                       "yours)")
+    where.add_argument("--report-out", type=Path, metavar="FILE", default=None, help="the file --report writes its "
+                       "part of (default: docs/RESULTS.md of the vizlm home for experiments.toml, DIR/NAME/RESULTS.md "
+                       "for yours)")
     p.add_argument("--threads", type=whole(1), default=None, help="torch CPU threads for training")
     p.add_argument("--json", action="store_true", help="with --list: print JSON")
     p.add_argument("--force", action="store_true", help="with --evidence / --attribution: rewrite evidence that exists")
@@ -182,62 +202,67 @@ def cmd_plugins() -> int:
 def cmd_reproduce(args) -> int:
     from vizlm import reproduce
 
-    runs = reproduce.load_manifest(args.manifest)
-    if args.list:
-        rows = reproduce.table(runs, reproduce.load_claims(args.manifest, runs))
-        if args.json:
-            print(json.dumps(rows))
+    # a manifest of yours keeps its runs and evidence beside it (reproduce.locations), for the whole command
+    where = reproduce.locations(args.manifest, args.runs, args.evidence_dir, args.report_out)
+    with where.applied():
+        runs = reproduce.load_manifest(args.manifest)
+        if args.list:
+            rows = reproduce.table(runs, reproduce.load_claims(args.manifest, runs))
+            if args.json:
+                print(json.dumps(rows))
+                return 0
+            if not where.own:
+                print(f"reproduce: {where.manifest}: runs in {where.runs}, evidence in {where.evidence}, "
+                      f"report {where.report}", file=sys.stderr)
+            for r in rows:
+                ppl = f"test {r['test']:.2f}" if r["test"] is not None else ""
+                notes = [r["note"]] if r["note"] else []
+                if r["status"] == "finished" and not r["evidence"]:
+                    notes.append(f"no evidence yet: {runs[r['run']].command('--evidence')}")
+                if r["status"] in ("not run", "partial") and r["claims"]:
+                    notes.append("needed by " + ", ".join(r["claims"]))
+                print(f"{r['run']:<24} {r['paper']:<10} {r['model']:<10} {r['context']:<9} {r['status']:<9} {ppl:<12}"
+                      + (f"  ({'; '.join(notes)})" if notes else ""))
             return 0
-        for r in rows:
-            ppl = f"test {r['test']:.2f}" if r["test"] is not None else ""
-            notes = [r["note"]] if r["note"] else []
-            if r["status"] == "finished" and not r["evidence"]:
-                notes.append(f"no evidence yet: vizlm reproduce --evidence {r['run']}")
-            if r["status"] in ("not run", "partial") and r["claims"]:
-                notes.append("needed by " + ", ".join(r["claims"]))
-            print(f"{r['run']:<24} {r['paper']:<10} {r['model']:<10} {r['context']:<9} {r['status']:<9} {ppl:<12}"
-                  + (f"  ({'; '.join(notes)})" if notes else ""))
-        return 0
-    if args.evidence is not None:
-        for name in args.evidence:
-            if name not in runs:
-                raise ValueError(f"no run {name!r} in the manifest; see `vizlm reproduce --list`")
-        names = args.evidence or [r.name for r in runs.values() if r.status() == "finished" and not r.done()
-                                  and (r.folder / "model.safetensors").is_file()]
-        for name in names:
-            reproduce.write_evidence(runs[name], force=args.force)
-        if not names:
-            print("reproduce: every finished run here has its evidence", file=sys.stderr)
-        return 0
-    if args.attribution is not None:
-        plan = reproduce.load_attribution(args.manifest)
-        if plan is None:
-            raise ValueError("the manifest has no [attribution] table")
-        if args.threads:
-            import torch
+        if args.evidence is not None:
+            for name in args.evidence:
+                if name not in runs:
+                    raise ValueError(f"no run {name!r} in the manifest; see `vizlm reproduce --list`")
+            names = args.evidence or [r.name for r in runs.values() if r.status() == "finished" and not r.done()
+                                      and (r.folder / "model.safetensors").is_file()]
+            for name in names:
+                reproduce.write_evidence(runs[name], force=args.force)
+            if not names:
+                print("reproduce: every finished run here has its evidence", file=sys.stderr)
+            return 0
+        if args.attribution is not None:
+            plan = reproduce.load_attribution(args.manifest)
+            if plan is None:
+                raise ValueError("the manifest has no [attribution] table")
+            if args.threads:
+                import torch
 
-            torch.set_num_threads(args.threads)
-        reproduce.write_attribution_evidence(plan, args.attribution, force=args.force)
+                torch.set_num_threads(args.threads)
+            reproduce.write_attribution_evidence(plan, args.attribution, force=args.force)
+            return 0
+        if args.bundle:
+            if args.bundle not in runs:
+                raise ValueError(f"no run {args.bundle!r} in the manifest; see `vizlm reproduce --list`")
+            reproduce.bundle(runs[args.bundle], args.bundle_as, args.manifest)
+            return 0
+        if args.report:
+            claims = reproduce.load_claims(args.manifest, runs)
+            path = reproduce.write_report(runs, where.report, claims, reproduce.load_attribution(args.manifest), where)
+            print(f"wrote {path}", file=sys.stderr)
+            return 0
+        names = list(runs) if args.all else args.only
+        todo = [r for r in reproduce.order(runs, names) if r.status() in ("not run", "partial")]
+        for run in todo:
+            if run.init and runs[run.init].status() != "finished":
+                print(f"reproduce: skipping {run.name}: {run.init} is not finished", file=sys.stderr)
+                continue
+            print(f"reproduce: {run.name}: {reproduce.run_one(run, runs, args.threads, args.dry_run)}", file=sys.stderr)
         return 0
-    if args.bundle:
-        if args.bundle not in runs:
-            raise ValueError(f"no run {args.bundle!r} in the manifest; see `vizlm reproduce --list`")
-        reproduce.bundle(runs[args.bundle], args.bundle_as, args.manifest)
-        return 0
-    if args.report:
-        claims = reproduce.load_claims(args.manifest, runs)
-        path = reproduce.write_report(runs, paths.home() / "docs" / "RESULTS.md", claims,
-                                      reproduce.load_attribution(args.manifest))
-        print(f"wrote {path}", file=sys.stderr)
-        return 0
-    names = list(runs) if args.all else args.only
-    todo = [r for r in reproduce.order(runs, names) if r.status() in ("not run", "partial")]
-    for run in todo:
-        if run.init and runs[run.init].status() != "finished":
-            print(f"reproduce: skipping {run.name}: {run.init} is not finished", file=sys.stderr)
-            continue
-        print(f"reproduce: {run.name}: {reproduce.run_one(run, runs, args.threads, args.dry_run)}", file=sys.stderr)
-    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -245,21 +270,50 @@ def build_parser() -> argparse.ArgumentParser:
     where = parser.add_argument_group("locations (default: $VIZLM_HOME, else the vizlm checkout, else the current folder)")
     where.add_argument("--data", type=Path, help="processed corpora folder (default HOME/data, or $VIZLM_DATA)")
     where.add_argument("--checkpoints", type=Path, help="checkpoints folder (default HOME/checkpoints, or $VIZLM_CHECKPOINTS)")
+    where.add_argument("--corpora", type=Path, help="your prepared corpora (default: the user data folder's corpora/, "
+                                                   "or $VIZLM_CORPORA)")
     where.add_argument("--cache", type=Path, help="cache of corpus statistics (default: the user cache folder, or $VIZLM_CACHE)")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("prepare", help="regenerate the processed corpora under data/ and the shipped analysis assets")
-    p.add_argument("--shared", type=Path, default=Path("../shared/data"), help="folder with the raw corpus zips")
-    p.add_argument("--out", type=Path, default=None, help="output folder (default: the data folder)")
-    p.add_argument("--force", action="store_true", help="replace files in --out whose content would change")
-    p.add_argument("--assets", type=Path, default=paths.ASSETS,
-                   help="where the tagger, collocation table and examples go (default: the package's vizlm/assets)")
-    p.add_argument("--token-ids", action="store_true",
+    p = sub.add_parser("prepare", help="prepare your corpus from a folder of text (--corpus NAME --from FOLDER), or "
+                                       "regenerate vizlm's own processed corpora and the shipped analysis assets",
+                       description="Your corpus: vizlm prepare --corpus NAME --from FOLDER [--layout L] [--vocab-size N | "
+                                   "--min-count K | --all-words] [--lowercase] [--chars] [--force]. FOLDER holds "
+                                   "train / valid / test as .txt, .txt.gz or WikiText's wiki.*.tokens; the corpus goes "
+                                   "to your corpora folder (--corpora, $VIZLM_CORPORA) and every command reads it by "
+                                   "name. vizlm's own: vizlm prepare --shared ../shared/data --out data/.")
+    yours = p.add_argument_group("your corpus")
+    yours.add_argument("--corpus", metavar="NAME", help="the name your corpus gets (lowercase letters, digits, _ . -)")
+    yours.add_argument("--from", dest="source", type=Path, metavar="FOLDER",
+                       help="the folder with train / valid / test (.txt, .txt.gz, wiki.SPLIT.tokens, ptb.SPLIT.txt)")
+    yours.add_argument("--layout", choices=LAYOUTS, help="override the detected layout: " + "; ".join(
+        f"{k}: {v}" for k, v in LAYOUT_HELP.items()))
+    vocab = yours.add_mutually_exclusive_group()
+    vocab.add_argument("--vocab-size", type=whole(len(SPECIALS) + 1), metavar="N",
+                       help=f"the N most frequent words of train, vizlm's {len(SPECIALS)} specials included "
+                            f"(default {VOCAB_SIZE:,}, as the bundled models)")
+    vocab.add_argument("--min-count", type=whole(1), metavar="K", help="every word seen at least K times in train")
+    vocab.add_argument("--all-words", action="store_true", help="every word of train")
+    yours.add_argument("--lowercase", action="store_true", help="lowercase the words models read (the originals are kept)")
+    yours.add_argument("--chars", action="store_true", help="character level: every non-space character a token (Chinese)")
+    yours.add_argument("--json", action="store_true", help="print the corpus card as JSON")
+    own = p.add_argument_group("vizlm's own corpora")
+    own.add_argument("--shared", type=Path, default=Path("../shared/data"), help="folder with the raw corpus zips")
+    own.add_argument("--out", type=Path, default=None, help="output folder (default: the data folder)")
+    p.add_argument("--force", action="store_true", help="replace files in --out whose content would change; with "
+                                                        "--corpus: prepare again a corpus prepared with other options")
+    own.add_argument("--assets", type=Path, default=paths.ASSETS,
+                     help="where the tagger, collocation table and examples go (default: the package's vizlm/assets)")
+    own.add_argument("--token-ids", action="store_true",
                    help="only write the token-id files (SPLIT.tokens.npy, streamed by train and eval, for corpora "
                         "larger than memory) of the processed splits already in --out; no raw corpora needed")
     _add_train(sub)
     _add_eval(sub)
     _add_import(sub)
     _add_reproduce(sub)
+    p = sub.add_parser("corpora", help="the corpora every command reads by name: vizlm's own and yours (with their "
+                                       "sizes, vocabulary, OOV rates); NAME: one corpus's card")
+    p.add_argument("name", nargs="?", metavar="NAME", help="show this corpus's card")
+    p.add_argument("--json", action="store_true", help="print JSON")
     sub.add_parser("plugins", help="model families from installed packages (entry points 'vizlm.models', "
                    "docs/PLUGINS.md), and those skipped with the reason")
     commands.add_analysis_commands(sub)
@@ -360,13 +414,93 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_prepare_corpus(args) -> int:
+    """``vizlm prepare --corpus NAME --from FOLDER``: your corpus, through the API."""
+    import vizlm
+
+    if args.corpus is None or args.source is None:
+        raise ValueError("give both --corpus NAME and --from FOLDER")
+    if args.token_ids or args.out is not None:
+        raise ValueError("--token-ids and --out are for vizlm's own corpora; your corpus goes to the corpora folder "
+                         "(--corpora, $VIZLM_CORPORA) with its token ids")
+    card = vizlm.prepare_corpus(args.corpus, args.source, layout=args.layout, vocab_size=args.vocab_size,
+                                min_count=args.min_count, all_words=args.all_words, lowercase=args.lowercase,
+                                chars=args.chars, force=args.force, progress=not args.json)
+    if args.json:
+        print(json.dumps(card, ensure_ascii=False))
+        return 0
+    print(card_text(card))
+    return 0
+
+
+def card_text(card: dict) -> str:
+    """A corpus card written for people (``vizlm prepare`` and ``vizlm corpora NAME``)."""
+    layout = card.get("layout") or {}
+    stats = card.get("split_stats") or {}
+    head = (f"corpus {card.get('name')}: already prepared from these files with these options; nothing changed"
+            if card.get("already_prepared") else f"corpus {card.get('name')}")
+    options = card.get("options") or {}
+    how = [f"{k} {v}" for k, v in (options.get("vocabulary") or {}).items()]
+    how += [what for key, what in (("lowercase", "lowercased"), ("chars", "characters")) if options.get(key)]
+    found = f"detected: {layout.get('reason')}" if layout.get("detected") else "given"
+    lines = [head, f"  from    {(card.get('source') or {}).get('folder')}", f"  layout  {layout.get('name')} ({found})",
+             f"  vocabulary {card.get('vocab_size') or 0:,} words ({', '.join(how)})"]
+    lines.append(f"  {'split':6} {'documents':>10} {'sentences':>11} {'tokens':>13} {'OOV':>7}  documents from")
+    for split in card.get("splits", ()):
+        st = stats.get(split) or {}
+        lines.append(f"  {split:6} {st.get('documents', 0):>10,} {st.get('sentences', 0):>11,} {st.get('tokens', 0):>13,} "
+                     f"{st.get('oov_rate', 0):>7.2%}  {st.get('documents_from', '')}")
+    extra = []
+    for split, st in stats.items():
+        for key, what in (("paragraphs", "paragraphs split into sentences"), ("headings_dropped", "headings dropped"),
+                          ("long_sentences_cut", f"sentences over {MAX_TOKENS} tokens cut"),
+                          ("reserved_words_as_unk", "<s> </s> <pad> read as <unk>")):
+            if st.get(key):
+                extra.append(f"{split}: {st[key]:,} {what}")
+    if extra:
+        lines.append("  " + "; ".join(extra))
+    if "seconds" in card and not card.get("already_prepared"):
+        tokens = sum((st.get("tokens") or 0) for st in stats.values())
+        lines.append(f"  prepared in {card['seconds']:.1f} s ({tokens / max(card['seconds'], 1e-9):,.0f} tokens/s)")
+    return "\n".join(lines)
+
+
+def cmd_corpora(args) -> int:
+    """``vizlm corpora [NAME] [--json]``: every corpus the commands read by name, or one card."""
+    import vizlm
+
+    if args.name:
+        card = vizlm.corpus_card(args.name)
+        if card is None:
+            frame = vizlm.corpora()
+            card = {"name": args.name, "kind": "vizlm", "splits": frame[frame.corpus == args.name].to_dict("records")}
+            print(json.dumps(card, ensure_ascii=False) if args.json else frame[frame.corpus == args.name].to_string(index=False))
+            return 0
+        print(json.dumps(card, ensure_ascii=False) if args.json else card_text(card))
+        return 0
+    import pandas as pd
+
+    frame = vizlm.corpora()
+    if args.json:
+        print(frame.to_json(orient="records", force_ascii=False))
+        return 0
+    shown = frame.drop(columns=["path"]).astype(object)
+    for col in ("documents", "sentences", "tokens", "vocab_size"):
+        shown[col] = frame[col].map(lambda x: "" if pd.isna(x) else f"{int(x):,}")
+    shown["oov_rate"] = frame.oov_rate.map(lambda x: "" if pd.isna(x) else f"{x:.2%}")
+    print(shown.where(shown.notna(), "").to_string(index=False))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    paths.set_overrides(data=args.data, checkpoints=args.checkpoints, cache=args.cache)
+    paths.set_overrides(data=args.data, checkpoints=args.checkpoints, cache=args.cache, corpora=args.corpora)
     from vizlm.errors import VizlmError
 
     try:
         if args.command == "prepare":
+            if args.corpus is not None or args.source is not None:
+                return cmd_prepare_corpus(args)
             from vizlm.prepare import prepare, prepare_token_ids
 
             if args.token_ids:
@@ -385,6 +519,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_reproduce(args)
         if args.command == "plugins":
             return cmd_plugins()
+        if args.command == "corpora":
+            return cmd_corpora(args)
         return commands.run(args)
     except (VizlmError, ValueError) as exc:  # bad input: a message for a person, no traceback
         print(f"vizlm {args.command}: error: {exc}", file=sys.stderr)

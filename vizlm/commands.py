@@ -150,7 +150,8 @@ def scoring_progress(ckpts, sentences: list[list[str]] | None, desc: str, total:
 
 def _source(p) -> None:
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--corpus", choices=list(CORPORA), help="processed corpus under data/")
+    src.add_argument("--corpus", metavar="NAME", help=f"a processed corpus: {', '.join(CORPORA)}, or yours "
+                     "(`vizlm corpora` lists them)")
     src.add_argument("--text-file", type=Path, help="raw text, one paragraph or sentence a line")
     p.add_argument("--split", default="test", help="corpus split: train / valid / test (default test)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -219,8 +220,8 @@ def add_analysis_commands(sub) -> None:
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or bundled name (any family, lstm too)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--text", help="the sentence or passage")
-    src.add_argument("--corpus", choices=list(CORPORA),
-                     help="statistics over a processed corpus split (cached): attribution by distance, and for "
+    src.add_argument("--corpus", metavar="NAME",
+                     help="statistics over a processed corpus split (vizlm's or yours; cached): attribution by distance, and for "
                           "attention models the agreement and Jain & Wallace's permutation test, with 95%% intervals")
     p.add_argument("--split", default="test", help="with --corpus: train / valid / test (default test)")
     p.add_argument("--limit", type=whole(1), help="with --corpus: its first sentences only")

@@ -86,9 +86,10 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-USER_CORPUS_FILE = "corpus.json"  # marks a corpus folder written by `vizlm import` (not one of CORPORA)
+USER_CORPUS_FILE = "corpus.json"  # a user corpus's card: written by `vizlm prepare --corpus` or `vizlm import`
 USER_CORPUS_FORMAT = "vizlm-user-corpus"
 _CORPUS_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
+MAX_CARD_BYTES = 2**20  # a corpus card larger than this is not read
 
 
 def check_corpus_name(name: str) -> str:
@@ -103,43 +104,93 @@ def check_corpus_name(name: str) -> str:
     return name
 
 
-def user_corpora(data_dir: Path | None = None) -> dict[str, tuple[str, ...]]:
-    """The corpora written by ``vizlm import`` in the data folder: name -> splits."""
-    root = Path(data_dir or paths.data_dir())
-    found = {}
-    for marker in sorted(root.glob(f"*/{USER_CORPUS_FILE}")) if root.is_dir() else []:
-        name = marker.parent.name
-        if name in CORPORA or not _CORPUS_NAME.fullmatch(name):
-            continue
-        try:
-            doc = json.loads(marker.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(doc, dict) and doc.get("format") == USER_CORPUS_FORMAT and isinstance(doc.get("splits"), list):
-            found[name] = tuple(s for s in doc["splits"] if s in SPLITS)
+def read_card(folder: Path) -> dict | None:
+    """The card (``corpus.json``) of a user corpus folder, checked: None when it is missing, too large,
+    not JSON or not a vizlm corpus card."""
+    marker = Path(folder) / USER_CORPUS_FILE
+    try:
+        if not marker.is_file() or marker.stat().st_size > MAX_CARD_BYTES:
+            return None
+        doc = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not (isinstance(doc, dict) and doc.get("format") == USER_CORPUS_FORMAT and isinstance(doc.get("splits"), list)):
+        return None
+    return doc
+
+
+def _user_roots(data_dir: Path | None = None) -> list[Path]:
+    """Where user corpora are looked for, the first winning a name: the corpora folder
+    (:func:`vizlm.paths.corpora_dir`), then the data folder (corpora ``vizlm import`` wrote there
+    before it wrote to the corpora folder)."""
+    return [paths.corpora_dir(), Path(data_dir or paths.data_dir())]
+
+
+def user_corpus_folders(data_dir: Path | None = None) -> dict[str, Path]:
+    """The user corpora, name -> folder: those ``vizlm prepare --corpus`` and ``vizlm import`` wrote."""
+    found: dict[str, Path] = {}
+    for root in _user_roots(data_dir):
+        for marker in sorted(root.glob(f"*/{USER_CORPUS_FILE}")) if root.is_dir() else []:
+            name = marker.parent.name
+            if name in found or name in CORPORA or name == paths.SHIPPED_STATS or not _CORPUS_NAME.fullmatch(name):
+                continue
+            if read_card(marker.parent) is not None:
+                found[name] = marker.parent
     return found
 
 
+def user_corpora(data_dir: Path | None = None) -> dict[str, tuple[str, ...]]:
+    """The user corpora (:func:`user_corpus_folders`): name -> splits."""
+    out = {}
+    for name, folder in user_corpus_folders(data_dir).items():
+        card = read_card(folder) or {}
+        out[name] = tuple(s for s in card.get("splits", ()) if s in SPLITS)
+    return out
+
+
+def corpus_card(name: str, data_dir: Path | None = None) -> dict | None:
+    """A user corpus's card (source, layout, sizes per split, vocabulary, OOV rates, checksums,
+    options; :mod:`vizlm.ingest`), None for vizlm's own corpora."""
+    if name in CORPORA:
+        return None
+    folders = user_corpus_folders(data_dir)
+    if name not in folders:
+        raise DataError(f"unknown corpus {name!r}; valid: {', '.join([*CORPORA, *folders])}")
+    return read_card(folders[name])
+
+
 def corpus_splits(name: str, data_dir: Path | None = None) -> tuple[str, ...]:
-    """The splits of corpus ``name``: one of :data:`CORPORA`, or one written by ``vizlm import``."""
+    """The splits of corpus ``name``: one of :data:`CORPORA`, or a user corpus."""
     if name in CORPORA:
         return CORPORA[name]
     users = user_corpora(data_dir)
     if name not in users:
-        raise DataError(f"unknown corpus {name!r}; valid: {', '.join([*CORPORA, *users])}")
+        raise DataError(f"unknown corpus {str(name)[:64]!r}; valid: {', '.join([*CORPORA, *users])}")
     return users[name]
 
 
+def corpus_folder(name: str, data_dir: Path | None = None) -> Path:
+    """The folder of corpus ``name``'s processed files: vizlm's own in the data folder, a user corpus
+    where :func:`user_corpus_folders` finds it (:class:`DataError` for an unknown name)."""
+    if name in CORPORA:
+        return Path(data_dir or paths.data_dir()) / name
+    folders = user_corpus_folders(data_dir)
+    if name not in folders:
+        raise DataError(f"unknown corpus {str(name)[:64]!r}; valid: {', '.join([*CORPORA, *folders])}")
+    return folders[name]
+
+
 def _split_folder(name: str, split: str, data_dir: Path | None = None) -> Path:
-    """The folder of a processed split, checked: a known corpus (or one written by ``vizlm import``)
-    and split, its files there."""
+    """The folder of a processed split, checked: a known corpus (or a user corpus) and split, its files there."""
     splits = corpus_splits(name, data_dir)
     if split not in splits:
         raise DataError(f"corpus {name!r} has no split {split!r}; valid: {', '.join(splits)}")
-    folder = Path(data_dir or paths.data_dir()) / name
+    folder = corpus_folder(name, data_dir)
     path = folder / f"{split}.txt"
     if not path.exists():
-        raise DataMissingError(f"{path} is missing; run `vizlm prepare --shared ../shared/data --out data/`")
+        how = ("run `vizlm prepare --shared ../shared/data --out data/`" if name in CORPORA
+               else f"prepare it again: `vizlm prepare --corpus {name} --from FOLDER --force`")
+        raise DataMissingError(f"{path} is missing; {how}")
     return folder
 
 
@@ -209,8 +260,8 @@ def user_examples(corpus: str, split: str, data_dir: Path | None = None) -> tupl
     files are missing."""
     if corpus in CORPORA or split not in user_corpora(data_dir).get(corpus, ()):
         return [], []
-    path = Path(data_dir or paths.data_dir()) / corpus / f"{split}.orig"
     try:
+        path = corpus_folder(corpus, data_dir) / f"{split}.orig"
         return _user_examples(str(path), _file_stamp(path))
     except OSError:
         return [], []
@@ -230,8 +281,9 @@ def _user_examples(path: str, stamp: tuple[int, int]) -> tuple[list[tuple[str, s
         if not words[i] or len(words[i]) > USER_PASSAGE_TOKENS:
             i += 1
             continue
-        j, size = i, 0
-        while j < len(words) and words[j] and size + len(words[j]) <= USER_PASSAGE_TOKENS:
+        j, size, doc = i, 0, ids[i].rpartition(":")[0]
+        while (j < len(words) and words[j] and size + len(words[j]) <= USER_PASSAGE_TOKENS
+               and ids[j].rpartition(":")[0] == doc):  # within one document
             size += len(words[j])
             j += 1
         if j - i > 1:  # a passage is more than one line
@@ -324,7 +376,7 @@ class Vocab:
 
     @classmethod
     def for_corpus(cls, name: str, data_dir: Path | None = None) -> "Vocab":
-        return cls.load(Path(data_dir or paths.data_dir()) / name / "vocab.txt")
+        return cls.load(corpus_folder(name, data_dir) / "vocab.txt")
 
 
 # --------------------------------------------------------------------------- batching

@@ -49,7 +49,7 @@ from vizlm.checkpoint import MAX_PARAMETERS, CheckpointError, _check_vocab, save
 from vizlm.data import BOS, EOS, PAD, SPECIALS, SPLITS, USER_CORPUS_FILE, USER_CORPUS_FORMAT, Vocab, check_corpus_name
 from vizlm.errors import VizlmError
 from vizlm.models import build_model, count_parameters
-from vizlm.text import NUMBER
+from vizlm.text import reading_of
 
 SOURCES = ("pytorch-examples",)  # what `vizlm import` reads
 SOURCE_EOS, SOURCE_UNK = "<eos>", "<unk>"  # pytorch/examples' end of line; the unknown word of WikiText / PTB
@@ -350,12 +350,13 @@ def convert(state: dict[str, torch.Tensor], spec: Spec, rows: list[int], vocab_s
 def write_corpus(folder: Path, name: str, itos: list[str], data_dir: Path | None = None, force: bool = False,
                  source: dict | None = None) -> Path:
     """Write ``folder``'s splits as the vizlm corpus ``name`` (the layout :func:`vizlm.data.load_corpus`
-    reads) with the vocabulary ``itos``: every line a sentence, its words as they are (no
+    reads) with the vocabulary ``itos``, in ``data_dir`` (default: the corpora folder,
+    :func:`vizlm.paths.corpora_dir`): every line a sentence, its words as they are (no
     normalisation: the model's words), a blank line an empty sentence (the model's lone
     ``<eos>``), each split one document (the model read it as one stream). Nothing is replaced
     without ``force``; every file is checked before the first is written."""
     check_corpus_name(name)
-    out = Path(data_dir or paths.data_dir()) / name
+    out = Path(data_dir or paths.corpora_dir()) / name
     planned: dict[Path, bytes] = {}
     for split in SPLITS:
         with open(_split_file(folder, split), encoding="utf-8") as fh:
@@ -414,16 +415,6 @@ def import_pytorch_examples(model_file: Path | str, data: Path | str, corpus: st
             "rnn": spec.cell, "layers": spec.layers, "emb_dim": spec.emb_dim, "hidden_dim": spec.hidden_dim,
             "tie": spec.tied, "vocab_size": len(itos), "model_vocab_size": spec.vocab_size,
             "parameters": count_parameters(model)}
-
-
-def reading_of(words: list[str]) -> dict:
-    """How typed text is read for a model of these ``words`` (``imported.reading`` in its config.json,
-    :func:`vizlm.checkpoint.meta_reader`): lowercased only when no word has a capital (``N``, PTB's number,
-    aside), numbers read as ``N`` only when ``N`` is a word and no word has a digit. WikiText keeps case and
-    digits ("The", "1"), PTB has neither ("the", "N")."""
-    cased = any(w != w.lower() for w in words if w != NUMBER and not (w.startswith("<") and w.endswith(">")))
-    digits = any(ch.isdigit() for w in words for ch in w)
-    return {"lowercase": not cased, "numbers": NUMBER in words and not digits}
 
 
 __all__ = ["ImportModelError", "SOURCES", "import_pytorch_examples", "reading_of", "read_model_file", "read_spec", "state_dict_of",

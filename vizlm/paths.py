@@ -8,6 +8,9 @@
 - Each can be set on its own: ``$VIZLM_DATA``, ``$VIZLM_CHECKPOINTS``, ``$VIZLM_CACHE``,
   or the CLI's ``--data`` / ``--checkpoints`` / ``--cache`` (:func:`set_overrides`; the app's
   ``--corpora`` / ``--checkpoints`` / ``--runs``).
+- **Your corpora** (``vizlm prepare --corpus NAME --from FOLDER`` writes them) live in the user data
+  folder (``platformdirs``: ``~/.local/share/vizlm/corpora`` on Linux), or ``$VIZLM_CORPORA`` / the
+  CLI's ``--corpora`` / the app's ``--corpora``; every command finds them by name beside vizlm's own.
 - ``runs/`` (``$VIZLM_RUNS``) holds the reproduction's runs that are not bundled.
 - The **cache** of corpus statistics defaults to the user's cache folder
   (``platformdirs``), never inside the installed package; the statistics of the bundled
@@ -33,14 +36,14 @@ EXAMPLES_FILE = "examples.json"  # example passages of the test splits (vizlm.pr
 SHIPPED_STATS = "stats"  # the folder of the data folder holding the shipped statistics (not a corpus name)
 
 _ENV = {"home": "VIZLM_HOME", "data": "VIZLM_DATA", "checkpoints": "VIZLM_CHECKPOINTS", "cache": "VIZLM_CACHE", "runs": "VIZLM_RUNS",
-        "evidence": "VIZLM_EVIDENCE"}
+        "evidence": "VIZLM_EVIDENCE", "corpora": "VIZLM_CORPORA"}
 _overrides: dict[str, Path] = {}
 
 
 def set_overrides(data: Path | str | None = None, checkpoints: Path | str | None = None, cache: Path | str | None = None,
-                  runs: Path | str | None = None) -> None:
+                  runs: Path | str | None = None, corpora: Path | str | None = None) -> None:
     """Command-line overrides (they win over the environment); ``None`` leaves a location as it is."""
-    for key, value in (("data", data), ("checkpoints", checkpoints), ("cache", cache), ("runs", runs)):
+    for key, value in (("data", data), ("checkpoints", checkpoints), ("cache", cache), ("runs", runs), ("corpora", corpora)):
         if value is not None:
             _overrides[key] = Path(value).expanduser()
 
@@ -82,6 +85,11 @@ def _location(key: str, default: Path) -> Path:
 def data_dir() -> Path:
     """Processed corpora (``vizlm prepare`` writes them)."""
     return _location("data", home() / "data")
+
+
+def corpora_dir() -> Path:
+    """Your prepared corpora, one folder each with its card (``vizlm prepare --corpus NAME --from FOLDER``)."""
+    return _location("corpora", Path(platformdirs.user_data_dir("vizlm")) / "corpora")
 
 
 def checkpoints_dir() -> Path:

@@ -107,6 +107,16 @@ def normalizer(lowercase: bool = True, numbers: bool = True):
     return read
 
 
+def reading_of(words: list[str]) -> dict:
+    """How typed text is read for a model of these ``words`` (``imported.reading`` or ``corpus.reading`` in its
+    config.json, :func:`vizlm.checkpoint.meta_reader`): lowercased only when no word has a capital (``N``, PTB's number,
+    aside), numbers read as ``N`` only when ``N`` is a word and no word has a digit. WikiText keeps case and
+    digits ("The", "1"), PTB has neither ("the", "N")."""
+    cased = any(w != w.lower() for w in words if w != NUMBER and not (w.startswith("<") and w.endswith(">")))
+    digits = any(ch.isdigit() for w in words for ch in w)
+    return {"lowercase": not cased, "numbers": NUMBER in words and not digits}
+
+
 @dataclass(frozen=True)
 class Token:
     """A token of user text: its surface form, normalised form and offsets."""

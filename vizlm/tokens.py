@@ -44,10 +44,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vizlm import paths
 from vizlm.data import (
     Vocab,
     bucket_batches,
+    corpus_folder,
     document_plan,
     document_sizes,
     encode_sentences,
@@ -294,7 +294,7 @@ class TokenSplit:
 def open_split(corpus: str, split: str, vocab: Vocab, data_dir: Path | None = None) -> TokenSplit:
     """A processed split's token ids for ``vocab``: its token-id files when ``vizlm prepare
     --token-ids`` wrote them with this vocabulary, else the text files, read and encoded in memory."""
-    folder = Path(data_dir or paths.data_dir()) / corpus
+    folder = corpus_folder(corpus, data_dir)
     digest = vocab_digest(vocab.itos)
     stored = TokenSplit.open(folder, split)
     if stored is not None and stored.vocab_sha256 == digest:
@@ -303,12 +303,93 @@ def open_split(corpus: str, split: str, vocab: Vocab, data_dir: Path | None = No
     return TokenSplit.from_sequences(encode_sentences(c.sentences, vocab), document_sizes(c.ids), c.checksum, digest)
 
 
+class TokenIdWriter:
+    """Writes a split's token-id files (module docstring) a sentence at a time, its counts known
+    beforehand (tokens with every sentence's ``</s>``, sentences, documents): ids are buffered and
+    written a block at a time, so memory does not grow with the corpus. The meta file, whose presence
+    marks complete files, is written by :meth:`close`, last."""
+
+    BLOCK = 2**20  # ids (and sentence offsets) buffered between two writes
+
+    def __init__(self, folder: Path, split: str, vocab_size: int, vocab_sha256: str, tokens: int, sentences: int,
+                 documents: int):
+        self.folder, self.split = Path(folder), split
+        self.meta_path = self.folder / f"{split}.{SUFFIXES['meta']}"
+        self.meta_path.unlink(missing_ok=True)
+        self.counts = (tokens, sentences, documents)
+        self.vocab_size, self.vocab_sha256 = vocab_size, vocab_sha256
+        self.dtype = np.dtype("<u2") if vocab_size <= 2**16 else np.dtype("<i4")
+        self.arrays = {key: np.lib.format.open_memmap(self.folder / f"{split}.{SUFFIXES[key]}", mode="w+", dtype=dt,
+                                                      shape=shape)
+                       for key, shape, dt in (("tokens", (tokens,), self.dtype), ("sentences", (sentences + 1,), np.int64),
+                                              ("documents", (documents + 1, 2), np.int64))}
+        self.ids: list[int] = []
+        self.offsets: list[int] = []
+        self.t = self.s = self.d = 0  # tokens and sentences written, documents started
+
+    def add(self, ids: list[int], new_document: bool) -> None:
+        """One sentence's ids (without its ``</s>``, added here); ``new_document``: it starts a document."""
+        if new_document:
+            self._check_document()
+            self.arrays["documents"][self.d] = (self.s + len(self.offsets), self.t + len(self.ids))
+            self.d += 1
+        self.ids.extend(ids)
+        self.ids.append(Vocab.eos_id)
+        self.offsets.append(self.t + len(self.ids))
+        if len(self.ids) >= self.BLOCK or len(self.offsets) >= self.BLOCK:
+            self._flush()
+
+    def add_block(self, ids: np.ndarray, lengths: np.ndarray, starts: np.ndarray) -> None:
+        """Sentences at once: their words' ids back to back (no ``</s>``), each one's length, and whether
+        each starts a document; the same as :meth:`add` for each in turn."""
+        self._flush()
+        k = len(lengths)
+        ends = np.cumsum(lengths + 1)  # after each sentence's </s>, from the block's start
+        block = np.full(int(ends[-1]) if k else 0, Vocab.eos_id, dtype=np.int64)
+        keep = np.ones(len(block), dtype=bool)
+        keep[ends - 1] = False
+        block[keep] = ids
+        for j in np.flatnonzero(starts).tolist():
+            self._check_document()
+            self.arrays["documents"][self.d] = (self.s + j, self.t + (int(ends[j - 1]) if j else 0))
+            self.d += 1
+        self.ids, self.offsets = block, (self.t + ends)
+        self._flush()
+
+    def _check_document(self) -> None:
+        if self.d >= self.counts[2]:
+            raise ValueError(f"{self.folder / self.split}: more documents than counted; the input changed")
+
+    def _flush(self) -> None:
+        n, k = len(self.ids), len(self.offsets)
+        if self.t + n > self.counts[0] or self.s + k > self.counts[1]:
+            raise ValueError(f"{self.folder / self.split}: more tokens or sentences than counted; the input changed")
+        self.arrays["tokens"][self.t : self.t + n] = self.ids
+        self.arrays["sentences"][self.s + 1 : self.s + 1 + k] = self.offsets
+        self.t, self.s, self.ids, self.offsets = self.t + n, self.s + k, [], []
+
+    def close(self, text_sha256: str) -> dict:
+        """Check the counts, write the last block and the meta file; returns the meta."""
+        self._flush()
+        N, S, D = self.counts
+        if (self.t, self.s, self.d) != (N, S, D):
+            raise ValueError(f"{self.folder / self.split}: wrote {self.t} tokens, {self.s} sentences, {self.d} documents "
+                             f"but counted {N}, {S}, {D}; the input changed")
+        self.arrays["documents"][D] = (S, N)
+        for a in self.arrays.values():
+            a.flush()
+        self.arrays.clear()
+        meta = {"tokens": N, "sentences": S, "documents": D, "dtype": self.dtype.str, "vocab_size": self.vocab_size,
+                "vocab_sha256": self.vocab_sha256, "text_sha256": text_sha256}
+        self.meta_path.write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+        return meta
+
+
 def write_token_ids(folder: Path, split: str, vocab: Vocab) -> dict:
     """Encode ``folder/split.txt`` (documents from ``split.ids``) with ``vocab`` into the token-id
     files, in two streamed passes (count, then fill): memory does not grow with the corpus."""
     folder = Path(folder)
-    meta_path = folder / f"{split}.{SUFFIXES['meta']}"
-    meta_path.unlink(missing_ok=True)  # its presence marks complete files
+    (folder / f"{split}.{SUFFIXES['meta']}").unlink(missing_ok=True)  # its presence marks complete files
     text, ids = folder / f"{split}.txt", folder / f"{split}.ids"
 
     def lines():
@@ -324,32 +405,12 @@ def write_token_ids(folder: Path, split: str, vocab: Vocab) -> dict:
         sha.update(raw)
         S, N = S + 1, N + len(raw.split()) + 1
         D, last = D + (doc != last), doc
-    dtype = np.dtype("<u2") if len(vocab) <= 2**16 else np.dtype("<i4")
-    arrays = {}
-    for key, shape, dt in (("tokens", (N,), dtype), ("sentences", (S + 1,), np.int64), ("documents", (D + 1, 2), np.int64)):
-        arrays[key] = np.lib.format.open_memmap(folder / f"{split}.{SUFFIXES[key]}", mode="w+", dtype=dt, shape=shape)
-    buf: list[int] = []
-    t = d = 0
+    writer = TokenIdWriter(folder, split, len(vocab), vocab_digest(vocab.itos), N, S, D)
     last = None
-    for s, (raw, doc) in enumerate(lines()):
-        if doc != last:
-            arrays["documents"][d] = (s, t + len(buf))
-            d, last = d + 1, doc
-        buf.extend(vocab.encode(raw.decode("utf-8").split()))
-        buf.append(Vocab.eos_id)
-        arrays["sentences"][s + 1] = t + len(buf)
-        if len(buf) >= 2**20:  # flush a block of ids
-            arrays["tokens"][t : t + len(buf)] = buf
-            t, buf = t + len(buf), []
-    arrays["tokens"][t : t + len(buf)] = buf
-    arrays["documents"][D] = (S, N)
-    for a in arrays.values():
-        a.flush()
-    del arrays
-    meta = {"tokens": N, "sentences": S, "documents": D, "dtype": dtype.str, "vocab_size": len(vocab),
-            "vocab_sha256": vocab_digest(vocab.itos), "text_sha256": sha.hexdigest()}
-    meta_path.write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
-    return meta
+    for raw, doc in lines():
+        writer.add(vocab.encode(raw.decode("utf-8").split()), doc != last)
+        last = doc
+    return writer.close(sha.hexdigest())
 
 
 # --------------------------------------------------------------------------- training epochs

@@ -44,7 +44,7 @@ from tqdm import tqdm
 
 from vizlm import files
 from vizlm.checkpoint import MAX_PARAMETERS, Checkpoint, load_checkpoint, save_checkpoint
-from vizlm.data import CORPORA, Vocab
+from vizlm.data import CORPORA, Vocab, corpus_card
 from vizlm.distributed import SINGLE, Context, shard
 from vizlm.evaluate import perplexity, score_split
 from vizlm.models import LMOutput, build_model, check_config, count_parameters, match_parameters, parameter_count
@@ -326,8 +326,10 @@ def train(
     core = build_model(name, config).to(ctx.device)
     document = core.config.context == "document"
     opt = torch.optim.Adam(core.parameters(), lr=tc.lr, fused=True)
+    card = corpus_card(corpus) or {}  # a prepared corpus: how typed text is read for models trained on it
+    reading = {"reading": card["reading"]} if isinstance(card.get("reading"), dict) else {}
     meta = {
-        "corpus": {"name": corpus, "checksums": {s: sp.checksum for s, sp in splits.items()}},
+        "corpus": {"name": corpus, "checksums": {s: sp.checksum for s, sp in splits.items()}, **reading},
         "parameters": count_parameters(core),
         "train": {k: v for k, v in tc.__dict__.items() if k != "extra"} | {"world_size": ctx.world_size} | tc.extra,
     }

@@ -80,14 +80,17 @@ class _Parser(argparse.ArgumentParser):
 
 def app_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="streamlit run app.py --", add_help=False,
-                description="vizlm's app. Its folders (else $VIZLM_CHECKPOINTS, $VIZLM_DATA, $VIZLM_RUNS, else the "
-                            "vizlm home's checkpoints/, data/, runs/).")
+                description="vizlm's app. Its folders (else $VIZLM_CHECKPOINTS, $VIZLM_CORPORA, $VIZLM_RUNS, "
+                            "$VIZLM_DATA, else the vizlm home's checkpoints/, runs/, data/ and your user data folder's "
+                            "corpora/).")
     p.add_argument("--checkpoints", type=Path, metavar="DIR",
                    help="your checkpoints folder, a checkpoint folder each (listed as 'yours'; the bundled ones are "
                         "listed too); as $VIZLM_CHECKPOINTS")
     p.add_argument("--corpora", type=Path, metavar="DIR",
-                   help="the data folder: the corpora `vizlm import` wrote (and vizlm's own, processed); as "
-                        "$VIZLM_DATA and the CLI's --data")
+                   help="your corpora folder: the corpora `vizlm prepare --corpus` and `vizlm import` wrote (listed "
+                        "beside vizlm's own); as $VIZLM_CORPORA and the CLI's --corpora")
+    p.add_argument("--data", type=Path, metavar="DIR",
+                   help="vizlm's own processed corpora (Brown, WSJ, Sinica); as $VIZLM_DATA and the CLI's --data")
     p.add_argument("--runs", type=Path, metavar="DIR", help="the folder of training runs: its finished runs are listed; "
                                                             "as $VIZLM_RUNS")
     p.add_argument("-h", "--help", action="store_true", help="show this message on the page")
@@ -107,11 +110,11 @@ def apply_arguments(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     if args.help:
         raise AppArgumentError(parser.format_help())
-    for flag in ("checkpoints", "corpora", "runs"):
+    for flag in ("checkpoints", "corpora", "runs", "data"):
         folder = getattr(args, flag)
         if folder is not None and not folder.expanduser().is_dir():
             raise AppArgumentError(f"--{flag} {folder}: not a folder\n\n{parser.format_usage()}")
-    paths.set_overrides(data=args.corpora, checkpoints=args.checkpoints, runs=args.runs)
+    paths.set_overrides(data=args.data, corpora=args.corpora, checkpoints=args.checkpoints, runs=args.runs)
 
 
 def run_app() -> None:
