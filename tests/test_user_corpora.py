@@ -140,3 +140,32 @@ def test_app_arguments(tmp_path):
             else paths.checkpoints_dir() == paths.home() / "checkpoints"
     finally:
         paths.clear_overrides()
+
+
+def test_export_reads_a_corpus_sentence_with_its_document_before_it(tmp_path, monkeypatch, capsys):
+    """``vizlm export --corpus NAME --sentence ID``: the sentence's words as written; a document-level
+    checkpoint reads the sentences of its document before it too (as the app's passages)."""
+    from vizlm.cli import main
+    from vizlm.commands import corpus_text
+    from vizlm.ingest import prepare_corpus
+
+    source = tmp_path / "source"
+    source.mkdir()
+    for split in ("train", "valid", "test"):
+        (source / f"{split}.txt").write_text("The cat sat .\nA dog ran .\n\nThe end came .\n", encoding="utf-8")
+    monkeypatch.setenv("VIZLM_CORPORA", str(tmp_path / "corpora"))
+    prepare_corpus("mine", source)
+    assert corpus_text("mine", "test", "d0:1", document=False) == "A dog ran ."
+    assert corpus_text("mine", "test", "d0:1", document=True) == "The cat sat .\nA dog ran ."
+    assert corpus_text("mine", "test", "d1:0", document=True) == "The end came ."  # another document
+    assert corpus_text("mine", "test", None, document=True) == "The cat sat ."
+    with pytest.raises(ValueError, match="no sentence 'd9:9'"):
+        corpus_text("mine", "test", "d9:9", document=False)
+    out = tmp_path / "a.json"
+    assert main(["export", "--checkpoint", "kvp-doc", "--corpus", "mine", "--sentence", "d0:1", "--format", "json",
+                 "--out", str(out)]) == 0
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert doc["text"] == "The cat sat .\nA dog ran ."
+    assert main(["export", "--checkpoint", "kvp-doc", "--text", "A dog .", "--sentence", "d0:1", "--format", "json",
+                 "--out", str(tmp_path / "b.json")]) == 2
+    assert "give --corpus NAME" in capsys.readouterr().err

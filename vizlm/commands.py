@@ -246,9 +246,16 @@ def add_analysis_commands(sub) -> None:
     mode.add_argument("--top-k", type=whole(1, TOP_K_MAX), default=None,
                       help="with --out: outline each word's k largest |attribution| instead")
 
-    p = sub.add_parser("export", help="attention heatmap and data of one sentence to a file")
+    p = sub.add_parser("export", help="attention heatmap and data of one sentence (or a corpus sentence) to a file")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or bundled name")
-    p.add_argument("--text", required=True, help="the sentence to analyse")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--text", help="the sentence or passage to analyse")
+    src.add_argument("--corpus", metavar="NAME", help=f"a sentence of a processed corpus ({', '.join(CORPORA)}, or "
+                     "yours), chosen with --sentence; a document-level checkpoint reads it with the sentences of its "
+                     "document before it (as many as fit), as the app's passages")
+    p.add_argument("--split", default="test", help="with --corpus: train / valid / test (default test)")
+    p.add_argument("--sentence", metavar="ID", help="with --corpus: the sentence's id (the first column of "
+                   "`vizlm compare --csv`; default: the split's first sentence)")
     p.add_argument("--format", required=True, choices=["png", "svg", "html", "csv", "json"], help="output format")
     p.add_argument("--out", required=True, type=Path, help="output file")
     _force(p)
@@ -496,9 +503,35 @@ def cmd_attribute(args) -> int:
     return 0
 
 
+def corpus_text(corpus: str, split: str, sentence: str | None, document: bool) -> str:
+    """The text of sentence ``sentence`` (an id; None: the first) of a processed split, as typed text: its
+    words as written; with ``document``, after the sentences of its document before it that fit in
+    :data:`~vizlm.text.MAX_TOKENS` tokens with it, a sentence a line."""
+    from vizlm.data import passage_start, split_texts
+
+    ids, texts, _ = split_texts(corpus, split)
+    if not ids:
+        raise ValueError(f"{corpus}/{split} has no sentences")
+    if sentence is None:
+        index = 0
+    else:
+        try:
+            index = ids.index(sentence)
+        except ValueError:
+            raise ValueError(f"{corpus}/{split} has no sentence {sentence[:64]!r} (ids like {ids[0]!r}; "
+                             "`vizlm compare --csv` lists them)") from None
+    start = passage_start(ids, [t.count(" ") + 1 for t in texts], index) if document else index
+    return "\n".join(texts[start : index + 1])
+
+
 def cmd_export(args) -> int:
     check_outputs(args, "out")
-    sa = load(args.checkpoint).analyze(args.text, threshold=args.threshold, top_k=args.top_k)
+    if args.sentence is not None and args.corpus is None:
+        raise ValueError("--sentence chooses a sentence of --corpus; give --corpus NAME")
+    model = load(args.checkpoint)
+    text = args.text if args.corpus is None else corpus_text(args.corpus, args.split, args.sentence,
+                                                              model.context == "document")
+    sa = model.analyze(text, threshold=args.threshold, top_k=args.top_k)
     try:
         path = sa.export(args.out, args.format, force=args.force)
     except OSError as exc:
