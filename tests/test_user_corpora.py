@@ -169,3 +169,16 @@ def test_export_reads_a_corpus_sentence_with_its_document_before_it(tmp_path, mo
     assert main(["export", "--checkpoint", "kvp-doc", "--text", "A dog .", "--sentence", "d0:1", "--format", "json",
                  "--out", str(tmp_path / "b.json")]) == 2
     assert "give --corpus NAME" in capsys.readouterr().err
+
+
+def test_a_model_run_off_its_corpus_is_warned_with_its_oov_rate(corpus, monkeypatch):
+    """``Model.off_corpus`` (what the CLI's corpus commands print as a warning): the share of the split read as
+    <unk>, and nothing on the model's own corpus."""
+    import vizlm
+
+    monkeypatch.setenv("VIZLM_CORPORA", str(corpus))
+    lm = vizlm.load("lstm")
+    note = lm.off_corpus("toy", "test")
+    ov = vocab_overlap(lm.checkpoint.vocab, "toy", "test")
+    assert f"{ov.oov_rate:.1%} of its tokens ({ov.oov_tokens:,} of {ov.tokens:,}" in note and "trained on brown" in note
+    assert lm.off_corpus("brown", "test") is None

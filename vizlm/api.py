@@ -315,6 +315,20 @@ class Model:
     def has_attention(self) -> bool:
         return self.checkpoint.has_attention
 
+    def off_corpus(self, corpus: str, split: str) -> str | None:
+        """A note when this model is run on a corpus it was not trained on: the share of the split's tokens
+        outside its vocabulary, which it reads (and predicts) as ``<unk>`` (:func:`vizlm.data.vocab_overlap`);
+        None on its own corpus."""
+        from vizlm.data import vocab_overlap
+
+        if self.corpus == corpus:
+            return None
+        ov = vocab_overlap(self.checkpoint.vocab, corpus, split)
+        trained = f"trained on {self.corpus}" if self.corpus else "its training corpus is not recorded"
+        return (f"{self.name} ({trained}) is run on {corpus} {split}: {ov.oov_rate:.1%} of its tokens ({ov.oov_tokens:,} "
+                f"of {ov.tokens:,}; {ov.oov_types:,} of {ov.types:,} distinct words) are outside its vocabulary and read "
+                "as <unk>, so its numbers are not those of text like its own corpus")
+
     @property
     def parameters(self) -> int:
         return int(sum(p.numel() for p in self.checkpoint.model.parameters()))

@@ -293,6 +293,15 @@ def _sentences(args, verb: str) -> tuple[list[list[str]], list[str], str, str | 
     return corpus.sentences, corpus.ids, f"{args.corpus}/{args.split}", corpus.checksum
 
 
+def warn_off_corpus(models, args) -> None:
+    """With ``--corpus``: a warning on stderr for each model not trained on it (:meth:`vizlm.api.Model.off_corpus`)."""
+    if getattr(args, "corpus", None) is None:
+        return
+    for model in models:
+        if note := model.off_corpus(args.corpus, args.split):
+            print(f"warning: {note}", file=sys.stderr)
+
+
 def _bits(x: float) -> str:
     """A signed effect in bits, two decimals, with no "-0.00"."""
     text = f"{x:+.2f}b"
@@ -341,6 +350,7 @@ def cmd_compare(args) -> int:
 
     check_outputs(args, "csv")
     ma, mb = load(args.a), load(args.b)
+    warn_off_corpus([ma, mb], args)
     a, b = ma.checkpoint, mb.checkpoint
     with session(args.device) as ctx:
         for c in (a, b):
@@ -378,6 +388,7 @@ def cmd_compare(args) -> int:
 def cmd_positions(args) -> int:
     check_outputs(args, "png", "svg")
     models = [load(c) for c in args.checkpoint]
+    warn_off_corpus(models, args)
     ckpts = [m.checkpoint for m in models]
     attending = [c for c in ckpts if c.has_attention]
     effects = not args.no_effects
@@ -427,7 +438,9 @@ def cmd_positions(args) -> int:
 def cmd_cases(args) -> int:
     from vizlm.cases import corpus_cases
 
-    ckpt = load(args.checkpoint).checkpoint
+    model = load(args.checkpoint)
+    warn_off_corpus([model], args)
+    ckpt = model.checkpoint
     attending = [ckpt] if ckpt.has_attention else []
     if args.text_file:
         sents, ids, _, _ = _sentences(args, "analyse")
@@ -466,6 +479,7 @@ def cmd_attribute(args) -> int:
             raise ValueError(f"--out {args.out}: say --format ({', '.join(FORMATS)}); the extension does not")
         check_outputs(args, "out")
     model = load(args.checkpoint)
+    warn_off_corpus([model], args)
     if args.corpus:
         with tqdm(total=100, desc="attribute", unit="%", file=sys.stderr, delay=2) as bar:  # shown past 2 s only
             doc = model.corpus_attribution(args.corpus, args.split, method=args.method or "gradient-x-input",
