@@ -49,8 +49,9 @@ word counts) into the text files, once from those into the token ids. Memory hol
 counts and a block of ids, whatever the corpus's size (``benchmarks/prepare.py`` measures speed and
 memory on a 100M-token corpus).
 
-**Nothing is lost.** Every check runs before the first write; the corpus is written into a temporary
-folder beside its place and renamed when complete. A corpus already prepared is replaced only with
+**Nothing is lost.** The name, options, files and free disk space are checked before anything is
+written; the corpus is then written into a temporary folder beside its place (removed if a split turns
+out bad, e.g. invalid UTF-8 on line 90,000) and renamed when complete. A corpus already prepared is replaced only with
 ``force=True``: from the same files with the same options it is left as it is ("already prepared").
 """
 
