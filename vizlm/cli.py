@@ -147,8 +147,8 @@ def _add_reproduce(sub) -> None:
         "reproduce", help="the runs of experiments.toml (or your manifest): list, train what is missing, write the "
                           "result tables",
         description="The repository's manifest (experiments.toml) trains into runs/, keeps its evidence in evidence/ "
-                    "and reports into docs/RESULTS.md. Your manifest (--manifest DIR/NAME.toml, e.g. the papers' "
-                    "protocols on a corpus you prepared: examples/my-corpus.toml) keeps all it makes in DIR/NAME/: "
+                    "and reports into docs/RESULTS.md. Your manifest (--manifest PATH/NAME.toml, e.g. the papers' "
+                    "protocols on a corpus you prepared: examples/my-corpus.toml) keeps all it makes in PATH/NAME/: "
                     "runs/, evidence/ and RESULTS.md, never the repository's; $VIZLM_RUNS and $VIZLM_EVIDENCE, or "
                     "--runs, --evidence-dir and --report-out, put them elsewhere (an option wins over a variable).")
     what = p.add_mutually_exclusive_group(required=True)
@@ -157,7 +157,7 @@ def _add_reproduce(sub) -> None:
     what.add_argument("--all", action="store_true", help="train every run that is not finished or blocked")
     what.add_argument("--report", action="store_true", help="write the result tables from the runs' evidence (no "
                       "weights, no model evaluation) into the report file (--report-out: docs/RESULTS.md for "
-                      "experiments.toml, DIR/NAME/RESULTS.md for your DIR/NAME.toml)")
+                      "experiments.toml, PATH/NAME/RESULTS.md for your PATH/NAME.toml)")
     what.add_argument("--evidence", nargs="*", metavar="NAME", help="write the evidence of these finished runs (none "
                       "named: of every finished run whose checkpoint is here and whose evidence is not)")
     what.add_argument("--attribution", nargs="*", metavar="CHECKPOINT", help="attribute the predictions of the "
@@ -168,15 +168,15 @@ def _add_reproduce(sub) -> None:
     p.add_argument("--as", dest="bundle_as", metavar="FOLDER", default=None, help="with --bundle: the folder name in "
                    "checkpoints/ (default: the run's name)")
     p.add_argument("--manifest", type=Path, default=None, help="the manifest (default: experiments.toml in the vizlm "
-                   "home); yours, DIR/NAME.toml, keeps its runs, evidence and report in DIR/NAME/")
+                   "home); yours, PATH/NAME.toml, keeps its runs, evidence and report in PATH/NAME/")
     where = p.add_argument_group("where a manifest's results go (an option wins over $VIZLM_RUNS / $VIZLM_EVIDENCE)")
     where.add_argument("--runs", type=Path, metavar="DIR", default=None, help="the runs' checkpoints (default: "
-                       "$VIZLM_RUNS, else runs/ of the vizlm home for experiments.toml, DIR/NAME/runs for yours)")
+                       "$VIZLM_RUNS, else runs/ of the vizlm home for experiments.toml, PATH/NAME/runs for yours)")
     where.add_argument("--evidence-dir", type=Path, metavar="DIR", default=None, help="the runs' evidence (default: "
-                       "$VIZLM_EVIDENCE, else evidence/ of the vizlm home for experiments.toml, DIR/NAME/evidence for "
+                       "$VIZLM_EVIDENCE, else evidence/ of the vizlm home for experiments.toml, PATH/NAME/evidence for "
                        "yours)")
     where.add_argument("--report-out", type=Path, metavar="FILE", default=None, help="the file --report writes its "
-                       "part of (default: docs/RESULTS.md of the vizlm home for experiments.toml, DIR/NAME/RESULTS.md "
+                       "part of (default: docs/RESULTS.md of the vizlm home for experiments.toml, PATH/NAME/RESULTS.md "
                        "for yours)")
     p.add_argument("--threads", type=whole(1), default=None, help="torch CPU threads for training")
     p.add_argument("--json", action="store_true", help="with --list: print JSON")

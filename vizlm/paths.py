@@ -23,7 +23,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from importlib.resources import files
 from pathlib import Path
 
@@ -41,11 +43,25 @@ _overrides: dict[str, Path] = {}
 
 
 def set_overrides(data: Path | str | None = None, checkpoints: Path | str | None = None, cache: Path | str | None = None,
-                  runs: Path | str | None = None, corpora: Path | str | None = None) -> None:
+                  runs: Path | str | None = None, corpora: Path | str | None = None,
+                  evidence: Path | str | None = None) -> None:
     """Command-line overrides (they win over the environment); ``None`` leaves a location as it is."""
-    for key, value in (("data", data), ("checkpoints", checkpoints), ("cache", cache), ("runs", runs), ("corpora", corpora)):
+    for key, value in (("data", data), ("checkpoints", checkpoints), ("cache", cache), ("runs", runs), ("corpora", corpora),
+                       ("evidence", evidence)):
         if value is not None:
             _overrides[key] = Path(value).expanduser()
+
+
+@contextlib.contextmanager
+def overridden(**locations: Path | str | None) -> Iterator[None]:
+    """Overrides (:func:`set_overrides`' keywords) for the length of a block; as they were afterwards."""
+    saved = dict(_overrides)
+    set_overrides(**locations)
+    try:
+        yield
+    finally:
+        _overrides.clear()
+        _overrides.update(saved)
 
 
 def clear_overrides() -> None:

@@ -15,12 +15,21 @@ The report (:func:`report`) reads the evidence alone: no weights, no model evalu
 comparison is against the run's *control* (same start, same training) on the test split: the
 corpus perplexity ratio with a paired bootstrap 95% interval over documents for running-text
 models, else over sentences (:func:`vizlm.evidence.versus`).
+
+Your own manifest (``vizlm reproduce --manifest my.toml``, e.g. the papers' protocols on a corpus of
+yours, ``examples/my-corpus.toml``) keeps everything it makes in a folder named after it, beside it
+(``my/runs``, ``my/evidence``, ``my/RESULTS.md``; :func:`locations`), never in the repository's
+``runs/``, ``evidence/`` or ``docs/RESULTS.md``, unless ``$VIZLM_RUNS`` / ``$VIZLM_EVIDENCE`` or the
+command's ``--runs`` / ``--evidence-dir`` / ``--report-out`` say otherwise.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import shlex
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -28,6 +37,7 @@ from pathlib import Path
 
 from vizlm import evidence, files, paths
 from vizlm.checkpoint import CheckpointError, load_checkpoint, read_meta
+from vizlm.data import DataError, corpus_splits
 from vizlm.models import REGISTRY
 from vizlm.train import TrainConfig, train
 
@@ -68,6 +78,7 @@ class Run:
     blocked: str | None = None
     note: str | None = None
     freeze: bool = False  # train only what `init` did not copy (vizlm train --freeze)
+    manifest: str | None = field(default=None, repr=False)  # the manifest its commands name (None: the home's default)
 
     @property
     def folder(self) -> Path:
@@ -117,8 +128,11 @@ class Run:
     def model_kwargs(self) -> dict:
         return {"emb_dim": self.emb_dim, "hidden_dim": self.hidden_dim, "context": self.context, **self.options}
 
-    def command(self) -> str:
-        return f"vizlm reproduce --only {self.name}"
+    def command(self, action: str = "--only") -> str:
+        """The command that does ``action`` for this run (trains it, by default); it names the manifest
+        unless that is the default one (``experiments.toml`` of the vizlm home)."""
+        where = f"--manifest {shlex.quote(self.manifest)} " if self.manifest else ""
+        return f"vizlm reproduce {where}{action} {shlex.quote(self.name)}"
 
 
 CLAIM_KINDS = ("better", "equal", "mass")
@@ -147,6 +161,68 @@ class Claim:
 def _read(path: Path | None) -> tuple[Path, dict]:
     path = Path(path) if path else paths.home() / MANIFEST
     return path, tomllib.loads(path.read_text(encoding="utf-8"))
+
+
+def is_own(manifest: Path | str | None) -> bool:
+    """Whether ``manifest`` is the repository's ``experiments.toml`` (None: it is)."""
+    own = paths.home() / MANIFEST
+    return manifest is None or Path(manifest).expanduser().resolve() == own.resolve()
+
+
+_RUNS_ENV, _EVIDENCE_ENV = "VIZLM_RUNS", "VIZLM_EVIDENCE"  # vizlm.paths reads these
+
+
+@dataclass(frozen=True)
+class Locations:
+    """Where a manifest's runs (checkpoints), evidence and report go (:func:`locations`)."""
+
+    manifest: Path
+    runs: Path
+    evidence: Path
+    report: Path
+    own: bool  # the repository's experiments.toml: its runs/, evidence/ and docs/RESULTS.md
+
+    def applied(self) -> contextlib.AbstractContextManager:
+        """:func:`vizlm.paths.runs_dir` and :func:`vizlm.paths.evidence_dir` (so every run's folder and
+        evidence) point here while the block runs (:func:`vizlm.paths.overridden`); as they were afterwards."""
+        return paths.overridden(runs=self.runs, evidence=self.evidence)
+
+
+def _chosen(env: str, current: Path, default: Path) -> bool:
+    """Whether the user set a location: its environment variable, or an override moving it off its default."""
+    return bool(os.environ.get(env)) or current != default
+
+
+def locations(manifest: Path | str | None = None, runs: Path | str | None = None,
+              evidence_dir: Path | str | None = None, report: Path | str | None = None) -> Locations:
+    """Where the runs of ``manifest`` train, their evidence goes and ``--report`` writes.
+
+    Each given argument wins. Otherwise, for the repository's ``experiments.toml``: :func:`vizlm.paths.runs_dir`
+    (``runs/``), :func:`vizlm.paths.evidence_dir` (``evidence/``) and ``docs/RESULTS.md``, as always. For any
+    other manifest ``DIR/NAME.toml``: ``$VIZLM_RUNS`` / ``$VIZLM_EVIDENCE`` when set, else ``DIR/NAME/runs``
+    and ``DIR/NAME/evidence``; the report ``DIR/NAME/RESULTS.md``. A folder named after the manifest, so a
+    manifest of yours never writes into the repository's results by accident (not even one beside
+    ``experiments.toml``), and two manifests in one folder never share a run's name."""
+    path = Path(manifest).expanduser() if manifest else paths.home() / MANIFEST
+    own = is_own(path)
+    repository = {"runs": paths.home() / "runs", "evidence": paths.home() / "evidence",
+                  "report": paths.home() / "docs" / "RESULTS.md"}
+    if own:
+        mine = {"runs": paths.runs_dir(), "evidence": paths.evidence_dir(), "report": repository["report"]}
+    else:
+        beside = path.parent / path.stem
+        mine = {"runs": paths.runs_dir() if _chosen(_RUNS_ENV, paths.runs_dir(), repository["runs"]) else beside / "runs",
+                "evidence": (paths.evidence_dir() if _chosen(_EVIDENCE_ENV, paths.evidence_dir(), repository["evidence"])
+                             else beside / "evidence"),
+                "report": beside / "RESULTS.md"}
+    given = {"runs": runs, "evidence": evidence_dir, "report": report}
+    for key, env, option in (("runs", _RUNS_ENV, "--runs"), ("evidence", _EVIDENCE_ENV, "--evidence-dir")):
+        # a variable set for the repository's work and still set: only an option says "there, on purpose"
+        if not own and given[key] is None and mine[key].resolve() == repository[key].resolve():
+            raise ValueError(f"${env} is the repository's {key} folder ({repository[key]}); {path} keeps its {key} "
+                             f"apart (by default in {beside / key}): unset ${env}, or pass {option} to mean it")
+    chosen = {k: Path(given[k]).expanduser() if given[k] is not None else v for k, v in mine.items()}
+    return Locations(manifest=path, own=own, **chosen)
 
 
 def load_claims(path: Path | None = None, runs: dict[str, Run] | None = None) -> dict[str, Claim]:
@@ -292,6 +368,9 @@ def load_manifest(path: Path | None = None) -> dict[str, Run]:
     """The runs of ``experiments.toml`` (default: the one in the vizlm home), checked."""
     path, doc = _read(path)
     defaults = doc.get("defaults", {})
+    # a manifest of yours: each run's command names it; one named experiments.toml is the default of the
+    # vizlm home it lies in (the repository's, or VIZLM_HOME=its folder), found without naming it
+    named = None if path.name == MANIFEST else str(path)
     runs = {}
     for name, spec in doc.get("run", {}).items():
         if name == evidence.ATTRIBUTION:
@@ -300,7 +379,7 @@ def load_manifest(path: Path | None = None) -> dict[str, Run]:
         if unknown:
             raise ValueError(f"{path}: run {name!r} has unknown field(s) {sorted(unknown)}")
         values = {k: v for k, v in {**defaults, **spec}.items() if k in _FIELDS}
-        run = Run(name=name, **values)
+        run = Run(name=name, **values, manifest=named)
         if run.paper not in PAPERS:
             raise ValueError(f"{path}: run {name!r}: unknown paper {run.paper!r}; valid: {', '.join(PAPERS)}")
         if run.model not in REGISTRY and not run.blocked:
@@ -408,8 +487,9 @@ def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run:
         raise ValueError(f"{run.name} starts from {run.init}, which is not finished")
     if run.init and not (runs[run.init].folder / "model.safetensors").is_file():
         raise ValueError(f"{run.name} starts from {run.init}, whose weights are not here (only its evidence is kept): "
-                         f"retrain it into {runs[run.init].folder} first (move evidence/{run.init} aside, then "
-                         f"`vizlm reproduce --only {run.init}`)")
+                         f"retrain it into {runs[run.init].folder} first (move {evidence.folder(run.init)} aside, "
+                         f"then `{runs[run.init].command()}`)")
+    check_corpus(run)
     if threads:
         import torch
 
@@ -423,6 +503,18 @@ def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run:
     if not dry_run and run.status() == "finished":
         evidence.write(run.name, run.folder, force=run.done(), log=log)  # a raised cap: the run went on
     return run.status()
+
+
+def check_corpus(run: Run) -> None:
+    """A :class:`ValueError` saying how to prepare the corpus ``run`` trains on when it is not there."""
+    try:
+        splits = corpus_splits(run.corpus)
+    except DataError as exc:
+        raise ValueError(f"{run.name}: {exc}; prepare yours with `vizlm prepare --corpus {run.corpus} --from FOLDER` "
+                         "(FOLDER holding train, valid and test)") from None
+    if not {"train", "valid", "test"} <= set(splits):
+        raise ValueError(f"{run.name}: corpus {run.corpus!r} has the splits {', '.join(splits)}; a run needs train, "
+                         "valid and test")
 
 
 def write_evidence(run: Run, force: bool = False, log=sys.stderr) -> Path:
@@ -701,19 +793,53 @@ def _fmt(v, spec: str = ".1f") -> str:
     return "—" if v is None else format(v, spec)
 
 
+def _shown(path: Path, base: Path) -> str:
+    """``path`` as a report in ``base`` names it: relative when it lies inside ``base``."""
+    try:
+        return path.resolve().relative_to(base.resolve()).as_posix() or "."
+    except ValueError:
+        return str(path)
+
+
+def _corpora(runs: list[Run]) -> str:
+    return ", ".join(f"`{c}`" for c in dict.fromkeys(r.corpus for r in runs))
+
+
+def _yours_header(runs: dict[str, Run], where: Locations) -> list[str]:
+    """The head of a report of a manifest not the repository's: what made it, on which corpus, and what
+    its verdicts mean there."""
+    # the manifest by its name (run from its folder), the evidence relative to the report: no user's folders in it
+    return [(f"_Generated by `vizlm reproduce --manifest {where.manifest.name} --report` from the runs' evidence "
+             f"(`{_shown(where.evidence, where.report.parent)}/`); do not edit by hand._"), "",
+            (f"Corpus: {_corpora(list(runs.values()))}. The papers' numbers (the claims' *the paper* column) were "
+             "measured on the papers' own corpora (Liu & Lee: PTB; Daniluk et al.: Wikipedia; the repository's "
+             "docs/RESULTS.md: Brown) and are not expected here. Each verdict compares the models trained here with "
+             "each other, under the paper's protocol: the ratio of their test perplexities with its paired bootstrap "
+             "95% interval (over documents for running text, else over sentences)."), ""]
+
+
 def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None,
-           attribution: AttributionPlan | None = None) -> str:
+           attribution: AttributionPlan | None = None, where: Locations | None = None) -> str:
     """The result tables (markdown), from the checkpoints' stored metrics and paired comparisons,
-    and the verdict on each claim of the papers; with ``attribution``, the corpus attribution's tables."""
-    lines = [REPORT_BEGIN, "",
-             "_Generated by `vizlm reproduce --report` from the runs' evidence (`evidence/`); do not edit by hand._", ""]
+    and the verdict on each claim of the papers; with ``attribution``, the corpus attribution's tables.
+    ``where`` (:func:`locations`) of a manifest of yours: the head names it, its evidence and its corpus, and
+    each section its corpus (the repository's own report is as it always was)."""
+    yours = where is not None and not where.own
+    lines = [REPORT_BEGIN, ""]
+    if yours:
+        lines += _yours_header(runs, where)
+    else:
+        lines += ["_Generated by `vizlm reproduce --report` from the runs' evidence (`evidence/`); do not edit by hand._", ""]
     for paper, title in PAPERS.items():
         members = [r for r in runs.values() if r.paper == paper]
         if not members:
             continue
+        if yours:
+            title = f"{title}, on {_corpora(members)}"
         mine = [c for c in (claims or {}).values() if c.paper == paper]
         if mine:
-            lines += [f"### {title}: the claims", "", "| claim | the paper | ours (test) | runs | verdict |",
+            said = "the paper (on its corpus)" if yours else "the paper"
+            lines += [f"### {title}: the claims", "", f"| claim | {said} | ours (test) | runs | verdict |",
                       "|---|---|---|---|---|"]
             for c in mine:
                 d = decide(c, runs)
@@ -754,15 +880,20 @@ def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None,
 
 
 def write_report(runs: dict[str, Run], path: Path, claims: dict[str, Claim] | None = None,
-                 attribution: AttributionPlan | None = None) -> Path:
-    """Replace the generated part of ``path`` (between the markers), or append it."""
+                 attribution: AttributionPlan | None = None, where: Locations | None = None) -> Path:
+    """Replace the generated part of ``path`` (between the markers), or append it. ``where``: as
+    :func:`report`; a report of a manifest of yours that does not exist yet starts with a title."""
+    path = Path(path)
     text = path.read_text(encoding="utf-8") if path.is_file() else ""
-    new = report(runs, claims, attribution)
+    new = report(runs, claims, attribution, where)
     if REPORT_BEGIN in text and REPORT_END in text:
         head, rest = text.split(REPORT_BEGIN, 1)
         text = head + new.rstrip("\n") + rest.split(REPORT_END, 1)[1]
+    elif not text.strip() and where is not None and not where.own:
+        text = f"# Results of {where.manifest.name}\n\n" + new
     else:
         text = text.rstrip("\n") + "\n\n## Reproduction (generated)\n\n" + new
+    path.parent.mkdir(parents=True, exist_ok=True)
     files.write_text(path, text, force=True)  # --report rewrites its own part: whole or not at all
     return path
 
@@ -771,7 +902,7 @@ def as_json(runs: dict[str, Run]) -> str:
     return json.dumps(table(runs), indent=1)
 
 
-__all__ = ["MANIFEST", "AttributionPlan", "Claim", "Run", "attribution_report", "bundle", "decide", "load_attribution",
-           "load_claims", "load_manifest", "needs", "order", "pick", "report", "write_attribution_evidence",
-           "run_one", "seed_groups", "seed_pairs", "serves", "state_note", "sweeps", "table", "versus", "write_evidence",
-           "write_report"]
+__all__ = ["MANIFEST", "AttributionPlan", "Claim", "Locations", "Run", "attribution_report", "bundle", "check_corpus",
+           "decide", "is_own", "load_attribution", "load_claims", "load_manifest", "locations", "needs", "order", "pick",
+           "report", "run_one", "seed_groups", "seed_pairs", "serves", "state_note", "sweeps", "table", "versus",
+           "write_attribution_evidence", "write_evidence", "write_report"]
