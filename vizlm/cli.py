@@ -366,7 +366,8 @@ def cmd_eval(args) -> int:
     from vizlm.tokens import TokenSplit, open_split
 
     stream = args.context == "stream"
-    ckpt = load(args.checkpoint).checkpoint
+    model = load(args.checkpoint)
+    ckpt = model.checkpoint
     with session(args.device) as ctx:
         if stream and ctx.world_size > 1:
             raise ValueError("--context stream reads the split in one process; run it without torchrun")
@@ -385,7 +386,9 @@ def cmd_eval(args) -> int:
                     result = score(ckpt.model, encode_sentences(sents, ckpt.vocab), sizes, args.batch_size).summary()
             result["documents"] = len(sizes)
         else:
-            corpus_splits(args.corpus)  # a known corpus, or one `vizlm import` wrote, before any file is opened
+            corpus_splits(args.corpus)  # a known corpus, or one of yours, before any file is opened
+            if ctx.main:
+                commands.warn_off_corpus([model], args)
             split, source = open_split(args.corpus, args.split, ckpt.vocab), f"{args.corpus}/{args.split}"
             if not len(split):
                 raise ValueError(f"no sentences to score: {source} is empty")
