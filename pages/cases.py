@@ -31,7 +31,8 @@ RANK_ORDER = {"above_uniform": "the most weight above an even spread first", "we
 def case_report(name: str, key: str, corpus: str, split: str, threshold: float, limit: int | None, examples: int,
                 rank: str) -> dict:
     """vizlm.cases.corpus_cases (disk-cached) in the background for every session (vizlm.app.jobs)."""
-    return jobs.result(("cases", key, corpus, split, threshold, limit, examples, rank), corpus_cases,
+    version = results.corpus_version(corpus, split)  # a corpus prepared again is read again
+    return jobs.result(("cases", key, corpus, split, version, threshold, limit, examples, rank), corpus_cases,
                        ck.get_checkpoint(name), corpus, split, threshold=threshold, limit=limit,
                        examples_per_label=examples, rank=rank,
                        text=f"Labelling the attention of {name} on {corpus}/{split}"

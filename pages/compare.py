@@ -26,7 +26,8 @@ def comparison(a: str, key_a: str, b: str, key_b: str, corpus: str, split: str, 
     """vizlm.compare (the whole split disk-cached, or its first ``limit`` sentences), in the background
     for every session (vizlm.app.jobs)."""
     ca, cb = ck.get_checkpoint(a), ck.get_checkpoint(b)
-    return jobs.result(("compare", key_a, key_b, corpus, split, limit), vizlm.compare, ca, cb, corpus, split,
+    version = results.corpus_version(corpus, split)  # a corpus prepared again is read again
+    return jobs.result(("compare", key_a, key_b, corpus, split, version, limit), vizlm.compare, ca, cb, corpus, split,
                        limit=limit, text=f"Scoring {corpus}/{split} with {a} and {b}").result
 
 

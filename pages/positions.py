@@ -33,7 +33,8 @@ ATTRIBUTION = "gradient-x-input"  # the cheap method: one backward pass per bloc
 def corpus_positions(models: tuple[str, ...], keys: tuple[str, ...], corpus: str, split: str, window: int, limit: int | None):
     """vizlm.positions (the whole split disk-cached, or its first ``limit`` sentences), in the background
     for every session (vizlm.app.jobs)."""
-    return jobs.result(("positions", keys, corpus, split, window, limit), vizlm.positions,
+    version = results.corpus_version(corpus, split)  # a corpus prepared again is read again
+    return jobs.result(("positions", keys, corpus, split, version, window, limit), vizlm.positions,
                        [ck.get_checkpoint(m) for m in models], corpus, split, window=window, limit=limit,
                        text=f"Averaging attention of {', '.join(models)} over {corpus}/{split}").result
 
@@ -42,7 +43,8 @@ def corpus_attributions(models: list[str], corpus: str, split: str, limit: int |
     """Model.corpus_attribution (gradient × input, disk-cached) of each model, in the background for every
     session (vizlm.app.jobs): one job per model, so a model in two sessions' choices is attributed once, and
     the window changes nothing (the result keeps every offset the attribution statistics keep)."""
-    return [jobs.result(("attribution", ck.model_key(m), corpus, split, ATTRIBUTION, limit),
+    version = results.corpus_version(corpus, split)
+    return [jobs.result(("attribution", ck.model_key(m), corpus, split, version, ATTRIBUTION, limit),
                         vizlm.Model(ck.get_checkpoint(m)).corpus_attribution, corpus, split, method=ATTRIBUTION,
                         limit=limit, text=f"Attributing {m}'s predictions over {corpus}/{split} (gradient × input)")
             for m in models]

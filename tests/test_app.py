@@ -1326,3 +1326,16 @@ def test_a_corpus_prepared_again_is_read_again(mine, tmp_path, monkeypatch):
     no_exception(at)
     after = [d.value for d in at.dataframe if "sentence_id" in d.value.columns][-1]
     assert len(after) == 6 and set(after["sentence_id"]) == {f"d{d}:{i}" for d in range(2) for i in range(3)}
+
+
+def test_a_link_to_compare_on_a_prepared_corpus(mine):
+    """#27: a shared link names a corpus of yours as it names Brown: the page opens on it, with no note; a split it
+    lacks gets one."""
+    at = linked("compare.py", a="lstm", b="amsrn", corpus=PREPARED, split="valid")
+    no_exception(at)
+    assert at.selectbox(key="cmp_corpus").value == f"{PREPARED} valid · yours"
+    assert "in the link" not in messages(at), messages(at)
+    assert (query(at)["corpus"], query(at)["split"]) == (PREPARED, "valid")
+    at = linked("compare.py", a="lstm", b="amsrn", corpus=PREPARED, split="dev")
+    no_exception(at)
+    assert f"The corpus {PREPARED} has no split 'dev' (it has train, valid, test); using its first" in messages(at)

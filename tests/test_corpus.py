@@ -61,6 +61,11 @@ def test_compare_matches_brute_force(sentences):
     assert list(result.table.log_ratio) == sorted(result.table.log_ratio)  # most improved first
     assert result.most_worsened(1).log_ratio.iloc[0] == result.table.log_ratio.max()
     assert (result.most_improved(50, min_length=5).length >= 5).all()
+    # only sentences b improves are "most improved", only those it worsens "most worsened", however many are asked
+    every = len(result.table)
+    assert len(result.most_improved(every)) == (result.table.log_ratio < 0).sum()
+    assert len(result.most_worsened(every)) == (result.table.log_ratio > 0).sum()
+    assert (result.most_improved(every).log_ratio < 0).all() and (result.most_worsened(every).log_ratio > 0).all()
 
 
 def test_compare_refuses_different_vocabularies(sentences):

@@ -60,11 +60,15 @@ class Comparison:
     summary: dict
 
     def most_improved(self, n: int = 10, min_length: int = 0) -> pd.DataFrame:
-        """Sentences whose perplexity b lowers most (by log-ratio), at least ``min_length`` words."""
-        return self.table[self.table.length >= min_length].head(n)
+        """Sentences whose perplexity b lowers most (by log-ratio), at least ``min_length`` words; only those
+        it lowers (fewer than ``n`` when b improves fewer)."""
+        t = self.table
+        return t[(t.length >= min_length) & (t.log_ratio < 0)].head(n)
 
     def most_worsened(self, n: int = 10, min_length: int = 0) -> pd.DataFrame:
-        return self.table[self.table.length >= min_length].iloc[::-1].head(n)
+        """Sentences whose perplexity b raises most, at least ``min_length`` words; only those it raises."""
+        t = self.table
+        return t[(t.length >= min_length) & (t.log_ratio > 0)].iloc[::-1].head(n)
 
     def to_dict(self) -> dict:
         return {"a": self.name_a, "b": self.name_b, "summary": self.summary, "table": self.table.to_dict("records")}

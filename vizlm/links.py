@@ -134,11 +134,13 @@ class CompareState:
         return q
 
 
-def parse_compare_query(params: dict, names: list[str], default_a: str,
-                        default_b: str) -> tuple[CompareState, list[str]]:
+def parse_compare_query(params: dict, names: list[str], default_a: str, default_b: str,
+                        corpora: dict[str, tuple[str, ...]] | None = None) -> tuple[CompareState, list[str]]:
     """Validate Compare perplexity's query string: an unknown model, a model compared with itself, an
     unknown corpus or a split it does not have fall back (to the defaults, the first split), with a note each.
+    ``corpora``: the corpora a link may name, with their splits (default: vizlm's own; the app adds yours).
     Whether the models read the corpus's language is the page's to check."""
+    corpora = CORPORA if corpora is None else corpora
     notes = []
     a = params.get("a", default_a)
     if a not in names:
@@ -153,11 +155,12 @@ def parse_compare_query(params: dict, names: list[str], default_a: str,
         if "b" in params:
             notes.append(f"the link compares {a} with itself; comparing with {b}")
     corpus, split = params.get("corpus"), params.get("split")
-    if corpus is not None and corpus not in CORPORA:
-        notes.append(f"corpus {corpus!r} in the link is not one of {', '.join(CORPORA)}; "
+    if corpus is not None and corpus not in corpora:
+        notes.append(f"corpus {str(corpus)[:64]!r} in the link is not one of {', '.join(corpora)}; "
                      "using the first the models read")
         corpus = split = None
-    if corpus is not None and split is not None and split not in CORPORA[corpus]:
-        notes.append(f"{corpus} has no split {split!r} (it has {', '.join(CORPORA[corpus])}); using its first")
+    if corpus is not None and split is not None and split not in corpora[corpus]:
+        notes.append(f"the corpus {corpus} has no split {str(split)[:32]!r} (it has {', '.join(corpora[corpus])}); "
+                     "using its first")
         split = None
     return CompareState(a, b, corpus, split), notes

@@ -358,3 +358,65 @@ def test_nothing_is_cut_off_at_common_widths(browser, server, width):
             shot(pg, "explorer-800")
     finally:
         context.close()
+
+
+YOUR_CORPUS = "mine"  # a corpus prepared from a folder of text, and two models trained on it (#27)
+YOUR_MODELS = ("mine-lstm", "mine-kvp")
+
+
+def your_corpus(root: Path) -> dict[str, str]:
+    """``vizlm prepare --corpus mine --from FOLDER`` into ``root/corpora`` and two models trained on it for a few
+    batches (an LSTM reading sentences, a KVP reading documents) in ``root/checkpoints``: the server's environment."""
+    from vizlm import paths
+    from vizlm.cli import main
+
+    subjects = ["the man", "the old woman", "a small dog", "the children", "his brother", "the teacher"]
+    verbs = ["saw", "found", "wanted", "gave away", "looked at", "bought"]
+    objects = ["the house", "a letter", "the money", "her car", "the new book", "some water"]
+    source = root / "source"
+    source.mkdir()
+    for seed, split, docs in ((0, "train", 12), (1, "valid", 2), (2, "test", 4)):
+        text = "\n\n".join("\n".join(f"{subjects[(k := seed + 7 * d + 3 * s) % 6]} {verbs[(k // 2) % 6]} "
+                                     f"{objects[(k // 3) % 6]} ." for s in range(6)) for d in range(docs))
+        (source / f"{split}.txt").write_text(text + "\n", encoding="utf-8")
+    corpora, checkpoints = root / "corpora", root / "checkpoints"
+    try:
+        assert main(["--corpora", str(corpora), "prepare", "--corpus", YOUR_CORPUS, "--from", str(source), "--json"]) == 0
+        for name, family, context in zip(YOUR_MODELS, ("lstm", "kvp"), ("sentence", "document")):
+            assert main(["--corpora", str(corpora), "train", "--model", family, "--corpus", YOUR_CORPUS, "--context",
+                         context, "--dry-run", "--out", str(checkpoints / name), "--emb-dim", "16", "--hidden-dim", "16",
+                         "--streams", "4"]) == 0
+    finally:
+        paths.clear_overrides()
+    return {"VIZLM_CORPORA": str(corpora), "VIZLM_CHECKPOINTS": str(checkpoints)}
+
+
+def test_compare_on_your_corpus(browser, tmp_path):
+    """#27: Compare perplexity on a corpus you prepared, with two models trained on it: the picker names it
+    ("mine test · yours"), both perplexities and the scatter are shown, no warning (both were trained on it)."""
+    env = your_corpus(tmp_path)
+    with serve(tmp_path / "server.log", {**env, "VIZLM_CACHE": str(tmp_path / "cache")}) as (base, _):
+        context = browser.new_context(viewport={"width": 1440, "height": 1400})
+        pg = context.new_page()
+        pg.set_default_timeout(60_000)
+        try:
+            pg.goto(f"{base}/compare?a={YOUR_MODELS[0]}&b={YOUR_MODELS[1]}&corpus={YOUR_CORPUS}&split=test")
+            wait_idle(pg)
+            path = shot(pg, "compare-your-corpus")
+            assert path.read_bytes().startswith(PNG_MAGIC)
+            assert pg.get_by_role("heading", name="Compare perplexity").first.is_visible()
+            picker = pg.locator("[data-testid='stSelectbox']").filter(has_text="Corpus").first
+            assert f"{YOUR_CORPUS} test · yours" in picker.evaluate("el => el.textContent + ' ' + "
+                                                                     "[...el.querySelectorAll('input')].map(i => i.value).join(' ')"), \
+                picker.inner_html()[:2000]
+            values = pg.locator("[data-testid='stMetricValue']")
+            assert values.count() == 5 and "—" not in values.first.inner_text()
+            assert pg.locator("[data-testid='stVegaLiteChart']").count() >= 1
+            alerts = pg.locator("[data-testid='stAlert']")  # no error, no "not trained on", no note on the link
+            assert alerts.count() == 0, alerts.first.inner_text()
+            assert query(pg)["corpus"] == YOUR_CORPUS
+            cut = pg.evaluate("""() => [...document.querySelectorAll("[data-testid='stMetricValue'] *")]
+                .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent)""")
+            assert not cut, f"metric values cut off: {cut}"
+        finally:
+            context.close()

@@ -73,15 +73,15 @@ def use_example() -> None:
 
 
 def examples_corpus(model: str) -> str | None:
-    """The corpus the Explorer's examples come from for ``model``: its own when ``vizlm import`` wrote it (and it
-    has a test split), else None (the shipped examples of Brown and WSJ)."""
+    """The corpus the Explorer's examples come from for ``model``: its own when it is yours (``vizlm prepare
+    --corpus`` or ``vizlm import`` wrote it) and has a test split, else None (the shipped examples of Brown and WSJ)."""
     corpus = ck.trained_corpus(model)
     return corpus if corpus not in CORPORA and "test" in user_corpora().get(corpus, ()) else None
 
 
 def example_options(model: str, compare: str) -> dict[str, str]:
     """``{"<group> · <sentence id>": text}`` for the example picker: passages first, then sentences; of the test
-    split of the model's corpus when it is one ``vizlm import`` wrote (:func:`examples_corpus`), else the shipped
+    split of the model's corpus when it is yours (:func:`examples_corpus`), else the shipped
     ones of Brown and WSJ."""
     own = examples_corpus(model)
     opts = {}

@@ -3,7 +3,8 @@
 A typed text is analysed through the Python API (:meth:`vizlm.api.Model.analyze`, giving a
 :class:`vizlm.api.Analysis`), and its JSON document is :meth:`vizlm.api.Analysis.to_dict`, what
 ``vizlm analyze --json`` prints and the JSON download holds. Results are cached with ``st.cache_data`` keyed by :func:`vizlm.app.checkpoints.model_key`
-(which changes when a checkpoint's files change); corpora with ``st.cache_resource``.
+(which changes when a checkpoint's files change) and, for corpus results, :func:`corpus_version` (which changes
+when a split's files are written again); corpora with ``st.cache_resource``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from vizlm.analysis import (
 from vizlm.api import Analysis, Model
 from vizlm.attribution import Attribution
 from vizlm.app.checkpoints import UserError, get_checkpoint, model_key
-from vizlm.data import Corpus, load_corpus, passage_start
+from vizlm.data import Corpus, DataError, corpus_folder, load_corpus, passage_start
 from vizlm.errors import VizlmError
 from vizlm.export import chart_spec
 from vizlm.plots import attention_heatmap, attribution_heatmap
@@ -138,13 +139,31 @@ def heatmap_spec(name: str, text: str, threshold: float | None, top_k: int | Non
     return _heatmap_spec(name, model_key(name), text, threshold, top_k, measure, rows, selected)
 
 
-@st.cache_resource(show_spinner="Reading corpus…")
-def load_corpus_cached(corpus: str, split: str) -> Corpus:
+def corpus_version(corpus: str, split: str) -> tuple[int, int] | None:
+    """Changes when a split's processed files are written again (a corpus you prepared again under its name
+    with ``--force``, or ``vizlm prepare`` run again): the size and modification time of its ``SPLIT.txt``;
+    None when there is none. The corpus results kept in memory (here and :mod:`vizlm.app.jobs`) key on it,
+    as the disk cache keys on the split's checksum."""
+    try:
+        stat = (corpus_folder(corpus) / f"{split}.txt").stat()
+    except (DataError, OSError):
+        return None
+    return stat.st_size, stat.st_mtime_ns
+
+
+@st.cache_resource(show_spinner="Reading corpus…", max_entries=16)
+def _load_corpus(corpus: str, split: str, version: tuple[int, int] | None) -> Corpus:
     return load_corpus(corpus, split)
 
 
+def load_corpus_cached(corpus: str, split: str) -> Corpus:
+    """The processed split, read once per version of its files (:func:`corpus_version`)."""
+    return _load_corpus(corpus, split, corpus_version(corpus, split))
+
+
 @st.cache_data(show_spinner=False, max_entries=1024)
-def _analyze_corpus_sentence(name: str, key: str, corpus: str, split: str, index: int) -> SentenceAnalysis:
+def _analyze_corpus_sentence(name: str, key: str, corpus: str, split: str, version: tuple[int, int] | None,
+                             index: int) -> SentenceAnalysis:
     c = load_corpus_cached(corpus, split)
     surfaces = [w.replace("_", " ") for w in c.originals[index]]
     # the gallery draws the weights: no effects (the report has each example's)
@@ -153,7 +172,7 @@ def _analyze_corpus_sentence(name: str, key: str, corpus: str, split: str, index
 
 def analyze_corpus_sentence(name: str, corpus: str, split: str, index: int) -> SentenceAnalysis:
     """:func:`vizlm.analysis.analyze_tokens` on sentence ``index`` of a split (gold tags), cached."""
-    return _analyze_corpus_sentence(name, model_key(name), corpus, split, index)
+    return _analyze_corpus_sentence(name, model_key(name), corpus, split, corpus_version(corpus, split), index)
 
 
 def sentence_text(corpus: str, split: str, index: int) -> str:
@@ -172,7 +191,8 @@ def passage_text(corpus: str, split: str, index: int) -> tuple[str, int]:
 
 
 @st.cache_data(show_spinner=False, max_entries=8)  # a Brown document's analysis is ~100 MB
-def _analyze_corpus_passage(name: str, key: str, corpus: str, split: str, first: int, last: int) -> SentenceAnalysis:
+def _analyze_corpus_passage(name: str, key: str, corpus: str, split: str, version: tuple[int, int] | None, first: int,
+                            last: int) -> SentenceAnalysis:
     c = load_corpus_cached(corpus, split)
     part = slice(first, last + 1)
     surfaces = [[w.replace("_", " ") for w in o] for o in c.originals[part]]
@@ -183,16 +203,16 @@ def _analyze_corpus_passage(name: str, key: str, corpus: str, split: str, first:
 def analyze_corpus_passage(name: str, corpus: str, split: str, first: int, last: int) -> SentenceAnalysis:
     """:func:`vizlm.analysis.analyze_sentences` on sentences ``first..last`` of a split (a document read
     in the model's context, gold tags, every token), cached."""
-    return _analyze_corpus_passage(name, model_key(name), corpus, split, first, last)
+    return _analyze_corpus_passage(name, model_key(name), corpus, split, corpus_version(corpus, split), first, last)
 
 
-@st.cache_resource(show_spinner=False)
-def _sentence_ids(corpus: str, split: str) -> dict[str, int]:
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _sentence_ids(corpus: str, split: str, version: tuple[int, int] | None) -> dict[str, int]:
     return {sid: i for i, sid in enumerate(load_corpus_cached(corpus, split).ids)}
 
 
 def sentence_index(corpus: str, split: str, sentence_id: str) -> int | None:
-    return _sentence_ids(corpus, split).get(sentence_id)
+    return _sentence_ids(corpus, split, corpus_version(corpus, split)).get(sentence_id)
 
 
 class StreamlitProgress:

@@ -133,7 +133,7 @@ def read_compare_query(names: list[str], default_a: str, default_b: str) -> list
         params = last
     current = [st.session_state.get(k) if st.session_state.get(k) in names else d
                for k, d in (("cmp_a", default_a), ("cmp_b", default_b))]
-    state, notes = parse_compare_query(params, names, *current)
+    state, notes = parse_compare_query(params, names, *current, corpora={**CORPORA, **user_corpora()})
     if params.keys() & {"a", "b"}:
         st.session_state.update(cmp_a=state.a, cmp_b=state.b)
     if "n" in params and sample_label(params["n"]):
@@ -148,7 +148,7 @@ def read_compare_query(names: list[str], default_a: str, default_b: str) -> list
             st.session_state["cmp_corpus"] = label
         else:
             asked = " ".join(filter(None, (state.corpus, state.split)))
-            notes.append(f"{asked} in the link is not a held-out split that {state.a} and {state.b} read"
+            notes.append(f"{asked!r} in the link is not a held-out split that {state.a} and {state.b} read"
                          + (f"; using {next(iter(options))}" if options else ""))
     return notes
 
@@ -175,13 +175,13 @@ def keep_choices(key: str, options: list, default: list) -> None:
 
 
 # --------------------------------------------------------------------------- pickers
-USER_CORPUS_MARK = "yours"  # how a picker names a corpus `vizlm import` wrote: "wikitext2 test · yours"
+USER_CORPUS_MARK = "yours"  # how a picker names your corpus (`vizlm prepare --corpus`, `vizlm import`): "wikitext2 test · yours"
 
 
 def corpus_splits(models: list[str] | None = None) -> dict[str, tuple[str, str]]:
     """Picker label -> (corpus, split): the held-out splits of every processed corpus in the language
     the ``models`` were trained on (a model scores text of another language as one unknown word after
-    another; its perplexity there means nothing), and of every corpus ``vizlm import`` wrote (its language
+    another; its perplexity there means nothing), and of every corpus of yours, prepared or imported (its language
     is not recorded: the page shows how much of it a model's vocabulary covers); none when the models read
     different languages. The corpora the models were trained on come first (the first is the default)."""
     languages = {language(m) for m in models or []} - {None}
@@ -223,7 +223,7 @@ def corpus_picker(key: str = "corpus", models: list[str] | None = None, help: st
     label = st.selectbox("Corpus", labels, key=key,
                          help=help or "Held-out text: the models' own corpus first; Brown test/valid are held-out "
                                       "documents of the bundled models' training corpus, WSJ is out of domain, and "
-                                      f"'{USER_CORPUS_MARK}' marks the corpora `vizlm import` wrote. A model scored on "
+                                      f"'{USER_CORPUS_MARK}' marks the corpora you prepared or imported. A model scored on "
                                       "a corpus it was not trained on gets a warning with its vocabulary's overlap.")
     return (label, *options[label])
 
