@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import TINY, all_variants, assert_same_math
+from conftest import TINY, all_variants, assert_same_math, tiny_model
 from corpora import make_corpus
 
 from vizlm import attribution as at
@@ -342,6 +342,27 @@ def test_text_agreement_uses_the_positions_both_cover():
     assert summary["targets"] == int((rows.positions >= 2).sum())
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("name,kw", all_variants())
+def test_row_head_equals_the_whole_head(name, kw, dtype):
+    """The gradient methods read each copy's own row alone (``_row_head``: the slots before it as a carried
+    memory); its readout features equal the whole head's at that row, for every family and variant, in either
+    context, within the dtype's tolerance (tests/conftest.py)."""
+    for context in ("sentence", "document"):
+        if name != "lstm" and context == "document" and kw.get("start_slot") is False:
+            continue  # AMSRN without its start slot reads documents the same way; one context suffices
+        model = tiny_model(name, **kw, context=context).to(dtype)
+        g = torch.Generator().manual_seed(2)
+        ids = torch.randint(4, 40, (7, 11), generator=g)
+        ids[:, 0] = 1  # <s>
+        rows = torch.tensor([0, 1, 2, 4, 7, 9, 10])  # the first row (the start slot alone) and the last
+        with torch.no_grad():
+            h = model.encode(ids)
+            whole = model.head(h).readout.features[torch.arange(7), rows]  # (N, F)
+            alone = at._row_head(model, h, rows).readout.features[:, 0]  # (N, F)
+        assert_same_math(alone, whole)
+
+
 # --------------------------------------------------------------------------- permutation test
 def test_permutation_moves_only_by_the_shuffle():
     """With two slots a shuffle is the identity or the swap: every shift is 0 or the swap's, computed here."""
@@ -364,6 +385,59 @@ def test_permutation_moves_only_by_the_shuffle():
         for d, t in zip(dlogp[r], tvd[r]):
             assert min(abs(d), abs(d - swap)) < 1e-12 and min(abs(t), abs(t - swap_tvd)) < 1e-12
         assert 0 <= tvd[r].max() <= 1
+
+
+def _permutation_reference(ckpt, sa, permutations, seed):
+    """The permutation test as first written: the whole output layer of every row and permutation at once."""
+    rng = np.random.default_rng(seed)
+    model, T, allowed = ckpt.model, len(sa.targets), sa.allowed()
+    dlogp, tvd = np.full((T, permutations), math.nan), np.full((T, permutations), math.nan)
+    for first, inputs, targets in at._pieces(ckpt, sa):
+        Tb = len(inputs)
+        with torch.no_grad():
+            h = model.encode(inputs[None])
+            out = model.head(h)
+            logp, att = out.logits.log_softmax(-1)[0], out.attention[0]
+            mask = torch.tensor(np.asarray(allowed[first : first + Tb, first : first + Tb], dtype=bool))
+            shuffle = [r for r in range(Tb) if mask[r].sum() >= 2]
+            if not shuffle:
+                continue
+            keys = torch.from_numpy(rng.random((permutations, Tb, Tb))).masked_fill(~mask, math.inf)
+            order = keys.argsort(-1)
+            span = torch.arange(Tb)
+            allowed_first = torch.where(mask, span, span + Tb).argsort(-1)
+            src = att.expand(permutations, Tb, Tb).gather(-1, order)
+            weights = torch.zeros_like(src).scatter(-1, allowed_first.expand(permutations, Tb, Tb), src)
+            moved = model.head(h.expand(permutations, -1, -1), weights=weights).logits.log_softmax(-1)
+            rows = torch.tensor(shuffle)
+            tgt = targets[rows]
+            d = moved[:, rows].gather(-1, tgt[None, :, None].expand(permutations, -1, 1))[..., 0] - logp[
+                rows, tgt][None]
+            t = 0.5 * (moved[:, rows].exp() - logp[rows].exp()[None]).abs().sum(-1)
+        dlogp[first + rows.numpy()] = d.abs().T.double().numpy()
+        tvd[first + rows.numpy()] = t.T.double().numpy()
+    return dlogp, tvd
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("name,kw", [("amsrn", {}), ("attention", {"window": 3}), ("kvp", {"window": 5}),
+                                     ("salton", {"score": "combined"}), ("rm", {"window": 4})])
+def test_permutation_shift_equals_the_whole_output_layer(monkeypatch, name, kw, dtype):
+    """The permutation test computes only the shuffled rows' logits, a few permutations per output-layer call,
+    and compares the distributions in place; it gives the first version's numbers (every row, every
+    permutation, one call) from the same random draws, within the dtype's tolerance, in either context and
+    whatever the chunk size."""
+    monkeypatch.setattr(at, "PERMUTATION_ROWS", 5)  # several calls per piece
+    for context in ("sentence", "document"):
+        ckpt = tiny(name, context=context, **kw)
+        ckpt.model.to(dtype)
+        sa = analyze_sentences(ckpt, PASSAGE, top_k=0)
+        dlogp, tvd = at.permutation_shift(ckpt, sa, permutations=6, seed=5)
+        ref_d, ref_t = _permutation_reference(ckpt, sa, 6, 5)
+        assert (np.isnan(dlogp) == np.isnan(ref_d)).all() and np.isfinite(dlogp).any()
+        ok = np.isfinite(ref_d)
+        assert_same_math(torch.from_numpy(dlogp[ok]).to(dtype), torch.from_numpy(ref_d[ok]).to(dtype))
+        assert_same_math(torch.from_numpy(tvd[ok]).to(dtype), torch.from_numpy(ref_t[ok]).to(dtype))
 
 
 # --------------------------------------------------------------------------- corpus statistics

@@ -63,6 +63,8 @@ from vizlm.cache import cached, checkpoint_digest
 from vizlm.checkpoint import Checkpoint
 from vizlm.data import Vocab, load_corpus
 from vizlm.errors import VizlmError
+from vizlm.models import REGISTRY
+from vizlm.models.base import memory_of
 from vizlm.text import MAX_TOKENS
 
 METHODS = {  # the interface's names -> what each measures
@@ -99,6 +101,9 @@ ATTRIBUTION_VERSION = 1  # in the cache key: bump when the statistics change
 MAX_OFFSET = 30  # the most words back the position statistics keep (beyond: summed)
 PASSAGE_TOKENS = 100  # a document model reads a document in passages of whole sentences up to this many tokens
 PERMUTATIONS = 10  # shuffles of each row's attention in the permutation test
+PERMUTATION_ROWS = 64  # shuffled rows per output-layer call: 64 x 10k logits (2.5 MB) stay in the CPU cache
+# The families whose head reads a carried memory exactly as its own slots (_row_head): vizlm's own.
+_ROW_HEAD_FAMILIES = frozenset(cls for _, cls, _ in REGISTRY.values())
 N_BOOT = 1000
 
 
@@ -393,16 +398,46 @@ def _target_logprob(clone: nn.Module, feeds: list[_Fed], n: int) -> Callable:
         for feed, e in zip(feeds, embs):
             feed.value = e
         try:
-            out = clone.head(clone.encode(ids))  # the readout (N, T, F), logits not multiplied out
+            h = clone.encode(ids)  # (N, T, D)
         finally:
             for feed in feeds:
                 feed.value = None
-        ro = out.readout
-        feats = ro.features[torch.arange(len(rows)), rows]  # (N, F): each copy's own row
-        logp = F.linear(feats, ro.weight, ro.bias).log_softmax(-1)  # (N, V)
+        ro = _row_head(clone, h, rows).readout  # features (N, 1, F), logits not multiplied out
+        logp = F.linear(ro.features[:, 0], ro.weight, ro.bias).log_softmax(-1)  # (N, V)
         return logp.gather(1, targets[:, None])[:, 0]  # (N,)
 
     return forward
+
+
+def _row_head(model: nn.Module, h: torch.Tensor, rows: torch.Tensor):
+    """The head of row ``rows[i]`` of copy ``i`` alone: an :class:`~vizlm.models.base.LMOutput` of one step
+    per copy (readout features (N, 1, F)), from the outputs ``h`` (N, T, D) of copies read from a zero state.
+
+    A row depends only on its own output and the memory slots before it (:mod:`vizlm.models.base`), and a
+    model's head reads those as a document's carried memory (``head(h, memory, valid)``, the interface a
+    :class:`~vizlm.models.base.State` uses): the slots up to the row's, right-aligned, the older ones masked by
+    ``valid``. So the attention of a copy's other rows, (T, S) per copy and most of the head's cost for AMSRN and
+    Salton (a 100-token passage: 100 copies x 100 rows x 100 slots), is never computed. Built-in families only
+    (each holds this in tests/test_attribution.py); another family's whole head is computed and its row taken."""
+    N, T = h.shape[:2]
+    copy_idx = torch.arange(N, device=h.device)
+    if type(model) not in _ROW_HEAD_FAMILIES:
+        out = model.head(h)
+        out.readout.features = out.readout.features[copy_idx, rows][:, None]  # (N, 1, F)
+        return out
+    now = h[copy_idx, rows][:, None]  # (N, 1, D)
+    try:
+        M = model.memory_size()  # the slots a state carries: the window, N - 2 outputs, none for the LSTM
+    except ValueError:  # a sentence model attending to the whole sentence: every slot
+        M = T
+    if not M:
+        return model.head(now)
+    slots = memory_of(model.to_slots(h))  # (N, T, slot): slot j holds step j - 1's outputs, slot 0 zero
+    src = rows[:, None] + torch.arange(1 - M, 1, device=h.device)  # (N, M): the slot at each memory position
+    mem = slots.gather(1, src.clamp_min(0)[..., None].expand(-1, -1, slots.shape[-1]))  # (N, M, slot)
+    mem = mem * (src >= 0)[..., None].to(mem.dtype)  # zero before slot 0, as a document starts
+    valid = (rows + model.start_slots()).clamp_max(M)  # (N,) real slots: the start slot (if any) and the row's
+    return model.head(now, mem, valid)
 
 
 def _gradients(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, method: str, n_steps: int,
@@ -554,7 +589,6 @@ def permutation_shift(ckpt: Checkpoint, sa: SentenceAnalysis, permutations: int 
         Tb = len(inputs)
         h = model.encode(inputs[None])  # (1, Tb, D)
         out = model.head(h)
-        logp = out.logits.log_softmax(-1)[0]  # (Tb, V)
         att = out.attention[0]  # (Tb, Tb) the piece's own slots
         mask = allowed[first : first + Tb, first : first + Tb]  # (Tb, Tb)
         shuffle = [r for r in range(Tb) if mask[r].sum() >= 2]
@@ -569,12 +603,20 @@ def permutation_shift(ckpt: Checkpoint, sa: SentenceAnalysis, permutations: int 
         # slot allowed_first[r, i] gets the weight of slot order[q, r, i]: a permutation over the allowed slots;
         # beyond them both index slots with weight 0
         weights = torch.zeros_like(src).scatter(-1, allowed_first.expand(permutations, Tb, Tb), src)
-        moved = model.head(h.expand(permutations, -1, -1), weights=weights).logits.log_softmax(-1)  # (K, Tb, V)
-        rows = torch.tensor(shuffle)
+        rows = torch.tensor(shuffle)  # (R,)
         tgt = targets[rows]
-        d = (moved[:, rows].gather(-1, tgt[None, :, None].expand(permutations, -1, 1))[..., 0]
-             - logp[rows].gather(-1, tgt[:, None])[:, 0][None])  # (K, R)
-        t = 0.5 * (moved[:, rows].exp() - logp[rows].exp()[None]).abs().sum(-1)  # (K, R)
+        own = out.readout
+        logp = F.linear(own.features[0, rows], own.weight, own.bias).log_softmax(-1)  # (R, V) as computed
+        base, p = logp.gather(-1, tgt[:, None])[:, 0], logp.exp()  # (R,), (R, V)
+        # only the shuffled rows go through the output layer, a few permutations per call (K x R x 10k logits
+        # would not stay in the cache), and the distributions are compared in place
+        feats = model.head(h.expand(permutations, -1, -1), weights=weights).readout.features[:, rows]  # (K, R, F)
+        d, t = base.new_empty(permutations, len(rows)), base.new_empty(permutations, len(rows))  # (K, R)
+        per_call = max(1, PERMUTATION_ROWS // len(rows))
+        for k in range(0, permutations, per_call):
+            moved = F.linear(feats[k : k + per_call], own.weight, own.bias).log_softmax(-1)  # (k, R, V)
+            d[k : k + per_call] = moved.gather(-1, tgt[None, :, None].expand(len(moved), -1, 1))[..., 0] - base
+            t[k : k + per_call] = 0.5 * moved.exp_().sub_(p).abs_().sum(-1)
         dlogp[first + rows.numpy()] = d.abs().T.double().numpy()
         tvd[first + rows.numpy()] = t.T.double().numpy()
     return dlogp, tvd
@@ -679,7 +721,9 @@ def _collect(ckpt, sentences, ids, units, method, n_steps, permutations, max_off
     att_at = []  # (rows, W + 1) attention weight at offsets 0..W (NaN: no slot)
     window = model_window(ckpt)
     for k, unit in enumerate(units):
-        res = attribute(ckpt, [sentences[i] for i in unit], method, n_steps, max_tokens=None)
+        # read without the read effects, which the statistics do not use (one output layer fewer)
+        sa = analyze_sentences(ckpt, [sentences[i] for i in unit], top_k=0, effects=False, max_tokens=None)
+        res = attribute(ckpt, sa, method, n_steps)
         T = len(res.targets)
         off = res.offsets()
         mag = np.abs(res.scores)
