@@ -182,3 +182,20 @@ def test_a_model_run_off_its_corpus_is_warned_with_its_oov_rate(corpus, monkeypa
     ov = vocab_overlap(lm.checkpoint.vocab, "toy", "test")
     assert f"{ov.oov_rate:.1%} of its tokens ({ov.oov_tokens:,} of {ov.tokens:,}" in note and "trained on brown" in note
     assert lm.off_corpus("brown", "test") is None
+
+
+def test_a_wikitext_file_read_as_text_gets_a_note_pointing_to_prepare(tmp_path, capsys):
+    """``eval --text-file`` on a WikiText file scores its headings as sentences: a note says so and how to prepare
+    it; a plain text file gets none."""
+    from vizlm.cli import main
+
+    wiki = tmp_path / "wiki.test.tokens"
+    wiki.write_text(" \n = Valkyria Chronicles = \n \n The game began development in 2010 . \n \n"
+                    " = = Gameplay = = \n \n As with previous games , the player moves . \n", encoding="utf-8")
+    assert main(["eval", "--checkpoint", "lstm", "--text-file", str(wiki)]) == 0
+    err = capsys.readouterr().err
+    assert "wiki.test.tokens looks like WikiText" in err and "vizlm prepare --corpus NAME --from FOLDER" in err
+    plain = tmp_path / "plain.txt"
+    plain.write_text("The game began development in 2010 .\n", encoding="utf-8")
+    assert main(["eval", "--checkpoint", "lstm", "--text-file", str(plain)]) == 0
+    assert "WikiText" not in capsys.readouterr().err

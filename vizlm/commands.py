@@ -37,6 +37,7 @@ from vizlm.api import (
 from vizlm.cases import LABELS, RANKINGS
 from vizlm.data import CORPORA, MAX_TEXT_FILE_BYTES, read_text_file
 from vizlm.distributed import DEVICES, session
+from vizlm.ingest import wikitext_note
 from vizlm.text import clean_text
 
 TOP_K_MAX = MAX_TOP_K  # --top-k: more highlights than this per word are no longer a highlight
@@ -97,6 +98,8 @@ def read_text(path: Path, documents: list[int] | None = None) -> list[list[str]]
         with tqdm(total=size, unit="B", unit_scale=True, desc=f"reading {path.name}", file=sys.stderr) as bar:
             out = read_text_file(path, progress=lambda f: bar.update(max(0, round(f * size) - bar.n)),
                                  documents=documents, notes=notes)
+    if (hint := wikitext_note(path)) is not None:
+        notes.append(hint)
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     return out

@@ -241,6 +241,21 @@ def detect_layout(source: Source, lines: int = DETECT_LINES, chars: bool = False
                                     f"(paragraphs from {PARAGRAPH_SHARE:.0%}); {docs}")
 
 
+def wikitext_note(path: Path | str) -> str | None:
+    """A note for a text read as loose text (``--text-file``) when it is laid out as WikiText (its first lines
+    have `` = Title = `` headings): read so, its headings are scored as sentences and its paragraphs are its
+    documents; prepared as a corpus, its articles are. None otherwise (or when it cannot be read as UTF-8)."""
+    try:
+        layout = detect_layout(Source("text", Path(path)))
+    except (DataError, OSError):
+        return None
+    if layout.name != "wikitext":
+        return None
+    return (f"{Path(path).name} looks like WikiText ({layout.reason}); read as text, its heading lines are scored as "
+            "sentences and each paragraph is a document. To read its articles as documents without the headings, "
+            "prepare its folder as a corpus: vizlm prepare --corpus NAME --from FOLDER, then --corpus NAME")
+
+
 # --------------------------------------------------------------------------- reading a split
 @dataclass
 class SplitCounts:
@@ -362,10 +377,10 @@ def _check_disk(root: Path, sources: dict[str, Source]) -> None:
                            "free some space or set another corpora folder (--corpora, $VIZLM_CORPORA)")
 
 
-def _bar(total: int, desc: str, enabled: bool):
+def _bar(total: int, desc: str, enabled: bool, unit: str = " lines"):
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit=" lines", unit_scale=True, disable=None if enabled else True,
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, disable=None if enabled else True,
                 file=sys.stderr, leave=False, mininterval=0.5)
 
 
@@ -388,7 +403,7 @@ def _write_split(source: Source, out: Path, layout: str, options: dict, counts: 
     bar = _bar(_count_lines(source) or 0, f"{split}: reading", progress)
     d, i = -1, 0
     stack = contextlib.ExitStack()
-    handles = {ext: stack.enter_context(open(out / f"{split}.{ext}", "w", encoding="utf-8", newline="\n"))
+    handles = {ext: stack.enter_context(open(out / f"{split}.{ext}", "w", encoding="utf-8", newline="\n"))  # noqa: SIM115
                for ext in ("orig", "txt", "tags", "ids")}
     bufs: dict[str, list[str]] = {ext: [] for ext in handles}
 
@@ -428,7 +443,7 @@ def _write_split(source: Source, out: Path, layout: str, options: dict, counts: 
         counts.stream = True
 
 
-def _write_ids(out: Path, split: str, vocab: Vocab, counts: SplitCounts, stats: dict) -> str:
+def _write_ids(out: Path, split: str, vocab: Vocab, counts: SplitCounts, stats: dict, progress: bool = False) -> str:
     """Pass two: ``SPLIT.txt`` -> the token-id files, a block of lines at a time; counts the tokens read
     as ``<unk>`` and those that were ``<unk>`` in the text already."""
     digest = hashlib.sha256()
@@ -437,8 +452,10 @@ def _write_ids(out: Path, split: str, vocab: Vocab, counts: SplitCounts, stats: 
     unk, get = vocab.unk_id, vocab.stoi.get
     read_unk = source_unk = 0
     last = None
+    bar = _bar(counts.sentences, f"{split}: token ids", progress, " sentences")
     with open(out / f"{split}.txt", "rb") as f_txt, open(out / f"{split}.ids", encoding="utf-8") as f_ids:
         while lines := f_txt.readlines(_READ_BLOCK):
+            bar.update(len(lines))
             for line in lines:
                 digest.update(line)
             sids = [f_ids.readline() for _ in lines]
@@ -454,6 +471,7 @@ def _write_ids(out: Path, split: str, vocab: Vocab, counts: SplitCounts, stats: 
             if n_unk:
                 source_unk += words.count(UNK)
             writer.add_block(ids, lengths, np.asarray(starts, dtype=bool))
+    bar.close()
     writer.close(digest.hexdigest())
     stats["unk_tokens"] = read_unk
     stats["oov_tokens"] = read_unk - source_unk
@@ -539,7 +557,7 @@ def _prepare_into(out: Path, name: str, sources: dict[str, Source], layout: Layo
     for split in SPLITS:
         c = counts[split]
         stats: dict = {}
-        checksums[split] = _write_ids(out, split, vocab, c, stats)
+        checksums[split] = _write_ids(out, split, vocab, c, stats, progress)
         words = c.tokens
         splits[split] = {"documents": c.documents, "sentences": c.sentences, "tokens": words,
                          "paragraphs": c.paragraphs, "headings_dropped": c.headings, "long_sentences_cut": c.long_cut,
@@ -568,4 +586,4 @@ def _prepare_into(out: Path, name: str, sources: dict[str, Source], layout: Layo
 
 
 __all__ = ["LAYOUTS", "LAYOUT_HELP", "STREAM_DOCUMENT_SENTENCES", "PrepareError", "choose_vocab", "detect_layout",
-           "find_sources", "prepare_corpus", "split_paragraph"]
+           "find_sources", "prepare_corpus", "split_paragraph", "wikitext_note"]
