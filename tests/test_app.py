@@ -1248,6 +1248,9 @@ def test_compare_runs_on_a_prepared_corpus(mine):
     assert query(at)["corpus"] == PREPARED and query(at)["split"] == "test"
     table = [d.value for d in at.dataframe if "sentence_id" in d.value.columns][-1]
     assert len(table) == 12 and set(table["sentence_id"]) == {f"d{d}:{i}" for d in range(3) for i in range(4)}
+    # the corpus card in a line under the picker (escaped Markdown: its dots are backslashed)
+    card = [c.value.replace("\\", "") for c in at.sidebar.caption if "documents" in c.value]
+    assert card and "3 documents · 12 sentences" in card[0] and "vocabulary" in card[0], card
 
 
 def test_a_bundled_model_on_a_prepared_corpus_shows_its_overlap(mine):

@@ -8,13 +8,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from vizlm import commands, models, paths
+from vizlm import commands, models, paths, tables
 from vizlm.commands import fraction, positive_number, read_text, scoring_progress, whole
 from vizlm.data import CORPORA, SPECIALS, TRAINABLE, VOCAB_SIZE
 from vizlm.distributed import DEVICES
 from vizlm.ingest import LAYOUT_HELP, LAYOUTS
 from vizlm.models import REGISTRY
-from vizlm.text import MAX_TOKENS
 
 MODEL_OPTIONS = {  # flag -> (config field, type, help)
     "--emb-dim": ("emb_dim", whole(1), "embedding size (default 50)"),
@@ -432,40 +431,8 @@ def cmd_prepare_corpus(args) -> int:
     if args.json:
         print(json.dumps(card, ensure_ascii=False))
         return 0
-    print(card_text(card))
+    print(tables.card_text(card))
     return 0
-
-
-def card_text(card: dict) -> str:
-    """A corpus card written for people (``vizlm prepare`` and ``vizlm corpora NAME``)."""
-    layout = card.get("layout") or {}
-    stats = card.get("split_stats") or {}
-    head = (f"corpus {card.get('name')}: already prepared from these files with these options; nothing changed"
-            if card.get("already_prepared") else f"corpus {card.get('name')}")
-    options = card.get("options") or {}
-    how = [f"{k} {v}" for k, v in (options.get("vocabulary") or {}).items()]
-    how += [what for key, what in (("lowercase", "lowercased"), ("chars", "characters")) if options.get(key)]
-    found = f"detected: {layout.get('reason')}" if layout.get("detected") else "given"
-    lines = [head, f"  from    {(card.get('source') or {}).get('folder')}", f"  layout  {layout.get('name')} ({found})",
-             f"  vocabulary {card.get('vocab_size') or 0:,} words ({', '.join(how)})"]
-    lines.append(f"  {'split':6} {'documents':>10} {'sentences':>11} {'tokens':>13} {'OOV':>7}  documents from")
-    for split in card.get("splits", ()):
-        st = stats.get(split) or {}
-        lines.append(f"  {split:6} {st.get('documents', 0):>10,} {st.get('sentences', 0):>11,} {st.get('tokens', 0):>13,} "
-                     f"{st.get('oov_rate', 0):>7.2%}  {st.get('documents_from', '')}")
-    extra = []
-    for split, st in stats.items():
-        for key, what in (("paragraphs", "paragraphs split into sentences"), ("headings_dropped", "headings dropped"),
-                          ("long_sentences_cut", f"sentences over {MAX_TOKENS} tokens cut"),
-                          ("reserved_words_as_unk", "<s> </s> <pad> read as <unk>")):
-            if st.get(key):
-                extra.append(f"{split}: {st[key]:,} {what}")
-    if extra:
-        lines.append("  " + "; ".join(extra))
-    if "seconds" in card and not card.get("already_prepared"):
-        tokens = sum((st.get("tokens") or 0) for st in stats.values())
-        lines.append(f"  prepared in {card['seconds']:.1f} s ({tokens / max(card['seconds'], 1e-9):,.0f} tokens/s)")
-    return "\n".join(lines)
 
 
 def cmd_corpora(args) -> int:
@@ -479,7 +446,7 @@ def cmd_corpora(args) -> int:
             card = {"name": args.name, "kind": "vizlm", "splits": frame[frame.corpus == args.name].to_dict("records")}
             print(json.dumps(card, ensure_ascii=False) if args.json else frame[frame.corpus == args.name].to_string(index=False))
             return 0
-        print(json.dumps(card, ensure_ascii=False) if args.json else card_text(card))
+        print(json.dumps(card, ensure_ascii=False) if args.json else tables.card_text(card))
         return 0
     import pandas as pd
 

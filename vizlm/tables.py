@@ -12,6 +12,7 @@ import pandas as pd
 
 from vizlm.checkpoint import meta_context, meta_corpus
 from vizlm.models import REGISTRY
+from vizlm.text import MAX_TOKENS
 
 BASELINE_FAMILY = "lstm"  # what every model's change in perplexity is measured against
 
@@ -131,3 +132,48 @@ def paper_frame() -> pd.DataFrame:
     lstm = df[df["family"] == BASELINE_FAMILY].set_index("paper")["test_perplexity"]
     df["vs LSTM"] = df["test_perplexity"] / df["paper"].map(lstm) - 1
     return df
+
+
+def card_text(card: dict) -> str:
+    """A corpus card written for people (``vizlm prepare`` and ``vizlm corpora NAME``)."""
+    layout = card.get("layout") or {}
+    stats = card.get("split_stats") or {}
+    head = (f"corpus {card.get('name')}: already prepared from these files with these options; nothing changed"
+            if card.get("already_prepared") else f"corpus {card.get('name')}")
+    options = card.get("options") or {}
+    how = [f"{k} {v}" for k, v in (options.get("vocabulary") or {}).items()]
+    how += [what for key, what in (("lowercase", "lowercased"), ("chars", "characters")) if options.get(key)]
+    found = f"detected: {layout.get('reason')}" if layout.get("detected") else "given"
+    lines = [head, f"  from    {(card.get('source') or {}).get('folder')}", f"  layout  {layout.get('name')} ({found})",
+             f"  vocabulary {card.get('vocab_size') or 0:,} words ({', '.join(how)})"]
+    lines.append(f"  {'split':6} {'documents':>10} {'sentences':>11} {'tokens':>13} {'OOV':>7}  documents from")
+    for split in card.get("splits", ()):
+        st = stats.get(split) or {}
+        lines.append(f"  {split:6} {st.get('documents', 0):>10,} {st.get('sentences', 0):>11,} {st.get('tokens', 0):>13,} "
+                     f"{st.get('oov_rate', 0):>7.2%}  {st.get('documents_from', '')}")
+    extra = []
+    for split, st in stats.items():
+        for key, what in (("paragraphs", "paragraphs split into sentences"), ("headings_dropped", "headings dropped"),
+                          ("long_sentences_cut", f"sentences over {MAX_TOKENS} tokens cut"),
+                          ("reserved_words_as_unk", "<s> </s> <pad> read as <unk>")):
+            if st.get(key):
+                extra.append(f"{split}: {st[key]:,} {what}")
+    if extra:
+        lines.append("  " + "; ".join(extra))
+    if "seconds" in card and not card.get("already_prepared"):
+        tokens = sum((st.get("tokens") or 0) for st in stats.values())
+        lines.append(f"  prepared in {card['seconds']:.1f} s ({tokens / max(card['seconds'], 1e-9):,.0f} tokens/s)")
+    return "\n".join(lines)
+
+
+def card_line(card: dict, split: str) -> str:
+    """One line of a corpus card for people, for one split (the app's corpus pickers): layout, documents,
+    sentences, tokens, vocabulary and OOV rate."""
+    st = (card.get("split_stats") or {}).get(split) or {}
+    layout = (card.get("layout") or {}).get("name") or (card.get("source") or {}).get("kind") or "corpus"
+    parts = [layout] + [f"{st[k]:,} {k}" for k in ("documents", "sentences", "tokens") if isinstance(st.get(k), int)]
+    if isinstance(card.get("vocab_size"), int):
+        parts.append(f"vocabulary {card['vocab_size']:,}")
+    if isinstance(st.get("oov_rate"), (int, float)):
+        parts.append(f"{st['oov_rate']:.2%} of tokens outside it")
+    return " · ".join(parts)

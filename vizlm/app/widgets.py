@@ -21,10 +21,11 @@ from vizlm.app.checkpoints import (
 )
 from vizlm.cases import LABELS
 from vizlm.checkpoint import MAX_META_BYTES
-from vizlm.data import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, HELD_OUT, DataError, user_corpora
+from vizlm.data import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, HELD_OUT, DataError, corpus_card, user_corpora
 from vizlm.export import FORMATS, MIME, chart_bytes, export_analysis, export_frame, safe_filename
 from vizlm.links import CompareState, ExplorerState, parse_compare_query
 from vizlm.plots import CATEGORICAL
+from vizlm.tables import card_line
 
 # Streamlit badge colours per case label (distinct hues; the label is always written out too).
 LABEL_BADGES = dict(zip(LABELS, ("blue", "orange", "green", "violet")))
@@ -225,7 +226,17 @@ def corpus_picker(key: str = "corpus", models: list[str] | None = None, help: st
                                       "documents of the bundled models' training corpus, WSJ is out of domain, and "
                                       f"'{USER_CORPUS_MARK}' marks the corpora you prepared or imported. A model scored on "
                                       "a corpus it was not trained on gets a warning with its vocabulary's overlap.")
-    return (label, *options[label])
+    corpus, split = options[label]
+    if corpus not in CORPORA and (card := _card(corpus)):
+        st.caption(md_escape(card_line(card, split)))  # your corpus's card, in a line (`vizlm corpora NAME`: all of it)
+    return (label, corpus, split)
+
+
+def _card(corpus: str) -> dict | None:
+    try:
+        return corpus_card(corpus)
+    except DataError:
+        return None
 
 
 def off_corpus_warning(models: list[str], corpus: str, split: str) -> bool:
