@@ -128,6 +128,8 @@ def find_improved(model: str, compare: str) -> bool:
         if idx is not None:
             rows.append((sid, results.sentence_text("brown", "test", idx)))
     st.session_state.setdefault("_improved", {})[(compare, model)] = rows
+    if not rows:
+        st.session_state["_improved_none"] = (compare, model)  # said after the rerun that lists the examples
     return True
 
 
@@ -383,6 +385,9 @@ def text_input(model: str, compare: str) -> str:
                  f"sentences whose perplexity {model} lowers most relative to {compare}.")
         if clicked and find_improved(model, compare):
             st.rerun()
+        if compare and st.session_state.get("_improved_none") == (compare, model):
+            st.info(f"{model} lowers the perplexity of none of Brown test's sentences of 8 words or more relative to "
+                    f"{compare}: no example to add.", icon=":material/trending_flat:")
     with left:
         text = st.text_area("Sentence or passage", key="text", height=96,
                             placeholder="Type or paste English text: a sentence, or several…")
