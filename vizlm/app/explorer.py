@@ -16,9 +16,9 @@ from vizlm.api import compare as compare_models
 from vizlm.app import checkpoints as ck
 from vizlm.app import jobs, results
 from vizlm.app import widgets as ui
+from vizlm.attribution import TEXT_METHODS
 from vizlm.checkpoint import meta_corpus
 from vizlm.data import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, example_passages, example_sentences, user_corpora
-from vizlm.attribution import TEXT_METHODS
 from vizlm.links import DEFAULT_TEXT, EXPLORER_MEASURES, MAX_TOP_K, MEASURE_LABELS, parse_query
 from vizlm.plots import (
     attention_key_html,
