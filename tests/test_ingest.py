@@ -310,11 +310,20 @@ def _latin1(folder: Path) -> None:
     (folder / "test.txt").write_bytes("The cat .\nA dog .\nThe caf\u00e9 .\n".encode("latin-1"))
 
 
+def _corrupt_gzip(folder: Path) -> None:
+    import gzip
+
+    data = gzip.compress((folder / "valid.txt").read_bytes() * 50)
+    (folder / "valid.txt").unlink()
+    (folder / "valid.txt.gz").write_bytes(data[:20] + bytes(b ^ 0xFF for b in data[20:60]) + data[60:])
+
+
 BAD = [  # (id, how the folder is spoiled, the message)
     ("missing-split", _no_test, "has no test split: expected one of test.txt, wiki.test.tokens, ptb.test.txt"),
     ("empty-file", _empty, "valid.txt holds no words"),
     ("binary", _binary, "valid.txt: line 2 holds a NUL byte: this is not a text file"),
     ("invalid-utf8", _latin1, "test.txt: line 3 is not valid UTF-8"),
+    ("corrupt-gzip", _corrupt_gzip, "valid.txt.gz: cannot be read"),
 ]
 
 

@@ -67,6 +67,7 @@ import re
 import shutil
 import sys
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -170,7 +171,7 @@ class Source:
                     if n == 1 and text.startswith("\ufeff"):
                         text = text[1:]
                     yield n, text
-        except (gzip.BadGzipFile, EOFError, OSError) as exc:
+        except (gzip.BadGzipFile, EOFError, OSError, zlib.error) as exc:
             if isinstance(exc, (FileNotFoundError, PermissionError)):
                 raise
             raise PrepareError(f"{self.path}: cannot be read ({exc})") from None
