@@ -151,12 +151,7 @@ def user_corpora(data_dir: Path | None = None) -> dict[str, tuple[str, ...]]:
 def corpus_card(name: str, data_dir: Path | None = None) -> dict | None:
     """A user corpus's card (source, layout, sizes per split, vocabulary, OOV rates, checksums,
     options; :mod:`vizlm.ingest`), None for vizlm's own corpora."""
-    if name in CORPORA:
-        return None
-    folders = user_corpus_folders(data_dir)
-    if name not in folders:
-        raise DataError(f"unknown corpus {name!r}; valid: {', '.join([*CORPORA, *folders])}")
-    return read_card(folders[name])
+    return None if name in CORPORA else read_card(corpus_folder(name, data_dir))
 
 
 def corpus_splits(name: str, data_dir: Path | None = None) -> tuple[str, ...]:
