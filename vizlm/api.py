@@ -184,8 +184,7 @@ def corpora() -> pd.DataFrame:
     vocabulary size, the split's OOV rate under the corpus's own vocabulary, layout and folder. A user
     corpus's whole card: :func:`corpus_card`."""
     from vizlm import paths
-    from vizlm.data import corpus_card as card_of
-    from vizlm.data import user_corpus_folders
+    from vizlm.data import user_corpus_cards
 
     rows = []
     for corpus, splits in CORPORA.items():
@@ -198,8 +197,7 @@ def corpora() -> pd.DataFrame:
             rows.append({"corpus": corpus, "split": split, "kind": "vizlm", "title": CORPUS_TITLES.get(corpus),
                          "language": CORPUS_LANGUAGE.get(corpus), "sentences": sentences, "tokens": tokens,
                          "path": str(path.parent)})
-    for corpus, folder in user_corpus_folders().items():
-        card = card_of(corpus) or {}
+    for corpus, (folder, card) in user_corpus_cards().items():
         for split in card.get("splits", ()):
             st = (card.get("split_stats") or {}).get(split) or {}
             rows.append({"corpus": corpus, "split": split, "kind": "yours", "title": corpus, "language": None,

@@ -126,26 +126,29 @@ def _user_roots(data_dir: Path | None = None) -> list[Path]:
     return [paths.corpora_dir(), Path(data_dir or paths.data_dir())]
 
 
-def user_corpus_folders(data_dir: Path | None = None) -> dict[str, Path]:
-    """The user corpora, name -> folder: those ``vizlm prepare --corpus`` and ``vizlm import`` wrote."""
-    found: dict[str, Path] = {}
+def user_corpus_cards(data_dir: Path | None = None) -> dict[str, tuple[Path, dict]]:
+    """The user corpora, name -> (folder, card), each card read once: those ``vizlm prepare --corpus`` and
+    ``vizlm import`` wrote, the first root of :func:`_user_roots` winning a name."""
+    found: dict[str, tuple[Path, dict]] = {}
     for root in _user_roots(data_dir):
         for marker in sorted(root.glob(f"*/{USER_CORPUS_FILE}")) if root.is_dir() else []:
             name = marker.parent.name
             if name in found or name in CORPORA or name == paths.SHIPPED_STATS or not _CORPUS_NAME.fullmatch(name):
                 continue
-            if read_card(marker.parent) is not None:
-                found[name] = marker.parent
+            if (card := read_card(marker.parent)) is not None:
+                found[name] = (marker.parent, card)
     return found
+
+
+def user_corpus_folders(data_dir: Path | None = None) -> dict[str, Path]:
+    """The user corpora, name -> folder: those ``vizlm prepare --corpus`` and ``vizlm import`` wrote."""
+    return {name: folder for name, (folder, _) in user_corpus_cards(data_dir).items()}
 
 
 def user_corpora(data_dir: Path | None = None) -> dict[str, tuple[str, ...]]:
     """The user corpora (:func:`user_corpus_folders`): name -> splits."""
-    out = {}
-    for name, folder in user_corpus_folders(data_dir).items():
-        card = read_card(folder) or {}
-        out[name] = tuple(s for s in card.get("splits", ()) if s in SPLITS)
-    return out
+    return {name: tuple(s for s in card.get("splits", ()) if s in SPLITS)
+            for name, (_, card) in user_corpus_cards(data_dir).items()}
 
 
 def corpus_card(name: str, data_dir: Path | None = None) -> dict | None:

@@ -457,13 +457,13 @@ def _write_ids(out: Path, split: str, vocab: Vocab, counts: SplitCounts, stats: 
     with open(out / f"{split}.txt", "rb") as f_txt, open(out / f"{split}.ids", encoding="utf-8") as f_ids:
         while lines := f_txt.readlines(_READ_BLOCK):
             bar.update(len(lines))
-            for line in lines:
-                digest.update(line)
+            block = b"".join(lines)
+            digest.update(block)
             sids = [f_ids.readline() for _ in lines]
             docs = [sid.partition(":")[0] for sid in sids]
             starts = [doc != prev for doc, prev in zip(docs, [last, *docs[:-1]])]
             last = docs[-1]
-            text = b"".join(lines).decode("utf-8")
+            text = block.decode("utf-8")
             words = text.split()
             lengths = np.fromiter(map(bytes.count, lines, itertools.repeat(b" ")), dtype=np.int64, count=len(lines)) + 1
             ids = np.fromiter(map(get, words, itertools.repeat(unk)), dtype=np.int64, count=len(words))
