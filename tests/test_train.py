@@ -107,6 +107,7 @@ def test_dry_run_every_model_in_document_context(name, tmp_path, capsys):
     assert all(math.isfinite(result[k]) for k in ("valid_perplexity", "test_perplexity", "wsj_perplexity"))
     meta = json.loads((out / "config.json").read_text())
     assert meta["config"]["context"] == "document" and meta["train"]["bptt"] == 7 and meta["train"]["streams"] == 8
+    assert meta["train"]["device"] == "cpu" and meta["train"]["torch"] == torch.__version__  # what it trained on
     assert meta["parameters"] == result["parameters"] > 0
     ckpt = load_checkpoint(out)
     assert ckpt.model.config.context == "document"

@@ -269,6 +269,13 @@ def _truncate_logs(out: Path, state: dict) -> None:
             path.write_text("".join(line + "\n" for line in lines if keep(json.loads(line))))
 
 
+def hardware(device: torch.device) -> dict:
+    """What a run trained on, for its config (``train.device``, ``train.torch``): the same seed gives
+    the same weights on the same kind of device and PyTorch only; a resumed run records its last."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    return {"device": name if device.type == "cpu" else f"cuda ({name})", "torch": torch.__version__}
+
+
 def train(
     name: str,
     model_kwargs: dict,
@@ -331,7 +338,8 @@ def train(
     meta = {
         "corpus": {"name": corpus, "checksums": {s: sp.checksum for s, sp in splits.items()}, **reading},
         "parameters": count_parameters(core),
-        "train": {k: v for k, v in tc.__dict__.items() if k != "extra"} | {"world_size": ctx.world_size} | tc.extra,
+        "train": {k: v for k, v in tc.__dict__.items() if k != "extra"} | {"world_size": ctx.world_size}
+        | hardware(ctx.device) | tc.extra,
     }
     if matched:
         meta["match_params"] = matched
