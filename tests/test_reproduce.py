@@ -118,6 +118,7 @@ def test_reproduce_trains_what_is_missing_in_order_and_never_retrains(manifest, 
     meta = json.loads((runs["amsrn-tiny"].folder / "config.json").read_text())
     assert meta["init_from"]["checkpoint"] == str(runs["base"].folder)
     assert meta["train"]["command"] == "vizlm reproduce --only amsrn-tiny"
+    assert meta["train"]["device"] == "cpu", "reproduce trains on the CPU unless --device says otherwise"
     stamp = (runs["base"].folder / "model.safetensors").stat().st_mtime_ns
     assert cli.main(["reproduce", "--manifest", str(manifest), "--all", "--dry-run"]) == 0
     assert (runs["base"].folder / "model.safetensors").stat().st_mtime_ns == stamp, "a finished run was retrained"
@@ -126,6 +127,14 @@ def test_reproduce_trains_what_is_missing_in_order_and_never_retrains(manifest, 
     rows = {r["run"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["base"]["status"] == "finished" and rows["base"]["test"] > 1
     assert rows["later"]["status"] == "blocked" and rows["later"]["why"] == "not implemented"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
+def test_reproduce_on_a_gpu_this_machine_lacks_says_so_and_trains_nothing(manifest, capsys):
+    runs = reproduce.load_manifest(manifest)
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--only", "base", "--dry-run", "--device", "cuda"]) == 2
+    assert "sees no CUDA device" in capsys.readouterr().err
+    assert runs["base"].status() == "not run" and not runs["base"].folder.exists()
 
 
 def test_a_cut_run_is_partial_and_resumed(manifest):

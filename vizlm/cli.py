@@ -178,6 +178,10 @@ def _add_reproduce(sub) -> None:
                        "part of (default: docs/RESULTS.md of the vizlm home for experiments.toml, PATH/NAME/RESULTS.md "
                        "for yours)")
     p.add_argument("--threads", type=whole(1), default=None, help="torch CPU threads for training")
+    p.add_argument("--device", choices=DEVICES, default="cpu", help="what --only/--all train on (default cpu: the "
+                   "repository's evidence trained on the CPU, and one seed gives the same weights only on the same kind "
+                   "of device; cuda trains several times faster and records it, train.device; evidence is scored on "
+                   "the CPU)")
     p.add_argument("--json", action="store_true", help="with --list: print JSON")
     p.add_argument("--force", action="store_true", help="with --evidence / --attribution: rewrite evidence that exists")
     p.add_argument("--dry-run", action="store_true", help="a few batches per run, to check the pipeline (not results)")
@@ -260,7 +264,7 @@ def cmd_reproduce(args) -> int:
             if run.init and runs[run.init].status() != "finished":
                 print(f"reproduce: skipping {run.name}: {run.init} is not finished", file=sys.stderr)
                 continue
-            print(f"reproduce: {run.name}: {reproduce.run_one(run, runs, args.threads, args.dry_run)}", file=sys.stderr)
+            print(f"reproduce: {run.name}: {reproduce.run_one(run, runs, args.threads, args.dry_run, device=args.device)}", file=sys.stderr)
         return 0
 
 

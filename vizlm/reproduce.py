@@ -38,6 +38,7 @@ from pathlib import Path
 from vizlm import evidence, files, paths
 from vizlm.checkpoint import CheckpointError, load_checkpoint, read_meta
 from vizlm.data import DataError, corpus_splits
+from vizlm.distributed import Context, resolve_device
 from vizlm.models import REGISTRY
 from vizlm.train import TrainConfig, train
 
@@ -468,12 +469,15 @@ def order(runs: dict[str, Run], names: list[str]) -> list[Run]:
     return out
 
 
-def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run: bool = False, log=sys.stderr) -> str:
+def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run: bool = False, log=sys.stderr,
+            device: str = "cpu") -> str:
     """Train ``run`` if it is not run, resume it if partial, and write its evidence; returns its
     (new) status. A finished run whose evidence is not written yet gets it.
 
     ``dry_run``: a few batches of one epoch (to check the pipeline; the result is not a run, and
-    leaves no evidence).
+    leaves no evidence). ``device``: what it trains on (``cpu``, ``cuda``, ``auto``); the
+    repository's evidence trained on the CPU, and one seed gives the same weights only on the same
+    kind of device (the checkpoint records it, ``train.device``). Evidence is scored on the CPU.
     """
     status = run.status()
     if status == "finished" and not run.done() and not dry_run:
@@ -490,6 +494,7 @@ def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run:
                          f"retrain it into {runs[run.init].folder} first (move {evidence.folder(run.init)} aside, "
                          f"then `{runs[run.init].command()}`)")
     check_corpus(run)
+    resolve_device(device)  # a clear message before anything is read or written
     if threads:
         import torch
 
@@ -499,7 +504,8 @@ def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run:
                      eval_batches=1 if dry_run else None, freeze=run.freeze,
                      extra={"command": run.command(), "run": run.name, "commit": paths.commit()})
     train(run.model, run.model_kwargs(), run.corpus, run.folder, tc,
-          init=str(runs[run.init].folder) if run.init else None, resume=status == "partial", match=run.match)
+          init=str(runs[run.init].folder) if run.init else None, resume=status == "partial", match=run.match,
+          ctx=Context(device=resolve_device(device)))  # one process: a run is not split across a torchrun group
     if not dry_run and run.status() == "finished":
         evidence.write(run.name, run.folder, force=run.done(), log=log)  # a raised cap: the run went on
     return run.status()
