@@ -137,6 +137,28 @@ def test_reproduce_on_a_gpu_this_machine_lacks_says_so_and_trains_nothing(manife
     assert runs["base"].status() == "not run" and not runs["base"].folder.exists()
 
 
+def test_a_folder_holding_another_manifests_run_is_foreign_and_kept(manifest, capsys):
+    """Two manifests sharing a runs folder, a run name in both: the checkpoint there is not taken
+    for this run (no evidence from it, no resume into it, nothing overwritten)."""
+    runs = reproduce.load_manifest(manifest)
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--only", "base-s2", "--dry-run", "--threads", "1"]) == 0
+    weights = runs["base-s2"].folder / "model.safetensors"
+    before = (weights.read_bytes(), weights.stat().st_mtime_ns)
+    manifest.write_text(TINY.replace('seed = 2\n\n[run.amsrn-tiny-s2]', 'seed = 3\n\n[run.amsrn-tiny-s2]'))
+    runs = reproduce.load_manifest(manifest)
+    other = runs["base-s2"]
+    assert other.seed == 3 and other.status() == "foreign"
+    assert "seed 2 (the manifest's: 3)" in other.foreign()
+    capsys.readouterr()
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--list"]) == 0
+    line = next(row for row in capsys.readouterr().out.splitlines() if row.startswith("base-s2 "))
+    assert "foreign" in line and "holds another run" in line
+    for args in (["--only", "base-s2", "--dry-run"], ["--evidence", "base-s2"]):
+        assert cli.main(["reproduce", "--manifest", str(manifest), *args]) == 2
+        assert "holds another run: seed 2 (the manifest's: 3)" in capsys.readouterr().err
+    assert (weights.read_bytes(), weights.stat().st_mtime_ns) == before and not other.done()
+
+
 def test_a_cut_run_is_partial_and_resumed(manifest):
     runs = reproduce.load_manifest(manifest)
     base = runs["base"]

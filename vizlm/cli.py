@@ -151,7 +151,8 @@ def _add_reproduce(sub) -> None:
                     "runs/, evidence/ and RESULTS.md, never the repository's; $VIZLM_RUNS and $VIZLM_EVIDENCE, or "
                     "--runs, --evidence-dir and --report-out, put them elsewhere (an option wins over a variable).")
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--list", action="store_true", help="every run with its state (finished / partial / missing / blocked)")
+    what.add_argument("--list", action="store_true", help="every run with its state (finished / partial / not run / blocked / foreign: its "
+                      "folder holds another manifest's run)")
     what.add_argument("--only", nargs="+", metavar="NAME", help="train these runs (and the runs they start from) if not finished")
     what.add_argument("--all", action="store_true", help="train every run that is not finished or blocked")
     what.add_argument("--report", action="store_true", help="write the result tables from the runs' evidence (no "
@@ -222,7 +223,7 @@ def cmd_reproduce(args) -> int:
                 notes = [r["note"]] if r["note"] else []
                 if r["status"] == "finished" and not r["evidence"]:
                     notes.append(f"no evidence yet: {runs[r['run']].command('--evidence')}")
-                if r["status"] in ("not run", "partial") and r["claims"]:
+                if r["status"] in ("not run", "partial", "foreign") and r["claims"]:
                     notes.append("needed by " + ", ".join(r["claims"]))
                 print(f"{r['run']:<24} {r['paper']:<10} {r['model']:<10} {r['context']:<9} {r['status']:<9} {ppl:<12}"
                       + (f"  ({'; '.join(notes)})" if notes else ""))
@@ -259,7 +260,7 @@ def cmd_reproduce(args) -> int:
             print(f"wrote {path}", file=sys.stderr)
             return 0
         names = list(runs) if args.all else args.only
-        todo = [r for r in reproduce.order(runs, names) if r.status() in ("not run", "partial")]
+        todo = [r for r in reproduce.order(runs, names) if r.status() in ("not run", "partial", "foreign")]
         for run in todo:
             if run.init and runs[run.init].status() != "finished":
                 print(f"reproduce: skipping {run.name}: {run.init} is not finished", file=sys.stderr)

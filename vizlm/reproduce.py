@@ -105,10 +105,25 @@ class Run:
         except evidence.EvidenceError:
             return {}
 
+    def foreign(self, meta: dict | None = None) -> str | None:
+        """What the checkpoint in the run's folder is when it is not this run (another model, corpus,
+        context or seed: a run of another manifest sharing the runs folder), else None."""
+        meta = self.meta() if meta is None else meta
+        if not meta:
+            return None
+        got = {"model": meta.get("model"), "corpus": (meta.get("corpus") or {}).get("name"),
+               "context": (meta.get("config") or {}).get("context") or "sentence",  # older checkpoints: sentences
+               "seed": (meta.get("train") or {}).get("seed", self.seed)}
+        want = {"model": self.model, "corpus": self.corpus, "context": self.context, "seed": self.seed}
+        differ = [f"{k} {got[k]!r} (the manifest's: {want[k]!r})" for k in want if got[k] != want[k]]
+        return f"{self.folder} holds another run: {', '.join(differ)}" if differ else None
+
     def status(self, meta: dict | None = None) -> str:
         if self.blocked:
             return "blocked"
         meta = self.meta() if meta is None else meta
+        if self.foreign(meta):
+            return "foreign"
         resumable = (self.folder / "resume" / "state.json").is_file()
         if "test_perplexity" in meta.get("metrics", {}):
             # a run cut by its epoch cap while still improving goes on when the manifest raises the cap
@@ -480,6 +495,8 @@ def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run:
     kind of device (the checkpoint records it, ``train.device``). Evidence is scored on the CPU.
     """
     status = run.status()
+    if status == "foreign":
+        raise ValueError(f"{run.name}: {run.foreign()}; move it aside or train into another folder (--runs DIR)")
     if status == "finished" and not run.done() and not dry_run:
         evidence.write(run.name, run.folder, log=log)
     if status in ("finished", "blocked"):
@@ -534,6 +551,8 @@ def write_evidence(run: Run, force: bool = False, log=sys.stderr) -> Path:
                          f"train it with `{run.command()}`") from None
     if "test_perplexity" not in meta.get("metrics", {}):
         raise ValueError(f"{run.name} is not finished ({run.folder} has no test perplexity)")
+    if why := run.foreign(meta):
+        raise ValueError(f"{run.name}: {why}; its evidence would not be this run's")
     return evidence.write(run.name, run.folder, force=force, log=log)
 
 
@@ -773,6 +792,8 @@ def state_note(run: Run, status: str, meta: dict) -> str:
     stopping) ended it."""
     if run.blocked:
         return run.blocked
+    if status == "foreign":
+        return run.foreign(meta) or ""
     if status == "finished" and (cap := run.capped(meta)) is not None:
         return f"stopped at its {cap}-epoch cap, still improving"
     return ""
