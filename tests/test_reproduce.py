@@ -159,6 +159,26 @@ def test_a_folder_holding_another_manifests_run_is_foreign_and_kept(manifest, ca
     assert (weights.read_bytes(), weights.stat().st_mtime_ns) == before and not other.done()
 
 
+def test_jobs_train_runs_side_by_side_each_after_its_starting_point(manifest, capsys):
+    """--jobs 2: each run in a process of its own with its log in RUNS/NAME.log; AMSRN waits for
+    the LSTM it starts from; a run that cannot train says why and the others still train."""
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--only", "base-s2", "--dry-run", "--threads", "1"]) == 0
+    manifest.write_text(TINY.replace('seed = 2\n\n[run.amsrn-tiny-s2]', 'seed = 3\n\n[run.amsrn-tiny-s2]'))
+    runs = reproduce.load_manifest(manifest)  # base-s2's folder now holds another run (seed 2): refused, kept
+    capsys.readouterr()
+    code = cli.main(["reproduce", "--manifest", str(manifest), "--only", "amsrn-tiny", "base-s2", "--dry-run",
+                     "--jobs", "2"])
+    err = capsys.readouterr().err
+    assert code == 1, "a run that did not train makes the exit status 1"
+    assert runs["base"].status() == runs["amsrn-tiny"].status() == "finished" and runs["base-s2"].status() == "foreign"
+    assert err.index("base: finished") < err.index("amsrn-tiny: started"), "AMSRN starts after the LSTM it copies"
+    assert "base-s2: error: base-s2: " in err and "holds another run: seed 2 (the manifest's: 3)" in err
+    for name in ("base", "amsrn-tiny"):
+        assert f"training {name} -> {runs[name].folder}" in reproduce.job_log(runs[name]).read_text()
+    meta = json.loads((runs["amsrn-tiny"].folder / "config.json").read_text())
+    assert meta["init_from"]["checkpoint"] == str(runs["base"].folder)
+
+
 def test_a_cut_run_is_partial_and_resumed(manifest):
     runs = reproduce.load_manifest(manifest)
     base = runs["base"]

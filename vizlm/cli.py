@@ -179,6 +179,9 @@ def _add_reproduce(sub) -> None:
                        "part of (default: docs/RESULTS.md of the vizlm home for experiments.toml, PATH/NAME/RESULTS.md "
                        "for yours)")
     p.add_argument("--threads", type=whole(1), default=None, help="torch CPU threads for training")
+    p.add_argument("--jobs", type=whole(1), default=1, metavar="N", help="with --only/--all: train N runs at once, each "
+                   "in a process of its own with its output in RUNS/NAME.log (a run starts once the run it starts from "
+                   "has finished); --threads defaults to the CPUs shared out. 2 on a 2-core machine; several on a GPU")
     p.add_argument("--device", choices=DEVICES, default="cpu", help="what --only/--all train on (default cpu: the "
                    "repository's evidence trained on the CPU, and one seed gives the same weights only on the same kind "
                    "of device; cuda trains several times faster and records it, train.device; evidence is scored on "
@@ -260,6 +263,9 @@ def cmd_reproduce(args) -> int:
             print(f"wrote {path}", file=sys.stderr)
             return 0
         names = list(runs) if args.all else args.only
+        if args.jobs > 1:
+            result = reproduce.run_many(args.manifest, names, args.jobs, args.threads, args.dry_run, args.device)
+            return 1 if any(why.startswith(("error", "skipped")) for why in result.values()) else 0  # each said why
         todo = [r for r in reproduce.order(runs, names) if r.status() in ("not run", "partial", "foreign")]
         for run in todo:
             if run.init and runs[run.init].status() != "finished":

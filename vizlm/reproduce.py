@@ -528,6 +528,79 @@ def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run:
     return run.status()
 
 
+LOCATIONS = ("data", "checkpoints", "cache", "runs", "corpora", "evidence")  # what a job process is told
+
+
+def job_log(run: Run) -> Path:
+    """Where :func:`run_many` writes ``run``'s output: ``RUNS/NAME.log``, beside its folder."""
+    return paths.runs_dir() / f"{run.name}.log"
+
+
+def _job(name: str, manifest: str | None, where: dict[str, Path], threads: int | None, dry_run: bool,
+         device: str) -> str:
+    """One run in a process of its own (:func:`run_many`): the parent's locations, its output
+    appended to :func:`job_log`; returns its status, or ``error: ...``."""
+    paths.set_overrides(**where)
+    runs = load_manifest(Path(manifest) if manifest else None)
+    run = runs[name]
+    job_log(run).parent.mkdir(parents=True, exist_ok=True)
+    with open(job_log(run), "a", encoding="utf-8") as out, contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(out):
+        try:
+            return run_one(run, runs, threads, dry_run, log=out, device=device)
+        except (ValueError, OSError, evidence.EvidenceError) as exc:
+            print(f"reproduce: {name}: {exc}", file=out)
+            return f"error: {exc}"
+
+
+def run_many(manifest: Path | str | None, names: list[str], jobs: int, threads: int | None = None,
+             dry_run: bool = False, device: str = "cpu", log=None) -> dict[str, str]:
+    """:func:`run_one` for each of ``names`` of ``manifest`` (None: the default ``experiments.toml``)
+    and the runs they start from, those not finished yet,
+    ``jobs`` at a time, each in a process of its own (spawned; its output in ``RUNS/NAME.log``).
+    A run starts once its starting point (``init``) has finished, and is skipped if that failed.
+    ``threads`` per process (default: the CPUs shared out, at least one). Returns each run's
+    final status, or why it did not finish."""
+    import concurrent.futures as cf
+    import multiprocessing
+
+    log = log or sys.stderr
+    runs = load_manifest(Path(manifest) if manifest else None)
+    manifest = str(Path(manifest).resolve()) if manifest else None  # the same file, whatever the child's folder
+    todo = [r for r in order(runs, names) if r.status() in ("not run", "partial", "foreign")]
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = threads or max(1, cpus // jobs)
+    where = {key: getattr(paths, f"{key}_dir")() for key in LOCATIONS}
+    result: dict[str, str] = {}
+    running: dict[cf.Future, Run] = {}
+    with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        while todo or running:
+            waiting = {r.name for r in todo} | {r.name for r in running.values()}
+            for run in list(todo):
+                if len(running) >= jobs:
+                    break
+                if run.init in waiting:
+                    continue  # its starting point is still to train
+                todo.remove(run)
+                if run.init and runs[run.init].status() != "finished":
+                    result[run.name] = f"skipped: {run.init} did not finish ({result.get(run.init, 'not run')})"
+                    print(f"reproduce: {run.name}: {result[run.name]}", file=log)
+                    continue
+                print(f"reproduce: {run.name}: started (log: {job_log(run)})", file=log)
+                running[pool.submit(_job, run.name, manifest, where, threads, dry_run, device)] = run
+            if not running:
+                continue  # what is left waits on nothing now (its starting point was skipped)
+            done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+            for future in done:
+                run = running.pop(future)
+                try:
+                    result[run.name] = future.result()
+                except Exception as exc:  # the process died (killed, out of memory): say so, go on with the rest
+                    result[run.name] = f"error: {type(exc).__name__}: {exc}"
+                print(f"reproduce: {run.name}: {result[run.name]}", file=log)
+    return result
+
+
 def check_corpus(run: Run) -> None:
     """A :class:`ValueError` saying how to prepare the corpus ``run`` trains on when it is not there."""
     try:
