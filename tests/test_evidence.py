@@ -4,6 +4,7 @@ report reads; docs/RESULTS.md is what the repository's evidence gives."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 
 import numpy as np
@@ -18,18 +19,32 @@ from vizlm.corpus import compare
 from vizlm.data import split_texts
 
 
+LOCATIONS = (("VIZLM_RUNS", "runs"), ("VIZLM_CACHE", "cache"), ("VIZLM_EVIDENCE", "evidence"))
+
+
+@pytest.fixture(scope="module")
+def trained_once(tmp_path_factory):
+    """TINY's base and amsrn-tiny, dry runs (3 batches), with their evidence: trained once a module."""
+    root = tmp_path_factory.mktemp("trained")
+    with pytest.MonkeyPatch.context() as mp:
+        for key, sub in LOCATIONS:
+            mp.setenv(key, str(root / sub))
+        (root / "experiments.toml").write_text(TINY)
+        runs = reproduce.load_manifest(root / "experiments.toml")
+        for name in ("base", "amsrn-tiny"):
+            reproduce.run_one(runs[name], runs, dry_run=True)
+            reproduce.write_evidence(runs[name])
+    return root
+
+
 @pytest.fixture
-def trained(tmp_path, monkeypatch):
-    """TINY's base and amsrn-tiny, dry runs (3 batches), with their evidence."""
-    for key, sub in (("VIZLM_RUNS", "runs"), ("VIZLM_CACHE", "cache"), ("VIZLM_EVIDENCE", "evidence")):
+def trained(trained_once, tmp_path, monkeypatch):
+    """A copy of :func:`trained_once` of the test's own (tests change it) and the locations set to it."""
+    shutil.copytree(trained_once, tmp_path, dirs_exist_ok=True)
+    for key, sub in LOCATIONS:
         monkeypatch.setenv(key, str(tmp_path / sub))
     manifest = tmp_path / "experiments.toml"
-    manifest.write_text(TINY)
-    runs = reproduce.load_manifest(manifest)
-    for name in ("base", "amsrn-tiny"):
-        reproduce.run_one(runs[name], runs, dry_run=True)
-        reproduce.write_evidence(runs[name])
-    return manifest, runs
+    return manifest, reproduce.load_manifest(manifest)
 
 
 def test_evidence_holds_what_the_tables_need(trained):
