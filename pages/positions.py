@@ -88,9 +88,15 @@ keys = tuple(ck.model_key(m) for m in models)
 readings = {c: [m for m in models if ck.context(m) == c] for c in READINGS}
 WHAT = {"document": "positions reach across sentence boundaries, up to the model's own window",
         "sentence": "the first words of a sentence have fewer positions behind them"}
+def _windows(ms: list[str]) -> str:
+    """`` (a 1, b 10)``: each document model's own window, in one bracket."""
+    sized = [f"{ui.md_escape(m)} {ck.window(m)}" for m in ms if ck.window(m)]
+    return f" ({', '.join(sized)})" if sized else ""
+
+
 st.caption(" ".join(
     f"**{', '.join(ui.md_escape(m) for m in ms)}** {READINGS[c]} — {WHAT[c]}"
-    + "".join(f" ({ui.md_escape(m)}: {ck.window(m)})" for m in ms if c == "document" and ck.window(m)) + "."
+    + (_windows(ms) if c == "document" else "") + "."
     for c, ms in readings.items() if ms))
 
 

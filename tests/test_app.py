@@ -265,6 +265,8 @@ def test_corpus_pages_open_with_models_of_one_language_as_many_as_colours():
     first = at.multiselect(key="pos_models").value
     assert first and len(first) <= len(CATEGORICAL) and all(ck.context(m) == "document" for m in first)
     assert {"kvp-doc", "attention-doc", "kv-doc"} <= set(first) and at.metric
+    reading = next(c.value for c in at.caption if "reads the text as running text" in c.value)
+    assert r"own window (attention\-doc 1, " in reading and r"kvp\-doc 5" in reading, reading  # one bracket
     # Issue 31 item 8: a chip holds about 20 characters, so the chips are bare names (no "· kind" to cut)
     options = at.multiselect(key="pos_models").options
     assert set(options) == set(attn) and all(len(o) <= 20 for o in options if o in bundled_checkpoints()), options
