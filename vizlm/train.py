@@ -272,8 +272,8 @@ def _truncate_logs(out: Path, state: dict) -> None:
 def hardware(device: torch.device) -> dict:
     """What a run trained on, for its config (``train.device``, ``train.torch``): the same seed gives
     the same weights on the same kind of device and PyTorch only; a resumed run records its last."""
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    return {"device": name if device.type == "cpu" else f"cuda ({name})", "torch": torch.__version__}
+    kind = f"cuda ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else device.type
+    return {"device": kind, "torch": torch.__version__}
 
 
 def train(
