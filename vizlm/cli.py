@@ -226,7 +226,7 @@ def cmd_reproduce(args) -> int:
                 notes = [r["note"]] if r["note"] else []
                 if r["status"] == "finished" and not r["evidence"]:
                     notes.append(f"no evidence yet: {runs[r['run']].command('--evidence')}")
-                if r["status"] in ("not run", "partial", "foreign") and r["claims"]:
+                if r["status"] in reproduce.TO_TRAIN and r["claims"]:
                     notes.append("needed by " + ", ".join(r["claims"]))
                 print(f"{r['run']:<24} {r['paper']:<10} {r['model']:<10} {r['context']:<9} {r['status']:<9} {ppl:<12}"
                       + (f"  ({'; '.join(notes)})" if notes else ""))
@@ -266,7 +266,7 @@ def cmd_reproduce(args) -> int:
         if args.jobs > 1:
             result = reproduce.run_many(args.manifest, names, args.jobs, args.threads, args.dry_run, args.device)
             return 1 if any(why.startswith(("error", "skipped")) for why in result.values()) else 0  # each said why
-        todo = [r for r in reproduce.order(runs, names) if r.status() in ("not run", "partial", "foreign")]
+        todo = reproduce.pending(runs, names)
         for run in todo:
             if run.init and runs[run.init].status() != "finished":
                 print(f"reproduce: skipping {run.name}: {run.init} is not finished", file=sys.stderr)

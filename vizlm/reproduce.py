@@ -484,6 +484,14 @@ def order(runs: dict[str, Run], names: list[str]) -> list[Run]:
     return out
 
 
+TO_TRAIN = ("not run", "partial", "foreign")  # the states --only / --all act on (foreign: to say why it cannot)
+
+
+def pending(runs: dict[str, Run], names: list[str]) -> list[Run]:
+    """:func:`order` of ``names``, the runs in it that are not finished (nor blocked)."""
+    return [r for r in order(runs, names) if r.status() in TO_TRAIN]
+
+
 def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run: bool = False, log=sys.stderr,
             device: str = "cpu") -> str:
     """Train ``run`` if it is not run, resume it if partial, and write its evidence; returns its
@@ -511,7 +519,7 @@ def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run:
                          f"retrain it into {runs[run.init].folder} first (move {evidence.folder(run.init)} aside, "
                          f"then `{runs[run.init].command()}`)")
     check_corpus(run)
-    resolve_device(device)  # a clear message before anything is read or written
+    dev = resolve_device(device)  # a clear message before anything is read or written
     if threads:
         import torch
 
@@ -522,7 +530,7 @@ def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run:
                      extra={"command": run.command(), "run": run.name, "commit": paths.commit()})
     train(run.model, run.model_kwargs(), run.corpus, run.folder, tc,
           init=str(runs[run.init].folder) if run.init else None, resume=status == "partial", match=run.match,
-          ctx=Context(device=resolve_device(device)))  # one process: a run is not split across a torchrun group
+          ctx=Context(device=dev))  # one process: a run is not split across a torchrun group
     if not dry_run and run.status() == "finished":
         evidence.write(run.name, run.folder, force=run.done(), log=log)  # a raised cap: the run went on
     return run.status()
@@ -567,7 +575,7 @@ def run_many(manifest: Path | str | None, names: list[str], jobs: int, threads: 
     log = log or sys.stderr
     runs = load_manifest(Path(manifest) if manifest else None)
     manifest = str(Path(manifest).resolve()) if manifest else None  # the same file, whatever the child's folder
-    todo = [r for r in order(runs, names) if r.status() in ("not run", "partial", "foreign")]
+    todo = pending(runs, names)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     threads = threads or max(1, cpus // jobs)
     where = {key: getattr(paths, f"{key}_dir")() for key in LOCATIONS}
