@@ -18,7 +18,6 @@ from vizlm.checkpoint import load_checkpoint
 from vizlm.corpus import compare
 from vizlm.data import split_texts
 
-
 LOCATIONS = (("VIZLM_RUNS", "runs"), ("VIZLM_CACHE", "cache"), ("VIZLM_EVIDENCE", "evidence"))
 
 
@@ -213,3 +212,24 @@ def test_attribution_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pat
     assert "has attribution evidence" in capsys.readouterr().err
     assert cli.main(["reproduce", "--manifest", str(manifest), "--attribution", "other"]) == 2
     assert "not in the manifest's [attribution] checkpoints" in capsys.readouterr().err
+
+
+def test_a_copy_without_git_records_the_commit_it_is_given(monkeypatch, tmp_path):
+    """A tree copied without ``.git`` (a GPU machine) records ``$VIZLM_COMMIT``; a checkout's own commit wins,
+    and a value that is not a commit is refused with the variable's name."""
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    monkeypatch.setenv("VIZLM_HOME", str(tmp_path))
+    monkeypatch.delenv(paths.COMMIT_ENV, raising=False)
+    assert paths.commit() is None
+    monkeypatch.setenv(paths.COMMIT_ENV, "ebd65b1")
+    assert paths.commit() == "ebd65b1"
+    monkeypatch.setenv(paths.COMMIT_ENV, "0123456789abcdef0123456789abcdef01234567+dirty")
+    assert paths.commit().endswith("+dirty")
+    for bad in ("main", "ebd65b1; rm -rf /", "EBD65B1", "ebd6", "a" * 41):
+        monkeypatch.setenv(paths.COMMIT_ENV, bad)
+        with pytest.raises(ValueError, match="VIZLM_COMMIT"):
+            paths.commit()
+    monkeypatch.setenv("VIZLM_HOME", str(ROOT))
+    monkeypatch.setenv(paths.COMMIT_ENV, "ebd65b1")
+    if (ROOT / ".git").exists():
+        assert paths.commit() != "ebd65b1" and len(paths.commit().split("+")[0]) == 40

@@ -39,6 +39,7 @@ SHIPPED_STATS = "stats"  # the folder of the data folder holding the shipped sta
 
 _ENV = {"home": "VIZLM_HOME", "data": "VIZLM_DATA", "checkpoints": "VIZLM_CHECKPOINTS", "cache": "VIZLM_CACHE", "runs": "VIZLM_RUNS",
         "evidence": "VIZLM_EVIDENCE", "corpora": "VIZLM_CORPORA"}
+COMMIT_ENV = "VIZLM_COMMIT"  # the commit a copy without .git was made from (commit())
 _overrides: dict[str, Path] = {}
 
 
@@ -115,7 +116,11 @@ def checkpoints_dir() -> Path:
 
 def commit() -> str | None:
     """The git commit of the vizlm checkout (``git rev-parse HEAD`` in :func:`home`), with
-    ``+dirty`` when it has uncommitted changes to tracked files; None outside a git checkout."""
+    ``+dirty`` when it has uncommitted changes to tracked files. Outside a git checkout (a copy of the
+    tree on a cluster node or a GPU machine, without ``.git``) it is ``$VIZLM_COMMIT`` when set (the
+    commit the copy was made from: 7 to 40 hex digits, ``+dirty`` allowed), else None. A checkout's
+    own commit wins over the variable."""
+    import re
     import subprocess
 
     try:
@@ -124,8 +129,16 @@ def commit() -> str | None:
         dirty = subprocess.run(["git", "-C", str(home()), "status", "--porcelain", "--untracked-files=no"],
                                capture_output=True, text=True, timeout=10, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
+        head = dirty = ""
+    if head:
+        return head + ("+dirty" if dirty else "")
+    given = os.environ.get(COMMIT_ENV, "").strip()
+    if not given:
         return None
-    return head + ("+dirty" if dirty else "") if head else None
+    if not re.fullmatch(r"[0-9a-f]{7,40}(\+dirty)?", given):
+        raise ValueError(f"${COMMIT_ENV} must be a git commit (7 to 40 lower-case hex digits, optionally +dirty), "
+                         f"not {given[:60]!r}")
+    return given
 
 
 def shipped_stats_dir() -> Path:
