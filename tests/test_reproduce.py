@@ -153,8 +153,8 @@ def test_a_folder_holding_another_manifests_run_is_foreign_and_kept(manifest, ca
     assert cli.main(["reproduce", "--manifest", str(manifest), "--list"]) == 0
     line = next(row for row in capsys.readouterr().out.splitlines() if row.startswith("base-s2 "))
     assert "foreign" in line and "holds another run" in line
-    for args in (["--only", "base-s2", "--dry-run"], ["--evidence", "base-s2"]):
-        assert cli.main(["reproduce", "--manifest", str(manifest), *args]) == 2
+    for args, code in ((["--only", "base-s2", "--dry-run"], 1), (["--evidence", "base-s2"], 2)):
+        assert cli.main(["reproduce", "--manifest", str(manifest), *args]) == code
         assert "holds another run: seed 2 (the manifest's: 3)" in capsys.readouterr().err
     assert (weights.read_bytes(), weights.stat().st_mtime_ns) == before and not other.done()
 
@@ -177,6 +177,30 @@ def test_jobs_train_runs_side_by_side_each_after_its_starting_point(manifest, ca
         assert f"training {name} -> {runs[name].folder}" in reproduce.job_log(runs[name]).read_text()
     meta = json.loads((runs["amsrn-tiny"].folder / "config.json").read_text())
     assert meta["init_from"]["checkpoint"] == str(runs["base"].folder)
+
+
+def test_one_at_a_time_a_run_that_cannot_train_says_why_and_the_others_still_train(manifest, capsys):
+    """Without --jobs, as with it: a run refused (its folder holds another run) does not stop the
+    runs after it; each says how it ended and the exit status is 1."""
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--only", "base-s2", "--dry-run", "--threads", "1"]) == 0
+    manifest.write_text(TINY.replace('seed = 2\n\n[run.amsrn-tiny-s2]', 'seed = 3\n\n[run.amsrn-tiny-s2]'))
+    runs = reproduce.load_manifest(manifest)
+    capsys.readouterr()
+    code = cli.main(["reproduce", "--manifest", str(manifest), "--only", "base-s2", "amsrn-tiny", "--dry-run",
+                     "--threads", "1"])
+    err = capsys.readouterr().err
+    assert code == 1, "a run that did not train makes the exit status 1"
+    assert "base-s2: error: base-s2: " in err and "holds another run: seed 2 (the manifest's: 3)" in err
+    assert err.index("base-s2: error") < err.index("base: finished") < err.index("amsrn-tiny: finished")
+    assert runs["base"].status() == runs["amsrn-tiny"].status() == "finished" and runs["base-s2"].status() == "foreign"
+    # an AMSRN that starts from the refused LSTM: skipped, saying why
+    manifest.write_text(manifest.read_text().replace('init = "base"\ncontrol = "base-s2"', 'init = "base-s2"\ncontrol = "base-s2"'))
+    runs = reproduce.load_manifest(manifest)
+    assert runs["amsrn-tiny-s2"].init == "base-s2"
+    code = cli.main(["reproduce", "--manifest", str(manifest), "--only", "amsrn-tiny-s2", "--dry-run", "--threads", "1"])
+    err = capsys.readouterr().err
+    assert code == 1 and "amsrn-tiny-s2: skipped: base-s2 did not finish (error: base-s2: " in err
+    assert runs["amsrn-tiny-s2"].status() == "not run"
 
 
 def test_a_cut_run_is_partial_and_resumed(manifest):

@@ -141,7 +141,7 @@ def test_a_corpus_not_prepared_is_named_with_the_command_that_prepares_it(tmp_pa
         monkeypatch.delenv(key, raising=False)
     manifest = tmp_path / "mine.toml"
     manifest.write_text(MINE.replace('corpus = "tiny"', 'corpus = "nowhere"'), encoding="utf-8")
-    assert cli.main(["reproduce", "--manifest", str(manifest), "--only", "lstm-doc"]) == 2
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--only", "lstm-doc"]) == 1
     assert "vizlm prepare --corpus nowhere --from FOLDER" in capsys.readouterr().err
     assert not (tmp_path / "mine").exists(), "nothing was made for a run that cannot start"
 

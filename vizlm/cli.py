@@ -265,14 +265,9 @@ def cmd_reproduce(args) -> int:
         names = list(runs) if args.all else args.only
         if args.jobs > 1:
             result = reproduce.run_many(args.manifest, names, args.jobs, args.threads, args.dry_run, args.device)
-            return 1 if any(why.startswith(("error", "skipped")) for why in result.values()) else 0  # each said why
-        todo = reproduce.pending(runs, names)
-        for run in todo:
-            if run.init and runs[run.init].status() != "finished":
-                print(f"reproduce: skipping {run.name}: {run.init} is not finished", file=sys.stderr)
-                continue
-            print(f"reproduce: {run.name}: {reproduce.run_one(run, runs, args.threads, args.dry_run, device=args.device)}", file=sys.stderr)
-        return 0
+        else:
+            result = reproduce.run_serial(runs, names, args.threads, args.dry_run, args.device)
+        return 1 if any(why.startswith(("error", "skipped")) for why in result.values()) else 0  # each said why
 
 
 def build_parser() -> argparse.ArgumentParser:

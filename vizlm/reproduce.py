@@ -561,6 +561,34 @@ def _job(name: str, manifest: str | None, where: dict[str, Path], threads: int |
             return f"error: {exc}"
 
 
+def _skipped(run: Run, runs: dict[str, Run], result: dict[str, str]) -> str | None:
+    """Why ``run`` is skipped (its starting point did not finish: ``result`` says how it ended), or None."""
+    if run.init and runs[run.init].status() != "finished":
+        return f"skipped: {run.init} did not finish ({result.get(run.init, 'not run')})"
+    return None
+
+
+def run_serial(runs: dict[str, Run], names: list[str], threads: int | None = None, dry_run: bool = False,
+               device: str = "cpu", log=None) -> dict[str, str]:
+    """:func:`run_one` for each of ``names`` and the runs they start from, those not finished yet,
+    one after another in this process (its output to ``log``). A run that cannot train says why
+    and the others still train, as in :func:`run_many`; a run whose starting point did not finish
+    is skipped. Returns each run's final status, or why it did not finish."""
+    log = log or sys.stderr
+    resolve_device(device)  # a device this machine lacks: said once, before anything trains
+    result: dict[str, str] = {}
+    for run in pending(runs, names):
+        why = _skipped(run, runs, result)
+        if why is None:
+            try:
+                why = run_one(run, runs, threads, dry_run, log=log, device=device)
+            except (ValueError, OSError, evidence.EvidenceError) as exc:
+                why = f"error: {exc}"
+        result[run.name] = why
+        print(f"reproduce: {run.name}: {why}", file=log)
+    return result
+
+
 def run_many(manifest: Path | str | None, names: list[str], jobs: int, threads: int | None = None,
              dry_run: bool = False, device: str = "cpu", log=None) -> dict[str, str]:
     """:func:`run_one` for each of ``names`` of ``manifest`` (None: the default ``experiments.toml``)
@@ -573,6 +601,7 @@ def run_many(manifest: Path | str | None, names: list[str], jobs: int, threads: 
     import multiprocessing
 
     log = log or sys.stderr
+    resolve_device(device)  # a device this machine lacks: said once, before any process starts
     runs = load_manifest(Path(manifest) if manifest else None)
     manifest = str(Path(manifest).resolve()) if manifest else None  # the same file, whatever the child's folder
     todo = pending(runs, names)
@@ -590,9 +619,9 @@ def run_many(manifest: Path | str | None, names: list[str], jobs: int, threads: 
                 if run.init in waiting:
                     continue  # its starting point is still to train
                 todo.remove(run)
-                if run.init and runs[run.init].status() != "finished":
-                    result[run.name] = f"skipped: {run.init} did not finish ({result.get(run.init, 'not run')})"
-                    print(f"reproduce: {run.name}: {result[run.name]}", file=log)
+                if why := _skipped(run, runs, result):
+                    result[run.name] = why
+                    print(f"reproduce: {run.name}: {why}", file=log)
                     continue
                 print(f"reproduce: {run.name}: started (log: {job_log(run)})", file=log)
                 running[pool.submit(_job, run.name, manifest, where, threads, dry_run, device)] = run
