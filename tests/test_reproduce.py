@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import ROOT
 
-from vizlm import cli, paths, reproduce
+from vizlm import cli, files, paths, reproduce
 from vizlm.models import REGISTRY, make_config
 
 TINY = """
@@ -201,6 +201,19 @@ def test_one_at_a_time_a_run_that_cannot_train_says_why_and_the_others_still_tra
     err = capsys.readouterr().err
     assert code == 1 and "amsrn-tiny-s2: skipped: base-s2 did not finish (error: base-s2: " in err
     assert runs["amsrn-tiny-s2"].status() == "not run"
+
+
+def test_a_run_another_process_is_training_is_listed_so_and_not_trained_twice(manifest, capsys):
+    runs = reproduce.load_manifest(manifest)
+    with files.training_into(runs["base"].folder):  # as `vizlm reproduce --only base` in another terminal
+        assert cli.main(["reproduce", "--manifest", str(manifest), "--list"]) == 0
+        line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("base "))
+        assert "not run" in line and "training now: another process holds its folder" in line
+        assert cli.main(["reproduce", "--manifest", str(manifest), "--only", "base", "--dry-run", "--threads", "1"]) == 1
+        assert "is being trained into by another process" in capsys.readouterr().err
+        assert runs["base"].status() == "not run"
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--list"]) == 0
+    assert "training now" not in capsys.readouterr().out
 
 
 def test_a_cut_run_is_partial_and_resumed(manifest):

@@ -70,6 +70,51 @@ def test_train_with_force_replaces_the_checkpoint(checkpoint, capsys):
     assert not [p for p in checkpoint.iterdir() if p.name.endswith(".tmp")], "a temporary file was left"
 
 
+def test_one_process_at_a_time_trains_into_a_folder(tmp_path, capsys):
+    """While a process trains into a folder (it holds the folder's lock), a second training into it
+    is refused at once, saying why, whatever its flags; the lock is the operating system's, so it
+    ends with its holder, and a training refused before its first write leaves no folder."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "busy"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", ("import sys, time; from vizlm import files\n"
+                                "with files.training_into(sys.argv[1]): print('held', flush=True); time.sleep(60)"),
+         str(folder)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        for extra in ([], ["--force"], ["--resume"]):
+            code, _, err = run(capsys, "train", "--model", "lstm", "--dry-run", "--out", str(folder), "--threads", "1",
+                               *extra)
+            assert code == 2 and "is being trained into by another process" in err and len(err.splitlines()) == 1, err
+        assert sorted(p.name for p in folder.iterdir()) == [files.TRAINING_LOCK], "the refused training wrote"
+    finally:
+        holder.kill()
+        holder.wait()
+    code, out, _ = run(capsys, "train", "--model", "lstm", "--dry-run", "--out", str(folder), "--threads", "1",
+                       "--emb-dim", "4", "--hidden-dim", "4")
+    assert code == 0 and json.loads(out)["epochs_trained"] == 1, "a killed holder's lock is gone with it"
+    code, _, err = run(capsys, "train", "--model", "lstm", "--dry-run", "--out", str(tmp_path / "new"),
+                       "--corpus", "nowhere")
+    assert code == 2 and not (tmp_path / "new").exists(), "a training refused before its first write made a folder"
+
+
+def test_a_training_lock_is_exclusive_within_one_process_too(tmp_path):
+    with files.training_into(tmp_path / "x"), pytest.raises(files.BusyError, match="another process"), \
+            files.training_into(tmp_path / "x"):
+        pass
+    with files.training_into(tmp_path / "x"):  # released: taken again
+        pass
+    with pytest.raises(ValueError, match="refused"), files.training_into(tmp_path / "a" / "b" / "x"):
+        raise ValueError("refused before the first write")
+    assert not (tmp_path / "x").exists() and not (tmp_path / "a").exists(), \
+        "a folder the lock made (its parents too) and nothing else used is removed again"
+    with files.training_into(tmp_path / "y", hold=False):  # a data-parallel run's other ranks: no lock, no folder
+        assert not (tmp_path / "y").exists()
+
+
 # --------------------------------------------------------------------------- export and other outputs
 def test_export_never_replaces_a_checkpoint_or_a_file(checkpoint, tmp_path, capsys):
     before = snapshot(checkpoint)

@@ -9,21 +9,82 @@ for byte needs no ``--force``).
 Every write goes to a temporary name in the target's folder and is renamed over the target
 when complete (``os.replace``, atomic on one file system), so a crash or a kill leaves either
 the old file or the new one, never a mix; the temporary file is removed when the write fails.
+
+One process at a time trains into a folder (:func:`training_into`): a second one, started while
+the first is still training (another terminal, ``vizlm reproduce`` twice), is refused at once
+instead of both writing the same checkpoint.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+import filelock
 
 from vizlm.errors import VizlmError
 
 CHECKPOINT_FILES = ("model.safetensors", "config.json", "train_log.jsonl", "resume")  # what makes a folder a checkpoint
+TRAINING_LOCK = ".training.lock"  # held (an OS file lock, freed when its process ends) while a process trains into a folder
 
 
 class OverwriteError(VizlmError, ValueError):
     """A write would replace or delete something the user has, and was not asked to."""
+
+
+class BusyError(OverwriteError):
+    """Another process is training into the folder right now (:func:`training_into`)."""
+
+
+def training_now(folder: Path | str) -> bool:
+    """Whether a process holds ``folder``'s training lock now (:func:`training_into`); creates nothing."""
+    path = Path(folder) / TRAINING_LOCK
+    if not path.is_file():
+        return False
+    lock = filelock.FileLock(path, timeout=0)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        return True
+    except OSError:  # a lock this user cannot open: not one this user's trainings hold
+        return False
+    lock.release()
+    return False
+
+
+@contextlib.contextmanager
+def training_into(folder: Path | str, hold: bool = True) -> Iterator[Path]:
+    """Hold ``folder``'s training lock (:data:`TRAINING_LOCK`) while the block trains into it; raise
+    :class:`BusyError` at once if another process holds it. The lock is the operating system's
+    (``filelock``): a process killed while training frees it, nothing stale to remove. A folder
+    this made (and the parents it made) is removed again when the block leaves nothing else in it
+    (a training refused before its first write). ``hold`` False (a data-parallel run's other
+    ranks, which write nothing): no lock."""
+    folder = Path(folder)
+    if not hold:
+        yield folder
+        return
+    made = [p for p in (folder, *folder.parents) if not p.exists()]  # the folders this makes, innermost first
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = filelock.FileLock(folder / TRAINING_LOCK, timeout=0)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        raise BusyError(f"{folder} is being trained into by another process right now (it holds {folder / TRAINING_LOCK}); "
+                        "wait for that training to end, or train into another folder") from None
+    try:
+        yield folder
+    finally:
+        lock.release()
+        if made and [p.name for p in folder.iterdir()] == [TRAINING_LOCK]:
+            # (a lock file is never removed otherwise: a peer may have opened it; here the folder is this call's own)
+            (folder / TRAINING_LOCK).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # one that is not empty (another process wrote there) stays
+                for path in made:
+                    path.rmdir()
 
 
 def checkpoint_files(folder: Path | str) -> list[str]:
@@ -97,4 +158,5 @@ def _umask() -> int:
     return mask
 
 
-__all__ = ["CHECKPOINT_FILES", "OverwriteError", "check_replace", "checkpoint_files", "write_bytes", "write_text"]
+__all__ = ["CHECKPOINT_FILES", "TRAINING_LOCK", "BusyError", "OverwriteError", "check_replace", "checkpoint_files",
+           "training_into", "training_now", "write_bytes", "write_text"]

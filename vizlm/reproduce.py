@@ -898,14 +898,16 @@ def _seed_rows(group: list[Run], runs: dict[str, Run]) -> str:
 
 
 def state_note(run: Run, status: str, meta: dict) -> str:
-    """What the status alone does not say: why a run cannot run, or that its cap (not early
-    stopping) ended it."""
+    """What the status alone does not say: why a run cannot run, that its cap (not early
+    stopping) ended it, or that a process is training it now."""
     if run.blocked:
         return run.blocked
     if status == "foreign":
         return run.foreign(meta) or ""
     if status == "finished" and (cap := run.capped(meta)) is not None:
         return f"stopped at its {cap}-epoch cap, still improving"
+    if status in ("not run", "partial") and files.training_now(run.folder):
+        return "training now: another process holds its folder"
     return ""
 
 

@@ -302,18 +302,34 @@ def train(
     (:func:`freeze`), also after a resume (which then checks that it did).
     ``ctx``: this process in a data-parallel run (:func:`vizlm.distributed.session`); every
     rank calls ``train`` with the same arguments.
+
+    One process at a time trains into ``out``: while one does, another is refused at once
+    (:class:`vizlm.files.BusyError`, :func:`vizlm.files.training_into`).
     """
-    say = _log if ctx.main else _quiet
     if tc.freeze and not init:
         raise ValueError("--freeze needs --init-from: it keeps the tensors copied from that checkpoint fixed")
-    torch.manual_seed(tc.seed)
     out = Path(out)
+    _check_out(out, resume, force)  # a refusal writes nothing, not even the lock
+    with files.training_into(out, hold=ctx.main):
+        _check_out(out, resume, force)  # again, the lock held: what another process wrote meanwhile counts
+        return _train(name, model_kwargs, corpus, out, tc, init, resume, match, ctx, force)
+
+
+def _check_out(out: Path, resume: bool, force: bool) -> None:
+    """Refuse a folder that holds a checkpoint, unless ``resume`` (and it has a resume state) or ``force``."""
     present = files.checkpoint_files(out)
     if present and not force and not (resume and (out / "resume" / "state.safetensors").exists()):
         raise files.OverwriteError(
             f"{out} already holds a checkpoint ({', '.join(present)}); pass --resume to continue its training"
             + (" (it has no resume state)" if resume else "") + ", --force to train a new one in its place, "
             "or choose another --out")
+
+
+def _train(name: str, model_kwargs: dict, corpus: str, out: Path, tc: TrainConfig, init: str | None, resume: bool,
+           match: str | None, ctx: Context, force: bool) -> Checkpoint:
+    """:func:`train`'s work, the folder's training lock held and the folder checked."""
+    say = _log if ctx.main else _quiet
+    torch.manual_seed(tc.seed)
     vocab = Vocab.for_corpus(corpus)
     splits = {s: open_split(corpus, s, vocab) for s in ("train", "valid", "test")}
     if tc.eval_batches is not None:
