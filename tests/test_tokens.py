@@ -180,16 +180,16 @@ def _peak_mb(args: list[str], env: dict) -> float:
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the peak from /proc (Linux)")
 def test_peak_memory_does_not_grow_with_the_corpus(tmp_path):
-    """Eval and a whole training epoch (both contexts) over a corpus of ~0.5M and of ~2M tokens,
-    in chunks of 128k tokens: the peak resident memory stays the same (within 25 MB). Reading the
-    text instead (no token-id files) grows by hundreds of MB over the same corpora (~400 MB; 812 MB
-    from 1M to 4M tokens), which shows the measurement sees it."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "VIZLM_CHUNK_TOKENS": str(2**17), "OMP_NUM_THREADS": "1"}
+    """Eval and a whole training epoch (both contexts) over a corpus of ~0.25M and of ~1M tokens,
+    in chunks of 64k tokens: the peak resident memory stays the same (within 25 MB). Reading the
+    text instead (no token-id files) grows by about 200 MB over the same corpora (~400 MB from 0.5M
+    to 2M tokens, 812 MB from 1M to 4M), which shows the measurement sees it."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "VIZLM_CHUNK_TOKENS": str(2**16), "OMP_NUM_THREADS": "1"}
     roots, tokens = {}, {}
-    for size, sentences in (("small", 50_000), ("large", 200_000)):
+    for size, sentences in (("small", 25_000), ("large", 100_000)):
         roots[size] = make_corpus(tmp_path / size, train=sentences, valid=2000, test=500, doc_sentences=200)
         tokens[size] = prepare_token_ids(roots[size])["brown/train"]
-    assert tokens["large"] > 3.9 * tokens["small"] > 1.9e6
+    assert tokens["large"] > 3.9 * tokens["small"] > 0.95e6
     ckpt = tmp_path / "ckpt"
     assert cli.main(["--data", str(roots["small"]), "train", "--model", "lstm", "--emb-dim", "8", "--hidden-dim", "8",
                      "--dry-run", "--out", str(ckpt)]) == 0
@@ -212,7 +212,7 @@ def test_peak_memory_does_not_grow_with_the_corpus(tmp_path):
             f.unlink()
         peaks["text", size] = _peak_mb(["--data", str(root), *commands["eval"]], env)
     print("peak MB:", {f"{k[0]}/{k[1]}": round(v, 1) for k, v in peaks.items()})
-    assert peaks["text", "large"] - peaks["text", "small"] > 150, peaks
+    assert peaks["text", "large"] - peaks["text", "small"] > 100, peaks  # four times the bound above
 
 
 # --------------------------------------------------------------------------- corpus statistics
