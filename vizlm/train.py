@@ -312,7 +312,7 @@ def train(
     _check_out(out, resume, force)  # a refusal writes nothing, not even the lock
     with files.training_into(out, hold=ctx.main):
         _check_out(out, resume, force)  # again, the lock held: what another process wrote meanwhile counts
-        return _train(name, model_kwargs, corpus, out, tc, init, resume, match, ctx, force)
+        return _train(name, model_kwargs, corpus, out, tc, init, resume, match, ctx)
 
 
 def _check_out(out: Path, resume: bool, force: bool) -> None:
@@ -326,7 +326,7 @@ def _check_out(out: Path, resume: bool, force: bool) -> None:
 
 
 def _train(name: str, model_kwargs: dict, corpus: str, out: Path, tc: TrainConfig, init: str | None, resume: bool,
-           match: str | None, ctx: Context, force: bool) -> Checkpoint:
+           match: str | None, ctx: Context) -> Checkpoint:
     """:func:`train`'s work, the folder's training lock held and the folder checked."""
     say = _log if ctx.main else _quiet
     torch.manual_seed(tc.seed)
