@@ -15,7 +15,7 @@ from reference import reference_document
 from vizlm.data import (SPECIALS, Vocab, document_batches, document_plan, document_sizes, document_tokens,
                         split_documents)
 from vizlm.evaluate import score, score_documents, score_sentences
-from vizlm.models import build_model, make_config
+from vizlm.models import REGISTRY, build_model, make_config
 from vizlm.models.base import slot_mask
 from vizlm.train import lm_loss
 
@@ -391,3 +391,22 @@ def test_a_text_file_is_one_document_per_blank_line_block(tmp_path, capsys):
     assert got["documents"] == 2 and got["sentences"] == 5
     assert math.isclose(got["nll"], sum(want.nll) / sum(want.tokens), rel_tol=1e-6)
     assert not math.isclose(got["nll"], sum(whole.nll) / sum(whole.tokens), rel_tol=1e-3)
+
+
+@pytest.mark.parametrize("name,kw", [(name, {}) for name in REGISTRY] + [("lstm", {"rnn": "gru"})])
+def test_a_stacked_model_is_handed_a_contiguous_state_when_streams_end(name, kw):
+    """cuDNN refuses a non-contiguous ``hx`` ('rnn: hx is not contiguous'); the CPU does not, so
+    this checks what CUDA would reject: with 2 layers, the state of (layers, B, d) narrowed to the
+    streams that still have a document (State.narrow) reaches the recurrent layer contiguous."""
+    model = doc_model(name, {"layers": 2, **kw})
+    seen = []
+
+    def check(_module, args):
+        if len(args) > 1 and args[1] is not None:
+            hx = args[1] if isinstance(args[1], tuple) else (args[1],)
+            seen.append(all(t.is_contiguous() for t in hx))
+
+    model.rnn.register_forward_pre_hook(check)
+    docs = random_docs(3, n_docs=5)  # documents of different lengths: streams end at different times
+    score_documents(model, docs, streams=3, segment=4)
+    assert seen and all(seen), f"{seen.count(False)} of {len(seen)} states were not contiguous"

@@ -15,7 +15,10 @@ so *before* allocating anything sized by the file:
    :data:`vizlm.models.LIMITS` (type and range), the vocabulary a list of
    ``vocab_size`` unique, printable words.
 2. The model is built on PyTorch's ``meta`` device (shapes only, no memory) to get
-   the expected tensors; at most :data:`MAX_PARAMETERS` parameters.
+   the expected tensors. There is no fixed cap on the model's size: the bytes that loading
+   will allocate (the file, the tensors read from it, the model) are checked against the
+   memory this machine has available (:func:`check_memory`), with a clear message before
+   anything is allocated; the weights file may be no larger than those tensors and a header.
 3. The safetensors header (8-byte little-endian length, then JSON) is parsed here:
    the tensor names, dtypes and shapes must be exactly the expected ones (a float
    tensor may be stored as float16, :data:`STORED_FLOATS`), their byte ranges must
@@ -53,11 +56,12 @@ from vizlm.text import normalizer
 FORMAT = "vizlm-checkpoint"
 FORMAT_VERSION = 1
 WEIGHTS, META = "model.safetensors", "config.json"
-MAX_BYTES = 200 * 1024 * 1024  # weights; nothing we train is near this (the bundled ones are 4-6 MB)
 MAX_META_BYTES = 5 * 1024 * 1024  # config.json; the real ones are ~150 kB, mostly the 10k-word vocabulary
 MAX_HEADER_BYTES = 100_000  # the safetensors header; ours are under 1.5 kB
 MAX_JSON_DEPTH = 32  # config.json nests 3 deep, a safetensors header 3
-MAX_PARAMETERS = 50_000_000  # 200 MB of float32 = MAX_BYTES; the bundled models have 1-1.5 M
+# Loading holds a model's tensors about three times at its peak: the file's bytes, the tensors
+# safetensors reads from them, and the model they are copied into.
+LOAD_COPIES = 3
 MAX_WORD_CHARS = 100  # the longest bundled word has 19 characters
 # Trained LM weights are of order 1-10 (the bundled ones peak at 9.5). Beyond 1e4 the
 # forward pass could overflow float32 (a 1e38 weight gives an infinite logit and a NaN
@@ -261,25 +265,47 @@ def _check_vocab(words: list, size: int) -> Vocab:
 
 
 # --------------------------------------------------------------------------- weights
-def _check_weights_bytes(data: bytes) -> tuple[dict, int]:
-    """Recognise foreign formats and parse the safetensors header: ``(header, data start)``."""
-    if len(data) > MAX_BYTES:
-        raise CheckpointError(f"weights file is {len(data) / 2**20:.0f} MB; the limit is {MAX_BYTES // 2**20} MB")
+def _foreign_format(data: bytes) -> str | None:
+    """The message for a file that is not safetensors but a format vizlm recognises and refuses."""
     if data[:2] == b"PK":
-        raise CheckpointError("this is a zip file (a PyTorch torch.save checkpoint?); vizlm loads only .safetensors weights")
+        return "this is a zip file (a PyTorch torch.save checkpoint?); vizlm loads only .safetensors weights"
     if data[:1] == b"\x80":
-        raise CheckpointError("this is a Python pickle; vizlm never unpickles files, it loads only .safetensors weights")
-    if len(data) < 8:
-        raise CheckpointError("weights file is truncated (shorter than a safetensors header)")
-    (n,) = struct.unpack("<Q", data[:8])
-    if n > len(data) - 8 or data[8:9] != b"{":
+        return "this is a Python pickle; vizlm never unpickles files, it loads only .safetensors weights"
+    return None
+
+
+def _check_weights_bytes(data: bytes, max_bytes: int | None = None) -> tuple[dict, int]:
+    """Parse the safetensors header, ``(header, data start)``; only a file that is not
+    safetensors is then named by its foreign format.
+
+    A safetensors file begins with its header's length as 8 little-endian bytes, so its first
+    byte is anything: 0x80 for every header length of 128 mod 256, ``PK`` for 19,280 mod 65,536.
+    Recognising pickle and zip by their first bytes *before* trying safetensors refused such valid
+    files, so the header is tried first: a length that fits the file, then ``{``, then a JSON object.
+    """
+    if max_bytes is not None and len(data) > max_bytes:
+        raise CheckpointError(f"weights file is {len(data) / 2**20:.1f} MB; the model needs at most "
+                              f"{max_bytes / 2**20:.1f} MB")
+    n = struct.unpack("<Q", data[:8])[0] if len(data) >= 8 else None
+    if n is None or n > len(data) - 8 or data[8:9] != b"{":
+        foreign = _foreign_format(data)
+        if foreign:
+            raise CheckpointError(foreign)
+        if n is None:
+            raise CheckpointError("weights file is truncated (shorter than a safetensors header)")
         raise CheckpointError("weights file is not valid safetensors (corrupt or truncated header)")
     if n > MAX_HEADER_BYTES:
         raise CheckpointError(f"the weights file's header is {n:,} bytes; the limit is {MAX_HEADER_BYTES:,}")
     # unique keys: safetensors' own parser must see the same tensors as this check
-    header = _parse_json(bytes(data[8 : 8 + n]), "the weights file's header", unique_keys=True)
+    try:
+        header = _parse_json(bytes(data[8 : 8 + n]), "the weights file's header", unique_keys=True)
+    except CheckpointError:
+        if foreign := _foreign_format(data):
+            raise CheckpointError(foreign) from None
+        raise
     if not isinstance(header, dict):
-        raise CheckpointError("weights file is not valid safetensors (its header is not an object)")
+        foreign = _foreign_format(data)
+        raise CheckpointError(foreign or "weights file is not valid safetensors (its header is not an object)")
     extra = header.pop("__metadata__", {})
     if not isinstance(extra, dict) or not all(isinstance(v, str) for v in extra.values()):
         raise CheckpointError("weights file is not valid safetensors (its __metadata__ is not a map of strings)")
@@ -353,16 +379,50 @@ class _NoInit(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def available_memory() -> int | None:
+    """Bytes of memory this machine can give a new allocation now (Linux's ``MemAvailable``,
+    else the free physical pages); ``None`` where neither can be read."""
+    try:
+        with open("/proc/meminfo", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(need: int, what: str, error: type[Exception] | None = None) -> None:
+    """Refuse, before allocating, work that needs more bytes than this machine has available."""
+    have = available_memory()
+    if have is not None and need > have:
+        raise (error or CheckpointError)(
+            f"{what} needs about {need / 2**30:.1f} GiB of memory; this machine has {have / 2**30:.1f} GiB "
+            "available"
+        )
+
+
+def tensor_bytes(tensors: dict[str, torch.Tensor]) -> int:
+    """The bytes of a state dict's tensors in their own dtypes (meta tensors too)."""
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def max_weights_bytes(expected: dict[str, torch.Tensor]) -> int:
+    """The largest a valid weights file for these tensors can be: the tensors in their own dtypes
+    (float16 storage is smaller), the 8-byte length and a header of at most MAX_HEADER_BYTES."""
+    return tensor_bytes(expected) + 8 + MAX_HEADER_BYTES
+
+
 def _expected_tensors(name: str, config) -> dict[str, torch.Tensor]:
     """The state dict the config calls for, as meta tensors: shapes and dtypes, no memory."""
     with torch.device("meta"), _NoInit():
         model = build_model(name, config)
     expected = model.state_dict()
     total = sum(t.numel() for t in expected.values())
-    if total > MAX_PARAMETERS:
-        raise CheckpointError(
-            f"the config describes a {name} model of {total:,} parameters; the limit is {MAX_PARAMETERS:,}"
-        )
+    check_memory(LOAD_COPIES * tensor_bytes(expected), f"loading this {name} model ({total:,} parameters)")
     return expected
 
 
@@ -431,7 +491,7 @@ def _build(plan: _Plan, weights: bytes, meta_raw: bytes | str) -> Checkpoint:
         raise CheckpointError("the weights must be given as bytes")
     weights = bytes(weights)
     name, expected = plan.name, plan.expected
-    header, start = _check_weights_bytes(weights)
+    header, start = _check_weights_bytes(weights, max_weights_bytes(expected))
     _check_header(header, expected, name, len(weights) - start)
     # Everything the file claims is now known to match the config; only now read it.
     try:
@@ -548,7 +608,7 @@ def load_checkpoint(path: Path | str) -> Checkpoint:
     folder = weights.parent
     meta_raw = _read_inside(meta, folder, MAX_META_BYTES)
     plan = _plan(meta_raw)  # the config is checked before the weights are read
-    ckpt = _build(plan, _read_inside(weights, folder, MAX_BYTES), meta_raw)
+    ckpt = _build(plan, _read_inside(weights, folder, max_weights_bytes(plan.expected)), meta_raw)
     ckpt.path = folder
     return ckpt
 

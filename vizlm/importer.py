@@ -45,16 +45,17 @@ from pathlib import Path
 import torch
 
 from vizlm import files, paths
-from vizlm.checkpoint import MAX_PARAMETERS, CheckpointError, _check_vocab, save_checkpoint
+from vizlm.checkpoint import CheckpointError, _check_vocab, check_memory, save_checkpoint
 from vizlm.data import BOS, EOS, PAD, SPECIALS, SPLITS, USER_CORPUS_FILE, USER_CORPUS_FORMAT, Vocab, check_corpus_name
 from vizlm.errors import VizlmError
-from vizlm.models import build_model, count_parameters
+from vizlm.models import build_model, count_parameters, parameter_count
 from vizlm.text import reading_of
 
 SOURCES = ("pytorch-examples",)  # what `vizlm import` reads
 SOURCE_EOS, SOURCE_UNK = "<eos>", "<unk>"  # pytorch/examples' end of line; the unknown word of WikiText / PTB
 IMPOSSIBLE = 1e4  # output bias of the rows vizlm adds: exp(-1e4) is 0 in float32 and float64 (checkpoint limit: 1e4)
-MAX_FILE_BYTES = 1 << 30  # a model file; vizlm checkpoints hold at most 50M parameters (200 MB) anyway
+# A model file is read whole, then converted and saved: about four times its bytes at the peak.
+IMPORT_COPIES = 4
 SAVE_STATE_DICT = 'torch.save(model.state_dict(), "model_state.pt")'  # the one line that makes a file vizlm reads
 CELLS = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}  # RNNModel's rnn_type -> vizlm
 GATES = {4: "lstm", 3: "gru"}  # rows of weight_ih per hidden unit -> cell (1: an Elman RNN, tanh or ReLU)
@@ -115,8 +116,7 @@ def read_model_file(path: Path | str) -> dict[str, torch.Tensor] | Inert:
         raise ImportModelError(f"{path}: {exc.strerror or exc}") from None
     if not stat.S_ISREG(info.st_mode):
         raise ImportModelError(f"{path} is not a regular file; give a PyTorch model file (.pt)")
-    if info.st_size > MAX_FILE_BYTES:
-        raise ImportModelError(f"{path} is {info.st_size / 2**30:.1f} GiB; the limit is {MAX_FILE_BYTES / 2**30:g} GiB")
+    check_memory(IMPORT_COPIES * info.st_size, f"importing {path} ({info.st_size / 2**20:,.0f} MB)", ImportModelError)
     with open(path, "rb") as fh:
         head = fh.read(4)
     if head[:4] != b"PK\x03\x04" and head[:1] != b"\x80":  # torch.save's zip, or its legacy format (a pickle)
@@ -325,10 +325,10 @@ def convert(state: dict[str, torch.Tensor], spec: Spec, rows: list[int], vocab_s
     embedding and output rows moved to the vizlm ids (``rows``: model id of each vizlm id)."""
     config = {"vocab_size": vocab_size, "emb_dim": spec.emb_dim, "hidden_dim": spec.hidden_dim, "rnn": spec.cell,
               "layers": spec.layers, "tie": spec.tied, "context": "document"}
+    n = parameter_count("lstm", **config)
+    # the state dict read, the converted tensors, the model and the saved file: ~4 float32 copies
+    check_memory(4 * 4 * n, f"importing this model ({n:,} parameters)", ImportModelError)
     model = build_model("lstm", **config)
-    n = count_parameters(model)
-    if n > MAX_PARAMETERS:
-        raise ImportModelError(f"the model has {n:,} parameters; vizlm checkpoints hold at most {MAX_PARAMETERS:,}")
     idx = torch.tensor(rows)
     has = idx >= 0
     src = idx.clamp_min(0)

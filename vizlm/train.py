@@ -43,7 +43,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from vizlm import files
-from vizlm.checkpoint import MAX_PARAMETERS, Checkpoint, load_checkpoint, save_checkpoint
+from vizlm.checkpoint import Checkpoint, check_memory, load_checkpoint, save_checkpoint
 from vizlm.data import CORPORA, Vocab, corpus_card
 from vizlm.distributed import SINGLE, Context, shard
 from vizlm.evaluate import perplexity, score_split
@@ -344,8 +344,9 @@ def _train(name: str, model_kwargs: dict, corpus: str, out: Path, tc: TrainConfi
             f"({matched['reference_parameters']:,})")
     # What the loader would refuse must not train for hours first: its limits, before anything is built.
     config = check_config(name, {"vocab_size": len(vocab), **model_kwargs})
-    if (n := parameter_count(name, **dataclasses.asdict(config))) > MAX_PARAMETERS:
-        raise ValueError(f"{name} with these sizes has {n:,} parameters; checkpoints are limited to {MAX_PARAMETERS:,}")
+    n = parameter_count(name, **dataclasses.asdict(config))
+    if ctx.device.type == "cpu":  # weights, gradients and Adam's two moments, in float32
+        check_memory(16 * n, f"training {name} with these sizes ({n:,} parameters)", ValueError)
     core = build_model(name, config).to(ctx.device)
     document = core.config.context == "document"
     opt = torch.optim.Adam(core.parameters(), lr=tc.lr, fused=True)

@@ -425,6 +425,8 @@ class RecurrentLM(nn.Module):
         (zeros).
         """
         x = self.drop(self.embed(inputs))  # (B, T, d_e)
+        if hc is not None:  # cuDNN refuses a non-contiguous state: State.narrow slices dim 1 of (layers, B, d)
+            hc = (hc[0].contiguous(), hc[1].contiguous())
         if self.is_lstm:
             h, hc = self.rnn(x, hc)  # (B, T, d)
             return self.drop(h), hc
