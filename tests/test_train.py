@@ -264,3 +264,48 @@ def test_no_start_slot_through_the_cli(tmp_path, capsys):
     assert json.loads((out / "config.json").read_text())["config"]["start_slot"] is False
     assert cli.main(["train", "--model", "lstm", "--no-start-slot", "--dry-run", "--out", str(tmp_path / "x")]) == 2
     assert "no option" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("plateau", [0.9, None])
+def test_no_lr_decay_and_no_patience_spent_on_the_initial_plateau(plateau, tmp_path, monkeypatch):
+    """The same schedule rule for every family: while the best valid perplexity is no better than
+    `plateau` x the unigram model's, a non-improving epoch keeps the lr and spends no patience."""
+    from types import SimpleNamespace
+
+    from vizlm import train as trainmod
+
+    script = iter([420.0, 425.0, 415.0, 430.0, 300.0, 310.0, 320.0])  # unigram 400: the plateau is >= 360
+    real = trainmod.score_split
+    monkeypatch.setattr(trainmod, "unigram_perplexity", lambda *a: 400.0)
+    monkeypatch.setattr(trainmod, "score_split", lambda *a, **k: (
+        SimpleNamespace(nll=math.log(v), tokens=1) if (v := next(script, None)) is not None else real(*a, **k)))
+    tc = trainmod.TrainConfig(epochs=10, max_batches=1, eval_batches=1, save_every=None, plateau=plateau)
+    trainmod.train("lstm", {"emb_dim": 4, "hidden_dim": 4}, "brown", tmp_path / "run", tc)
+    log = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
+    lrs = [r["lr"] for r in log]  # the lr an epoch trained with
+    if plateau:
+        assert [r.get("plateau", False) for r in log] == [False, True, False, True, False, False, False]
+        assert lrs == [1e-3] * 6 + [5e-4]  # halved after epoch 6 (310, off the plateau), stopped after 7
+        config = json.loads((tmp_path / "run" / "config.json").read_text())["train"]
+        assert config["plateau_perplexity"] == 360.0 and config["unigram_valid_perplexity"] == 400.0
+    else:  # every non-improving epoch halves the lr
+        assert not any("plateau" in r for r in log)
+        assert lrs == [1e-3, 1e-3, 5e-4, 5e-4, 2.5e-4, 2.5e-4, 1.25e-4]
+
+
+def test_the_cli_plateau_default_is_the_train_config_default():
+    from vizlm.train import TrainConfig
+
+    args = cli.build_parser().parse_args(["train", "--model", "lstm", "--out", "x"])
+    assert args.plateau == TrainConfig.plateau
+
+
+def test_unigram_perplexity_is_the_add_one_unigram_model():
+    from vizlm.evaluate import unigram_perplexity
+    from vizlm.tokens import TokenSplit
+
+    train, valid = TokenSplit.from_sequences([[4, 4, 5]]), TokenSplit.from_sequences([[4, 6]])
+    counts = [1, 1, 2, 1, 3, 2, 1]  # ids 0-6, each plus one: 4 twice, 5 once, </s> (id 2) once
+    p = [c / sum(counts) for c in counts]
+    want = math.exp(-(math.log(p[4]) + math.log(p[6]) + math.log(p[2])) / 3)
+    assert math.isclose(unigram_perplexity(train, valid, 7), want, rel_tol=1e-12)

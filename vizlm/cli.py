@@ -72,6 +72,10 @@ def _add_train(sub) -> None:
     p.add_argument("--clip", type=positive_number, default=5.0, help="gradient-norm clip")
     p.add_argument("--patience", type=whole(0), default=2, help="stop after this many epochs without improvement")
     p.add_argument("--lr-decay", type=fraction, default=0.5, help="lr factor after an epoch without improvement (0 to 1)")
+    p.add_argument("--plateau", type=fraction, default=0.9,  # TrainConfig.plateau (tests/test_train.py checks)
+                   help="until the best valid perplexity falls below this fraction of the unigram model's (the initial "
+                        "plateau), an epoch without improvement neither decays the lr nor counts towards --patience "
+                        "(0: every such epoch counts)")
     p.add_argument("--seed", type=int, default=1234, help="random seed")
     p.add_argument("--threads", type=whole(1), default=None, help="torch CPU threads")
     p.add_argument("--init-from", default=None, help="start from a trained checkpoint: AMSRN copies the LSTM; attention/kv/kvp/ngram take a trained LSTM as their predict part")
@@ -342,7 +346,7 @@ def cmd_train(args) -> int:
     tc = TrainConfig(
         epochs=1 if args.dry_run else args.epochs, batch_size=args.batch_size, bptt=args.bptt, streams=args.streams,
         lr=args.lr, clip=args.clip,
-        patience=args.patience, lr_decay=args.lr_decay, seed=args.seed,
+        patience=args.patience, lr_decay=args.lr_decay, plateau=args.plateau or None, seed=args.seed,
         max_batches=3 if args.dry_run else args.max_batches, eval_batches=1 if args.dry_run else args.eval_batches,
         save_every=args.save_every or None, log_steps=args.log_steps, freeze=args.freeze,
         extra={"command": "vizlm " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["train"] else None},

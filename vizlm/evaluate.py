@@ -81,6 +81,16 @@ class Totals:
 
 
 @torch.no_grad()
+def unigram_perplexity(train: TokenSplit, valid: TokenSplit, vocab_size: int) -> float:
+    """Perplexity on ``valid`` of the add-one unigram model of ``train``'s word frequencies: what
+    a language model reaches before it uses any context (a model trained from scratch first
+    settles here, the *initial plateau* of :attr:`vizlm.train.TrainConfig.plateau`)."""
+    counts = train.counts(vocab_size).astype(np.float64) + 1.0
+    logp = np.log(counts / counts.sum())
+    seen = valid.counts(vocab_size)
+    return math.exp(-float((seen * logp).sum()) / max(int(seen.sum()), 1))
+
+
 def score_sentences(model: nn.Module, seqs: list[list[int]], batch_size: int = 128) -> SentenceScores:
     """NLL of every sentence (ids without <s>/</s>), in the input order."""
     was_training = model.training

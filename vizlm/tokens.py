@@ -253,6 +253,13 @@ class TokenSplit:
             out[b0 : b0 + _INDEX_BLOCK] = np.diff(np.asarray(self._sentences[b0 : min(len(self), b0 + _INDEX_BLOCK) + 1]))
         return out
 
+    def counts(self, size: int) -> np.ndarray:
+        """How often each id ``< size`` is predicted (words and ``</s>``), (size,) int64, read a block at a time."""
+        out = np.zeros(size, dtype=np.int64)
+        for t0 in range(0, self.n_tokens, _INDEX_BLOCK):
+            out += np.bincount(np.asarray(self._tokens[t0 : t0 + _INDEX_BLOCK], dtype=np.int64), minlength=size)[:size]
+        return out
+
     def head(self, sentences: int) -> TokenSplit:
         """The first ``sentences`` sentences, in memory (a dry run's few batches); the document
         they end in is cut there."""

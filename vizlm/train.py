@@ -46,7 +46,7 @@ from vizlm import files
 from vizlm.checkpoint import Checkpoint, check_memory, load_checkpoint, save_checkpoint
 from vizlm.data import CORPORA, Vocab, corpus_card
 from vizlm.distributed import SINGLE, Context, shard
-from vizlm.evaluate import perplexity, score_split
+from vizlm.evaluate import perplexity, score_split, unigram_perplexity
 from vizlm.models import LMOutput, build_model, check_config, count_parameters, match_parameters, parameter_count
 from vizlm.models.base import State, attention_entropy
 from vizlm.tokens import DocumentEpoch, SentenceEpoch, TokenSplit, open_split
@@ -62,6 +62,13 @@ class TrainConfig:
     clip: float = 5.0
     patience: int = 2  # epochs without improvement before stopping
     lr_decay: float = 0.5  # multiply lr by this after an epoch without improvement
+    # The initial plateau: a model trained from scratch first predicts word frequencies only (valid
+    # perplexity ~ the unigram model's, evaluate.unigram_perplexity) and some (the N-gram RNNs) sit
+    # there for epochs, improving by < 1% an epoch. Until a run's best valid perplexity falls below
+    # `plateau` x the unigram model's, an epoch without improvement neither decays the lr nor counts
+    # towards `patience`: the same rule for every family, so no arm is starved of learning rate before
+    # it starts to learn. None: no such rule (every non-improving epoch counts, as before).
+    plateau: float | None = 0.9
     seed: int = 1234
     max_batches: int | None = None  # per epoch; for --dry-run
     eval_batches: int | None = None
@@ -360,6 +367,11 @@ def _train(name: str, model_kwargs: dict, corpus: str, out: Path, tc: TrainConfi
     }
     if matched:
         meta["match_params"] = matched
+    plateau = None
+    if tc.plateau:
+        unigram = unigram_perplexity(splits["train"], splits["valid"], len(vocab))
+        plateau = tc.plateau * unigram
+        meta["train"] |= {"unigram_valid_perplexity": round(unigram, 2), "plateau_perplexity": round(plateau, 2)}
     state = {"epoch": 0, "best_valid": math.inf, "bad_epochs": 0, "lr": tc.lr, "wall_time": 0.0}
     saved_carried = None
     resuming = resume and (out / "resume" / "state.safetensors").exists()
@@ -480,6 +492,8 @@ def _train(name: str, model_kwargs: dict, corpus: str, out: Path, tc: TrainConfi
                        "wall_time_s": round(state["wall_time"], 1)}
             if ctx.main:
                 save_checkpoint(out, core, name, vocab, metrics=metrics, **meta)
+        elif plateau is not None and state["best_valid"] >= plateau:
+            record["plateau"] = True  # still on the initial plateau: the lr stays, patience is not spent
         else:
             state["bad_epochs"] += 1
             state["lr"] *= tc.lr_decay
