@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
+import numpy as np
 import pytest
 import torch
 from conftest import ROOT
 
-from vizlm import cli, files, paths, reproduce
+from vizlm import cli, files, paths, reproduce, verdicts
 from vizlm.models import REGISTRY, make_config
 
 TINY = """
@@ -334,32 +336,42 @@ def test_claims_are_decided_by_the_interval(manifest, monkeypatch):
     assert reproduce.decide(claims["beats"], runs)["verdict"] == "not tested"  # nothing trained yet
     assert reproduce.decide(claims["later"], runs) == {"verdict": "not tested", "ours": "blocked: later (not implemented)"}
     monkeypatch.setattr(reproduce.Run, "done", lambda self: not self.blocked)
-    valid = {"base": 150.0, "amsrn-tiny": 140.0}
-    monkeypatch.setattr(reproduce, "_metrics", lambda run: {"valid_perplexity": valid[run.name]})
+    valid = {"base": 150.0, "amsrn-tiny": 140.0, "base-s2": 151.0, "amsrn-tiny-s2": 141.0}
+    monkeypatch.setattr(reproduce, "_metrics", lambda run: {"valid_perplexity": valid[run.name],
+                                                            "test_perplexity": valid[run.name] + 2})
     assert reproduce.pick(["amsrn-tiny", "base"], runs).name == "amsrn-tiny"  # the lowest valid perplexity
     valid["base"] = 130.0
     assert reproduce.pick(["amsrn-tiny", "base"], runs).name == "base"
-    interval = {}
-    monkeypatch.setattr(reproduce, "versus", lambda run, against: {
-        "ratio": interval["r"], "low": interval["lo"], "high": interval["hi"], "ppl": 1.0, "ppl_against": 1.0,
-        "resampled": "sentences", "control": against.name})
+    valid["base"] = 150.0
+    interval, seen = {}, []
+    monkeypatch.setattr(reproduce, "seed_pair", lambda run, against: (run.name, against.name))
+
+    def fake(pairs, seed_var, **kw):
+        seen.append((pairs, seed_var))
+        return verdicts.Interval(interval["r"], interval["lo"], interval["hi"], 0.01, len(pairs), "documents",
+                                 math.sqrt(seed_var), [interval["r"]] * len(pairs), np.zeros(10))
+
+    monkeypatch.setattr(reproduce.verdicts, "claim_interval", fake)
     for (lo, r, hi), better, equal in [
-        ((0.95, 0.96, 0.97), "reproduced", "not reproduced (the interval leaves ±2%)"),
-        ((0.99, 1.00, 1.01), "not reproduced (no difference at 95%)", "reproduced"),
-        ((1.03, 1.04, 1.05), "not reproduced (the opposite)", "not reproduced (the interval leaves ±2%)"),
+        ((0.95, 0.96, 0.97), "reproduced", "not reproduced"),
+        ((0.99, 1.00, 1.01), "not reproduced: no difference", "reproduced"),
+        ((1.03, 1.04, 1.05), "not reproduced: the opposite", "not reproduced"),
+        ((0.97, 0.99, 1.01), "not reproduced: no difference", "inconclusive: too few runs to tell"),
     ]:
         interval.update(lo=lo, r=r, hi=hi)
         assert reproduce.decide(claims["beats"], runs)["verdict"] == better
         assert reproduce.decide(claims["same"], runs)["verdict"] == equal
     decided = reproduce.decide(claims["beats"], runs)
-    assert decided["runs"] == "amsrn-tiny vs base" and "+4.0%" in decided["ours"] and "95% CI +3.0% to +5.0%" in decided["ours"]
-    assert "over 2 seeds: ratio 1.040 ± 0.000, the same verdict in 2" in decided["ours"]  # amsrn-tiny-s2 vs base-s2
-    assert [(r.name, a.name) for r, a in reproduce.seed_pairs(runs["amsrn-tiny"], runs["base"], runs)] == [
-        ("amsrn-tiny", "base"), ("amsrn-tiny-s2", "base-s2")]
-    monkeypatch.setattr(reproduce, "versus", lambda run, against: {
-        "ratio": 0.96 if run.seed == 2 else 1.0, "low": 0.95 if run.seed == 2 else 0.99, "high": 0.97 if run.seed == 2 else 1.01,
-        "ppl": 1.0, "ppl_against": 1.0, "resampled": "sentences", "control": against.name})
-    assert reproduce.decide(claims["beats"], runs)["verdict"] == "not reproduced (no difference at 95%) (seeds disagree: 1 of 2)"
+    assert decided["runs"] == "amsrn-tiny vs base" and decided["direction"] == "no clear difference"
+    assert "-1.0% (95% CI -3.0% to +1.0%; documents resampled, 2 seeds" in decided["ours"]
+    # the seed pairs (amsrn-tiny-s2 vs base-s2 too) and the two arms' seed variances from their own seeds
+    pairs, seed_var = seen[-1]
+    assert pairs == [("amsrn-tiny", "base"), ("amsrn-tiny-s2", "base-s2")]
+    own = lambda a, b: np.var([math.log(a), math.log(b)], ddof=1)  # noqa: E731
+    assert seed_var == pytest.approx(own(142, 143) + own(152, 153), rel=1e-9)
+    # every ratio claim tested is counted for Holm's adjustment
+    decided = reproduce.decide_all(claims, runs)
+    assert decided["beats"]["holm"]["tested"] == 2 and "holm" not in decided["later"]
 
 
 def test_a_mass_claim_reads_the_average_weight_by_position(manifest, monkeypatch):
@@ -408,7 +420,7 @@ def test_a_sweep_is_a_table_row_with_its_best_on_valid_in_bold(manifest, monkeyp
     done = {"kv-w1": (131.0, 129.5), "kv-w5": (127.25, 126.0)}  # (valid, test); kv-w10 is not run yet
     monkeypatch.setattr(reproduce.Run, "done", lambda self: self.name in done)
     monkeypatch.setattr(reproduce, "_metrics", lambda run, meta=None: dict(zip(("valid_perplexity", "test_perplexity"), done[run.name])))
-    monkeypatch.setattr(reproduce, "comparison", lambda run, runs: None)
+    monkeypatch.setattr(reproduce, "comparison", lambda run, runs, spreads=None: None)
     text = reproduce.report({k: v for k, v in runs.items() if k.startswith("kv-")})
     assert "### Daniluk et al.: running text within documents, from scratch, equal parameter counts: sweeps" in text
     assert "| model | window = 1 | window = 5 | window = 10 |" in text

@@ -175,9 +175,8 @@ def compare(
     nll_a, tokens = _nll(a, sents, batch_size, kept_ids)
     nll_b, _ = _nll(b, sents, batch_size, kept_ids)
     texts = [" ".join((originals or sentences)[i]) for i in keep]
-    running = "document" in (a.model.config.context, b.model.config.context)
     return build_comparison(a, b, nll_a, nll_b, tokens, kept_ids, texts, n_boot, seed,
-                            documents=document_sizes(kept_ids) if running else None)
+                            documents=_resampled_documents(kept_ids))
 
 
 def split_scores(ckpt: Checkpoint, corpus: str, split: str, use_cache: bool = True, ctx: Context = SINGLE,
@@ -209,9 +208,16 @@ def compare_corpus(a: Checkpoint, b: Checkpoint, corpus: str, split: str, progre
         scores.append(split_scores(ckpt, corpus, split, use_cache, ctx, checksum))
         if progress:
             progress((k + 1) / 2)
-    running = "document" in (a.model.config.context, b.model.config.context)
     return build_comparison(a, b, scores[0]["nll"], scores[1]["nll"], scores[0]["tokens"], ids, texts,
-                            documents=document_sizes(ids) if running else None)
+                            documents=_resampled_documents(ids))
+
+
+def _resampled_documents(ids: list[str]) -> list[int] | None:
+    """Sentences per document, the unit the bootstrap resamples: a split samples documents (Brown:
+    document index mod 10), so whole documents are drawn for every model, sentence-level ones too;
+    None (sentences) for sentences of one document."""
+    sizes = document_sizes(ids)
+    return sizes if len(sizes) > 1 else None
 
 
 # --------------------------------------------------------------------------- positions

@@ -130,15 +130,15 @@ def _read(name: str, where_: str, stamp: tuple) -> Evidence:
 
 def versus(run: Evidence, against: Evidence, split: str = "test") -> dict:
     """``run`` against ``against`` on ``split``: corpus perplexities, their ratio and its paired
-    bootstrap 95% interval, over documents when either reads running text (else sentences)."""
+    bootstrap 95% interval over documents, the unit the splits sample (sentences for a split of one
+    document). One seed: :mod:`vizlm.verdicts` adds the seed spread."""
     for ev in (run, against):
         if split not in ev.nll:
             raise EvidenceError(f"the evidence of {ev.name} has no {split} split")
     if not np.array_equal(run.tokens[split], against.tokens[split]):
         raise EvidenceError(f"{run.name} and {against.name} scored different sentences of {split}: not comparable")
-    running = "document" in (run.context, against.context)
-    s = ratio_interval(against.nll[split], run.nll[split], run.tokens[split],
-                       documents=run.documents[split].tolist() if running else None)
+    docs = run.documents[split].tolist()
+    s = ratio_interval(against.nll[split], run.nll[split], run.tokens[split], documents=docs if len(docs) > 1 else None)
     return {"control": against.name, "ratio": s["ratio"], "low": s["ratio_ci_low"], "high": s["ratio_ci_high"],
             "sentences": s["sentences"], "resampled": s["resampled"], "ppl": s["perplexity_b"],
             "ppl_against": s["perplexity_a"]}

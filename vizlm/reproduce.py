@@ -13,8 +13,9 @@ repository), except those bundled in ``checkpoints/``.
 
 The report (:func:`report`) reads the evidence alone: no weights, no model evaluation. Each
 comparison is against the run's *control* (same start, same training) on the test split: the
-corpus perplexity ratio with a paired bootstrap 95% interval over documents for running-text
-models, else over sentences (:func:`vizlm.evidence.versus`).
+corpus perplexity ratio with a 95% interval over the test documents (the unit the splits sample,
+for every model) and the training seeds (:mod:`vizlm.verdicts`); each claim gets a three-part
+verdict, with Holm's adjustment over the claims tested (:func:`decide_all`).
 
 Your own manifest (``vizlm reproduce --manifest my.toml``, e.g. the papers' protocols on a corpus of
 yours, ``examples/my-corpus.toml``) keeps everything it makes in a folder named after it, beside it
@@ -35,7 +36,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vizlm import evidence, files, paths
+from vizlm import evidence, files, paths, verdicts
 from vizlm.checkpoint import CheckpointError, load_checkpoint, read_meta
 from vizlm.data import DataError, corpus_splits
 from vizlm.distributed import Context, resolve_device
@@ -152,7 +153,8 @@ class Run:
 
 
 CLAIM_KINDS = ("better", "equal", "mass")
-_CLAIM_FIELDS = {"paper", "claim", "paper_says", "kind", "run", "against", "tolerance", "positions", "share"}
+_CLAIM_FIELDS = {"paper", "claim", "paper_says", "paper_ratio", "kind", "run", "against", "tolerance", "positions",
+                 "share"}
 
 
 @dataclass
@@ -166,6 +168,7 @@ class Claim:
     run: str | list[str]
     against: str | list[str] | None = None
     paper_says: str = ""
+    paper_ratio: float | None = None  # the paper's own effect as a ratio (run / against), where it gives numbers
     tolerance: float = 0.02  # "equal": the interval must lie within 1 +- tolerance
     positions: int = 5  # "mass": the most recent slots counted
     share: float = 0.75  # "mass": the weight they must hold
@@ -668,16 +671,62 @@ def write_evidence(run: Run, force: bool = False, log=sys.stderr) -> Path:
 
 def versus(run: Run, against: Run) -> dict:
     """Test perplexity of ``run`` against ``against`` from their evidence, with the paired
-    bootstrap 95% interval of the ratio (over documents when either reads running text)."""
+    bootstrap 95% interval of the ratio over documents (one seed; :func:`comparison` adds the
+    seed spread)."""
     return evidence.versus(run.evidence(), against.evidence(), "test")
 
 
-def comparison(run: Run, runs: dict[str, Run]) -> dict | None:
-    """:func:`versus` the run's control, None until both have evidence."""
+def seed_pair(run: Run, against: Run) -> verdicts.SeedPair:
+    """The test-split comparison of two finished runs, from their evidence."""
+    a, b = run.evidence(), against.evidence()
+    if not (a.tokens["test"].shape == b.tokens["test"].shape and (a.tokens["test"] == b.tokens["test"]).all()):
+        raise evidence.EvidenceError(f"{run.name} and {against.name} scored different sentences of test: not comparable")
+    return verdicts.SeedPair(a.nll["test"], b.nll["test"], a.tokens["test"], a.documents["test"].tolist())
+
+
+def protocol(run: Run) -> tuple[str, str]:
+    """Runs of one protocol share a seed spread: the corpus and the context they read."""
+    return run.corpus, run.context
+
+
+class Spreads:
+    """The between-seed variance of every setup's test log perplexity (:mod:`vizlm.verdicts`): its own
+    seeds' where it has two or more finished, else the median of its protocol's."""
+
+    def __init__(self, runs: dict[str, Run]):
+        self.own: dict[str, verdicts.SeedSpread] = {}
+        self.groups: dict[tuple[str, str], list[tuple[str, verdicts.SeedSpread]]] = {}
+        for group in seed_groups(runs):
+            done = [r for r in group if r.done()]
+            spread = verdicts.seed_variance([math.log(_metrics(r)["test_perplexity"]) for r in done])
+            if spread is not None:
+                self.own |= dict.fromkeys((r.name for r in group), spread)
+                self.groups.setdefault(protocol(group[0]), []).append((group[0].name, spread))
+        self.median = {key: verdicts.protocol_median([s for _, s in g]) for key, g in self.groups.items()}
+
+    def of(self, run: Run) -> verdicts.SeedSpread:
+        return self.own.get(run.name) or self.median.get(protocol(run), verdicts.SeedSpread(0.0, 0, "none"))
+
+    def pair_variance(self, run: Run, against: Run) -> float:
+        """The variance of one seed pair's log ratio: the two arms' seeds are independent."""
+        return self.of(run).var + self.of(against).var
+
+    def describe(self, key: tuple[str, str]) -> str:
+        if key not in self.groups:
+            return "no setup of this protocol has two or more seeds: seed noise is not included"
+        own = ", ".join(f"{name} {100 * s.sd:.2f}% ({s.df + 1} seeds)" for name, s in self.groups[key])
+        return f"{own}; a setup with one seed takes their median, {100 * self.median[key].sd:.2f}%"
+
+
+def comparison(run: Run, runs: dict[str, Run], spreads: Spreads | None = None) -> dict | None:
+    """The run against its control (test split): ratio and 95% interval over documents, widened by
+    the seed spread of its protocol (:mod:`vizlm.verdicts`); None until both have evidence."""
     control = runs.get(run.control) if run.control else None
     if control is None or not run.done() or not control.done():
         return None
-    return versus(run, control)
+    spreads = spreads if spreads is not None else Spreads(runs)
+    iv = verdicts.claim_interval([seed_pair(run, control)], spreads.pair_variance(run, control))
+    return {"control": control.name, "ratio": iv.ratio, "low": iv.low, "high": iv.high, "resampled": iv.resampled}
 
 
 def pick(ref: str | list[str], runs: dict[str, Run]) -> Run | None:
@@ -766,9 +815,11 @@ def _waiting(ref: str | list[str], runs: dict[str, Run]) -> str:
     return "not run: " + ", ".join(n for n in names if not runs[n].done())
 
 
-def decide(claim: Claim, runs: dict[str, Run]) -> dict:
-    """Whether ``claim`` is reproduced by the finished runs: ``verdict`` (reproduced | not
-    reproduced | not tested), ``ours`` (the effect and its 95% interval) and the runs used."""
+def decide(claim: Claim, runs: dict[str, Run], spreads: Spreads | None = None) -> dict:
+    """The verdict on ``claim`` from the finished runs: ``verdict`` (its summary, or "not tested"),
+    ``ours`` (the effect and its interval), the runs used, and for a ratio claim the three parts
+    (``direction``, ``size``, ``equivalence``), the seed-aware interval (``interval``: seeds, seed
+    spread, bootstrap p value) of :mod:`vizlm.verdicts`."""
     run = pick(claim.run, runs)
     against = pick(claim.against, runs) if claim.against else None
     if run is None or (claim.against and against is None):
@@ -789,25 +840,29 @@ def decide(claim: Claim, runs: dict[str, Run]) -> dict:
                         f"(equal weights: {claim.positions / window:.0%}); a row's largest weight "
                         f"{pos['largest_weight']:.2f} on average (equal weights: {1 / window:.2f}), its entropy "
                         f"{pos['entropy']:.2f} nats ({math.log(window):.2f})"}
-    c = versus(run, against)
-    ours = (f"{c['ppl']:.1f} vs {c['ppl_against']:.1f}: {_pct(c['ratio'])} "
-            f"(95% CI {_pct(c['low'])} to {_pct(c['high'])}, {c['resampled']} resampled)")
-    def holds(c: dict) -> bool:
-        if claim.kind == "better":
-            return c["high"] < 1
-        return 1 - claim.tolerance <= c["low"] and c["high"] <= 1 + claim.tolerance
+    spreads = spreads if spreads is not None else Spreads(runs)
+    pairs = seed_pairs(run, against, runs)
+    iv = verdicts.claim_interval([seed_pair(r, a) for r, a in pairs], spreads.pair_variance(run, against))
+    parts = verdicts.verdict(claim.kind, iv.low, iv.high, claim.paper_ratio, claim.tolerance)
+    ppl, ppl_against = _metrics(run)["test_perplexity"], _metrics(against)["test_perplexity"]
+    seeds = (f"{iv.seeds} seed{'s' if iv.seeds > 1 else ''}"
+             + (f": {', '.join(f'{x:.3f}' for x in iv.per_seed)}" if iv.seeds > 1 else ""))
+    ours = (f"{ppl:.1f} vs {ppl_against:.1f}: {_pct(iv.ratio)} (95% CI {_pct(iv.low)} to {_pct(iv.high)}; "
+            f"{iv.resampled} resampled, {seeds})")
+    return {"verdict": parts["summary"], "ours": ours, "runs": used, "interval": iv, **parts}
 
-    ok = holds(c)
-    if claim.kind == "better":
-        why = "" if ok else " (no difference at 95%)" if c["low"] < 1 else " (the opposite)"
-    else:
-        why = "" if ok else f" (the interval leaves ±{claim.tolerance:.0%})"
-    if len(pairs := seed_pairs(run, against, runs)) > 1:  # the same comparison, seed by seed
-        cs = [versus(r, a) for r, a in pairs]
-        same = sum(holds(x) == ok for x in cs)
-        ours += f"; over {len(cs)} seeds: ratio {_spread([x['ratio'] for x in cs], '.3f')}, the same verdict in {same}"
-        why += "" if same == len(cs) else f" (seeds disagree: {same} of {len(cs)})"
-    return {"verdict": ("reproduced" if ok else "not reproduced") + why, "ours": ours, "runs": used}
+
+def decide_all(claims: dict[str, Claim], runs: dict[str, Run], spreads: Spreads | None = None) -> dict[str, dict]:
+    """:func:`decide` for every claim, with Holm's adjustment over the ratio claims tested
+    (``holm``: adjusted p value and the interval at the step's level)."""
+    spreads = spreads if spreads is not None else Spreads(runs)
+    decided = {name: decide(c, runs, spreads) for name, c in claims.items()}
+    tested = {name: d["interval"].p for name, d in decided.items() if "interval" in d}
+    for name, h in verdicts.holm(tested).items():
+        iv = decided[name]["interval"]
+        low, high = iv.at(h["level"])
+        decided[name]["holm"] = {**h, "low": low, "high": high}
+    return decided
 
 
 def seed_pairs(run: Run, against: Run, runs: dict[str, Run]) -> list[tuple[Run, Run]]:
@@ -885,10 +940,10 @@ def _spread(values: list[float], spec: str = ".2f") -> str:
     return f"{statistics.mean(values):{spec}} ± {statistics.stdev(values):{spec}}"
 
 
-def _seed_rows(group: list[Run], runs: dict[str, Run]) -> str:
+def _seed_rows(group: list[Run], runs: dict[str, Run], spreads: Spreads) -> str:
     done = [r for r in group if r.done()]
     tests = [_metrics(r)["test_perplexity"] for r in done]
-    cs = [c for r in done if (c := comparison(r, runs))]
+    cs = [c for r in done if (c := comparison(r, runs, spreads))]
     ratios = ", ".join(f"{c['ratio']:.3f} ({c['low']:.3f}–{c['high']:.3f})" for c in cs) or "—"
     better, worse = sum(c["high"] < 1 for c in cs), sum(c["low"] > 1 for c in cs)
     agree = f"better in {better}, worse in {worse}, unclear in {len(cs) - better - worse} of {len(cs)}" if cs else "—"
@@ -953,8 +1008,40 @@ def _yours_header(runs: dict[str, Run], where: Locations) -> list[str]:
             (f"Corpus: {_corpora(list(runs.values()))}. The papers' numbers (the claims' *the paper* column) were "
              "measured on the papers' own corpora (Liu & Lee: PTB; Daniluk et al.: Wikipedia; the repository's "
              "docs/RESULTS.md: Brown) and are not expected here. Each verdict compares the models trained here with "
-             "each other, under the paper's protocol: the ratio of their test perplexities with its paired bootstrap "
-             "95% interval (over documents for running text, else over sentences)."), ""]
+             "each other, under the paper's protocol: the ratio of their test perplexities with its 95% interval "
+             "over the test documents and the training seeds."), ""]
+
+
+def _holm_cell(d: dict) -> str:
+    h = d.get("holm")
+    if not h:
+        return "—"
+    p = d["interval"].p
+    return (f"p {_p(p)}, adjusted {_p(h['p_adjusted'])}; {_pct(h['low'])} to {_pct(h['high'])} "
+            f"at {100 * h['level']:.2f}%")
+
+
+def _p(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _summary(claims: dict[str, Claim], decided: dict[str, dict]) -> list[str]:
+    """The findings first: one row a claim (paper, claim, ours, verdict), and how many were tested."""
+    tested = [n for n, d in decided.items() if "interval" in d]
+    lines = ["### Summary: the papers' claims", "",
+             (f"Each claim's ratio of test perplexities (run / against) with a 95% interval over the test documents "
+              f"and the training seeds; {len(tested)} ratio claims tested (Holm's adjustment over them in each "
+              "paper's table below). The verdict has three parts there: the direction, where the paper's own effect "
+              "lies against the interval, and equivalence within the claim's margin where equality is the claim; "
+              "*inconclusive* means the interval holds both no difference and the paper's effect."), "",
+             "| paper | claim | the paper | ours (test) | verdict |", "|---|---|---|---|---|"]
+    for name, c in claims.items():
+        d = decided[name]
+        ours = d["ours"] if "interval" not in d else (
+            f"{_pct(d['interval'].ratio)} ({_pct(d['interval'].low)} to {_pct(d['interval'].high)}), "
+            f"{d['interval'].seeds} seed{'s' if d['interval'].seeds > 1 else ''}")
+        lines.append(f"| {c.paper} | {c.claim} | {c.paper_says} | {ours} | **{d['verdict']}** |")
+    return lines + [""]
 
 
 def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None,
@@ -969,6 +1056,10 @@ def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None,
         lines += _yours_header(runs, where)
     else:
         lines += ["_Generated by `vizlm reproduce --report` from the runs' evidence (`evidence/`); do not edit by hand._", ""]
+    spreads = Spreads(runs)
+    decided = decide_all(claims or {}, runs, spreads)
+    if claims:
+        lines += _summary(claims, decided)
     for paper, title in PAPERS.items():
         members = [r for r in runs.values() if r.paper == paper]
         if not members:
@@ -978,21 +1069,28 @@ def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None,
         mine = [c for c in (claims or {}).values() if c.paper == paper]
         if mine:
             said = "the paper (on its corpus)" if yours else "the paper"
-            lines += [f"### {title}: the claims", "", f"| claim | {said} | ours (test) | runs | verdict |",
-                      "|---|---|---|---|---|"]
+            lines += [f"### {title}: the claims", "",
+                      f"| claim | {said} | ours (test) | runs | direction | the paper's effect | Holm | verdict |",
+                      "|---|---|---|---|---|---|---|---|"]
             for c in mine:
-                d = decide(c, runs)
-                lines.append(f"| {c.claim} | {c.paper_says} | {d['ours']} | {d.get('runs', '—')} | **{d['verdict']}** |")
+                d = decided[c.name]
+                size = d.get("size", "—") + (f"; {d['equivalence']}" if d.get("equivalence") else "")
+                lines.append(f"| {c.claim} | {c.paper_says} | {d['ours']} | {d.get('runs', '—')} | "
+                             f"{d.get('direction', '—')} | {size} | {_holm_cell(d)} | **{d['verdict']}** |")
+            keys = dict.fromkeys(protocol(runs[d["runs"].split(" vs ")[0]]) for c in mine
+                                 if "interval" in (d := decided[c.name]))
+            for key in keys:
+                lines += ["", (f"Seed sd of the test log perplexity ({key[1]} level, `{key[0]}`): "
+                               f"{spreads.describe(key)}.")]
             lines.append("")
         lines += [f"### {title}", "",
-                  "| run | model | context | parameters | valid | test | vs control (95% CI) | state |",
+                  "| run | model | context | parameters | valid | test | vs control (95% CI over documents and seeds) | state |",
                   "|---|---|---|---:|---:|---:|---|---|"]
         for run in members:
             m = _metrics(run) if run.done() else {}
-            c = comparison(run, runs)
+            c = comparison(run, runs, spreads)
             vs = "—" if c is None else (f"{c['ratio']:.3f} ({c['low']:.3f}–{c['high']:.3f}) vs {c['control']} "
-                                        f"over {c['resampled']}; "
-                                        + ("better" if c["high"] < 1 else "worse" if c["low"] > 1 else "no clear difference"))
+                                        f"over {c['resampled']}; " + verdicts.direction(c["low"], c["high"]))
             state = _report_state(run)
             lines.append(f"| {run.name} | {run.model}{''.join(f' {k}={v}' for k, v in run.options.items())}"
                          f"{' (init frozen)' if run.freeze else ''} | "
@@ -1008,10 +1106,10 @@ def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None,
         if groups := [g for g in seed_groups(runs) if g[0].paper == paper]:
             lines += [f"### {title}: seeds", "",
                       ("Each row: one setup trained with different seeds, each seed against its own control "
-                       "(the control's run with the same seed)."), "",
+                       "(the control's run with the same seed); each interval over documents and the seed spread."), "",
                       ("| runs | finished | test per seed | test mean ± sd | vs control per seed (95% CI) | "
                        "ratio mean ± sd | seeds |"), "|---|---|---|---|---|---|---|"]
-            lines += [_seed_rows(g, runs) for g in groups] + [""]
+            lines += [_seed_rows(g, runs, spreads) for g in groups] + [""]
     if attribution is not None:
         lines += attribution_report(attribution)
     lines.append(REPORT_END)

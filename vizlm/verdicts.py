@@ -1,0 +1,209 @@
+"""Seed-aware intervals and three-part verdicts for a paper's claims.
+
+A claim compares two arms (a run and its control, or two models) by the ratio of their corpus
+test perplexities. Two sources of noise enter that ratio, and the interval carries both:
+
+* **the test documents**: the Brown splits sample documents (document index mod 10), so the
+  documents are resampled, never the sentences of a document one by one. The documents are
+  drawn once per bootstrap replicate and shared by every seed: all seeds are scored on the same
+  test set, so its sampling noise is common to them.
+* **the training seed**: a model's test log perplexity varies with its seed (initialisation,
+  the order of batches). Its between-seed variance ``v`` is estimated for every setup trained
+  with two or more seeds; a setup with one seed takes the median of its protocol's estimates
+  (robust to one unstable arm), and is reported as such. Seeds of two arms are independent draws,
+  so the log ratio of one seed pair varies by ``v_run + v_against``; a claim decided on ``K`` seed
+  pairs averages their log ratios, whose seed noise has variance ``(v_run + v_against) / K``. Each
+  bootstrap replicate adds a normal draw of that size (the variances plugged in as estimated; with
+  few seeds they are uncertain themselves, which is why the headline claims have five).
+
+So the statistic of replicate ``b`` is ``mean_k logratio_k(D*_b) + e_b`` (a seed-level random
+effect, bootstrapped over documents): :func:`claim_interval`. Its quantiles give the 95%
+interval and its two-sided bootstrap p value (for Holm's adjustment over the claims tested,
+:func:`holm`). A verdict (:func:`verdict`) has three parts: the direction (better / worse / no
+clear difference at 95%), where the paper's own effect lies (inside the interval, or the
+interval is wholly on one side of it), and, for a claim of equality, equivalence within its
+margin. "Reproduced" needs the direction and an interval that holds the paper's effect; an
+interval holding both no effect and the paper's effect is *inconclusive*, too few runs to tell.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+LEVEL = 0.95
+N_BOOT = 4000
+
+
+@dataclass
+class SeedPair:
+    """One seed's comparison on one split: per-sentence NLLs (nats) of the run and of what it is
+    compared with, tokens per sentence, and sentences per document (None or one document:
+    sentences are the unit)."""
+
+    nll_run: np.ndarray  # (S,)
+    nll_against: np.ndarray  # (S,)
+    tokens: np.ndarray  # (S,)
+    documents: list[int] | None = None
+
+    def units(self) -> tuple[np.ndarray, np.ndarray, str]:
+        """(NLL difference run - against per unit, tokens per unit, the unit's name): the unit is the
+        document when the split has more than one, else the sentence."""
+        diff = np.asarray(self.nll_run, float) - np.asarray(self.nll_against, float)
+        tok = np.asarray(self.tokens, float)
+        docs = self.documents
+        if docs is not None and len(docs) > 1:
+            starts = np.cumsum([0, *docs[:-1]])
+            return np.add.reduceat(diff, starts), np.add.reduceat(tok, starts), "documents"
+        return diff, tok, "sentences"
+
+    def log_ratio(self) -> float:
+        """log of the corpus perplexity ratio run / against."""
+        return float((np.sum(self.nll_run, dtype=float) - np.sum(self.nll_against, dtype=float))
+                     / np.sum(self.tokens, dtype=float))
+
+
+@dataclass
+class SeedSpread:
+    """The between-seed variance of a setup's test log perplexity, and where it comes from."""
+
+    var: float
+    df: int  # its degrees of freedom: seeds - 1 (own), or those of the estimates it is the median of
+    how: str  # "own seeds" or "median of N setups with seeds"
+
+    @property
+    def sd(self) -> float:
+        return math.sqrt(self.var)
+
+    def describe(self) -> str:
+        if self.df == 0:
+            return "no seed spread known (no setup with two or more seeds): seed noise not included"
+        return f"{100 * self.sd:.2f}% ({self.how}, {self.df} df)"
+
+
+def seed_variance(log_perplexities: list[float]) -> SeedSpread | None:
+    """A setup's between-seed variance of its test log perplexity; None below two seeds."""
+    if len(log_perplexities) < 2:
+        return None
+    x = np.asarray(log_perplexities, float)
+    return SeedSpread(float(x.var(ddof=1)), len(x) - 1, "own seeds")
+
+
+def protocol_median(spreads: list[SeedSpread]) -> SeedSpread:
+    """What a setup trained with one seed is given: the median of its protocol's setup variances."""
+    if not spreads:
+        return SeedSpread(0.0, 0, "none")
+    return SeedSpread(float(np.median([s.var for s in spreads])), sum(s.df for s in spreads),
+                      f"median of {len(spreads)} setup{'s' if len(spreads) != 1 else ''} with seeds")
+
+
+@dataclass
+class Interval:
+    """A claim's ratio (run / against) with its seed-aware interval."""
+
+    ratio: float  # exp(mean over seeds of the log ratio)
+    low: float
+    high: float
+    p: float  # two-sided bootstrap p value of "no difference" (ratio 1), floored at 1 / (N_BOOT + 1)
+    seeds: int
+    resampled: str  # "documents" or "sentences"
+    seed_sd: float  # sd of one seed pair's log ratio: sqrt(v_run + v_against)
+    per_seed: list[float] = field(default_factory=list)  # each seed pair's ratio
+    replicates: np.ndarray | None = field(default=None, repr=False)  # the bootstrap log ratios
+
+    def at(self, level: float) -> tuple[float, float]:
+        """The interval at another confidence level (e.g. Holm's adjusted one)."""
+        a = (1 - level) / 2
+        lo, hi = np.quantile(self.replicates, [a, 1 - a])
+        return math.exp(lo), math.exp(hi)
+
+
+def claim_interval(pairs: list[SeedPair], seed_var: float, n_boot: int = N_BOOT, seed: int = 0,
+                   level: float = LEVEL) -> Interval:
+    """The seed-aware bootstrap interval of the ratio of ``pairs`` (module docstring); ``seed_var``:
+    the variance of one seed pair's log ratio (``v_run + v_against``). Every pair must score the same
+    sentences (same tokens, same documents)."""
+    if not pairs:
+        raise ValueError("a claim needs at least one seed pair")
+    units = [p.units() for p in pairs]
+    tok, kind = units[0][1], units[0][2]
+    for _, t, k in units[1:]:
+        if k != kind or not np.array_equal(t, tok):
+            raise ValueError("the seed pairs of a claim must score the same sentences")
+    diffs = np.stack([d for d, _, _ in units])  # (K, U)
+    K, U = diffs.shape
+    rng = np.random.default_rng(seed)
+    boot = np.empty(n_boot)
+    rows = max(1, 2**22 // max(U, 1))  # replicates drawn at a time: bounded memory for any corpus size
+    for r0 in range(0, n_boot, rows):
+        idx = rng.integers(0, U, size=(min(rows, n_boot - r0), U))  # documents once per replicate, shared by the seeds
+        boot[r0 : r0 + len(idx)] = diffs[:, idx].sum(-1).mean(0) / tok[idx].sum(-1)  # mean over seeds of the log ratio
+    if seed_var > 0:
+        boot += rng.standard_normal(n_boot) * math.sqrt(seed_var / K)
+    a = (1 - level) / 2
+    lo, hi = np.quantile(boot, [a, 1 - a])
+    per_seed = [p.log_ratio() for p in pairs]
+    tail = min(float((boot <= 0).mean()), float((boot >= 0).mean()))
+    p = max(min(1.0, 2 * tail), 1 / (n_boot + 1))
+    return Interval(math.exp(float(np.mean(per_seed))), math.exp(lo), math.exp(hi), p, K, kind, math.sqrt(seed_var),
+                    [math.exp(x) for x in per_seed], boot)
+
+
+def holm(pvalues: dict[str, float], alpha: float = 1 - LEVEL) -> dict[str, dict]:
+    """Holm's step-down adjustment of ``pvalues`` (name -> p): per name the adjusted p value and the
+    confidence level of its step (``1 - alpha / (m - rank)``, rank from 0 in increasing p), at which
+    its adjusted interval is drawn."""
+    m = len(pvalues)
+    out, running = {}, 0.0
+    for rank, (name, p) in enumerate(sorted(pvalues.items(), key=lambda kv: kv[1])):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[name] = {"p_adjusted": running, "level": 1 - alpha / (m - rank), "rank": rank + 1, "tested": m}
+    return out
+
+
+def _pct(ratio: float) -> str:
+    return f"{100 * (ratio - 1):+.1f}%"
+
+
+def direction(low: float, high: float) -> str:
+    """better (the run's perplexity lower) / worse / no clear difference, from an interval of the ratio."""
+    return "better" if high < 1 else "worse" if low > 1 else "no clear difference"
+
+
+def verdict(kind: str, low: float, high: float, paper_ratio: float | None, tolerance: float = 0.02) -> dict:
+    """The three parts of a verdict and its summary, from an interval (``low``, ``high``) of the ratio
+    run / against: ``direction``, ``size`` (the paper's effect against the interval), ``equivalence``
+    (kind "equal": within 1 +- tolerance), ``summary``."""
+    d = direction(low, high)
+    if paper_ratio is None:
+        size = "the paper gives no number"
+    elif low <= paper_ratio <= high:
+        size = f"the paper's {_pct(paper_ratio)} lies inside the interval"
+    elif paper_ratio < low:
+        size = f"smaller than the paper's {_pct(paper_ratio)}" if paper_ratio < 1 else f"beyond the paper's {_pct(paper_ratio)}"
+    else:
+        size = f"smaller than the paper's {_pct(paper_ratio)}" if paper_ratio > 1 else f"beyond the paper's {_pct(paper_ratio)}"
+    equivalence = None
+    if kind == "equal":
+        if 1 - tolerance <= low and high <= 1 + tolerance:
+            equivalence = f"equivalent within ±{tolerance:.0%}"
+        elif low > 1 + tolerance or high < 1 - tolerance:
+            equivalence = f"differs by more than ±{tolerance:.0%}"
+        else:
+            equivalence = f"undecided at ±{tolerance:.0%}"
+    if kind == "equal":
+        summary = ("reproduced" if equivalence.startswith("equivalent") else
+                   "not reproduced" if equivalence.startswith("differs") else "inconclusive: too few runs to tell")
+    elif d == "better":
+        holds = paper_ratio is None or low <= paper_ratio <= high
+        summary = "reproduced" if holds else (
+            "reproduced in direction; " + ("a smaller effect" if paper_ratio < low else "a larger effect"))
+    elif d == "worse":
+        summary = "not reproduced: the opposite"
+    elif paper_ratio is not None and low <= paper_ratio:
+        summary = "inconclusive: too few runs to tell (no difference and the paper's effect both inside)"
+    else:
+        summary = "not reproduced: no difference" + ("" if paper_ratio is None else ", the paper's effect ruled out")
+    return {"direction": d, "size": size, "equivalence": equivalence, "summary": summary}
