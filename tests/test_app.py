@@ -1359,3 +1359,24 @@ def test_a_link_to_compare_on_a_prepared_corpus(mine):
     at = linked("compare.py", a="lstm", b="amsrn", corpus=PREPARED, split="dev")
     no_exception(at)
     assert f"The corpus {PREPARED} has no split 'dev' (it has train, valid, test); using its first" in messages(at)
+
+
+def test_a_long_text_attributes_only_the_window_shown(monkeypatch):
+    """An attribution measure on a long text computes the heat map's window of rows around the selected word,
+    not every row: the cost follows what is shown."""
+    from vizlm import api
+    from vizlm.plots import WINDOW_ROWS
+
+    asked = []
+    real = api.Model.attribute
+
+    def attribute(self, text, method="integrated-gradients", n_steps=32, rows=None, **kwargs):
+        asked.append(rows)
+        return real(self, text, method, n_steps, rows=rows, **kwargs)
+
+    monkeypatch.setattr(api.Model, "attribute", attribute)
+    text = " ".join(["the dog saw a cat in the park and it ran ."] * 6)  # 66 words
+    at = explorer(model="lstm", text=text, measure="gradient-x-input", target="50")
+    no_exception(at)
+    assert asked and all(rows is not None and len(rows) == WINDOW_ROWS and 50 in rows for rows in asked), asked
+    assert "vz-attributed" in html_of(at)

@@ -551,3 +551,59 @@ def test_attribution_html_escapes_every_word():
     res = at.attribute(ckpt, [["<script>alert(1)</script>", "=cmd|' /C calc'!A0", "w1"]], "occlusion")
     html = plots.attribution_html(res, 2, top_k=3) + plots.attribution_key_html(1.0, "occlusion")
     assert "<script>" not in html and "&lt;script&gt;" in html
+
+
+# --------------------------------------------------------------------------- cost: rows, steps, progress, cancel
+@pytest.mark.parametrize("method", ["gradient-x-input", "integrated-gradients", "occlusion"])
+@pytest.mark.parametrize("name,kw,context", [("lstm", {}, "document"), ("amsrn", {}, "sentence"),
+                                              ("kvp", {"window": 3}, "document")])
+def test_rows_of_a_window_equal_the_same_rows_of_the_whole_text(method, name, kw, context):
+    """``rows``: only those rows are computed, each equal to the whole text's within the stated tolerance (a row
+    depends on its reading up to it alone); the others are left out, and asking for one of them says so."""
+    ckpt = tiny(name, **kw, context=context)
+    sa = analyze_sentences(ckpt, PASSAGE)
+    whole = at.attribute(ckpt, sa, method)
+    rows = range(3, 8)
+    part = at.attribute(ckpt, sa, method, rows=rows)
+    assert part.computed_rows() == list(rows) and whole.computed_rows() == list(range(len(sa.targets)))
+    assert_same_math(torch.from_numpy(part.scores[3:8]), torch.from_numpy(whole.scores[3:8]))
+    assert (part.scores[:3] == 0).all() and (part.scores[8:] == 0).all() and not part.covered[8:].any()
+    if method == "integrated-gradients":
+        assert_same_math(torch.from_numpy(part.convergence_delta[3:8]), torch.from_numpy(whole.convergence_delta[3:8]))
+        assert np.isnan(part.convergence_delta[:3]).all()
+    assert [t["index"] for t in part.to_dict()["targets"]] == list(rows) and set(part.frame().row) <= set(rows)
+    assert part.row_frame(4).equals(whole.row_frame(4)) or len(part.row_frame(4)) == len(whole.row_frame(4))
+    with pytest.raises(at.AttributionError, match="not computed"):
+        part.row_frame(9)
+    with pytest.raises(at.AttributionError, match="rows must be from 0"):
+        at.attribute(ckpt, sa, method, rows=[len(sa.targets)])
+    # the cost follows the rows: the estimate of a window is smaller than the whole text's
+    assert 0 < at.estimate_seconds(ckpt, sa, method, rows=rows) < at.estimate_seconds(ckpt, sa, method)
+
+
+def test_steps_are_bounded_before_anything_is_allocated():
+    ckpt = tiny("lstm")
+    for bad in (10**6, at.MAX_STEPS + 1, 0, -3, 2.5, "32", True):
+        with pytest.raises(at.AttributionError, match=f"from 1 to {at.MAX_STEPS}"):
+            at.attribute(ckpt, ["w1", "w2"], "integrated-gradients", n_steps=bad)
+    with pytest.raises(at.AttributionError, match=f"from 1 to {at.MAX_STEPS}"):
+        at.corpus_attribution(ckpt, "nope", "test", method="integrated-gradients", n_steps=10**6)
+
+
+def test_progress_is_reported_and_cancel_stops_between_batches():
+    ckpt = tiny("lstm", context="document")
+    seen = []
+    at.attribute(ckpt, PASSAGE, "integrated-gradients", progress=seen.append)
+    assert seen and seen == sorted(seen) and seen[-1] == 1.0 and 0 < seen[0] < 1
+    calls = []
+
+    def cancel():  # says stop at its third question
+        calls.append(1)
+        return len(calls) >= 3
+
+    with pytest.raises(at.AttributionCancelled):  # integrated gradients: asked before each batch of steps
+        at.attribute(ckpt, PASSAGE, "integrated-gradients", n_steps=4, cancel=cancel)
+    assert len(calls) == 3
+    for method in ("gradient-x-input", "occlusion"):
+        with pytest.raises(at.AttributionCancelled):
+            at.attribute(ckpt, PASSAGE, method, cancel=lambda: True)

@@ -339,3 +339,21 @@ def test_attribute_corpus_statistics(capsys, monkeypatch, tmp_path):
     assert len(list(tmp_path.glob("*.json"))) == 2
     code, out, _ = run(capsys, "attribute", "--checkpoint", "amsrn", "--corpus", "wsj", "--limit", "6", "--json")
     assert json.loads(out) == docs["amsrn"] and len(list(tmp_path.glob("*.json"))) == 2
+
+
+def test_attribute_states_its_cost_and_shows_progress(capsys, monkeypatch):
+    """``attribute --text``: the expected cost said on stderr before a long run starts, and a progress bar;
+    the steps bounded by the API's one constant."""
+    from tqdm import tqdm
+
+    from vizlm import attribution, commands
+
+    class Bar(tqdm):  # shown at once (the command's appears past 2 s)
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **{**kwargs, "delay": 0})
+
+    monkeypatch.setattr(commands, "SAY_COST_S", 0.0)  # every run is "long" here
+    monkeypatch.setattr(commands, "tqdm", Bar)
+    code, _, err = run(capsys, "attribute", "--checkpoint", "lstm", "--text", "the cat sat on the mat .", "--steps", "4")
+    assert code == 0 and "takes about" in err and "Ctrl-C" in err and "100%" in err, err
+    assert commands.ATTRIBUTION_MAX_STEPS == attribution.MAX_STEPS

@@ -401,3 +401,55 @@ def test_typed_text_is_read_as_the_imported_vocabulary_writes_words(cased, data_
     assert a.norms == (["The", "Cat", "sat", "in", "1999", "."] if cased else ["the", "cat", "sat", "in", "N", "."])
     assert not any(a.unk)
     assert load("lstm").analyze("The Cat sat in 1999 .").norms == ["the", "cat", "sat", "in", "N", "."]
+
+
+def test_force_replaces_the_whole_checkpoint_and_corpus_folders(data, data_dir, tmp_path, capsys):
+    """``--force`` replaces a checkpoint's folder and the corpus's folder whole: the old training log,
+    resume state and token-id files go with the old weights; a folder holding other files is never deleted."""
+    words = source_vocabulary(data)
+    f, out = tmp_path / "m.pt", tmp_path / "ckpt"
+    torch.manual_seed(0)
+    torch.save(RNNModel("LSTM", len(words), 4, 4, 1).state_dict(), f)
+    args = ["import", "pytorch-examples", str(f), "--data", str(data), "--corpus", "wlm", "--out", str(out)]
+    assert main(args) == 0
+    (out / "train_log.jsonl").write_text('{"epoch": 1}\n')  # as if trained into since
+    (out / "resume").mkdir()
+    (out / "resume" / "state.safetensors").write_bytes(b"x")
+    corpus = data_dir / "wlm"
+    (corpus / "test.tokens.npy").write_bytes(b"stale")
+    (data / "test.txt").write_text("the end\n", encoding="utf-8")  # the corpus changes too (its words do not)
+    assert main(args + ["--force"]) == 0
+    capsys.readouterr()
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    assert not list(corpus.glob("*.npy"))
+    assert load_corpus("wlm", "test", data_dir).sentences == [["the", "end"]]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
+    assert not [p for p in data_dir.iterdir() if p.name.startswith(".")]
+    # a folder holding more than a checkpoint is not replaced, --force or not
+    (out / "notes.txt").write_text("mine")
+    code, _, err = run(args + ["--force"], capsys)
+    assert code == 2 and "notes.txt" in err and "Traceback" not in err, err
+    assert (out / "notes.txt").read_text() == "mine"
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    code, _, err = run(args[:-1] + [str(other)], capsys)
+    assert code == 2 and "notes.txt" in err, err
+
+
+def test_weights_no_checkpoint_can_hold_are_refused_before_writing(data, data_dir, tmp_path, capsys):
+    """A weight the loader refuses (non-finite, or beyond MAX_ABS_WEIGHT) is refused by import, with the
+    tensor named, before anything is written."""
+    from vizlm.checkpoint import MAX_ABS_WEIGHT
+
+    words = source_vocabulary(data)
+    for value, needle in ((1e38, "1e+38"), (MAX_ABS_WEIGHT * 2, "2e+04"), (math.inf, "infinite"), (math.nan, "NaN")):
+        model = RNNModel("LSTM", len(words), 4, 4, 1)
+        with torch.no_grad():
+            model.decoder.bias[2] = value
+        f, out = tmp_path / "m.pt", tmp_path / "ckpt"
+        torch.save(model.state_dict(), f)
+        code, _, err = run(["import", "pytorch-examples", str(f), "--data", str(data), "--corpus", "wlm", "--out",
+                            str(out)], capsys)
+        assert code == 2 and "decoder.bias" in err and needle in err and "Traceback" not in err, err
+        assert not out.exists() and not (data_dir / "wlm").exists()

@@ -98,9 +98,19 @@ def cli(capsys, *argv) -> tuple[int, str, str]:
 
 
 def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
-    """Every file under ``folder``: its bytes and modification time (a rewrite with the same bytes shows too)."""
+    """Every file under ``folder``: its bytes and modification time (a rewrite with the same bytes shows too);
+    not the empty lock files a prepare leaves beside a corpus (``.NAME.lock``, an operating system lock)."""
     return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+            for p in sorted(folder.rglob("*")) if p.is_file() and not _lock_file(p)}
+
+
+def _lock_file(path: Path) -> bool:
+    return path.name.startswith(".") and path.name.endswith(".lock") and path.stat().st_size == 0
+
+
+def entries(folder: Path) -> list[str]:
+    """The names in ``folder``, lock files left out."""
+    return sorted(p.name for p in folder.iterdir() if not _lock_file(p))
 
 
 def sha256(path: Path) -> str:
@@ -341,7 +351,7 @@ def assert_refused(capsys, corpora: Path, argv: list, message: str) -> None:
     assert code == 2 and out == "", (code, out, err)
     assert len(err.strip().splitlines()) == 1 and err.startswith("vizlm prepare: error: ") and message in err, err
     assert snapshot(corpora) == before
-    assert not [p.name for p in corpora.iterdir() if p.name.startswith(".")]  # no half corpus left
+    assert not [name for name in entries(corpora) if name.startswith(".")]  # no half corpus left
 
 
 @pytest.mark.parametrize("spoil,message", [pytest.param(f, m, id=i) for i, f, m in BAD])
@@ -388,7 +398,7 @@ def test_prepared_again(prepared, corpora, tmp_path, capsys):
     assert code == 0, err
     assert json.loads(out)["options"]["lowercase"] is True and vizlm.corpus_card("good")["options"]["lowercase"] is True
     assert (corpora / "good" / "train.txt").read_text().startswith("the cat")
-    assert sorted(p.name for p in corpora.iterdir()) == ["good"]  # the old one is gone, nothing beside it
+    assert entries(corpora) == ["good"]  # the old one is gone, nothing beside it
 
 
 @pytest.mark.parametrize("interrupt", [KeyboardInterrupt, OSError])
@@ -405,6 +415,78 @@ def test_an_interrupted_prepare_leaves_no_half_corpus(interrupt, prepared, corpo
     for name, force in (("fresh", False), ("good", True)):
         with pytest.raises(interrupt):
             vizlm.prepare_corpus(name, prepared, force=force)
-        assert snapshot(corpora) == before and sorted(p.name for p in corpora.iterdir()) == ["good"]
+        assert snapshot(corpora) == before and entries(corpora) == ["good"]
     with pytest.raises(vizlm.VizlmError, match="unknown corpus 'fresh'"):
         vizlm.corpus_card("fresh")
+
+
+# --------------------------------------------------------------------------- one prepare of a corpus at a time
+def test_a_second_prepare_of_the_same_corpus_is_refused_at_once(prepared, corpora, capsys):
+    """While a prepare of a corpus runs (its lock held), another of the same corpus is refused with one line, and
+    the first one's partial folder is left alone; once none runs, a stale partial folder is cleaned up."""
+    from vizlm import files
+
+    partial = corpora / ".fresh.partial"
+    partial.mkdir()
+    (partial / "train.txt").write_text("being written")
+    with files.exclusive(corpora / ".fresh.lock", "held"):
+        code, _, err = cli(capsys, "prepare", "--corpus", "fresh", "--from", prepared)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "being prepared by another process" in err, err
+        assert (partial / "train.txt").read_text() == "being written" and not (corpora / "fresh").exists()
+        with pytest.raises(files.BusyError, match="being prepared"):
+            vizlm.prepare_corpus("fresh", prepared)
+        assert vizlm.prepare_corpus("other", prepared)["name"] == "other"  # another corpus meanwhile: fine
+    card = vizlm.prepare_corpus("fresh", prepared)  # no lock held: the stale partial folder goes
+    assert card["name"] == "fresh" and not partial.exists()
+    assert entries(corpora) == ["fresh", "good", "other"]
+
+
+def test_sigterm_during_prepare_removes_its_partial_folder(prepared, corpora, tmp_path):
+    """SIGTERM (a kill, a job scheduler's stop) while a corpus is written removes the half-written folder."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, time, vizlm\n"
+        "from vizlm import ingest\n"
+        "real = ingest._write_ids\n"
+        "def slow(out, split, *args):\n"
+        "    print('writing', flush=True); time.sleep(60); return real(out, split, *args)\n"
+        "ingest._write_ids = slow\n"
+        "vizlm.prepare_corpus('fresh', sys.argv[1])\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-c", script, str(prepared)], stdout=subprocess.PIPE, env=env, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "writing"
+        assert (corpora / ".fresh.partial").is_dir()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()
+    assert entries(corpora) == ["good"]
+
+
+# --------------------------------------------------------------------------- what a word may be
+def test_tokens_no_checkpoint_can_hold_are_read_as_unk_and_said(corpora, tmp_path, capsys):
+    """A token with a control character (BEL, an escape sequence) or longer than MAX_WORD_CHARS can be no
+    checkpoint's word: prepare reads it as <unk>, counts it on the card and says so; every word of the
+    vocabulary passes the loader's rule, so the model trained on it can be saved and loaded."""
+    from vizlm.checkpoint import MAX_WORD_CHARS, _check_vocab
+
+    long = "x" * (MAX_WORD_CHARS + 1)
+    source = write_folder(tmp_path / "source", {
+        "train.txt": f"the cat \x07 sat\nthe \x1b[31mred\x1b[0m dog {long}\nthe cat sat\n",
+        "valid.txt": f"the dog {long}\n", "test.txt": "the cat\n"})
+    code, _, err = cli(capsys, "prepare", "--corpus", "odd", "--from", source)
+    assert code == 0, err
+    card = vizlm.corpus_card("odd")
+    vocab = Vocab.load(corpora / "odd" / "vocab.txt")
+    _check_vocab(vocab.itos, len(vocab))  # the loader accepts it
+    assert long not in vocab and "\x07" not in vocab and not any("\x1b" in w for w in vocab.itos)
+    assert card["split_stats"]["train"]["unusable_words_as_unk"] == 3
+    assert card["split_stats"]["valid"]["unusable_words_as_unk"] == 1
+    assert (corpora / "odd" / "train.txt").read_text().splitlines()[1] == "the <unk> dog <unk>"
+    assert "4 tokens" in err and "<unk>" in err and "control" in err, err

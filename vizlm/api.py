@@ -46,7 +46,9 @@ from vizlm.analysis import (  # noqa: F401 - ATTENTION_OFF, READINGS: facts the 
     analyze,
     context_of,
 )
+from vizlm.attribution import MAX_STEPS as ATTRIBUTION_MAX_STEPS  # noqa: F401 - read by the CLI from here
 from vizlm.attribution import METHODS as ATTRIBUTION_METHODS  # noqa: F401 - read by the CLI from here
+from vizlm.attribution import SAY_COST_S  # noqa: F401 - read by the CLI from here
 from vizlm.checkpoint import (
     MAX_META_BYTES,
     META,
@@ -369,18 +371,41 @@ class Model:
                             "effects are")
         return Analysis.of(sa, *setting)
 
-    def attribute(self, text: str, method: str = "integrated-gradients", n_steps: int = 32):
+    def attribute(self, text: str, method: str = "integrated-gradients", n_steps: int = 32, rows=None,
+                  progress: Callable[[float], None] | None = None, cancel: Callable[[], bool] | None = None):
         """Which earlier words the prediction of every word of ``text`` depended on: the attribution of
         ``log P(word)`` (nats) to each token read before it, in the model's context, for any family
         (:func:`vizlm.attribution.attribute`; ``method``: ``gradient-x-input``, ``integrated-gradients``
-        with ``n_steps`` (doubled where its convergence delta exceeds 1%), ``occlusion`` or, with attention,
-        ``slot-effect``). Gives a :class:`vizlm.attribution.Attribution` (``.frame()``, ``.agreement()``
-        with the attention, ``.to_dict()``)."""
-        from vizlm.attribution import attribute
+        with ``n_steps`` (1 to :data:`vizlm.attribution.MAX_STEPS`; doubled where its convergence delta exceeds
+        1%), ``occlusion`` or, with attention, ``slot-effect``). Gives a :class:`vizlm.attribution.Attribution`
+        (``.frame()``, ``.agreement()`` with the attention, ``.to_dict()``).
+
+        A long text costs its tokens times the steps (:meth:`attribute_seconds` says how long beforehand):
+        ``rows`` (row indices or a ``range``) computes only those predicted words, each as in the whole
+        text's attribution; ``progress(fraction)`` is called as it goes; ``cancel()`` returning True stops it
+        (:class:`vizlm.attribution.AttributionCancelled`) between two batches of passes."""
+        from vizlm.attribution import attribute, check_steps
 
         if not isinstance(text, str):
             raise InputError(f"attribute() takes a text (str), not {type(text).__name__}")
-        return attribute(self.checkpoint, text, method=method, n_steps=n_steps)
+        if method == "integrated-gradients":
+            check_steps(n_steps)  # before the text is even read
+        return attribute(self.checkpoint, text, method=method, n_steps=n_steps, rows=rows, progress=progress,
+                         cancel=cancel)
+
+    def attribute_seconds(self, text: str, method: str = "integrated-gradients", n_steps: int = 32,
+                          rows=None) -> float:
+        """The expected time of :meth:`attribute` with these arguments, in seconds, from the text's tokens and the
+        steps (:func:`vizlm.attribution.estimate_seconds`: an order of magnitude, measured on one core)."""
+        from vizlm.analysis import analyze
+        from vizlm.attribution import METHODS, AttributionError, estimate_seconds
+
+        if not isinstance(text, str):
+            raise InputError(f"attribute_seconds() takes a text (str), not {type(text).__name__}")
+        if method not in METHODS:
+            raise AttributionError(f"unknown attribution method {method!r}; valid: {', '.join(METHODS)}")
+        sa = analyze(self.checkpoint, text, top_k=0, effects=False)
+        return estimate_seconds(self.checkpoint, sa, method, n_steps, rows)
 
     def corpus_attribution(self, corpus: str = "brown", split: str = "test", method: str = "gradient-x-input",
                            limit: int | None = None, n_steps: int = 32,

@@ -87,7 +87,7 @@ GRADIENT_METHODS = ("gradient-x-input", "integrated-gradients")
 # theirs is (DELTA_TOLERANCE), up to MAX_STEPS.
 DEFAULT_STEPS = 32
 DELTA_TOLERANCE = 0.01
-MAX_STEPS = 512
+MAX_STEPS = 512  # the most steps any door accepts (API, CLI, app); the doubling stops here too
 ROW_BLOCK = 64  # targets attributed in one batch: the block's copies of the text read up to its last row
 # Integrated gradients' blocks are smaller: each copy is read n_steps times, so reading a block only up to its
 # own last row matters more than the passes it adds (a 40-token sentence, 32 steps, one core: 8-row blocks take
@@ -109,6 +109,95 @@ N_BOOT = 1000
 
 class AttributionError(VizlmError, ValueError):
     """An attribution that cannot be computed from the input (a message meant for the user)."""
+
+
+class AttributionCancelled(AttributionError):
+    """:func:`attribute` stopped because its ``cancel`` said so (between two batches of its passes)."""
+
+
+def check_steps(n_steps) -> int:
+    """``n_steps`` if it is a whole number from 1 to :data:`MAX_STEPS`, else :class:`AttributionError`: the bound
+    every door (the API, the CLI, the app) applies before anything is allocated."""
+    if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)) or not 1 <= n_steps <= MAX_STEPS:
+        raise AttributionError(f"n_steps must be a whole number from 1 to {MAX_STEPS} (integrated gradients' steps; "
+                               f"vizlm.attribution.MAX_STEPS), not {str(n_steps)[:40]}")
+    return int(n_steps)
+
+
+# Cost, measured on one core (lstm and kvp-doc, a 97-token passage, every method): seconds per unit of work, a
+# unit being one position read by one copy of the text at one step (integrated gradients), forward and
+# backward, per million parameters of the model; occlusion's forward passes cost OCCLUSION_FACTOR times more per
+# position read (one copy per position, every row through the output layer). An order of magnitude only:
+# another machine, another load.
+SECONDS_PER_UNIT = 2e-5
+OCCLUSION_FACTOR = 4.0
+SAY_COST_S = 3.0  # an estimated cost above this is said before starting (the CLI's stderr, the app's bar)
+
+
+def _rows_wanted(rows, T: int) -> np.ndarray:
+    """[T] bool: the rows to compute (``rows``: indices, a ``(first, end)`` range, or None for all)."""
+    want = np.zeros(T, dtype=bool)
+    if rows is None:
+        want[:] = True
+        return want
+    if isinstance(rows, range):
+        rows = list(rows)
+    try:
+        idx = np.asarray(list(rows), dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        raise AttributionError(f"rows must be row indices (whole numbers), not {str(rows)[:40]}") from None
+    if idx.size and (idx.min() < 0 or idx.max() >= T):
+        raise AttributionError(f"rows must be from 0 to {T - 1} (the text has {T} predicted words), not "
+                               f"{int(idx.min() if idx.min() < 0 else idx.max())}")
+    want[idx] = True
+    return want
+
+
+def _work(first: int, size: int, local: np.ndarray, method: str, n_steps: int) -> int:
+    """Units of work (positions read, times steps) of one piece's rows ``local``, as :func:`_gradients` and
+    :func:`_occlusion` read them."""
+    if not len(local):
+        return 0
+    b = int(local.max()) + 1
+    if method == "occlusion":
+        return b * b
+    if method == "integrated-gradients":
+        ends = [int(local[min(k + IG_ROW_BLOCK, len(local)) - 1]) + 1 for k in range(0, len(local), IG_ROW_BLOCK)]
+        return n_steps * sum(min(IG_ROW_BLOCK, len(local) - k) * e for k, e in zip(range(0, len(local), IG_ROW_BLOCK), ends))
+    return len(local) * b
+
+
+def estimate_seconds(ckpt: Checkpoint, sa: SentenceAnalysis, method: str = "integrated-gradients",
+                     n_steps: int = DEFAULT_STEPS, rows=None) -> float:
+    """The expected time of :func:`attribute` of the analysed text ``sa`` (its ``rows``), from its tokens and
+    steps (:data:`SECONDS_PER_UNIT`): an order of magnitude to say before a long request starts. Integrated
+    gradients' rows computed again with more steps (a large convergence delta) come on top."""
+    if method == "slot-effect":
+        return 0.0
+    n_steps = check_steps(n_steps)
+    want = _rows_wanted(rows, len(sa.targets))
+    units = sum(_work(first, len(inputs), np.flatnonzero(want[first : first + len(inputs)]), method, n_steps)
+                for first, inputs, _ in _pieces(ckpt, sa))
+    millions = sum(p.numel() for p in ckpt.model.parameters()) / 1e6
+    return units * SECONDS_PER_UNIT * millions * (OCCLUSION_FACTOR if method == "occlusion" else 1.0)
+
+
+class _Meter:
+    """Progress and cancellation of one :func:`attribute`: units done of the planned total, reported as a
+    fraction; ``cancel`` asked before every batch (its passes' forward calls)."""
+
+    def __init__(self, total: int, progress: Callable[[float], None] | None, cancel: Callable[[], bool] | None):
+        self.total, self.done, self.progress, self.cancel = max(1, total), 0, progress, cancel
+
+    def check(self) -> None:
+        if self.cancel is not None and self.cancel():
+            raise AttributionCancelled("attribution cancelled")
+
+    def add(self, units: int) -> None:
+        self.done += units
+        self.total = max(self.total, self.done)  # a round of more steps adds to the plan
+        if self.progress is not None:
+            self.progress(min(1.0, self.done / self.total))
 
 
 # --------------------------------------------------------------------------- one text
@@ -133,6 +222,18 @@ class Attribution:
     convergence_delta: np.ndarray | None = None  # [T] integrated gradients: sum of a row - (logprobs - baseline)
     steps: np.ndarray | None = None  # [T] integrated gradients' steps of each row
     analysis: SentenceAnalysis | None = field(default=None, repr=False)
+    computed: np.ndarray | None = None  # [T] bool: the rows computed (``rows`` of :func:`attribute`; None: all)
+
+    def _check_row(self, row: int) -> None:
+        if not 0 <= row < len(self.targets):
+            raise AttributionError(f"row {row} out of range: the text has {len(self.targets)} predicted words")
+        if self.computed is not None and not self.computed[row]:
+            raise AttributionError(f"row {row} was not computed (attribute(rows=...) computed "
+                                   f"{int(self.computed.sum())} of the {len(self.targets)} rows)")
+
+    def computed_rows(self) -> list[int]:
+        """The rows computed: every row unless :func:`attribute` was given ``rows``."""
+        return list(range(len(self.targets))) if self.computed is None else [int(r) for r in np.flatnonzero(self.computed)]
 
     @property
     def relative_delta(self) -> np.ndarray | None:
@@ -154,8 +255,7 @@ class Attribution:
         largest, or those holding at least ``threshold`` of the row's total ``|attribution|`` (the share a
         highlight needs, as a weight needs its share of the attention). Positions with no attribution at
         all (exactly 0, e.g. a row reading only ``<s>``) are never highlighted."""
-        if not 0 <= row < len(self.targets):
-            raise AttributionError(f"row {row} out of range: the text has {len(self.targets)} predicted words")
+        self._check_row(row)
         size = np.abs(self.scores[row]) * self.covered[row]  # (T,)
         order = [int(p) for p in np.argsort(-size, kind="stable") if size[p] > 0]
         if top_k is not None:
@@ -168,8 +268,7 @@ class Attribution:
         """Row ``row``'s reading, most important first: position, input, offset (words back), attribution
         in bits, its share of the row's ``|attribution|``, and the attention weight on it (NaN without a slot;
         no column for a model without attention)."""
-        if not 0 <= row < len(self.targets):
-            raise AttributionError(f"row {row} out of range: the text has {len(self.targets)} predicted words")
+        self._check_row(row)
         positions = np.flatnonzero(self.covered[row])
         bits = self.bits[row, positions]
         total = np.abs(bits).sum()
@@ -190,8 +289,8 @@ class Attribution:
         columns row, target, positions, kendall_tau, top1, top_k_overlap. Raises for a model without attention."""
         if self.attention is None:
             raise AttributionError(f"{self.model} has no attention: there is nothing to agree with")
-        records = [{"row": r, "target": target, **self.row_agreement(r, absolute, k)}
-                   for r, target in enumerate(self.targets)]
+        records = [{"row": r, "target": self.targets[r], **self.row_agreement(r, absolute, k)}
+                   for r in self.computed_rows()]
         return pd.DataFrame.from_records(records, columns=["row", "target", "positions", "kendall_tau", "top1",
                                                            "top_k_overlap"])
 
@@ -199,6 +298,7 @@ class Attribution:
         """:func:`agreement` of row ``row``'s attention and attribution over the positions both cover."""
         if self.attention is None:
             raise AttributionError(f"{self.model} has no attention: there is nothing to agree with")
+        self._check_row(row)
         both = np.flatnonzero(self.attended[row] & self.covered[row])
         return agreement(self.attention[row], self.scores[row], both, absolute, k)
 
@@ -218,7 +318,8 @@ class Attribution:
         attention model ``agreement`` (Kendall tau-b, top-1, top-3 overlap); the text's ``agreement``."""
         agree = self.agreement() if self.attention is not None else None
         rows = []
-        for r, word in enumerate(self.targets):
+        for i, r in enumerate(self.computed_rows()):
+            word = self.targets[r]
             positions = np.flatnonzero(self.covered[r])
             row = {"index": r, "word": word, "logprob": float(self.logprobs[r]), "attributions": [
                 {"position": int(q), "input": self.inputs[q], "offset": r - int(q), "score": float(self.scores[r, q]),
@@ -229,7 +330,7 @@ class Attribution:
                 row |= {"convergence_delta": float(self.convergence_delta[r]), "steps": int(self.steps[r]),
                         "relative_delta": float(self.relative_delta[r])}
             if agree is not None:
-                a = agree.iloc[r]
+                a = agree.iloc[i]
                 row["agreement"] = {"positions": int(a.positions), "kendall_tau": _float(a.kendall_tau),
                                     "top1": _float(a.top1), f"top{TOP_K}_overlap": _float(a.top_k_overlap)}
             rows.append(row)
@@ -262,6 +363,9 @@ def attribute(
     documents: list[int] | None = None,
     max_tokens: int | None = MAX_TOKENS,
     tolerance: float | None = DELTA_TOLERANCE,
+    rows=None,
+    progress: Callable[[float], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
 ) -> Attribution:
     """Attribute ``log P(target)`` of every predicted word of ``text`` to the earlier input tokens.
 
@@ -275,12 +379,21 @@ def attribute(
     forward and backward pass (blocks of :data:`ROW_BLOCK` targets), integrated gradients in ``n_steps``
     times that over blocks of :data:`IG_ROW_BLOCK` targets, each read only up to its last (in batches of
     :data:`POSITION_BUDGET` positions), occlusion in one batched forward pass of every replaced copy.
+
+    Cost. ``rows`` (row indices or a ``range``; None: every row) computes those rows only, each exactly as
+    in the whole text's attribution (a row depends on its reading up to it alone), the others left out
+    (:attr:`Attribution.computed`): a window of a long text costs that window, read up to its last row.
+    ``n_steps`` is at most :data:`MAX_STEPS` (:func:`check_steps`, before anything is allocated);
+    :func:`estimate_seconds` says the expected time beforehand. ``progress(fraction)`` is called as the
+    batches finish; ``cancel()`` (a callable, e.g. ``threading.Event().is_set``) is asked before each batch
+    of passes, and True stops with :class:`AttributionCancelled`.
     """
     if method not in METHODS:
         raise AttributionError(f"unknown attribution method {method!r}; valid: {', '.join(METHODS)}")
-    if method == "integrated-gradients" and (not isinstance(n_steps, int) or n_steps < 1):
-        raise AttributionError(f"n_steps must be a positive integer, not {n_steps!r}")
+    if method == "integrated-gradients":
+        n_steps = check_steps(n_steps)
     sa = _analysis(ckpt, text, documents, max_tokens)
+    want = _rows_wanted(rows, len(sa.targets))
     if method == "slot-effect":
         if sa.attention is None:
             raise AttributionError(f"{ckpt.label} has no attention: it has no slot effects")
@@ -297,16 +410,27 @@ def attribute(
         scores[has] = sa.slot_effects[np.nonzero(has)[0], positions[has]]
     else:
         ig = method == "integrated-gradients"
-        base, delta, steps = (np.zeros(T), np.zeros(T), np.zeros(T, dtype=int)) if ig else (None, None, None)
-        for first, inputs, targets in _pieces(ckpt, sa):
-            rows = slice(first, first + len(inputs))
+        base, delta, steps = (np.full(T, np.nan), np.full(T, np.nan), np.zeros(T, dtype=int)) if ig else (None, None, None)
+        pieces = [(first, inputs, targets, np.flatnonzero(want[first : first + len(inputs)]))
+                  for first, inputs, targets in _pieces(ckpt, sa)]
+        meter = _Meter(sum(_work(f, len(i), loc, method, n_steps) for f, i, _, loc in pieces), progress, cancel)
+        for first, inputs, targets, local in pieces:
+            if not len(local):
+                continue
+            b = int(local.max()) + 1  # the piece is read up to its last wanted row
+            span = slice(first, first + b)
             if method == "occlusion":
-                part = _occlusion(ckpt.model, inputs, targets, ckpt.vocab.unk_id)
+                part = _occlusion(ckpt.model, inputs[:b], targets[:b], ckpt.vocab.unk_id, meter)
             else:
-                part, b, d, n = _gradients(ckpt.model, inputs, targets, method, n_steps, tolerance)
+                part, bl, d, n = _gradients(ckpt.model, inputs[:b], targets[:b], method, n_steps, tolerance,
+                                            torch.from_numpy(local), meter)
                 if base is not None:
-                    base[rows], delta[rows], steps[rows] = b, d, n
-            scores[rows, rows] = part.double().numpy()
+                    g = first + local
+                    base[g], delta[g], steps[g] = bl[local], d[local], n[local]
+            keep = np.zeros(b, dtype=bool)
+            keep[local] = True
+            scores[span, span] = np.where(keep[:, None], part.double().numpy(), 0.0)
+    covered &= want[:, None]  # rows not computed read nothing here
     scores[~covered] = 0.0  # never a later position, another sentence's or the reading's <s>: exactly zero
     attention = attended = None
     if sa.attention is not None:
@@ -317,7 +441,7 @@ def attribute(
         model=ckpt.label, method=method, context=sa.context, inputs=sa.input_labels, targets=list(sa.targets),
         scores=scores, covered=covered, logprobs=logprobs, attention=attention, attended=attended,
         read_effect=sa.read_effect, baseline_logprobs=base, convergence_delta=delta,
-        steps=steps, analysis=sa,
+        steps=steps, analysis=sa, computed=None if want.all() else want,
     )
 
 
@@ -388,12 +512,15 @@ def _fed_copy(model: nn.Module) -> tuple[nn.Module, list[nn.Embedding], list[_Fe
     return clone, [m for _, m in tables], feeds
 
 
-def _target_logprob(clone: nn.Module, feeds: list[_Fed], n: int) -> Callable:
+def _target_logprob(clone: nn.Module, feeds: list[_Fed], n: int, check: Callable[[], None] | None = None) -> Callable:
     """captum's forward function: ``(*embeddings (N, T, d), ids (N, T), rows (N,), targets (N,))`` ->
     ``log P(targets[i])`` at row ``rows[i]`` of copy ``i``: (N,). Only those rows go through the output
-    layer (copy ``i`` of a block is read for one target)."""
+    layer (copy ``i`` of a block is read for one target). ``check()`` runs first (a cancelled request
+    raises there, between two batches of steps)."""
 
     def forward(*args):
+        if check is not None:
+            check()
         embs, (ids, rows, targets) = args[:n], args[n:]
         for feed, e in zip(feeds, embs):
             feed.value = e
@@ -441,17 +568,20 @@ def _row_head(model: nn.Module, h: torch.Tensor, rows: torch.Tensor):
 
 
 def _gradients(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, method: str, n_steps: int,
-               tolerance: float | None = None) -> tuple[torch.Tensor, np.ndarray | None, np.ndarray | None,
+               tolerance: float | None = None, rows: torch.Tensor | None = None,
+               meter: _Meter | None = None) -> tuple[torch.Tensor, np.ndarray | None, np.ndarray | None,
                                                         np.ndarray | None]:
     """``(scores (Tb, Tb), baseline log P (Tb,), convergence delta (Tb,), steps (Tb,))`` of one piece
     (``inputs`` ``<s>`` first, ``targets`` (Tb,)): row r's attribution to input position p, for every row;
     the last three None for gradient x input. Integrated gradients: the rows whose delta exceeds
     ``tolerance`` times ``|log P - log P(baseline)|`` are computed again with twice the steps, up to
-    :data:`MAX_STEPS`."""
+    :data:`MAX_STEPS`. ``rows``: those rows only (ascending; the others stay 0); ``meter``: progress and
+    cancellation (:class:`_Meter`)."""
     from captum.attr import InputXGradient, IntegratedGradients
 
+    meter = meter or _Meter(1, None, None)
     clone, tables, feeds = _fed_copy(model)
-    forward = _target_logprob(clone, feeds, len(tables))
+    forward = _target_logprob(clone, feeds, len(tables), meter.check)
     Tb = len(inputs)
     scores = torch.zeros(Tb, Tb, dtype=torch.float64)
     ig = method == "integrated-gradients"
@@ -475,9 +605,10 @@ def _gradients(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, me
                 base[idx] = forward(*zeros, *extra).double().numpy()
             delta[idx], steps[idx] = d.detach().double().numpy(), n
         scores[rows, :b] = sum(x.detach().double().sum(-1) for x in attr)  # (n, b): summed over d and tables
+        meter.add(len(rows) * b * (n if ig else 1))
 
     with torch.enable_grad():
-        todo, n = torch.arange(Tb), n_steps
+        todo, n = (torch.arange(Tb) if rows is None else rows), n_steps
         size = IG_ROW_BLOCK if ig else ROW_BLOCK
         while len(todo):
             for k in range(0, len(todo), size):
@@ -491,16 +622,21 @@ def _gradients(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, me
 
 
 # --------------------------------------------------------------------------- occlusion
-def _occlusion(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, unk: int) -> torch.Tensor:
+def _occlusion(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, unk: int,
+               meter: _Meter | None = None) -> torch.Tensor:
     """(Tb, Tb): row r's log P(target) minus the same with input position p read as ``<unk>``, from
     captum's FeatureAblation over one piece; every target comes from each replaced copy's one pass."""
     from captum.attr import FeatureAblation
 
     Tb = len(inputs)
+    meter = meter or _Meter(1, None, None)
 
     @torch.no_grad()
     def forward(ids: torch.Tensor) -> torch.Tensor:  # (k, Tb) -> (k, Tb) log P of every row's target
-        return -model(ids).token_nll(targets.expand(ids.shape[0], Tb))
+        meter.check()
+        out = -model(ids).token_nll(targets.expand(ids.shape[0], Tb))
+        meter.add(ids.shape[0] * Tb)
+        return out
 
     per_pass = max(1, POSITION_BUDGET // Tb)
     replace = torch.full((1, Tb), unk)
@@ -679,6 +815,8 @@ def corpus_attribution(
     """
     if method not in METHODS:
         raise AttributionError(f"unknown attribution method {method!r}; valid: {', '.join(METHODS)}")
+    if method == "integrated-gradients":
+        n_steps = check_steps(n_steps)
     data = load_corpus(corpus, split)
     document = getattr(ckpt.model.config, "context", "sentence") == "document"
     parts = {"kind": "attribution", "version": ATTRIBUTION_VERSION, "checkpoint": checkpoint_digest(ckpt),

@@ -47,7 +47,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from vizlm import __version__, files, paths
-from vizlm.data import Vocab
+from vizlm.data import MAX_WORD_CHARS, WORD_RULE, Vocab, first_bad_word, is_word  # noqa: F401 - MAX_WORD_CHARS: read here too
 from vizlm.errors import VizlmError
 from vizlm.models import PluginError, build_model, check_config, lookup, plugin_of, plugins
 from vizlm.models.base import BaseConfig
@@ -62,7 +62,6 @@ MAX_JSON_DEPTH = 32  # config.json nests 3 deep, a safetensors header 3
 # Loading holds a model's tensors about three times at its peak: the file's bytes, the tensors
 # safetensors reads from them, and the model they are copied into.
 LOAD_COPIES = 3
-MAX_WORD_CHARS = 100  # the longest bundled word has 19 characters
 # Trained LM weights are of order 1-10 (the bundled ones peak at 9.5). Beyond 1e4 the
 # forward pass could overflow float32 (a 1e38 weight gives an infinite logit and a NaN
 # perplexity); within it, logits stay below ~1e12 for any config within LIMITS.
@@ -238,26 +237,18 @@ def parse_meta(raw: bytes | str) -> dict:
     return doc
 
 
-_SPACE = re.compile(r"\s")
-
-
 def _bad_word(w) -> bool:
-    return not isinstance(w, str) or not w or len(w) > MAX_WORD_CHARS or not w.isprintable() or bool(_SPACE.search(w))
+    return not is_word(w)  # the one rule (vizlm.data.is_word), also prepare's and import's
 
 
 def _check_vocab(words: list, size: int) -> Vocab:
     if len(words) != size:
         raise CheckpointError(f"vocabulary has {len(words)} words but the config says {size}")
-    # the common case in a few C-level passes; the per-word loop only to name the culprit
-    fine = set(map(type, words)) == {str} and 1 <= min(map(len, words)) and max(map(len, words)) <= MAX_WORD_CHARS
-    flat = "".join(words) if fine else ""
-    if not (fine and flat.isprintable() and not _SPACE.search(flat)):
-        i, w = next((i, w) for i, w in enumerate(words) if _bad_word(w))
+    i = first_bad_word(words)
+    if i is not None:
+        w = words[i]
         shown = json.dumps(w)[:40] if isinstance(w, (str, int, float, bool)) or w is None else type(w).__name__
-        raise CheckpointError(
-            f"vocabulary entry {i} is {shown}; every word must be a non-empty string of at most "
-            f"{MAX_WORD_CHARS} printable characters without spaces"
-        )
+        raise CheckpointError(f"vocabulary entry {i} is {shown}; every word must be a non-empty string: {WORD_RULE}")
     try:
         return Vocab(words)
     except ValueError as exc:

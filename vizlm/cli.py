@@ -438,6 +438,8 @@ def cmd_prepare_corpus(args) -> int:
     card = vizlm.prepare_corpus(args.corpus, args.source, layout=args.layout, vocab_size=args.vocab_size,
                                 min_count=args.min_count, all_words=args.all_words, lowercase=args.lowercase,
                                 chars=args.chars, force=args.force, progress=not args.json)
+    for note in card.get("notes") or ():
+        print(f"note: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps(card, ensure_ascii=False))
         return 0

@@ -25,11 +25,13 @@ from tqdm import tqdm
 from vizlm import files
 from vizlm.api import (
     ATTENTION_OFF,
+    ATTRIBUTION_MAX_STEPS,
     ATTRIBUTION_METHODS,
     DEFAULT_THRESHOLD,
     MAX_TOKENS,
     MAX_TOP_K,
     READINGS,
+    SAY_COST_S,
     compare,
     load,
     positions,
@@ -232,8 +234,9 @@ def add_analysis_commands(sub) -> None:
                    help="gradient x input, integrated gradients (with its convergence delta), occlusion (the word "
                         "replaced by <unk>), or the attention's slot effect; default: integrated-gradients for a "
                         "text, gradient-x-input (the fast one) for a corpus")
-    p.add_argument("--steps", type=whole(1, 512), default=32,
-                   help="integrated gradients' steps (doubled for a word whose convergence delta exceeds 1%%)")
+    p.add_argument("--steps", type=whole(1, ATTRIBUTION_MAX_STEPS), default=32,
+                   help=f"integrated gradients' steps, 1 to {ATTRIBUTION_MAX_STEPS} (doubled for a word whose convergence "
+                        "delta exceeds 1%%, up to that)")
     p.add_argument("--json", action="store_true", help="print JSON: per word its attributions, IG's convergence "
                                                        "delta and, for attention models, the agreement")
     p.add_argument("--out", type=Path, default=None,
@@ -497,7 +500,15 @@ def cmd_attribute(args) -> int:
             if doc.get(key):
                 print(f"{key}: " + json.dumps(json_safe(doc[key]), ensure_ascii=False))
         return 0
-    result = model.attribute(args.text, method=args.method or "integrated-gradients", n_steps=args.steps)
+    method = args.method or "integrated-gradients"
+    seconds = model.attribute_seconds(args.text, method=method, n_steps=args.steps)
+    if seconds > SAY_COST_S:  # a long one is said before it starts (Ctrl-C stops it)
+        print(f"attribute: {method} of this text takes about {_duration(seconds)} on one core "
+              f"(its tokens x {args.steps if method == 'integrated-gradients' else 1} steps; Ctrl-C stops it)",
+              file=sys.stderr)
+    with tqdm(total=100, desc="attribute", unit="%", file=sys.stderr, delay=2) as bar:  # shown past 2 s only
+        result = model.attribute(args.text, method=method, n_steps=args.steps,
+                                 progress=lambda f: bar.update(max(0, int(100 * f) - bar.n)))
     if args.out is not None:
         data = export_attribution(result, args.format, threshold=args.threshold, top_k=args.top_k)
         files.write_bytes(args.out, data, force=args.force)
@@ -518,6 +529,11 @@ def cmd_attribute(args) -> int:
         print(f"agreement with the attention over {s['targets']} words: mean Kendall tau {s['kendall_tau']:+.2f}, "
               f"most attended = most important for {s['top1_share']:.0%}")
     return 0
+
+
+def _duration(seconds: float) -> str:
+    """A duration for people: seconds below two minutes, then minutes."""
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def corpus_text(corpus: str, split: str, sentence: str | None, document: bool) -> str:

@@ -343,6 +343,39 @@ def oov_rate(vocab: Vocab | Iterable[str], corpus: str, split: str, data_dir: Pa
 
 
 # --------------------------------------------------------------------------- vocabulary
+# What a word may be, everywhere a vocabulary is made or read (prepare, import, the checkpoint loader): a
+# non-empty string of at most MAX_WORD_CHARS printable characters without spaces. Printable excludes control
+# characters (BEL, the ESC of a terminal escape sequence), format characters and line or paragraph separators.
+MAX_WORD_CHARS = 100  # the longest bundled word has 19 characters
+WORD_RULE = f"a word is at most {MAX_WORD_CHARS} printable characters without spaces (no control characters)"
+_SPACE = re.compile(r"\s")
+_LONG_WORD = re.compile(rf"[^ ]{{{MAX_WORD_CHARS + 1},}}")
+
+
+def is_word(w) -> bool:
+    """Whether ``w`` may be a word of a vocabulary (:data:`WORD_RULE`)."""
+    return isinstance(w, str) and 0 < len(w) <= MAX_WORD_CHARS and w.isprintable() and not _SPACE.search(w)
+
+
+def first_bad_word(words: list) -> int | None:
+    """The index of the first entry of ``words`` that is no word (:func:`is_word`), None when all are:
+    the common case in a few C-level passes over the whole list, the per-word loop only to find the culprit."""
+    fine = bool(words) and set(map(type, words)) == {str} and 1 <= min(map(len, words)) and \
+        max(map(len, words)) <= MAX_WORD_CHARS
+    flat = "".join(words) if fine else ""
+    if not words or (fine and flat.isprintable() and not _SPACE.search(flat)):
+        return None
+    return next(i for i, w in enumerate(words) if not is_word(w))
+
+
+def unusable_words(sentence: str) -> list[str]:
+    """The tokens of ``sentence`` (words joined by single spaces) that may not be words (:func:`is_word`);
+    fast for the common sentence, which has none."""
+    if sentence.isprintable() and not _LONG_WORD.search(sentence):
+        return []
+    return [w for w in sentence.split(" ") if w and not is_word(w)]
+
+
 class Vocab:
     """Word <-> id mapping; everything outside it is ``<unk>``."""
 

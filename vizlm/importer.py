@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 
 from vizlm import files, paths
-from vizlm.checkpoint import CheckpointError, _check_vocab, check_memory, save_checkpoint
+from vizlm.checkpoint import MAX_ABS_WEIGHT, CheckpointError, _check_vocab, check_memory, save_checkpoint
 from vizlm.data import BOS, EOS, PAD, SPECIALS, SPLITS, USER_CORPUS_FILE, USER_CORPUS_FORMAT, Vocab, check_corpus_name
 from vizlm.errors import VizlmError
 from vizlm.models import build_model, count_parameters, parameter_count
@@ -373,10 +373,48 @@ def write_corpus(folder: Path, name: str, itos: list[str], data_dir: Path | None
     how = "pass --force (vizlm import)"
     for path, data in planned.items():
         files.check_replace(path, data, force, how)
-    out.mkdir(parents=True, exist_ok=True)
-    for path, data in planned.items():
-        files.write_bytes(path, data, force=True)
+    if out.is_dir() and all(path.is_file() and files._same_content(path, data) for path, data in planned.items()):
+        return out  # the same corpus again: nothing to change (its token-id files stay valid)
+    with files.new_folder(out) as tmp:  # the folder replaced whole: nothing of an older corpus stays
+        for path, data in planned.items():
+            files.write_bytes(tmp / path.name, data, force=True)
     return out
+
+
+def check_weights(state: dict[str, torch.Tensor], path: Path) -> None:
+    """Refuse weights no vizlm checkpoint can hold (the loader's rule, :data:`vizlm.checkpoint.MAX_ABS_WEIGHT`):
+    a NaN, an infinity, or a magnitude beyond the limit (also where float32 would make it infinite), naming
+    the tensor, before anything is written."""
+    for key, t in state.items():
+        if not t.is_floating_point() or not t.numel():
+            continue
+        t32 = t.detach().float()
+        if not bool(t32.isfinite().all()):
+            bad = t.detach().double()[~t32.isfinite()].flatten()[0].item()
+            raise ImportModelError(f"{path}: tensor {key!r} holds {bad:g}; vizlm checkpoints hold only finite weights "
+                                   f"within ±{MAX_ABS_WEIGHT:g} (in float32): this model cannot be imported")
+        peak = t32.abs().max().item()
+        if peak > MAX_ABS_WEIGHT:
+            raise ImportModelError(f"{path}: tensor {key!r} holds a weight of magnitude {peak:.3g}; vizlm checkpoints hold "
+                                   f"weights within ±{MAX_ABS_WEIGHT:g} (trained models stay near 1-10, and such values "
+                                   "overflow the forward pass): this model cannot be imported")
+
+
+def _check_out(out: Path, force: bool) -> None:
+    """``out`` may become the imported checkpoint: absent or empty, a checkpoint with ``force``; never a folder
+    holding anything else (it is replaced whole), nor one a training holds."""
+    if out.exists() and not out.is_dir():
+        raise ImportModelError(f"--out {out} is a file; give a folder")
+    if files.training_now(out):
+        raise files.BusyError(f"{out} is being trained into by another process right now; import elsewhere")
+    if files.checkpoint_files(out) and not force:
+        raise files.OverwriteError(f"{out} holds a checkpoint ({', '.join(files.checkpoint_files(out))}); pass --force "
+                                   "to replace it, or import elsewhere")
+    others = files.other_entries(out)
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3:,} more" if len(others) > 3 else "")
+        raise files.OverwriteError(f"{out} holds files that are not a checkpoint's ({shown}); import into a new or empty "
+                                   "folder (a checkpoint's folder is replaced whole, so these would be deleted)")
 
 
 # --------------------------------------------------------------------------- the command
@@ -390,13 +428,10 @@ def import_pytorch_examples(model_file: Path | str, data: Path | str, corpus: st
     check_corpus_name(corpus)
     if not data.is_dir():
         raise ImportModelError(f"--data {data}: not a folder (give the folder with train.txt, valid.txt, test.txt)")
-    if files.checkpoint_files(out) and not force:
-        raise files.OverwriteError(f"{out} holds a checkpoint ({', '.join(files.checkpoint_files(out))}); pass --force "
-                                   "to replace it, or import elsewhere")
-    if out.exists() and not out.is_dir():
-        raise ImportModelError(f"--out {out} is a file; give a folder")
+    _check_out(out, force)
     state, cell = state_dict_of(read_model_file(model_file), model_file, nonlinearity)
     spec = read_spec(state, cell, model_file)
+    check_weights(state, model_file)
     words = source_vocabulary(data)
     if len(words) != spec.vocab_size:
         raise ImportModelError(
@@ -408,9 +443,9 @@ def import_pytorch_examples(model_file: Path | str, data: Path | str, corpus: st
               "layers": spec.layers, "tied": spec.tied, "model_vocab_size": spec.vocab_size,
               "reading": reading_of(words)}
     corpus_dir = write_corpus(data, corpus, itos, data_dir, force, {"kind": source["kind"], "data": source["data"]})
-    out.mkdir(parents=True, exist_ok=True)
-    save_checkpoint(out, model, "lstm", Vocab(itos), label=out.name, parameters=count_parameters(model),
-                    corpus={"name": corpus}, imported=source)
+    with files.new_folder(out) as tmp:  # replaced whole: no training log or resume state of another model stays
+        save_checkpoint(tmp, model, "lstm", Vocab(itos), label=out.name, parameters=count_parameters(model),
+                        corpus={"name": corpus}, imported=source)
     return {"checkpoint": str(out), "corpus": corpus, "corpus_folder": str(corpus_dir), "model": "lstm",
             "rnn": spec.cell, "layers": spec.layers, "emb_dim": spec.emb_dim, "hidden_dim": spec.hidden_dim,
             "tie": spec.tied, "vocab_size": len(itos), "model_vocab_size": spec.vocab_size,
@@ -418,4 +453,4 @@ def import_pytorch_examples(model_file: Path | str, data: Path | str, corpus: st
 
 
 __all__ = ["ImportModelError", "SOURCES", "import_pytorch_examples", "reading_of", "read_model_file", "read_spec", "state_dict_of",
-           "source_vocabulary", "vizlm_vocabulary", "convert", "write_corpus", "Inert", "STAND_INS"]
+           "source_vocabulary", "vizlm_vocabulary", "convert", "write_corpus", "check_weights", "Inert", "STAND_INS"]

@@ -50,9 +50,13 @@ counts and a block of ids, whatever the corpus's size (``benchmarks/prepare.py``
 memory on a 100M-token corpus).
 
 **Nothing is lost.** The name, options, files and free disk space are checked before anything is
-written; the corpus is then written into a temporary folder beside its place (removed if a split turns
-out bad, e.g. invalid UTF-8 on line 90,000) and renamed when complete. A corpus already prepared is replaced only with
+written; the corpus is then written into a temporary folder beside its place, ``.NAME.partial`` (removed if a
+split turns out bad, e.g. invalid UTF-8 on line 90,000, on Ctrl-C and on SIGTERM) and swapped in whole when
+complete (:func:`vizlm.files.new_folder`). A corpus already prepared is replaced only with
 ``force=True``: from the same files with the same options it is left as it is ("already prepared").
+One prepare of a corpus runs at a time: it holds the lock ``.NAME.lock`` beside it (an operating system
+lock, freed when its process ends, :func:`vizlm.files.exclusive`), and a second one is refused at once; a
+``.NAME.partial`` that a killed run left is removed by the next prepare of that name.
 """
 
 from __future__ import annotations
@@ -86,10 +90,13 @@ from vizlm.data import (
     USER_CORPUS_FILE,
     USER_CORPUS_FORMAT,
     VOCAB_SIZE,
+    WORD_RULE,
     DataError,
     Vocab,
     check_corpus_name,
+    is_word,
     read_card,
+    unusable_words,
 )
 from vizlm.text import MAX_TOKENS, reading_of
 from vizlm.tokens import TokenIdWriter, vocab_digest
@@ -267,6 +274,8 @@ class SplitCounts:
     headings: int = 0  # WikiText section headings dropped
     long_cut: int = 0  # sentences longer than MAX_TOKENS, cut into pieces
     reserved: int = 0  # literal <s> </s> <pad> read as <unk>
+    unusable: int = 0  # tokens that can be no word (vizlm.data.is_word) read as <unk>
+    first_unusable: str | None = None
     blank_lines: int = 0
     stream: bool = False  # no blank line: documents of STREAM_DOCUMENT_SENTENCES sentences
 
@@ -319,12 +328,16 @@ _RESERVED_RE = re.compile("(?:^|(?<= ))(?:" + "|".join(map(re.escape, sorted(_RE
 
 def _read_words(line: str, lowercase: bool, counts: SplitCounts) -> str:
     """The words models read of a sentence's original words: lowercased if asked, vizlm's reserved
-    words as ``<unk>``."""
+    words and tokens that can be no word (:func:`vizlm.data.is_word`) as ``<unk>``."""
     if lowercase:
         line = line.lower()
     if "<" in line:
         line, n = _RESERVED_RE.subn(UNK, line)
         counts.reserved += n
+    if bad := unusable_words(line):
+        counts.unusable += len(bad)
+        counts.first_unusable = counts.first_unusable or bad[0]
+        line = " ".join(w if is_word(w) else UNK for w in line.split(" "))
     return line
 
 
@@ -493,44 +506,42 @@ def prepare_corpus(name: str, source: Path | str, layout: str | None = None, voc
     sources = find_sources(source)
     root = Path(corpora_dir or paths.corpora_dir())
     final = root / name
-    if final.exists() and not force:
-        card = read_card(final)
-        if card is None:
-            raise PrepareError(f"{final} exists and is not a prepared corpus; pass --force to replace it, or "
-                               "choose another name")
-        if not _same_options(card, options):
-            raise PrepareError(f"corpus {name!r} was prepared with other options ({_options_text(card.get('options'))}); "
-                               "pass --force to prepare it again with these")
-        recorded = {s: f.get("sha256") for s, f in ((card.get("source") or {}).get("files") or {}).items()}
-        if recorded == {s: src.sha256() for s, src in sources.items()}:
-            return {**card, "already_prepared": True}
-        raise PrepareError(f"corpus {name!r} was prepared from other files ({(card.get('source') or {}).get('folder')}); "
-                           "pass --force to prepare it again from these")
+    if (done := _prepared_already(final, name, options, sources, force)) is not None:
+        return done
     chosen = Layout(layout, False, "given (--layout)") if layout else detect_layout(sources["train"], chars=chars)
     _check_disk(root, sources)
     root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".{name}.partial"
-    if tmp.exists():
-        shutil.rmtree(tmp)  # a run that stopped half-way (ours: its name is the partial marker)
-    tmp.mkdir()
-    start = time.perf_counter()
-    try:
-        card = _prepare_into(tmp, name, sources, chosen, options, progress)
-        card["seconds"] = round(time.perf_counter() - start, 2)
-        files.write_text(tmp / USER_CORPUS_FILE, json.dumps(card, indent=1, ensure_ascii=False) + "\n", force=True)
-        if final.exists():  # force: asked to replace it
-            old = root / f".{name}.replaced"
-            if old.exists():
-                shutil.rmtree(old)
-            final.rename(old)
-            tmp.rename(final)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    lock = root / f".{name}.lock"
+    with files.exclusive(lock, f"corpus {name!r} is being prepared by another process right now (it holds {lock}); "
+                               "wait for it to finish, or prepare another name"):
+        if (done := _prepared_already(final, name, options, sources, force)) is not None:
+            return done  # (another process prepared it while this one checked)
+        start = time.perf_counter()
+        # .NAME.partial: a leftover of a killed run is removed first (the lock is ours, so no run is writing it)
+        with files.new_folder(final, partial=root / f".{name}.partial") as tmp:
+            card = _prepare_into(tmp, name, sources, chosen, options, progress)
+            card["seconds"] = round(time.perf_counter() - start, 2)
+            files.write_text(tmp / USER_CORPUS_FILE, json.dumps(card, indent=1, ensure_ascii=False) + "\n", force=True)
     return card
+
+
+def _prepared_already(final: Path, name: str, options: dict, sources: dict[str, Source], force: bool) -> dict | None:
+    """The card of ``final`` when it was prepared from these files with these options (nothing to do); None when
+    it is to be prepared; :class:`PrepareError` when it exists otherwise and ``force`` is not set."""
+    if not final.exists() or force:
+        return None
+    card = read_card(final)
+    if card is None:
+        raise PrepareError(f"{final} exists and is not a prepared corpus; pass --force to replace it, or "
+                           "choose another name")
+    if not _same_options(card, options):
+        raise PrepareError(f"corpus {name!r} was prepared with other options ({_options_text(card.get('options'))}); "
+                           "pass --force to prepare it again with these")
+    recorded = {s: f.get("sha256") for s, f in ((card.get("source") or {}).get("files") or {}).items()}
+    if recorded == {s: src.sha256() for s, src in sources.items()}:
+        return {**card, "already_prepared": True}
+    raise PrepareError(f"corpus {name!r} was prepared from other files ({(card.get('source') or {}).get('folder')}); "
+                       "pass --force to prepare it again from these")
 
 
 def _options_text(options: dict | None) -> str:
@@ -562,7 +573,8 @@ def _prepare_into(out: Path, name: str, sources: dict[str, Source], layout: Layo
         words = c.tokens
         splits[split] = {"documents": c.documents, "sentences": c.sentences, "tokens": words,
                          "paragraphs": c.paragraphs, "headings_dropped": c.headings, "long_sentences_cut": c.long_cut,
-                         "reserved_words_as_unk": c.reserved, "oov_tokens": stats["oov_tokens"],
+                         "reserved_words_as_unk": c.reserved, "unusable_words_as_unk": c.unusable,
+                         "oov_tokens": stats["oov_tokens"],
                          "oov_rate": round(stats["oov_tokens"] / words, 6) if words else 0.0,
                          "unk_rate": round(stats["unk_tokens"] / words, 6) if words else 0.0,
                          "documents_from": ("articles" if layout.name == "wikitext" else
@@ -570,7 +582,14 @@ def _prepare_into(out: Path, name: str, sources: dict[str, Source], layout: Layo
                                             else "blank lines")}
     from vizlm import __version__
 
+    unusable = sum(counts[s].unusable for s in SPLITS)
+    notes = []
+    if unusable:
+        first = next((s, counts[s].first_unusable) for s in SPLITS if counts[s].unusable)
+        notes.append(f"{unusable:,} tokens can be no word of a model ({WORD_RULE}) and are read as <unk> "
+                     f"(the first, in {first[0]}: {ascii(first[1])[:60]})")
     return {
+        "notes": notes,
         "format": USER_CORPUS_FORMAT, "name": name, "splits": list(SPLITS), "vocab_size": len(itos),
         "source": {"kind": "prepared", "folder": str(Path(sources["train"].path.parent).resolve()),
                    "files": {s: {"file": src.path.name, "bytes": src.size(), "sha256": src.sha256()}

@@ -26,6 +26,7 @@ from vizlm.plots import (
     attribution_key_html,
     attribution_scale,
     format_prob,
+    heatmap_rows,
     highlighted_html,
     sentence_strip_html,
     text_span,
@@ -222,8 +223,8 @@ def _attribution_panel(name: str, sa: Analysis, r: int, threshold: float | None,
                        method: str) -> None:
     """What row ``r``'s prediction depended on (``method``), the running text highlighted by it, a table of
     the words read with their attribution and, for an attention model, their weight and the agreement."""
-    with st.spinner(f"Attributing every word of the text for {name}…", show_time=True):
-        attr = results.attribution(name, text, method)
+    # the window of rows the heat map shows around this word: a long text costs that window, not every row
+    attr = results.attribution(name, text, method, heatmap_rows(sa, r))
     span = text_span(sa, r)
     st.html(attribution_html(attr, r, threshold=threshold, top_k=top_k, span=span)
             + attribution_key_html(attribution_scale(attr, [r]), method))

@@ -6,6 +6,8 @@ and opened again, finds it running (and waits on it, from where it is) or done. 
 with a progress bar; leaving the page stops the waiting, never the computation. The most recent
 :data:`KEEP` results stay in memory (the corpus functions also keep theirs on disk); a failed
 job is reported to the sessions waiting on it, then forgotten, so that the next ask tries again.
+A computation that takes ``cancel`` (a callable it asks between batches) can be cancelled from the
+page: :func:`result` with ``cancellable`` shows a Cancel button while it waits.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Job:
     result: Any = None
     error: BaseException | None = None
     finished: threading.Event = field(default_factory=threading.Event)
+    cancelled: threading.Event = field(default_factory=threading.Event)
 
     def progress(self, fraction: float) -> None:
         self.fraction = min(1.0, max(self.fraction, float(fraction)))
@@ -62,6 +65,8 @@ class Jobs:
             self._trim()
         if "progress" in inspect.signature(fn).parameters:
             kwargs = {**kwargs, "progress": job.progress}
+        if "cancel" in inspect.signature(fn).parameters:
+            kwargs = {**kwargs, "cancel": job.cancelled.is_set}
         self._pool.submit(self._run, job, fn, args, kwargs)
         return job
 
@@ -98,13 +103,23 @@ def registry() -> Jobs:
     return Jobs()
 
 
-def result(key: Hashable, fn: Callable, *args, text: str, **kwargs):
+class Cancelled(Exception):
+    """The page's Cancel button stopped the computation (:func:`result` with ``cancellable``)."""
+
+
+def result(key: Hashable, fn: Callable, *args, text: str, cancellable: bool = False, **kwargs):
     """``fn(*args, **kwargs)``'s result for ``key``, computed once in the background for every session
-    (:class:`Jobs`); while it runs, a progress bar says ``text`` and how far it is. Raises the
+    (:class:`Jobs`); while it runs, a progress bar says ``text`` and how far it is, and with ``cancellable``
+    a Cancel button stops it (``fn``'s ``cancel`` says so; :class:`Cancelled` is raised). Raises the
     computation's error."""
     job = registry().submit(key, fn, *args, **kwargs)
     if not job.finished.wait(QUICK_S):
         bar = st.progress(job.fraction, text=_label(job, text))
+        if cancellable and st.button("Cancel", key=f"cancel-{abs(hash(key))}", icon=":material/cancel:"):
+            job.cancelled.set()  # the computation stops at its next batch
+            registry().forget(job)
+            bar.empty()
+            raise Cancelled(text)
         while not job.finished.wait(POLL_S):
             bar.progress(job.fraction, text=_label(job, text))
         bar.empty()

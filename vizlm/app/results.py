@@ -24,7 +24,9 @@ from vizlm.analysis import (
     with_slot_effects,
 )
 from vizlm.api import Analysis, Model
-from vizlm.attribution import Attribution
+from vizlm.app import jobs
+from vizlm.attribution import LABELS as METHOD_LABELS
+from vizlm.attribution import Attribution, estimate_seconds
 from vizlm.app.checkpoints import UserError, get_checkpoint, model_key
 from vizlm.data import Corpus, DataError, corpus_folder, load_corpus, passage_start
 from vizlm.errors import VizlmError
@@ -68,33 +70,46 @@ def analysis_dict(name: str, text: str, threshold: float | None, top_k: int | No
     return _analysis_dict(name, model_key(name), text, threshold, top_k)
 
 
-@st.cache_data(show_spinner=False, max_entries=ANALYSIS_CACHE_ENTRIES)
-def _attribution(name: str, key: str, text: str, method: str) -> Attribution:
-    return Model(get_checkpoint(name)).attribute(text, method=method)
+def _attribute(name: str, text: str, method: str, rows: tuple[int, int] | None, progress=None,
+               cancel=None) -> Attribution:
+    return Model(get_checkpoint(name)).attribute(text, method=method, rows=None if rows is None else range(*rows),
+                                                 progress=progress, cancel=cancel)
 
 
-def attribution(name: str, text: str, method: str) -> Attribution:
-    """:meth:`vizlm.api.Model.attribute` of ``text`` through the cache: what every prediction depended on
-    (``method``: one of :data:`vizlm.attribution.TEXT_METHODS`); :class:`UserError` for bad input."""
+def attribution(name: str, text: str, method: str, rows: tuple[int, int] | None = None) -> Attribution:
+    """:meth:`vizlm.api.Model.attribute` of ``text``'s ``rows`` (``(first, end)``: the window shown; None: every
+    row), computed once in the background (:mod:`vizlm.app.jobs`) with a progress bar that states the expected
+    time and a Cancel button (``method``: one of :data:`vizlm.attribution.TEXT_METHODS`); :class:`UserError` for
+    bad input or a cancelled request."""
     try:
-        return _attribution(name, model_key(name), text, method)
+        sa = _analyze_text(name, model_key(name), text)
+        if rows is not None and rows[0] == 0 and rows[1] >= len(sa.targets):
+            rows = None  # the window is the whole text: one computation for the panel and the heat map
+        key = ("attribution", name, model_key(name), text, method, rows)
+        seconds = estimate_seconds(get_checkpoint(name), sa, method, rows=None if rows is None else range(*rows))
+        words = "every word" if rows is None else f"words {rows[0] + 1}-{rows[1]}"
+        label = f"Attributing {words} of the text for {name} ({METHOD_LABELS[method]}, about {seconds:.0f} s)"
+        return jobs.result(key, _attribute, name, text, method, rows, text=label, cancellable=True)
+    except jobs.Cancelled:
+        raise UserError(f"Attribution for {name} cancelled: pick another word, measure or text, or reload to "
+                        "compute it again.") from None
     except VizlmError as exc:
         raise UserError(str(exc)) from None
 
 
 @st.cache_data(show_spinner=False, max_entries=HEATMAP_CACHE_ENTRIES)
 def _attribution_spec(name: str, key: str, text: str, method: str, threshold: float | None, top_k: int | None,
-                      rows: tuple[int, int] | None, selected: int | None) -> dict:
-    chart = attribution_heatmap(_attribution(name, key, text, method), threshold=threshold, top_k=top_k, rows=rows,
-                                selected=selected)
+                      rows: tuple[int, int] | None, selected: int | None, _attr: Attribution) -> dict:
+    chart = attribution_heatmap(_attr, threshold=threshold, top_k=top_k, rows=rows, selected=selected)
     return chart_spec(chart, validate=False)  # the tests validate these specs
 
 
 def attribution_spec(name: str, text: str, method: str, threshold: float | None, top_k: int | None,
                      rows: tuple[int, int] | None = None, selected: int | None = None) -> dict:
     """The attribution heat map of ``text`` (:func:`vizlm.plots.attribution_heatmap`) as a Vega-Lite spec,
-    built once per input."""
-    return _attribution_spec(name, model_key(name), text, method, threshold, top_k, rows, selected)
+    built once per input; only ``rows`` are attributed (None: every row)."""
+    attr = attribution(name, text, method, rows)
+    return _attribution_spec(name, model_key(name), text, method, threshold, top_k, rows, selected, attr)
 
 
 @st.cache_data(show_spinner=False, max_entries=ANALYSIS_CACHE_ENTRIES)

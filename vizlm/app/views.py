@@ -68,10 +68,9 @@ def render_attribution_maps(analyses: dict, text: str, method: str, threshold: f
                "Outlined cells are the highlighted ones; hover a cell for its numbers (and the attention weight on it).")
     for name, sa in analyses.items():
         rows = heatmap_rows(sa, target) if view == "window" else None
-        with st.spinner(f"Attributing every word of the text for {name}…", show_time=True):
-            spec = attribution_spec(name, text, method, threshold, top_k, rows, target)
+        spec = attribution_spec(name, text, method, threshold, top_k, rows, target)  # only these rows are attributed
         st.vega_lite_chart(spec, width="content", theme=None)
-        attr = attribution(name, text, method)
+        attr = attribution(name, text, method, rows)
         stem = safe_filename(f"{name}-{method}-{sa.text[:30]}")
         download_row([(fmt.upper(), (lambda f=fmt, a=attr: export_attribution(a, f, threshold, top_k, rows, target)),
                        f"{stem}.{fmt}", MIME[fmt]) for fmt in FORMATS], f"attr_{name}")
