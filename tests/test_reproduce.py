@@ -485,3 +485,35 @@ def test_bundle_stores_half_precision_when_it_is_harmless(manifest, tmp_path, mo
     assert again["base"].bundled == "tiny-lstm" and again["base"].folder == dest and again["base"].status() == "finished"
     assert cli.main(["reproduce", "--manifest", str(manifest), "--bundle", "base"]) == 2  # already bundled
     assert "already bundled" in capsys.readouterr().err
+
+
+def test_the_runs_marked_stale_are_those_the_plateau_rule_would_have_trained_otherwise():
+    """A run trained before the plateau rule (TrainConfig.plateau) whose log has an epoch without
+    improvement while its best valid perplexity was still >= 0.9 x the unigram model's would train
+    otherwise now: the manifest marks exactly those `stale`, until retrained evidence replaces them."""
+    from vizlm.data import Vocab
+    from vizlm.evaluate import unigram_perplexity
+    from vizlm.tokens import open_split
+    from vizlm.train import TrainConfig
+
+    runs = reproduce.load_manifest(ROOT / reproduce.MANIFEST)
+    plateau = {}
+    changed = set()
+    for run in runs.values():
+        if not run.done():
+            continue
+        ev = run.evidence()
+        if "plateau_perplexity" in ev.config.get("train", {}):
+            continue  # trained under the rule
+        if run.corpus not in plateau:
+            vocab = Vocab.for_corpus(run.corpus)
+            plateau[run.corpus] = TrainConfig.plateau * unigram_perplexity(
+                open_split(run.corpus, "train", vocab), open_split(run.corpus, "valid", vocab), len(vocab))
+        log = [json.loads(line) for line in (paths.evidence_dir() / run.name / "train_log.jsonl").read_text().splitlines()]
+        best = math.inf
+        for row in log:
+            if row["valid_perplexity"] < best:
+                best = row["valid_perplexity"]
+            elif best >= plateau[run.corpus]:
+                changed.add(run.name)
+    assert {name for name, run in runs.items() if run.stale} == changed

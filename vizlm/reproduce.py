@@ -58,7 +58,7 @@ PAPERS = {  # manifest key -> title, in report order
 }
 REPORT_BEGIN, REPORT_END = "<!-- vizlm reproduce --report: begin -->", "<!-- vizlm reproduce --report: end -->"
 _FIELDS = {"paper", "model", "context", "corpus", "init", "control", "options", "match", "seed", "epochs", "bundled",
-           "blocked", "note", "emb_dim", "hidden_dim", "freeze"}
+           "blocked", "note", "emb_dim", "hidden_dim", "freeze", "stale"}
 
 
 @dataclass
@@ -79,6 +79,9 @@ class Run:
     bundled: str | None = None
     blocked: str | None = None
     note: str | None = None
+    # why the run's evidence no longer meets the manifest's protocol (e.g. trained before a schedule rule
+    # that changes it); the report marks it and the claims that rest on it, until retrained evidence replaces it
+    stale: str | None = None
     freeze: bool = False  # train only what `init` did not copy (vizlm train --freeze)
     manifest: str | None = field(default=None, repr=False)  # the manifest its commands name (None: the home's default)
 
@@ -849,7 +852,9 @@ def decide(claim: Claim, runs: dict[str, Run], spreads: Spreads | None = None) -
              + (f": {', '.join(f'{x:.3f}' for x in iv.per_seed)}" if iv.seeds > 1 else ""))
     ours = (f"{ppl:.1f} vs {ppl_against:.1f}: {_pct(iv.ratio)} (95% CI {_pct(iv.low)} to {_pct(iv.high)}; "
             f"{iv.resampled} resampled, {seeds})")
-    return {"verdict": parts["summary"], "ours": ours, "runs": used, "interval": iv, **parts}
+    stale = sorted({x.name for pair in pairs for x in pair if x.stale})
+    summary = parts["summary"] + (f" (rests on stale evidence: {', '.join(stale)})" if stale else "")
+    return {"verdict": summary, "ours": ours, "runs": used, "interval": iv, **parts}
 
 
 def decide_all(claims: dict[str, Claim], runs: dict[str, Run], spreads: Spreads | None = None) -> dict[str, dict]:
@@ -873,7 +878,7 @@ def seed_pairs(run: Run, against: Run, runs: dict[str, Run]) -> list[tuple[Run, 
     return [(r, a) for r in group(run) for a in group(against) if r.seed == a.seed and r.done() and a.done()]
 
 
-_NOT_SETUP = {"name", "seed", "control", "bundled", "note"}  # what may differ between seeds of one setup
+_NOT_SETUP = {"name", "seed", "control", "bundled", "note", "stale"}  # what may differ between seeds of one setup
 
 
 def _setup_key(run: Run, ignore: set[str], options: dict | None = None) -> str:
@@ -959,8 +964,12 @@ def state_note(run: Run, status: str, meta: dict) -> str:
         return run.blocked
     if status == "foreign":
         return run.foreign(meta) or ""
-    if status == "finished" and (cap := run.capped(meta)) is not None:
-        return f"stopped at its {cap}-epoch cap, still improving"
+    if status == "finished":
+        cap = run.capped(meta)
+        notes = [f"stopped at its {cap}-epoch cap, still improving" if cap is not None else "",
+                 f"stale: {run.stale}" if run.stale else ""]
+        if any(notes):
+            return "; ".join(n for n in notes if n)
     if status in ("not run", "partial") and files.training_now(run.folder):
         return "training now: another process holds its folder"
     return ""
