@@ -1380,3 +1380,27 @@ def test_a_long_text_attributes_only_the_window_shown(monkeypatch):
     no_exception(at)
     assert asked and all(rows is not None and len(rows) == WINDOW_ROWS and 50 in rows for rows in asked), asked
     assert "vz-attributed" in html_of(at)
+
+
+def test_each_models_attribution_download_exports_its_own_rows(monkeypatch):
+    """A download callback runs after the loop over models: it must export the rows of its own model's
+    window, not the last model's (the loop variable read late, ruff B023)."""
+    from types import SimpleNamespace
+
+    from vizlm.app import views
+
+    analyses = {"a": SimpleNamespace(targets=list(range(60)), text="x"), "b": SimpleNamespace(targets=list(range(60)), text="x")}
+    windows = {"a": [1, 2], "b": [7, 8, 9]}
+    callbacks, exported = {}, []
+    monkeypatch.setattr(views, "_rows_view", lambda n: "window")
+    monkeypatch.setattr(views, "heatmap_rows", lambda sa, target: windows["a" if sa is analyses["a"] else "b"])
+    monkeypatch.setattr(views, "attribution_spec", lambda *a, **k: {})
+    monkeypatch.setattr(views, "attribution", lambda name, text, method, rows: name)
+    monkeypatch.setattr(views.st, "caption", lambda *a, **k: None)
+    monkeypatch.setattr(views.st, "vega_lite_chart", lambda *a, **k: None)
+    monkeypatch.setattr(views, "download_row", lambda items, key: callbacks.setdefault(key, items))
+    monkeypatch.setattr(views, "export_attribution", lambda a, f, th, k, rows, target: exported.append((a, rows)))
+    views.render_attribution_maps(analyses, "x", "occlusion", 0.2, None, 3)
+    for key in ("attr_a", "attr_b"):
+        callbacks[key][0][1]()
+    assert exported == [("a", [1, 2]), ("b", [7, 8, 9])]

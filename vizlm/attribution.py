@@ -80,7 +80,6 @@ LABELS = {  # each method as people read it (the Explorer's measure picker, char
     "slot-effect": "slot effect",
 }
 TEXT_METHODS = ("gradient-x-input", "integrated-gradients", "occlusion")  # any family, the plain LSTM included
-GRADIENT_METHODS = ("gradient-x-input", "integrated-gradients")
 # Integrated gradients' steps (Gauss-Legendre) to start with. At 32 steps the convergence delta of about 98%
 # of the bundled models' targets is below 1% of |log P(target) - log P(target | baseline)| (all of them
 # at 64; benchmarks/attribution.py measures it); the rest are computed again with twice the steps until

@@ -108,11 +108,6 @@ def resolve_device(device: str = "auto", local_rank: int = 0) -> torch.device:
     return torch.device("cpu")
 
 
-def launched() -> bool:
-    """Whether torchrun (or another launcher setting WORLD_SIZE > 1) started this process."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
-
-
 @contextlib.contextmanager
 def session(device: str = "auto") -> Iterator[Context]:
     """This process's :class:`Context`: joins the process group when launched by torchrun

@@ -1144,10 +1144,6 @@ def write_report(runs: dict[str, Run], path: Path, claims: dict[str, Claim] | No
     return path
 
 
-def as_json(runs: dict[str, Run]) -> str:
-    return json.dumps(table(runs), indent=1)
-
-
 __all__ = ["MANIFEST", "AttributionPlan", "Claim", "Locations", "Run", "attribution_report", "bundle", "check_corpus",
            "decide", "is_own", "load_attribution", "load_claims", "load_manifest", "locations", "needs", "order", "pick",
            "report", "run_one", "seed_groups", "seed_pairs", "serves", "state_note", "sweeps", "table", "versus",

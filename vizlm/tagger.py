@@ -230,15 +230,3 @@ def tag_sentences(sentences: list[list[str]], path: str | None = None) -> list[l
     return None if tagger is None else [tagger.tag(list(s)) for s in sentences]
 
 
-def accuracy(tagger: Tagger, sentences: list[list[str]], tags: list[list[str]]) -> tuple[float, float]:
-    """(accuracy on all tokens, accuracy on tokens unknown to the lexicon) against simplified gold tags."""
-    right = total = unk_right = unk_total = 0
-    for words, gold in zip(sentences, tags):
-        for w, p, g in zip(words, tagger.tag(words), gold):
-            ok = p == simplify_tag(g)
-            right += ok
-            total += 1
-            if w not in tagger.lexicon:
-                unk_right += ok
-                unk_total += 1
-    return right / max(total, 1), unk_right / max(unk_total, 1)

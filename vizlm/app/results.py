@@ -9,8 +9,6 @@ when a split's files are written again); corpora with ``st.cache_resource``.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
 
 import numpy as np
 import streamlit as st
@@ -115,12 +113,6 @@ def attribution_spec(name: str, text: str, method: str, threshold: float | None,
 @st.cache_data(show_spinner=False, max_entries=ANALYSIS_CACHE_ENTRIES)
 def _full_effects(name: str, key: str, text: str) -> SentenceAnalysis:
     return with_slot_effects(get_checkpoint(name), _analyze_text(name, key, text))
-
-
-def full_effects(name: str, text: str) -> SentenceAnalysis:
-    """The analysis of ``text`` with every slot effect: a text with more than
-    :data:`vizlm.analysis.EFFECT_PAIRS` (row, slot) pairs gets them here, once, on demand."""
-    return _full_effects(name, model_key(name), text)
 
 
 @st.cache_data(show_spinner=False, max_entries=1024)
@@ -250,14 +242,3 @@ class StreamlitProgress:
             self.bar.empty()
 
 
-def with_progress(fn: Callable, *args, text: str, **kwargs):
-    """Call a corpus function with a progress bar if it takes ``progress=``, else under a spinner."""
-    if "progress" in inspect.signature(fn).parameters:
-        bar = StreamlitProgress(text + " (first time only: the result is cached)")
-        bar(0.0)  # show the bar at once: the first step can take a while
-        try:
-            return fn(*args, progress=bar, **kwargs)
-        finally:
-            bar.close()
-    with st.spinner(text + " (first time only: the result is cached)…", show_time=True):
-        return fn(*args, **kwargs)

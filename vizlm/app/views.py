@@ -72,7 +72,8 @@ def render_attribution_maps(analyses: dict, text: str, method: str, threshold: f
         st.vega_lite_chart(spec, width="content", theme=None)
         attr = attribution(name, text, method, rows)
         stem = safe_filename(f"{name}-{method}-{sa.text[:30]}")
-        download_row([(fmt.upper(), (lambda f=fmt, a=attr: export_attribution(a, f, threshold, top_k, rows, target)),
+        # each callback binds this model's rows: a download runs after the loop, when `rows` is the last model's
+        download_row([(fmt.upper(), (lambda f=fmt, a=attr, r=rows: export_attribution(a, f, threshold, top_k, r, target)),
                        f"{stem}.{fmt}", MIME[fmt]) for fmt in FORMATS], f"attr_{name}")
 
 
