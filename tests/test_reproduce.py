@@ -517,3 +517,75 @@ def test_the_runs_marked_stale_are_those_the_plateau_rule_would_have_trained_oth
             elif best >= plateau[run.corpus]:
                 changed.add(run.name)
     assert {name for name, run in runs.items() if run.stale} == changed
+
+
+DROPOUT = """
+[run.lstm-d0]
+paper = "daniluk"
+model = "lstm"
+context = "document"
+seed = 11
+options = { dropout = 0.0 }
+
+[run.lstm-d5]
+paper = "daniluk"
+model = "lstm"
+context = "document"
+seed = 11
+options = { dropout = 0.5 }
+
+[run.kvp-picked]
+paper = "daniluk"
+model = "kvp"
+context = "document"
+options = { window = 3 }
+dropout_from = ["lstm-d0", "lstm-d5"]
+"""
+
+
+def test_a_run_takes_its_dropout_from_the_best_of_its_sweep_on_valid(manifest, monkeypatch):
+    """Dropout chosen on valid for one model and used for all: the run trains after its sweep, with the
+    dropout of the sweep's run of lowest valid perplexity."""
+    manifest.write_text(TINY + DROPOUT)
+    runs = reproduce.load_manifest(manifest)
+    assert [r.name for r in reproduce.order(runs, ["kvp-picked"])] == ["lstm-d0", "lstm-d5", "kvp-picked"]
+    with pytest.raises(ValueError, match="not all finished"):
+        runs["kvp-picked"].model_kwargs(runs)
+    assert reproduce._skipped(runs["kvp-picked"], runs, {}) == "skipped: lstm-d0 did not finish (not run)"
+    monkeypatch.setattr(reproduce.Run, "done", lambda self: not self.blocked)
+    valid = {"lstm-d0": 150.0, "lstm-d5": 140.0}
+    monkeypatch.setattr(reproduce, "_metrics", lambda run, meta=None: {"valid_perplexity": valid[run.name]})
+    assert runs["kvp-picked"].model_kwargs(runs)["dropout"] == 0.5
+    valid["lstm-d0"] = 130.0
+    assert runs["kvp-picked"].model_kwargs(runs)["dropout"] == 0.0
+    assert "dropout" not in runs["kvp-picked"].model_kwargs()  # without the runs: the manifest's options alone
+
+
+@pytest.mark.parametrize("field,match", [("dropout_from = \"lstm-d0\"", "non-empty list"),
+                                         ("dropout_from = []", "non-empty list"),
+                                         ("dropout_from = [\"nowhere\"]", "'nowhere', which is not in the manifest")])
+def test_a_bad_dropout_sweep_is_refused(manifest, field, match):
+    manifest.write_text(TINY + DROPOUT.replace('dropout_from = ["lstm-d0", "lstm-d5"]', field))
+    with pytest.raises(ValueError, match=match):
+        reproduce.load_manifest(manifest)
+    manifest.write_text(TINY + DROPOUT.replace("options = { window = 3 }", "options = { window = 3, dropout = 0.1 }"))
+    with pytest.raises(ValueError, match="may not set its own dropout"):
+        reproduce.load_manifest(manifest)
+
+
+def test_a_claim_at_another_size_is_set_beside_its_own(manifest):
+    big = ('\n[run.base-big]\npaper = "liu-lee"\nmodel = "lstm"\nemb_dim = 16\nhidden_dim = 16\n'
+           '\n[run.amsrn-big]\npaper = "liu-lee"\nmodel = "amsrn"\nemb_dim = 16\nhidden_dim = 16\ninit = "base-big"\n')
+    variant = ('\n[claim.beats-big]\npaper = "liu-lee"\nclaim = "(k = 16) AMSRN beats the LSTM"\nkind = "better"\n'
+               'run = "amsrn-big"\nagainst = "base-big"\nvariant_of = "beats"\n')
+    manifest.write_text(TINY + big + CLAIMS + variant)
+    runs = reproduce.load_manifest(manifest)
+    claims = reproduce.load_claims(manifest, runs)
+    text = reproduce.report(runs, claims)
+    assert "### Does the verdict depend on the size?" in text and "| claim | k = 8 | k = 16 |" in text
+    assert "| AMSRN beats the LSTM | not tested (not run: amsrn-tiny, base) | not tested (not run: amsrn-big, base-big) |" in text
+    summary = text.split("### Does the verdict")[0]
+    assert "(k = 16) AMSRN" not in summary  # a variant is in the table of sizes, not the summary
+    manifest.write_text(TINY + big + CLAIMS + variant.replace('variant_of = "beats"', 'variant_of = "nothing"'))
+    with pytest.raises(ValueError, match="variant_of must name a claim"):
+        reproduce.load_claims(manifest, reproduce.load_manifest(manifest))

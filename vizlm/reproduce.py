@@ -58,7 +58,7 @@ PAPERS = {  # manifest key -> title, in report order
 }
 REPORT_BEGIN, REPORT_END = "<!-- vizlm reproduce --report: begin -->", "<!-- vizlm reproduce --report: end -->"
 _FIELDS = {"paper", "model", "context", "corpus", "init", "control", "options", "match", "seed", "epochs", "bundled",
-           "blocked", "note", "emb_dim", "hidden_dim", "freeze", "stale"}
+           "blocked", "note", "emb_dim", "hidden_dim", "freeze", "stale", "dropout_from"}
 
 
 @dataclass
@@ -82,6 +82,9 @@ class Run:
     # why the run's evidence no longer meets the manifest's protocol (e.g. trained before a schedule rule
     # that changes it); the report marks it and the claims that rest on it, until retrained evidence replaces it
     stale: str | None = None
+    # runs of a dropout sweep: this run takes the dropout of the one with the lowest valid perplexity (chosen
+    # on valid for one model, used for all, as Daniluk et al. do), so it trains after them
+    dropout_from: list[str] | None = None
     freeze: bool = False  # train only what `init` did not copy (vizlm train --freeze)
     manifest: str | None = field(default=None, repr=False)  # the manifest its commands name (None: the home's default)
 
@@ -145,8 +148,20 @@ class Run:
             return None  # not finished, or a dry run (a pipeline check, not a run)
         return cap if done >= cap and done - best < trained.get("patience", TrainConfig.patience) else None
 
-    def model_kwargs(self) -> dict:
-        return {"emb_dim": self.emb_dim, "hidden_dim": self.hidden_dim, "context": self.context, **self.options}
+    def model_kwargs(self, runs: dict[str, Run] | None = None) -> dict:
+        """The model's options; with ``runs``, a dropout taken from its sweep (:attr:`dropout_from`)."""
+        kwargs = {"emb_dim": self.emb_dim, "hidden_dim": self.hidden_dim, "context": self.context, **self.options}
+        if self.dropout_from and runs is not None:
+            best = pick(self.dropout_from, runs)
+            if best is None:
+                raise ValueError(f"{self.name} takes its dropout from {', '.join(self.dropout_from)}, which are not all "
+                                 "finished")
+            kwargs["dropout"] = best.options.get("dropout", 0.0)
+        return kwargs
+
+    def first(self) -> list[str]:
+        """The runs that must finish before this one trains: its starting point and its dropout sweep."""
+        return ([self.init] if self.init else []) + list(self.dropout_from or [])
 
     def command(self, action: str = "--only") -> str:
         """The command that does ``action`` for this run (trains it, by default); it names the manifest
@@ -157,7 +172,7 @@ class Run:
 
 CLAIM_KINDS = ("better", "equal", "mass")
 _CLAIM_FIELDS = {"paper", "claim", "paper_says", "paper_ratio", "kind", "run", "against", "tolerance", "positions",
-                 "share"}
+                 "share", "variant_of"}
 
 
 @dataclass
@@ -175,6 +190,7 @@ class Claim:
     tolerance: float = 0.02  # "equal": the interval must lie within 1 +- tolerance
     positions: int = 5  # "mass": the most recent slots counted
     share: float = 0.75  # "mass": the weight they must hold
+    variant_of: str | None = None  # the claim this one tests again at another model size (the report sets them side by side)
 
     def candidates(self) -> list[str]:
         return [n for ref in (self.run, self.against) if ref for n in ([ref] if isinstance(ref, str) else ref)]
@@ -267,6 +283,9 @@ def load_claims(path: Path | None = None, runs: dict[str, Run] | None = None) ->
         if missing:
             raise ValueError(f"{path}: claim {name!r} refers to {missing}, which are not in the manifest")
         claims[name] = claim
+    for claim in claims.values():
+        if claim.variant_of is not None and (claim.variant_of not in claims or claims[claim.variant_of].variant_of):
+            raise ValueError(f"{path}: claim {claim.name!r}: variant_of must name a claim that is no variant itself")
     return claims
 
 
@@ -410,7 +429,11 @@ def load_manifest(path: Path | None = None) -> dict[str, Run]:
             raise ValueError(f"{path}: run {name!r}: freeze must be true or false, and true needs an init run")
         runs[name] = run
     for run in runs.values():
-        for ref in (run.init, run.control):
+        if run.dropout_from is not None and (not isinstance(run.dropout_from, list) or not run.dropout_from
+                                             or "dropout" in run.options):
+            raise ValueError(f"{path}: run {run.name!r}: dropout_from must be a non-empty list of runs, and the run "
+                             "may not set its own dropout")
+        for ref in (run.init, run.control, *(run.dropout_from or [])):
             if ref is not None and ref not in runs:
                 raise ValueError(f"{path}: run {run.name!r} refers to {ref!r}, which is not in the manifest")
     return runs
@@ -473,13 +496,13 @@ def table(runs: dict[str, Run], claims: dict[str, Claim] | None = None) -> list[
 
 
 def order(runs: dict[str, Run], names: list[str]) -> list[Run]:
-    """``names`` and the runs they start from (``init``), starting points first."""
+    """``names`` and the runs they start from (``init``, ``dropout_from``), those first."""
     out: list[Run] = []
 
     def visit(name: str) -> None:
         run = runs[name]
-        if run.init:
-            visit(run.init)
+        for first in run.first():
+            visit(first)
         if run not in out:
             out.append(run)
 
@@ -520,6 +543,8 @@ def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run:
                          "retrain it by its own command (config.json), not by reproduce")
     if run.init and runs[run.init].status() != "finished":
         raise ValueError(f"{run.name} starts from {run.init}, which is not finished")
+    if unfinished := [n for n in run.dropout_from or [] if runs[n].status() != "finished"]:
+        raise ValueError(f"{run.name} takes its dropout from a sweep not finished yet: {', '.join(unfinished)}")
     if run.init and not (runs[run.init].folder / "model.safetensors").is_file():
         raise ValueError(f"{run.name} starts from {run.init}, whose weights are not here (only its evidence is kept): "
                          f"retrain it into {runs[run.init].folder} first (move {evidence.folder(run.init)} aside, "
@@ -534,7 +559,7 @@ def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run:
     tc = TrainConfig(epochs=1 if dry_run else run.epochs, seed=run.seed, max_batches=3 if dry_run else None,
                      eval_batches=1 if dry_run else None, freeze=run.freeze,
                      extra={"command": run.command(), "run": run.name, "commit": paths.commit()})
-    train(run.model, run.model_kwargs(), run.corpus, run.folder, tc,
+    train(run.model, run.model_kwargs(runs), run.corpus, run.folder, tc,
           init=str(runs[run.init].folder) if run.init else None, resume=status == "partial", match=run.match,
           ctx=Context(device=dev))  # one process: a run is not split across a torchrun group
     if not dry_run and run.status() == "finished":
@@ -569,8 +594,9 @@ def _job(name: str, manifest: str | None, where: dict[str, Path], threads: int |
 
 def _skipped(run: Run, runs: dict[str, Run], result: dict[str, str]) -> str | None:
     """Why ``run`` is skipped (its starting point did not finish: ``result`` says how it ended), or None."""
-    if run.init and runs[run.init].status() != "finished":
-        return f"skipped: {run.init} did not finish ({result.get(run.init, 'not run')})"
+    for first in run.first():
+        if runs[first].status() != "finished":
+            return f"skipped: {first} did not finish ({result.get(first, 'not run')})"
     return None
 
 
@@ -622,8 +648,8 @@ def run_many(manifest: Path | str | None, names: list[str], jobs: int, threads: 
             for run in list(todo):
                 if len(running) >= jobs:
                     break
-                if run.init in waiting:
-                    continue  # its starting point is still to train
+                if waiting & set(run.first()):
+                    continue  # its starting point or dropout sweep is still to train
                 todo.remove(run)
                 if why := _skipped(run, runs, result):
                     result[run.name] = why
@@ -1045,11 +1071,51 @@ def _summary(claims: dict[str, Claim], decided: dict[str, dict]) -> list[str]:
               "*inconclusive* means the interval holds both no difference and the paper's effect."), "",
              "| paper | claim | the paper | ours (test) | verdict |", "|---|---|---|---|---|"]
     for name, c in claims.items():
+        if c.variant_of:
+            continue  # in the table of sizes
         d = decided[name]
         ours = d["ours"] if "interval" not in d else (
             f"{_pct(d['interval'].ratio)} ({_pct(d['interval'].low)} to {_pct(d['interval'].high)}), "
             f"{d['interval'].seeds} seed{'s' if d['interval'].seeds > 1 else ''}")
         lines.append(f"| {c.paper} | {c.claim} | {c.paper_says} | {ours} | **{d['verdict']}** |")
+    return lines + [""]
+
+
+def model_size(claim: Claim, runs: dict[str, Run]) -> str:
+    """The size of the models a claim compares, as its first run's embedding / hidden size says."""
+    first = runs[claim.candidates()[0]]
+    return f"k = {first.hidden_dim}" if first.emb_dim == first.hidden_dim else f"{first.emb_dim} / {first.hidden_dim}"
+
+
+def _sizes(claims: dict[str, Claim], decided: dict[str, dict], runs: dict[str, Run]) -> list[str]:
+    """Each claim tested again at another size, beside its verdict at the first (our d = 50 grid)."""
+    variants: dict[str, list[Claim]] = {}
+    for c in claims.values():
+        if c.variant_of:
+            variants.setdefault(c.variant_of, []).append(c)
+    if not variants:
+        return []
+    sizes = list(dict.fromkeys(model_size(v, runs) for vs in variants.values() for v in vs))
+    first = {model_size(claims[b], runs) for b in variants}
+    head = [*sorted(first), *sizes]
+    lines = ["### Does the verdict depend on the size?", "",
+             ("Each claim at our grid's size and at the paper's (k = 300), under the same protocol: the ratio with its "
+              "95% interval over documents and seeds, and the verdict."), "",
+             f"| claim | {' | '.join(head)} |", "|---|" + "---|" * len(head)]
+    for base, vs in variants.items():
+        cells = {model_size(claims[base], runs): decided[base], **{model_size(v, runs): decided[v.name] for v in vs}}
+        row = []
+        for size in head:
+            d = cells.get(size)
+            if d is None:
+                row.append("—")
+            elif "interval" in d:
+                iv = d["interval"]
+                row.append(f"{_pct(iv.ratio)} ({_pct(iv.low)} to {_pct(iv.high)}), {iv.seeds} seed"
+                           f"{'s' if iv.seeds > 1 else ''}: **{d['verdict']}**")
+            else:
+                row.append(f"{d['ours']}: **{d['verdict']}**" if d["verdict"] != "not tested" else f"not tested ({d['ours']})")
+        lines.append(f"| {claims[base].claim} | {' | '.join(row)} |")
     return lines + [""]
 
 
@@ -1068,7 +1134,7 @@ def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None,
     spreads = Spreads(runs)
     decided = decide_all(claims or {}, runs, spreads)
     if claims:
-        lines += _summary(claims, decided)
+        lines += _summary(claims, decided) + _sizes(claims, decided, runs)
     for paper, title in PAPERS.items():
         members = [r for r in runs.values() if r.paper == paper]
         if not members:
@@ -1102,7 +1168,7 @@ def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None,
                                         f"over {c['resampled']}; " + verdicts.direction(c["low"], c["high"]))
             state = _report_state(run)
             lines.append(f"| {run.name} | {run.model}{''.join(f' {k}={v}' for k, v in run.options.items())}"
-                         f"{' (init frozen)' if run.freeze else ''} | "
+                         f"{' (init frozen)' if run.freeze else ''}{' dropout chosen on valid' if run.dropout_from else ''} | "
                          f"{run.context} | {_fmt(m.get('parameters'), ',')} | {_fmt(m.get('valid_perplexity'))} | "
                          f"{_fmt(m.get('test_perplexity'))} | {vs} | {state} |")
         lines.append("")
