@@ -339,6 +339,8 @@ def test_a_row_within_the_stated_tolerance_passes(install):
 SKIPPED = [
     (EntryPoint("noimport", error=ModuleNotFoundError("No module named 'missing_dep'")),
      r"it cannot be imported \(ModuleNotFoundError: No module named 'missing_dep'\)"),
+    (EntryPoint("exits", error=SystemExit(3)), r"it calls sys.exit\(3\) when imported"),
+    (EntryPoint("baseexc", error=GeneratorExit("odd")), r"it cannot be imported \(GeneratorExit: odd\)"),
     (EntryPoint("lstm", toy()), r"'lstm' is a built-in model family; a plugin must choose another name"),
     (EntryPoint("notaplugin", Toy), r"its entry point names a type, not a vizlm.models.Plugin"),
     (EntryPoint("badmodel", toy(model=nn.Linear)), r"its model 'Linear' is not a class subclassing vizlm.models.base.RecurrentLM"),
@@ -366,6 +368,32 @@ def test_a_plugin_that_cannot_be_used_is_skipped_with_a_message_naming_it(ep, wh
     assert cli.main(["plugins"]) == 0
     shown = capsys.readouterr().out
     assert f"{ep.name:<16} skipped: " in shown and "toy              broken-pkg 0.0.1  attention" in shown
+
+
+def test_a_plugin_that_exits_on_import_stops_no_other(install, tmp_path, capsys):
+    """sys.exit in one plugin's import would end vizlm (SystemExit is no Exception): it is skipped, named, and a
+    healthy plugin still trains; the user's Ctrl-C still stops discovery."""
+    install(EntryPoint("exits", error=SystemExit(3)), EntryPoint("toy", toy()))
+    with pytest.warns(plugins.PluginWarning, match=r"the plugin 'exits' \(package broken-pkg 0.0.1\): it calls sys.exit"):
+        args = cli.build_parser().parse_args(["train", "--model", "toy", "--out", str(tmp_path / "t")])
+    assert args.model == "toy" and type(build_model("toy", **TINY)) is Toy
+    install(EntryPoint("stop", error=KeyboardInterrupt()), EntryPoint("toy", toy()))
+    with pytest.raises(KeyboardInterrupt):
+        names()
+
+
+def test_the_app_names_a_skipped_plugin_in_its_sidebar(install):
+    from streamlit.testing.v1 import AppTest
+
+    from conftest import ROOT
+
+    install(EntryPoint("exits", error=SystemExit(3)), EntryPoint("toy", toy()))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.query_params["text"] = "a b"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(e.label == "1 plugin skipped" for e in at.sidebar.expander)
+    assert any(c.value.startswith("exits") and "sys" in c.value and "exit" in c.value for c in at.sidebar.caption)
 
 
 def test_a_checkpoint_of_a_missing_or_skipped_plugin_says_what_to_install(install, tmp_path):

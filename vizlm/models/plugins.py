@@ -13,9 +13,10 @@ family meets. The name then works wherever a family's does: ``vizlm train --mode
 
 Entry points are read once, lazily: on the first lookup of a name vizlm does not know, or when the
 models are listed (:func:`vizlm.models.names`), never at import. A broken plugin never breaks vizlm:
-one that cannot be imported, takes a built-in family's name (or another plugin's), or is not a
-:class:`Plugin` of proper classes is skipped with a :class:`PluginWarning` naming it, and
-:func:`skipped` (``vizlm plugins``) says why; a checkpoint of it then says so when loaded.
+one that cannot be imported (an exception, or even ``sys.exit``; only Ctrl-C goes through), takes a
+built-in family's name (or another plugin's), or is not a :class:`Plugin` of proper classes is skipped
+with a :class:`PluginWarning` naming it, and :func:`skipped` (``vizlm plugins``, the app's sidebar)
+says why; the other plugins load as usual, and a checkpoint of it says so when loaded.
 
 **Contract check.** A plugin model is checked when it is built (:func:`vizlm.models.build_model`)
 and when a checkpoint of it is loaded (after its weights are in), by :func:`check_contract`: a
@@ -165,13 +166,26 @@ def _discover(reserved: typing.Collection[str]) -> None:
             continue
         try:
             obj = ep.load()
-        except Exception as exc:  # noqa: BLE001 - any error in a plugin's import
-            _skip(name, who, f"it cannot be imported ({type(exc).__name__}: {str(exc)[:200]})")
+        except KeyboardInterrupt:  # the user's Ctrl-C is theirs, not the plugin's
+            raise
+        except BaseException as exc:  # noqa: BLE001 - any error in a plugin's import, sys.exit included
+            _skip(name, who, _import_failure(exc))
             continue
         try:
             register(name, obj, reserved, dist, version, getattr(ep, "value", None))
         except PluginError as exc:
             _skip(name, who, exc.reason)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the plugin's own code (a property, a metaclass) failed
+            _skip(name, who, f"checking it raised {type(exc).__name__} ({str(exc)[:200]})")
+
+
+def _import_failure(exc: BaseException) -> str:
+    """Why a plugin's import failed, in words: an exception, or ``sys.exit`` (which would end vizlm)."""
+    if isinstance(exc, SystemExit):
+        return f"it calls sys.exit({exc.code!r}) when imported"
+    return f"it cannot be imported ({type(exc).__name__}: {str(exc)[:200]})"
 
 
 def register(name: str, obj, reserved: typing.Collection[str], distribution: str | None = None,
