@@ -190,14 +190,16 @@ def _read(path: Path | None) -> tuple[Path, dict]:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path} is not TOML: {exc}") from None
+    # a file's content, not an argument's type: a ValueError, as every other manifest error (the CLI says it in a line)
     for key in ("defaults", "run", "claim", "attribution"):
         if not isinstance(doc.get(key, {}), dict):
-            raise ValueError(f"{path}: `{key}` must be a table ([{key}{'' if key in ('defaults', 'attribution') else '.NAME'}]), "
+            table = key if key in ("defaults", "attribution") else f"{key}.NAME"
+            raise ValueError(f"{path}: `{key}` must be a table ([{table}]), "  # noqa: TRY004
                              f"not {type(doc[key]).__name__} {str(doc[key])[:40]!r}")
     for key in ("run", "claim"):
         for name, spec in doc.get(key, {}).items():
             if not isinstance(spec, dict):
-                raise ValueError(f"{path}: {key} {name!r} must be a table ([{key}.{name}]), not "
+                raise ValueError(f"{path}: {key} {name!r} must be a table ([{key}.{name}]), not "  # noqa: TRY004
                                  f"{type(spec).__name__} {str(spec)[:40]!r}")
     return path, doc
 
