@@ -249,6 +249,24 @@ def test_another_class_saved_whole_is_refused_with_the_state_dict_line(data, dat
     assert code == 2 and "MyLM" in err and SAVE_STATE_DICT in err and len(err.strip().splitlines()) == 1
 
 
+UNUSUAL = {"sparse_coo": lambda t: t.to_sparse(), "sparse_csr": lambda t: t.to_sparse_csr(),
+           "meta": lambda t: t.to("meta"), "nested": lambda t: torch.nested.nested_tensor([t[0], t[1][:3]])}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch: sparse CSR and nested tensors are beta / prototype
+@pytest.mark.parametrize("kind", UNUSUAL)
+def test_a_state_dict_of_sparse_meta_or_nested_tensors_is_refused(kind, data, data_dir, tmp_path, capsys):
+    state = RNNModel("LSTM", len(source_vocabulary(data)), 5, 5, 1).state_dict()
+    state["encoder.weight"] = UNUSUAL[kind](state["encoder.weight"])
+    f = tmp_path / "m.pt"
+    torch.save(state, f)
+    code, _, err = run(["import", "pytorch-examples", str(f), "--data", str(data), "--corpus", "wlm",
+                        "--out", str(tmp_path / "ckpt")], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{f}: encoder.weight is a {kind.split('_')[0]}" in err and "dense tensors" in err
+    assert not (tmp_path / "ckpt").exists()
+
+
 def test_transformer_is_not_supported_yet(data, data_dir, tmp_path, capsys):
     f = tmp_path / "transformer.pt"
     torch.save({"input_emb.weight": torch.zeros(9, 4), "transformer_encoder.layers.0.self_attn.in_proj_weight":

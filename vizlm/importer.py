@@ -206,6 +206,11 @@ def state_dict_of(obj, path: Path, nonlinearity: str | None = None) -> tuple[dic
     bad = [str(k)[:40] for k, v in state.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
     if bad:
         raise _refused(path, f"its entries {bad[:3]} are not named tensors: not a state dict")
+    for key, t in state.items():  # a model's weights are dense tensors with values: nothing else is read further
+        kind = _unusual(t)
+        if kind:
+            raise ImportModelError(f"{path}: {key[:80]} is a {kind} tensor; an RNNModel's weights are dense tensors "
+                                   "with their values (save the state dict of the trained model as it is)")
     if any(k.startswith(("transformer_encoder.", "pos_encoder.", "input_emb.")) for k in state):
         raise ImportModelError(f"{path} is a state dict of pytorch/examples' TransformerModel; vizlm imports its "
                                "RNNModel (LSTM, GRU, RNN_TANH, RNN_RELU) only: the Transformer is not supported yet")
@@ -261,6 +266,19 @@ def read_spec(state: dict[str, torch.Tensor], cell: str | None, path: Path) -> S
     enc, dec = state["encoder.weight"], state["decoder.weight"]
     tied = _same_storage(enc, dec) or (enc.shape == dec.shape and torch.equal(enc, dec))
     return Spec(cell, layers, V, E, H, tied)
+
+
+def _unusual(t: torch.Tensor) -> str | None:
+    """What makes ``t`` other than a dense tensor holding its values (sparse, meta, nested, quantized); None if it is one."""
+    if getattr(t, "is_nested", False):
+        return "nested"
+    if t.is_meta:
+        return "meta (shape only, no values)"
+    if t.layout is not torch.strided:
+        return f"sparse ({str(t.layout).removeprefix('torch.')})"
+    if t.is_quantized:
+        return "quantized"
+    return None
 
 
 def _shape(state: dict[str, torch.Tensor], key: str, dims: int) -> tuple[int, ...]:
