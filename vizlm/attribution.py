@@ -308,6 +308,10 @@ def attribute(
                     base[rows], delta[rows], steps[rows] = b, d, n
             scores[rows, rows] = part.double().numpy()
     scores[~covered] = 0.0  # never a later position, another sentence's or the reading's <s>: exactly zero
+    if not np.isfinite(scores).all():  # finite outputs, but gradients that overflow: no number to show
+        rows = np.nonzero(~np.isfinite(scores).all(1))[0]
+        raise AttributionError(f"{ckpt.label}: its {method} attribution is not finite (NaN or infinite) for "
+                               f"{len(rows):,} of {T:,} words, the first {sa.targets[rows[0]]!r}; vizlm cannot show it")
     attention = attended = None
     if sa.attention is not None:
         positions = _slot_positions(sa)
