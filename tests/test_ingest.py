@@ -392,7 +392,7 @@ def test_prepared_again(prepared, corpora, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("interrupt", [KeyboardInterrupt, OSError])
-def test_an_interrupted_prepare_leaves_no_half_corpus(interrupt, prepared, corpora, monkeypatch):
+def test_an_interrupted_prepare_leaves_no_half_corpus(interrupt, prepared, corpora, monkeypatch, capsys):
     real = ingest._write_ids
 
     def write_ids(out, split, *args):
@@ -408,3 +408,7 @@ def test_an_interrupted_prepare_leaves_no_half_corpus(interrupt, prepared, corpo
         assert snapshot(corpora) == before and sorted(p.name for p in corpora.iterdir()) == ["good"]
     with pytest.raises(vizlm.VizlmError, match="unknown corpus 'fresh'"):
         vizlm.corpus_card("fresh")
+    if interrupt is KeyboardInterrupt:  # Ctrl-C in `vizlm prepare`: the same cleanup, a line, exit 130
+        code, _, err = cli(capsys, "prepare", "--corpus", "fresh", "--from", prepared)
+        assert code == 130 and err == "vizlm prepare: interrupted\n"
+        assert snapshot(corpora) == before and sorted(p.name for p in corpora.iterdir()) == ["good"]
