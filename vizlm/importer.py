@@ -39,6 +39,7 @@ import pickle
 import re
 import stat
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,8 +128,15 @@ def read_model_file(path: Path | str) -> dict[str, torch.Tensor] | Inert:
             warnings.simplefilter("ignore", UserWarning)  # e.g. "Detected pickle protocol 4": the refusal says enough
             obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        found = re.search(r"GLOBAL (\S+)", str(exc)) or re.search(r"(?:function|got) (<[^>]*>|\S+)", str(exc))
-        what = f"it names {found.group(1).rstrip('.,')}, which is not allowed" if found else "it is not plain data"
+        said = str(exc).partition("WeightsUnpickler error:")[2] or str(exc)  # torch's own words, past its advice
+        found = re.search(r"GLOBAL (\S+)", said) or re.search(r"(?:function|got) (<[^>]*>|\S+)", said)
+        if found:
+            what = f"it names {found.group(1).rstrip('.,')}, which is not allowed"
+        elif damaged := re.search(r"Unsupported operand (\d+)", said):
+            raise ImportModelError(f"{path} is damaged or not a PyTorch model file: its pickle has an unknown "
+                                   f"operation (code {damaged.group(1)})") from None
+        else:
+            what = "it is not plain data"
         raise _refused(path, f"refused to unpickle ({what})") from None
     except (RuntimeError, EOFError, ValueError, OSError, KeyError, TypeError, AttributeError, IndexError) as exc:
         first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
@@ -300,12 +308,27 @@ def source_vocabulary(folder: Path) -> list[str]:
     ``<eos>`` (a blank line included). Index = the model's id."""
     words: dict[str, None] = {}
     for split in SPLITS:
-        with open(_split_file(folder, split), encoding="utf-8") as fh:
-            for line in fh:
-                for w in line.split():
-                    words.setdefault(w, None)
-                words.setdefault(SOURCE_EOS, None)
+        for line in _split_lines(folder, split):
+            for w in line.split():
+                words.setdefault(w, None)
+            words.setdefault(SOURCE_EOS, None)
     return list(words)
+
+
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")  # a byte that is not UTF-8, as errors="surrogateescape" reads it
+
+
+def _split_lines(folder: Path, split: str) -> Iterator[str]:
+    """The lines of ``split``'s file as pytorch/examples reads them (UTF-8, universal newlines); a byte that
+    is not UTF-8 raises :class:`ImportModelError` naming the file, the line and the byte."""
+    path = _split_file(folder, split)
+    with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+        for n, line in enumerate(fh, 1):
+            if bad := _NOT_UTF8.search(line):
+                byte = len(line[: bad.start()].encode("utf-8", "surrogateescape")) + 1
+                raise ImportModelError(f"{path}: line {n:,} is not valid UTF-8 (byte {byte:,} of the line); "
+                                       "convert the file to UTF-8")
+            yield line
 
 
 def _split_file(folder: Path, split: str) -> Path:
@@ -377,8 +400,7 @@ def write_corpus(folder: Path, name: str, itos: list[str], data_dir: Path | None
     out = Path(data_dir or paths.corpora_dir()) / name
     planned: dict[Path, bytes] = {}
     for split in SPLITS:
-        with open(_split_file(folder, split), encoding="utf-8") as fh:
-            sents = [line.split() for line in fh]
+        sents = [line.split() for line in _split_lines(folder, split)]
         text = "".join(" ".join(s) + "\n" for s in sents)
         planned[out / f"{split}.txt"] = text.encode("utf-8")
         planned[out / f"{split}.orig"] = planned[out / f"{split}.txt"]
