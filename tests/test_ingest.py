@@ -236,6 +236,11 @@ def test_vocabulary_options(corpora, tmp_path):
         vizlm.prepare_corpus("both", source, vocab_size=10, min_count=2)
     with pytest.raises(vizlm.VizlmError, match="lower --min-count"):
         vizlm.prepare_corpus("none", source, min_count=99)
+    specials_only = write_folder(source.parent / "specials-only", {**SENTENCE, "train.txt": "<unk> </s>\n<s>\n"})
+    for kw in ({}, {"vocab_size": 50}, {"all_words": True}):  # no --min-count given: none is suggested
+        with pytest.raises(vizlm.VizlmError, match=r"train.txt: train has no words \(besides vizlm's own") as info:
+            vizlm.prepare_corpus("none", specials_only, **kw)
+        assert "min-count" not in str(info.value)
     assert not (corpora / "both").exists() and not (corpora / "none").exists()
 
 
@@ -384,6 +389,11 @@ def test_prepared_again(prepared, corpora, tmp_path, capsys):
                    "corpus 'good' was prepared with other options (vocab_size=10000, layout=detected); pass --force")
     assert_refused(capsys, corpora, ["prepare", "--corpus", "good", "--from", prepared],  # other files (valid not gzipped)
                    "corpus 'good' was prepared from other files")
+    card = json.loads((corpora / "good" / "corpus.json").read_text(encoding="utf-8"))
+    del card["options"]  # as a corpus `vizlm import` wrote records none
+    (corpora / "good" / "corpus.json").write_text(json.dumps(card), encoding="utf-8")
+    assert_refused(capsys, corpora, ["prepare", "--corpus", "good", "--from", source],
+                   "corpus 'good' was prepared with other options (none recorded); pass --force")
     code, out, err = cli(capsys, "prepare", "--corpus", "good", "--from", source, "--lowercase", "--force", "--json")
     assert code == 0, err
     assert json.loads(out)["options"]["lowercase"] is True and vizlm.corpus_card("good")["options"]["lowercase"] is True
