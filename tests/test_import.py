@@ -268,7 +268,8 @@ def test_a_state_dict_of_sparse_meta_or_nested_tensors_is_refused(kind, data, da
 
 
 @pytest.mark.parametrize("content, message", [
-    (b"\x80\x04\x95garbage", r"is damaged or not a PyTorch model file: its pickle has an unknown operation \(code 149\)"),
+    (b"\x80\x02\x0dgarbage", r"is damaged or not a PyTorch model file: its pickle has an unknown operation \(code 13\)"),
+    (b"\x80\x04\x95garbage", r"refused to unpickle \(a pickle of protocol 4 or later, which torch.save does not write\)"),
     (b"\x80\x02cthe\nfoo\n", r"refused to unpickle \(it names the\.foo, which is not allowed\)"),
 ])
 def test_a_corrupt_pickle_is_named_as_such(content, message, data, data_dir, tmp_path, capsys):

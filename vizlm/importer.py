@@ -132,9 +132,11 @@ def read_model_file(path: Path | str) -> dict[str, torch.Tensor] | Inert:
         found = re.search(r"GLOBAL (\S+)", said) or re.search(r"(?:function|got) (<[^>]*>|\S+)", said)
         if found:
             what = f"it names {found.group(1).rstrip('.,')}, which is not allowed"
-        elif damaged := re.search(r"Unsupported operand (\d+)", said):
+        elif (op := re.search(r"Unsupported operand (\d+)", said)) and op.group(1) == str(pickle.FRAME[0]):
+            what = "a pickle of protocol 4 or later, which torch.save does not write"  # refused at its first frame
+        elif op:
             raise ImportModelError(f"{path} is damaged or not a PyTorch model file: its pickle has an unknown "
-                                   f"operation (code {damaged.group(1)})") from None
+                                   f"operation (code {op.group(1)})") from None
         else:
             what = "it is not plain data"
         raise _refused(path, f"refused to unpickle ({what})") from None
