@@ -383,9 +383,8 @@ def test_a_plugin_that_exits_on_import_stops_no_other(install, tmp_path, capsys)
 
 
 def test_the_app_names_a_skipped_plugin_in_its_sidebar(install):
-    from streamlit.testing.v1 import AppTest
-
     from conftest import ROOT
+    from streamlit.testing.v1 import AppTest
 
     install(EntryPoint("exits", error=SystemExit(3)), EntryPoint("toy", toy()))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)

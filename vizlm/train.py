@@ -43,10 +43,10 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from vizlm import files
-from vizlm.errors import VizlmError
 from vizlm.checkpoint import MAX_PARAMETERS, Checkpoint, load_checkpoint, save_checkpoint
 from vizlm.data import CORPORA, Vocab, corpus_card
 from vizlm.distributed import SINGLE, Context, shard
+from vizlm.errors import VizlmError
 from vizlm.evaluate import perplexity, score_split
 from vizlm.models import LMOutput, build_model, check_config, count_parameters, match_parameters, parameter_count
 from vizlm.models.base import State, attention_entropy
