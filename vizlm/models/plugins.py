@@ -286,9 +286,10 @@ def guard(name: str, model: RecurrentLM) -> RecurrentLM:
 
 
 def _watched(method, what: str):
-    def call(self, inputs, *args, **kwargs):
+    def call(self, *args, **kwargs):
+        inputs = args[0] if args else next(iter(kwargs.values()), None)  # ids (B, T) or outputs h (B, T, D)
         try:
-            out = method(self, inputs, *args, **kwargs)
+            out = method(self, *args, **kwargs)
         except (VizlmError, KeyboardInterrupt):
             raise
         except Exception as exc:  # noqa: BLE001 - whatever the plugin's code raises on this input
