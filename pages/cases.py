@@ -76,9 +76,10 @@ reports = {}
 for name in models:
     try:
         reports[name] = case_report(name, ck.model_key(name), corpus, split, threshold, limit, per_label, rank)
-    except (ValueError, ck.UserError) as exc:
-        ui.show_error(exc)
-        st.stop()
+    except (ValueError, ck.UserError) as exc:  # this model fails alone, by name: the others are shown
+        ui.show_error(f"{name}: {exc}")
+if not reports:
+    st.stop()
 
 rows = []
 for name, rep in reports.items():

@@ -127,6 +127,12 @@ USER_ERRORS = {
     "corpus attribution split": lambda lm, a, t: lm.corpus_attribution("wsj", "valid"),
     "corpus attribution limit": lambda lm, a, t: lm.corpus_attribution("wsj", limit=0),
     "ids for other sentences": lambda lm, a, t: vizlm.positions(lm, sentences=[["the", "end"]], ids=["d:0", "d:1"]),
+    "a name too long for a path": lambda lm, a, t: vizlm.load("a" * 5000),
+    "sentences of numbers": lambda lm, a, t: vizlm.compare("lstm", lm, sentences=[[5, 6]]),
+    "sentences as a text": lambda lm, a, t: vizlm.compare("lstm", lm, sentences="the cat"),
+    "sentences as texts": lambda lm, a, t: vizlm.positions(lm, sentences=["the cat", "a dog"]),
+    "sentences a number": lambda lm, a, t: vizlm.compare("lstm", lm, sentences=5),
+    "a source that is no path": lambda lm, a, t: vizlm.prepare_corpus("x", 5),
 }
 
 
@@ -136,6 +142,16 @@ def test_every_error_a_user_can_cause_is_a_vizlm_error(case, lm, a, tmp_path):
         USER_ERRORS[case](lm, a, tmp_path)
     message = str(info.value)
     assert message and "Traceback" not in message and len(message) < 400, message
+
+
+def test_given_sentences_are_lists_of_words_never_a_text_split_into_letters(lm):
+    with pytest.raises(VizlmError, match="sentences= takes a list of sentences, each a list of words .str., not str: "
+                                         "split the text into sentences and words first"):
+        vizlm.compare("lstm", lm, sentences="the cat")
+    with pytest.raises(VizlmError, match="sentence 0 holds a value of type int"):
+        vizlm.compare("lstm", lm, sentences=[[5, 6]])
+    with pytest.raises(VizlmError, match=r"^'a{60}\.\.\. \(5,000 characters\)' cannot be a checkpoint's name or path"):
+        vizlm.load("a" * 5000)
 
 
 def test_nothing_is_replaced_unasked(a, tmp_path):

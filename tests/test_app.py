@@ -9,6 +9,7 @@ Corpus pages run on the first 200 sentences of a split to stay fast.
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 from pathlib import Path
@@ -407,6 +408,48 @@ def test_cases_page_counts_gallery_and_filter():
     at.text_input(key="cases_query").input("zzzz-no-such-word").run()
     no_exception(at)
     assert len(at.get("page_link")) < n_cards or "no example" in messages(at).lower()
+
+
+def test_a_plugin_that_fails_on_longer_input_fails_alone_on_the_cases_page(tiny_dir, monkeypatch, tmp_path):
+    """A plugin that passes the contract check (2 sentences of 7 tokens) but raises or gives NaN on a corpus's
+    longer sentences: each is named in an error, and the healthy model's counts are still shown."""
+    from test_plugins import EntryPoint, Toy, toy
+
+    from vizlm.models import plugins
+
+    class LongFails(Toy):
+        def output_layer(self, h, read):
+            if h.shape[1] > 7:
+                raise RuntimeError("index out of range in self")
+            return super().output_layer(h, read)
+
+    class LongNaN(Toy):
+        def output_layer(self, h, read):
+            out = super().output_layer(h, read)
+            if h.shape[1] > 7:
+                out.features = out.features * math.nan
+            return out
+
+    monkeypatch.setattr(plugins, "entry_points", lambda: [EntryPoint("longfails", toy(LongFails)),
+                                                          EntryPoint("longnan", toy(LongNaN))])
+    plugins.reset()
+    meta = json.loads((tiny_dir / "config.json").read_text(encoding="utf-8"))
+    vocab = Vocab(meta["vocab"])
+    for name in ("longfails", "longnan"):
+        save_checkpoint(tmp_path / name, build_model(name, vocab_size=len(vocab), emb_dim=6, hidden_dim=5), name, vocab,
+                        corpus={"name": "brown"})
+    monkeypatch.setenv("VIZLM_EXTRA_CHECKPOINTS", os.pathsep.join(map(str, [tiny_dir, tmp_path / "longfails",
+                                                                          tmp_path / "longnan"])))
+    try:
+        at = page("cases.py", cases_models=[TINY, "longfails", "longnan"], cases_sample=SMALL,
+                  cases_threshold=0.05)
+        no_exception(at)
+        errors = " ".join(e.value for e in at.error)
+        assert "longfails: the plugin 'longfails'" in errors and "RuntimeError (index out of range in self)" in errors
+        assert "longnan: the plugin 'longnan'" in errors and "not finite" in errors
+        assert [m.label for m in at.metric] == [f"{TINY}: pairs labelled"]  # the healthy model's report is shown
+    finally:
+        plugins.reset()
 
 
 def test_most_improved_sentences_join_the_examples(monkeypatch):

@@ -218,6 +218,27 @@ def test_invalid_utf8_in_text_still_gives_valid_json(capsys):
     assert not re.search("[\x00-\x08\x1b\ud800-\udfff]", doc["text"] + "".join(doc["tokens"]))
 
 
+BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def test_a_right_to_left_override_reaches_no_output(capsys, tmp_path):
+    """U+202E in a word would show the rest of a terminal line, a CSV row or a JSON string reversed."""
+    text = "the market \u202efell\u2066 today"
+    code, out, _ = run(capsys, "analyze", "--checkpoint", "amsrn", "--text", text)
+    assert code == 0 and "fell" in out and not BIDI.search(out)
+    code, out, _ = run(capsys, "analyze", "--checkpoint", "amsrn", "--text", text, "--json")
+    assert code == 0 and not BIDI.search(out) and "fell" in json.loads(out)["tokens"]
+    code, out, _ = run(capsys, "export", "--checkpoint", "amsrn", "--text", text, "--format", "csv",
+                       "--out", str(tmp_path / "x.csv"))
+    assert code == 0
+    written = (tmp_path / "x.csv").read_text(encoding="utf-8")
+    assert "fell" in written and not BIDI.search(written)
+    (tmp_path / "t.txt").write_text(text + "\n", encoding="utf-8")
+    code, _, _ = run(capsys, "compare", "--a", "lstm", "--b", "amsrn", "--text-file", str(tmp_path / "t.txt"), "--csv",
+                     str(tmp_path / "c.csv"))
+    assert code == 0 and not BIDI.search((tmp_path / "c.csv").read_text(encoding="utf-8"))
+
+
 def test_export_of_invalid_utf8_text(capsys, tmp_path):
     for fmt in ("csv", "json"):
         out = tmp_path / f"x.{fmt}"

@@ -120,8 +120,10 @@ def test_batches_cover_every_sentence_once():
 
 
 # --------------------------------------------------------------------------- untrusted text
-UNSAFE = "\x00\x01\x02\x08\x0b\x0c\x1b\x7f\x85\x9f\ufdd0\ufdef\ufffe\uffff\U0001fffe\U0010ffff"
-NOT_IN_OUTPUT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufdd0-\ufdef\ufffe\uffff\ud800-\udfff]")
+UNSAFE = ("\x00\x01\x02\x08\x0b\x0c\x1b\x7f\x85\x9f\ufdd0\ufdef\ufffe\uffff\U0001fffe\U0010ffff"
+          "\u202e\u202a\u2066\u2069\u200f\u061c")  # the last: bidirectional controls (a right-to-left override...)
+NOT_IN_OUTPUT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufdd0-\ufdef\ufffe\uffff\ud800-\udfff"
+                           "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def test_clean_text_replaces_what_no_output_can_hold_one_for_one():

@@ -249,6 +249,47 @@ def test_another_class_saved_whole_is_refused_with_the_state_dict_line(data, dat
     assert code == 2 and "MyLM" in err and SAVE_STATE_DICT in err and len(err.strip().splitlines()) == 1
 
 
+UNUSUAL = {"sparse_coo": lambda t: t.to_sparse(), "sparse_csr": lambda t: t.to_sparse_csr(),
+           "meta": lambda t: t.to("meta"), "nested": lambda t: torch.nested.nested_tensor([t[0], t[1][:3]])}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch: sparse CSR and nested tensors are beta / prototype
+@pytest.mark.parametrize("kind", UNUSUAL)
+def test_a_state_dict_of_sparse_meta_or_nested_tensors_is_refused(kind, data, data_dir, tmp_path, capsys):
+    state = RNNModel("LSTM", len(source_vocabulary(data)), 5, 5, 1).state_dict()
+    state["encoder.weight"] = UNUSUAL[kind](state["encoder.weight"])
+    f = tmp_path / "m.pt"
+    torch.save(state, f)
+    code, _, err = run(["import", "pytorch-examples", str(f), "--data", str(data), "--corpus", "wlm",
+                        "--out", str(tmp_path / "ckpt")], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{f}: encoder.weight is a {kind.split('_')[0]}" in err and "dense tensors" in err
+    assert not (tmp_path / "ckpt").exists()
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\x80\x02\x0dgarbage", r"is damaged or not a PyTorch model file: its pickle has an unknown operation \(code 13\)"),
+    (b"\x80\x04\x95garbage", r"refused to unpickle \(a pickle of protocol 4 or later, which torch.save does not write\)"),
+    (b"\x80\x02cthe\nfoo\n", r"refused to unpickle \(it names the\.foo, which is not allowed\)"),
+])
+def test_a_corrupt_pickle_is_named_as_such(content, message, data, data_dir, tmp_path, capsys):
+    f = tmp_path / "m.pt"
+    f.write_bytes(content)
+    code, _, err = run(["import", "pytorch-examples", str(f), "--data", str(data), "--corpus", "wlm",
+                        "--out", str(tmp_path / "ckpt")], capsys)
+    assert code == 2 and re.search(message, err) and "it names the," not in err and len(err.strip().splitlines()) == 1
+
+
+def test_data_that_is_not_utf8_is_named_with_its_line(data, data_dir, tmp_path, capsys):
+    f = tmp_path / "m.pt"
+    torch.save(RNNModel("LSTM", len(source_vocabulary(data)), 5, 5, 1).state_dict(), f)
+    (data / "valid.txt").write_bytes(b"the dog ran\nthe caf\xe9 ran\n")
+    code, _, err = run(["import", "pytorch-examples", str(f), "--data", str(data), "--corpus", "wlm",
+                        "--out", str(tmp_path / "ckpt")], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{data / 'valid.txt'}: line 2 is not valid UTF-8 (byte 8 of the line)" in err
+
+
 def test_transformer_is_not_supported_yet(data, data_dir, tmp_path, capsys):
     f = tmp_path / "transformer.pt"
     torch.save({"input_emb.weight": torch.zeros(9, 4), "transformer_encoder.layers.0.self_attn.in_proj_weight":

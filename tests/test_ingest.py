@@ -246,6 +246,11 @@ def test_vocabulary_options(corpora, tmp_path):
         vizlm.prepare_corpus("both", source, vocab_size=10, min_count=2)
     with pytest.raises(vizlm.VizlmError, match="lower --min-count"):
         vizlm.prepare_corpus("none", source, min_count=99)
+    specials_only = write_folder(source.parent / "specials-only", {**SENTENCE, "train.txt": "<unk> </s>\n<s>\n"})
+    for kw in ({}, {"vocab_size": 50}, {"all_words": True}):  # no --min-count given: none is suggested
+        with pytest.raises(vizlm.VizlmError, match=r"train.txt: train has no words \(besides vizlm's own") as info:
+            vizlm.prepare_corpus("none", specials_only, **kw)
+        assert "min-count" not in str(info.value)
     assert not (corpora / "both").exists() and not (corpora / "none").exists()
 
 
@@ -394,6 +399,11 @@ def test_prepared_again(prepared, corpora, tmp_path, capsys):
                    "corpus 'good' was prepared with other options (vocab_size=10000, layout=detected); pass --force")
     assert_refused(capsys, corpora, ["prepare", "--corpus", "good", "--from", prepared],  # other files (valid not gzipped)
                    "corpus 'good' was prepared from other files")
+    card = json.loads((corpora / "good" / "corpus.json").read_text(encoding="utf-8"))
+    del card["options"]  # as a corpus `vizlm import` wrote records none
+    (corpora / "good" / "corpus.json").write_text(json.dumps(card), encoding="utf-8")
+    assert_refused(capsys, corpora, ["prepare", "--corpus", "good", "--from", source],
+                   "corpus 'good' was prepared with other options (none recorded); pass --force")
     code, out, err = cli(capsys, "prepare", "--corpus", "good", "--from", source, "--lowercase", "--force", "--json")
     assert code == 0, err
     assert json.loads(out)["options"]["lowercase"] is True and vizlm.corpus_card("good")["options"]["lowercase"] is True
@@ -402,7 +412,7 @@ def test_prepared_again(prepared, corpora, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("interrupt", [KeyboardInterrupt, OSError])
-def test_an_interrupted_prepare_leaves_no_half_corpus(interrupt, prepared, corpora, monkeypatch):
+def test_an_interrupted_prepare_leaves_no_half_corpus(interrupt, prepared, corpora, monkeypatch, capsys):
     real = ingest._write_ids
 
     def write_ids(out, split, *args):
@@ -490,3 +500,7 @@ def test_tokens_no_checkpoint_can_hold_are_read_as_unk_and_said(corpora, tmp_pat
     assert card["split_stats"]["valid"]["unusable_words_as_unk"] == 1
     assert (corpora / "odd" / "train.txt").read_text().splitlines()[1] == "the <unk> dog <unk>"
     assert "4 tokens" in err and "<unk>" in err and "control" in err, err
+    if interrupt is KeyboardInterrupt:  # Ctrl-C in `vizlm prepare`: the same cleanup, a line, exit 130
+        code, _, err = cli(capsys, "prepare", "--corpus", "fresh", "--from", prepared)
+        assert code == 130 and err == "vizlm prepare: interrupted\n"
+        assert snapshot(corpora) == before and sorted(p.name for p in corpora.iterdir()) == ["good"]

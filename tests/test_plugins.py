@@ -339,6 +339,8 @@ def test_a_row_within_the_stated_tolerance_passes(install):
 SKIPPED = [
     (EntryPoint("noimport", error=ModuleNotFoundError("No module named 'missing_dep'")),
      r"it cannot be imported \(ModuleNotFoundError: No module named 'missing_dep'\)"),
+    (EntryPoint("exits", error=SystemExit(3)), r"it calls sys.exit\(3\) when imported"),
+    (EntryPoint("baseexc", error=GeneratorExit("odd")), r"it cannot be imported \(GeneratorExit: odd\)"),
     (EntryPoint("lstm", toy()), r"'lstm' is a built-in model family; a plugin must choose another name"),
     (EntryPoint("notaplugin", Toy), r"its entry point names a type, not a vizlm.models.Plugin"),
     (EntryPoint("badmodel", toy(model=nn.Linear)), r"its model 'Linear' is not a class subclassing vizlm.models.base.RecurrentLM"),
@@ -366,6 +368,95 @@ def test_a_plugin_that_cannot_be_used_is_skipped_with_a_message_naming_it(ep, wh
     assert cli.main(["plugins"]) == 0
     shown = capsys.readouterr().out
     assert f"{ep.name:<16} skipped: " in shown and "toy              broken-pkg 0.0.1  attention" in shown
+
+
+def test_a_plugin_that_exits_on_import_stops_no_other(install, tmp_path, capsys):
+    """sys.exit in one plugin's import would end vizlm (SystemExit is no Exception): it is skipped, named, and a
+    healthy plugin still trains; the user's Ctrl-C still stops discovery."""
+    install(EntryPoint("exits", error=SystemExit(3)), EntryPoint("toy", toy()))
+    with pytest.warns(plugins.PluginWarning, match=r"the plugin 'exits' \(package broken-pkg 0.0.1\): it calls sys.exit"):
+        args = cli.build_parser().parse_args(["train", "--model", "toy", "--out", str(tmp_path / "t")])
+    assert args.model == "toy" and type(build_model("toy", **TINY)) is Toy
+    install(EntryPoint("stop", error=KeyboardInterrupt()), EntryPoint("toy", toy()))
+    with pytest.raises(KeyboardInterrupt):
+        names()
+
+
+def test_the_app_names_a_skipped_plugin_in_its_sidebar(install):
+    from conftest import ROOT
+    from streamlit.testing.v1 import AppTest
+
+    install(EntryPoint("exits", error=SystemExit(3)), EntryPoint("toy", toy()))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.query_params["text"] = "a b"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(e.label == "1 plugin skipped" for e in at.sidebar.expander)
+    assert any(c.value.startswith("exits") and "sys" in c.value and "exit" in c.value for c in at.sidebar.caption)
+
+
+class LongFails(Toy):
+    """Passes the contract check (7 tokens), raises on longer input."""
+
+    def output_layer(self, h, read):
+        if h.shape[1] > plugins.CHECK_STEPS:
+            raise RuntimeError("index out of range in self")
+        return super().output_layer(h, read)
+
+
+class LongNaN(Toy):
+    """Passes the contract check (7 tokens), NaN on longer input."""
+
+    def output_layer(self, h, read):
+        out = super().output_layer(h, read)
+        if h.shape[1] > plugins.CHECK_STEPS:
+            out.features = out.features * math.nan
+        return out
+
+
+class NaNGradient(Toy):
+    """Finite outputs, NaN gradients (torch.where's other branch): attribution has no number to show."""
+
+    def output_layer(self, h, read):
+        out = super().output_layer(h, read)
+        f = out.features
+        out.features = torch.where(f > 1e30, torch.sqrt(-f.abs() - 1), f)
+        return out
+
+
+LONG = "w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12"  # 13 targets: longer than the contract check's 7 tokens
+FAILS_LONG = [(LongFails, r"failed on 1 sequence of 13 tokens: RuntimeError \(index out of range in self\)"),
+              (LongNaN, r"gave output features that are not finite \(NaN or infinite\) on 1 sequence of 13 tokens")]
+
+
+@pytest.mark.parametrize("cls,why", FAILS_LONG, ids=[c.__name__ for c, _ in FAILS_LONG])
+def test_a_plugin_that_fails_on_longer_input_is_named_where_it_is_called(cls, why, install, tmp_path, capsys):
+    install(EntryPoint("long", toy(cls)))
+    save_checkpoint(tmp_path / "long", build_model("long", **TINY), "long", vocab40())
+    model = vizlm.load(tmp_path / "long")
+    assert type(model.checkpoint.model).__name__ == cls.__name__
+    model.analyze("w1 w2 w3", effects=False)  # a short text works
+    who = r"the plugin 'long' \(package broken-pkg 0.0.1\) "
+    with pytest.raises(PluginError, match=who + why):
+        model.analyze(LONG)
+    with pytest.raises(PluginError, match=who + why):
+        model.attribute(LONG, method="gradient-x-input")
+    (tmp_path / "t.txt").write_text(LONG + "\nw3 w4\n", encoding="utf-8")
+    for argv in (["analyze", "--checkpoint", str(tmp_path / "long"), "--text", LONG],
+                 ["attribute", "--checkpoint", str(tmp_path / "long"), "--text", LONG, "--method", "gradient-x-input"],
+                 ["cases", "--checkpoint", str(tmp_path / "long"), "--text-file", str(tmp_path / "t.txt")]):
+        assert cli.main(argv) == 2
+        captured = capsys.readouterr()
+        assert "the plugin 'long'" in captured.err and "nan" not in captured.out and len(captured.err.splitlines()) == 1
+
+
+def test_an_attribution_that_is_not_finite_is_refused_naming_the_model(install, tmp_path):
+    install(EntryPoint("nangrad", toy(NaNGradient)))
+    save_checkpoint(tmp_path / "ng", build_model("nangrad", **TINY), "nangrad", vocab40())
+    model = vizlm.load(tmp_path / "ng")
+    assert math.isfinite(model.analyze("w1 w2 w3").perplexity)
+    with pytest.raises(vizlm.VizlmError, match=r"^ng: its gradient-x-input attribution is not finite \(NaN or infinite\)"):
+        model.attribute("w1 w2 w3", method="gradient-x-input")
 
 
 def test_a_checkpoint_of_a_missing_or_skipped_plugin_says_what_to_install(install, tmp_path):

@@ -99,6 +99,52 @@ def test_bad_manifests_are_refused(tmp_path):
             reproduce.load_manifest(bad)
 
 
+@pytest.mark.parametrize("name", ["../../escape", "/any/absolute/folder", "a/b", "..", "Upper", "x\u202e"])
+def test_run_names_are_folder_names_checked_when_the_manifest_is_read(tmp_path, name, capsys):
+    """A run's name is its folder in runs/ and evidence/: a path in its place would train (and write
+    evidence) outside the manifest's folders."""
+    bad = tmp_path / "m.toml"
+    bad.write_text(TINY + f'\n[run.{json.dumps(name)}]\npaper = "liu-lee"\nmodel = "lstm"\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=f"{bad}: run name"):
+        reproduce.load_manifest(bad)
+    assert cli.main(["reproduce", "--manifest", str(bad), "--list"]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "run name" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "m").exists()
+
+
+def test_attribution_checkpoints_are_folder_names(tmp_path):
+    bad = tmp_path / "m.toml"
+    bad.write_text(TINY + '\n[attribution]\ncheckpoints = ["../lstm"]\n')
+    with pytest.raises(ValueError, match="checkpoint '../lstm'"):
+        reproduce.load_attribution(bad)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("run = 5\n", "`run` must be a table"),
+    ("[defaults]\n[run]\nx = 5\n", "run 'x' must be a table"),
+    ("defaults = [1]\n", "`defaults` must be a table"),
+    ('[run.x]\npaper = "liu-lee"\n', "run 'x' lacks model"),
+    ("run = [", "is not TOML"),
+])
+def test_malformed_manifests_get_a_message_naming_the_file(tmp_path, text, message, capsys):
+    bad = tmp_path / "m.toml"
+    bad.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        reproduce.load_manifest(bad)
+    assert cli.main(["reproduce", "--manifest", str(bad), "--list"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"vizlm reproduce: error: {bad}") and len(err.strip().splitlines()) == 1
+
+
+def test_a_manifest_that_is_not_utf8_is_named_with_its_line(tmp_path):
+    bad = tmp_path / "m.toml"
+    bad.write_bytes(TINY.encode() + b'\n[run.x]\npaper = "liu-lee"\nnote = "caf\xe9"\n')
+    line = TINY.count("\n") + 4
+    with pytest.raises(ValueError, match=f"{bad}: line {line} is not valid UTF-8 \\(byte 12 of the line\\)"):
+        reproduce.load_manifest(bad)
+
+
 @pytest.fixture
 def manifest(tmp_path, monkeypatch):
     monkeypatch.setenv("VIZLM_RUNS", str(tmp_path / "runs"))

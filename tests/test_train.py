@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from vizlm import cli
+from vizlm import cli, files
 from vizlm.data import Vocab, encode_sentences, iter_batches, load_corpus
 from vizlm.evaluate import score_sentences
 from vizlm.models import REGISTRY, build_model
@@ -69,6 +69,38 @@ def test_resume_continues_where_it_stopped(tmp_path, capsys):
     # a dry run is one epoch, so resuming finds nothing left to do and keeps the log
     assert cli.main(args + ["--resume"]) == 0
     assert (tmp_path / "lstm" / "train_log.jsonl").read_text().count("\n") == 1
+
+
+def test_a_diverged_training_says_so_and_leaves_nothing_that_needs_force(tmp_path, capsys):
+    out = tmp_path / "lstm"
+    args = ["train", "--model", "lstm", "--hidden-dim", "8", "--emb-dim", "8", "--dry-run", "--out", str(out)]
+    assert cli.main(args + ["--lr", "1e30"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == ("vizlm train: error: training diverged: loss is not finite at the end of epoch 1 "
+                                    "(train perplexity inf, valid inf); lower --lr (it was 1e+30)")
+    assert "Traceback" not in err and "config.json" not in err
+    assert files.checkpoint_files(out) == []  # the retry needs no --force
+
+
+def test_a_loss_that_is_not_finite_stops_training_at_its_step(tmp_path, monkeypatch):
+    from vizlm import train as vt
+
+    real, calls = vt.output_loss, []
+
+    def nan_at_step_2(*args, **kwargs):
+        loss, nll, n = real(*args, **kwargs)
+        calls.append(1)
+        return loss, nll * (math.nan if len(calls) == 2 else 1), n
+
+    monkeypatch.setattr(vt, "output_loss", nan_at_step_2)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    with pytest.raises(vt.TrainingDiverged, match=r"^training diverged: loss is not finite at epoch 1 step 2; lower "
+                                                  r"--lr \(it was 0.001\)$"):
+        vt.train("lstm", {"emb_dim": 8, "hidden_dim": 8}, "brown", tmp_path / "mine",
+                 vt.TrainConfig(epochs=1, max_batches=3, eval_batches=1, save_every=1))
+    assert len(calls) == 2 and files.checkpoint_files(tmp_path / "mine") == []
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir() if p.name != files.TRAINING_LOCK) == ["notes.txt"]
 
 
 def test_resume_keeps_the_init_from_lineage(tmp_path):

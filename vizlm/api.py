@@ -230,6 +230,8 @@ def prepare_corpus(name: str, source: str | os.PathLike, layout: str | None = No
     without ``force``; bad input raises :class:`~vizlm.data.DataError` before anything is written."""
     from vizlm.ingest import prepare_corpus as prepare
 
+    if not isinstance(source, (str, os.PathLike)):
+        raise InputError(f"prepare_corpus() takes the source folder as a path (str or Path), not {type(source).__name__}")
     return prepare(name, Path(source), layout=layout, vocab_size=vocab_size, min_count=min_count,
                    all_words=all_words, lowercase=lowercase, chars=chars, force=force, progress=progress)
 
@@ -266,7 +268,12 @@ def load(name_or_path: str | os.PathLike) -> Model:
     path = Path(text)
     if not text.strip():
         raise CheckpointError("load() needs a model name or a path; vizlm.checkpoints() lists the bundled models")
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError as exc:  # a name too long for the file system (ENAMETOOLONG), a NUL: not a path there is
+        shown = text if len(text) <= 80 else f"{text[:60]}... ({len(text):,} characters)"
+        raise CheckpointError(f"{shown!r} cannot be a checkpoint's name or path: {exc.strerror or exc}") from None
+    if not exists:
         folder = checkpoint_folders().get(text) if os.sep not in text and "/" not in text else None
         if folder is None and (os.sep in text or "/" in text or path.suffix):
             raise CheckpointError(f"{text}: no such file or folder")
@@ -700,7 +707,20 @@ class Comparison:
 def _given(sentences, ids, what: str) -> tuple[list[list[str]], list[str]]:
     """Sentences given instead of a split, and their ids (``document:index``; each sentence its own
     document when none are given)."""
-    sentences = [list(s) for s in sentences]
+    if isinstance(sentences, (str, bytes)) or not isinstance(sentences, Iterable):
+        raise InputError(f"sentences= takes a list of sentences, each a list of words (str), not "
+                         f"{type(sentences).__name__}" + (": split the text into sentences and words first"
+                                                          if isinstance(sentences, str) else ""))
+    sentences = list(sentences)
+    for i, s in enumerate(sentences):
+        if isinstance(s, (str, bytes)) or not isinstance(s, Iterable):
+            raise InputError(f"sentences= takes a list of sentences, each a list of words (str); sentence {i} is "
+                             f"a {type(s).__name__}")
+        s = sentences[i] = list(s)
+        for w in s:
+            if not isinstance(w, str):
+                raise InputError(f"sentences= takes a list of sentences, each a list of words (str); sentence {i} "
+                                 f"holds a value of type {type(w).__name__}")
     if not any(sentences):
         raise InputError(f"no sentences to {what}: the text has no words")
     ids = [f"s{i}:0" for i in range(len(sentences))] if ids is None else [str(i) for i in ids]

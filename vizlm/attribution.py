@@ -431,6 +431,10 @@ def attribute(
             scores[span, span] = np.where(keep[:, None], part.double().numpy(), 0.0)
     covered &= want[:, None]  # rows not computed read nothing here
     scores[~covered] = 0.0  # never a later position, another sentence's or the reading's <s>: exactly zero
+    if not np.isfinite(scores).all():  # finite outputs, but gradients that overflow: no number to show
+        rows = np.nonzero(~np.isfinite(scores).all(1))[0]
+        raise AttributionError(f"{ckpt.label}: its {method} attribution is not finite (NaN or infinite) for "
+                               f"{len(rows):,} of {T:,} words, the first {sa.targets[rows[0]]!r}; vizlm cannot show it")
     attention = attended = None
     if sa.attention is not None:
         positions = _slot_positions(sa)

@@ -512,6 +512,7 @@ def _build(plan: _Plan, weights: bytes, meta_raw: bytes | str) -> Checkpoint:
         model.eval()
         if plugin_of(name):  # with its weights in: a plugin's model must keep vizlm's contract
             plugins.check_contract(name, model)
+            model = plugins.guard(name, model)  # and fails by name on longer input (its calls are watched)
     except PluginError as exc:
         raise CheckpointError(str(exc)) from None
     return Checkpoint(model, plan.vocab, name, plan.doc, digest=digest_of(weights, meta_raw))

@@ -511,6 +511,9 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"vizlm {args.command}: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: what was cut has been cleaned up on the way out; no traceback
+        print(f"vizlm {args.command}: interrupted", file=sys.stderr)
+        return 130  # 128 + SIGINT, as a shell reports it
 
 
 if __name__ == "__main__":  # pragma: no cover

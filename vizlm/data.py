@@ -92,11 +92,18 @@ _CORPUS_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 MAX_CARD_BYTES = 2**20  # a corpus card larger than this is not read
 
 
+def check_folder_name(name: str, what: str = "corpus name") -> str:
+    """A name that becomes one folder (a corpus, a manifest's run): 1-64 lowercase letters, digits,
+    ``_ . -``, starting with a letter or digit; so no separator, no ``..``, nothing absolute."""
+    if not isinstance(name, str) or not _CORPUS_NAME.fullmatch(name):
+        raise DataError(f"{what} {str(name)[:40]!r}: use 1-64 lowercase letters, digits, '_', '.' or '-', "
+                        "starting with a letter or digit")
+    return name
+
+
 def check_corpus_name(name: str) -> str:
     """A new corpus name: lowercase letters, digits, ``_ . -`` (a folder name), not a built-in corpus."""
-    if not isinstance(name, str) or not _CORPUS_NAME.fullmatch(name):
-        raise DataError(f"corpus name {str(name)[:40]!r}: use 1-64 lowercase letters, digits, '_', '.' or '-', "
-                        "starting with a letter or digit")
+    check_folder_name(name)
     if name in CORPORA:
         raise DataError(f"{name!r} is one of vizlm's own corpora ({', '.join(CORPORA)}); choose another name")
     if name == paths.SHIPPED_STATS:

@@ -39,6 +39,7 @@ import pickle
 import re
 import stat
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,8 +128,17 @@ def read_model_file(path: Path | str) -> dict[str, torch.Tensor] | Inert:
             warnings.simplefilter("ignore", UserWarning)  # e.g. "Detected pickle protocol 4": the refusal says enough
             obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        found = re.search(r"GLOBAL (\S+)", str(exc)) or re.search(r"(?:function|got) (<[^>]*>|\S+)", str(exc))
-        what = f"it names {found.group(1).rstrip('.,')}, which is not allowed" if found else "it is not plain data"
+        said = str(exc).partition("WeightsUnpickler error:")[2] or str(exc)  # torch's own words, past its advice
+        found = re.search(r"GLOBAL (\S+)", said) or re.search(r"(?:function|got) (<[^>]*>|\S+)", said)
+        if found:
+            what = f"it names {found.group(1).rstrip('.,')}, which is not allowed"
+        elif (op := re.search(r"Unsupported operand (\d+)", said)) and op.group(1) == str(pickle.FRAME[0]):
+            what = "a pickle of protocol 4 or later, which torch.save does not write"  # refused at its first frame
+        elif op:
+            raise ImportModelError(f"{path} is damaged or not a PyTorch model file: its pickle has an unknown "
+                                   f"operation (code {op.group(1)})") from None
+        else:
+            what = "it is not plain data"
         raise _refused(path, f"refused to unpickle ({what})") from None
     except (RuntimeError, EOFError, ValueError, OSError, KeyError, TypeError, AttributeError, IndexError) as exc:
         first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
@@ -206,6 +216,11 @@ def state_dict_of(obj, path: Path, nonlinearity: str | None = None) -> tuple[dic
     bad = [str(k)[:40] for k, v in state.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
     if bad:
         raise _refused(path, f"its entries {bad[:3]} are not named tensors: not a state dict")
+    for key, t in state.items():  # a model's weights are dense tensors with values: nothing else is read further
+        kind = _unusual(t)
+        if kind:
+            raise ImportModelError(f"{path}: {key[:80]} is a {kind} tensor; an RNNModel's weights are dense tensors "
+                                   "with their values (save the state dict of the trained model as it is)")
     if any(k.startswith(("transformer_encoder.", "pos_encoder.", "input_emb.")) for k in state):
         raise ImportModelError(f"{path} is a state dict of pytorch/examples' TransformerModel; vizlm imports its "
                                "RNNModel (LSTM, GRU, RNN_TANH, RNN_RELU) only: the Transformer is not supported yet")
@@ -263,6 +278,19 @@ def read_spec(state: dict[str, torch.Tensor], cell: str | None, path: Path) -> S
     return Spec(cell, layers, V, E, H, tied)
 
 
+def _unusual(t: torch.Tensor) -> str | None:
+    """What makes ``t`` other than a dense tensor holding its values (sparse, meta, nested, quantized); None if it is one."""
+    if getattr(t, "is_nested", False):
+        return "nested"
+    if t.is_meta:
+        return "meta (shape only, no values)"
+    if t.layout is not torch.strided:
+        return f"sparse ({str(t.layout).removeprefix('torch.')})"
+    if t.is_quantized:
+        return "quantized"
+    return None
+
+
 def _shape(state: dict[str, torch.Tensor], key: str, dims: int) -> tuple[int, ...]:
     shape = tuple(state[key].shape)
     if len(shape) != dims:
@@ -282,12 +310,27 @@ def source_vocabulary(folder: Path) -> list[str]:
     ``<eos>`` (a blank line included). Index = the model's id."""
     words: dict[str, None] = {}
     for split in SPLITS:
-        with open(_split_file(folder, split), encoding="utf-8") as fh:
-            for line in fh:
-                for w in line.split():
-                    words.setdefault(w, None)
-                words.setdefault(SOURCE_EOS, None)
+        for line in _split_lines(folder, split):
+            for w in line.split():
+                words.setdefault(w, None)
+            words.setdefault(SOURCE_EOS, None)
     return list(words)
+
+
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")  # a byte that is not UTF-8, as errors="surrogateescape" reads it
+
+
+def _split_lines(folder: Path, split: str) -> Iterator[str]:
+    """The lines of ``split``'s file as pytorch/examples reads them (UTF-8, universal newlines); a byte that
+    is not UTF-8 raises :class:`ImportModelError` naming the file, the line and the byte."""
+    path = _split_file(folder, split)
+    with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+        for n, line in enumerate(fh, 1):
+            if bad := _NOT_UTF8.search(line):
+                byte = len(line[: bad.start()].encode("utf-8", "surrogateescape")) + 1
+                raise ImportModelError(f"{path}: line {n:,} is not valid UTF-8 (byte {byte:,} of the line); "
+                                       "convert the file to UTF-8")
+            yield line
 
 
 def _split_file(folder: Path, split: str) -> Path:
@@ -359,8 +402,7 @@ def write_corpus(folder: Path, name: str, itos: list[str], data_dir: Path | None
     out = Path(data_dir or paths.corpora_dir()) / name
     planned: dict[Path, bytes] = {}
     for split in SPLITS:
-        with open(_split_file(folder, split), encoding="utf-8") as fh:
-            sents = [line.split() for line in fh]
+        sents = [line.split() for line in _split_lines(folder, split)]
         text = "".join(" ".join(s) + "\n" for s in sents)
         planned[out / f"{split}.txt"] = text.encode("utf-8")
         planned[out / f"{split}.orig"] = planned[out / f"{split}.txt"]

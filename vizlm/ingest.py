@@ -545,10 +545,12 @@ def _prepared_already(final: Path, name: str, options: dict, sources: dict[str, 
 
 
 def _options_text(options: dict | None) -> str:
-    options = options or {}
-    vocab = ", ".join(f"{k}={v}" for k, v in (options.get("vocabulary") or {}).items())
+    """``vocab_size=10000, lowercase, layout=detected``: the options a card records, in words."""
+    if not options:  # e.g. a corpus written by `vizlm import`, which prepares nothing
+        return "none recorded"
+    vocab = [f"{k}={v}" for k, v in (options.get("vocabulary") or {}).items()]
     flags = [k for k in ("lowercase", "chars") if options.get(k)]
-    return ", ".join([vocab, *flags, f"layout={options.get('layout') or 'detected'}"])
+    return ", ".join([*vocab, *flags, f"layout={options.get('layout') or 'detected'}"])
 
 
 def _prepare_into(out: Path, name: str, sources: dict[str, Source], layout: Layout, options: dict,
@@ -562,7 +564,9 @@ def _prepare_into(out: Path, name: str, sources: dict[str, Source], layout: Layo
     itos = choose_vocab(word_counts, vocab_words.get("vocab_size"), vocab_words.get("min_count"),
                         vocab_words.get("all_words", False))
     if len(itos) <= len(SPECIALS):
-        raise PrepareError(f"no word of train is in the vocabulary ({_options_text(options)}); lower --min-count")
+        if vocab_words.get("min_count") is not None:
+            raise PrepareError(f"no word of train is in the vocabulary ({_options_text(options)}); lower --min-count")
+        raise PrepareError(f"{sources['train'].path}: train has no words (besides vizlm's own {', '.join(SPECIALS)})")
     vocab = Vocab(itos)
     files.write_text(out / "vocab.txt", "\n".join(itos) + "\n", force=True)
     splits, checksums = {}, {}

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from vizlm import evidence, files, paths, verdicts
 from vizlm.checkpoint import CheckpointError, load_checkpoint, read_meta
-from vizlm.data import DataError, corpus_splits
+from vizlm.data import DataError, check_folder_name, corpus_splits
 from vizlm.distributed import Context, resolve_device
 from vizlm.models import REGISTRY
 from vizlm.train import TrainConfig, train
@@ -197,8 +197,33 @@ class Claim:
 
 
 def _read(path: Path | None) -> tuple[Path, dict]:
+    """The manifest's TOML, checked: UTF-8 and TOML (else a ValueError naming the file, and the line),
+    each of its tables a table."""
     path = Path(path) if path else paths.home() / MANIFEST
-    return path, tomllib.loads(path.read_text(encoding="utf-8"))
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ValueError(f"{path}: line {line:,} is not valid UTF-8 (byte {column:,} of the line); "
+                         "save the manifest as UTF-8") from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path} is not TOML: {exc}") from None
+    # a file's content, not an argument's type: a ValueError, as every other manifest error (the CLI says it in a line)
+    for key in ("defaults", "run", "claim", "attribution"):
+        if not isinstance(doc.get(key, {}), dict):
+            table = key if key in ("defaults", "attribution") else f"{key}.NAME"
+            raise ValueError(f"{path}: `{key}` must be a table ([{table}]), "  # noqa: TRY004
+                             f"not {type(doc[key]).__name__} {str(doc[key])[:40]!r}")
+    for key in ("run", "claim"):
+        for name, spec in doc.get(key, {}).items():
+            if not isinstance(spec, dict):
+                raise ValueError(f"{path}: {key} {name!r} must be a table ([{key}.{name}]), not "  # noqa: TRY004
+                                 f"{type(spec).__name__} {str(spec)[:40]!r}")
+    return path, doc
 
 
 def is_own(manifest: Path | str | None) -> bool:
@@ -315,8 +340,13 @@ def load_attribution(path: Path | None = None) -> AttributionPlan | None:
     if set(spec) - fields or "checkpoints" not in spec:
         raise ValueError(f"{path}: [attribution] has unknown field(s) {sorted(set(spec) - fields)} or no checkpoints")
     plan = AttributionPlan(**spec)
-    if plan.method not in TEXT_METHODS or not all(isinstance(c, str) and c for c in plan.checkpoints):
-        raise ValueError(f"{path}: [attribution]: method must be one of {', '.join(TEXT_METHODS)}, checkpoints names")
+    if plan.method not in TEXT_METHODS or not isinstance(plan.checkpoints, list):
+        raise ValueError(f"{path}: [attribution]: method must be one of {', '.join(TEXT_METHODS)}, checkpoints a list")
+    for name in plan.checkpoints:  # each is a folder in checkpoints/ and evidence/attribution/
+        try:
+            check_folder_name(name, "[attribution] checkpoint")
+        except DataError as exc:
+            raise ValueError(f"{path}: {exc}") from None
     return plan
 
 
@@ -414,12 +444,19 @@ def load_manifest(path: Path | None = None) -> dict[str, Run]:
     named = None if path.name == MANIFEST else str(path)
     runs = {}
     for name, spec in doc.get("run", {}).items():
+        try:  # the name is the run's folder in runs/ and evidence/: one folder name, never a path
+            check_folder_name(name, "run name")
+        except DataError as exc:
+            raise ValueError(f"{path}: {exc}") from None
         if name == evidence.ATTRIBUTION:
             raise ValueError(f"{path}: a run may not be named {name!r}: evidence/{name}/ holds the corpus attribution")
         unknown = set(spec) - _FIELDS
         if unknown:
             raise ValueError(f"{path}: run {name!r} has unknown field(s) {sorted(unknown)}")
         values = {k: v for k, v in {**defaults, **spec}.items() if k in _FIELDS}
+        absent = {"paper", "model"} - set(values)
+        if absent:
+            raise ValueError(f"{path}: run {name!r} lacks {', '.join(sorted(absent))}")
         run = Run(name=name, **values, manifest=named)
         if run.paper not in PAPERS:
             raise ValueError(f"{path}: run {name!r}: unknown paper {run.paper!r}; valid: {', '.join(PAPERS)}")

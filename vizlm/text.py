@@ -13,8 +13,9 @@ user typed.
 
 Text from outside (a sentence typed in the app or given with ``--text``, a line of a
 ``--text-file``) first goes through :func:`clean_text`, which replaces what no output
-format can hold (control characters, noncharacters, lone surrogates) character for
-character, so offsets stay valid and nothing unsafe reaches a renderer or a file.
+format can hold or show safely (control characters, bidirectional controls such as
+U+202E, noncharacters, lone surrogates) character for character, so offsets stay valid
+and nothing unsafe reaches a renderer, a terminal or a file.
 """
 
 from __future__ import annotations
@@ -43,9 +44,13 @@ DEFAULT_ABBREVIATIONS = frozenset(
 # What XML 1.0, HTML and CSV cannot carry: C0 controls but tab, newline and carriage
 # return; DEL and the C1 controls; Unicode noncharacters (U+FDD0..U+FDEF and the last two
 # code points of every plane, e.g. U+FFFE); and lone surrogates, which is how invalid
-# UTF-8 in argv or a file read with ``surrogateescape`` arrives.
+# UTF-8 in argv or a file read with ``surrogateescape`` arrives. Also the bidirectional
+# controls (U+061C, U+200E, U+200F, U+202A..U+202E, U+2066..U+2069): a right-to-left
+# override in a word would show the words, cells and lines after it reversed in a terminal,
+# a spreadsheet or a page (the "Trojan Source" display attack), so they never reach an output.
+BIDI_CONTROLS = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 _UNSAFE_RE = re.compile(
-    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufdd0-\ufdef\ud800-\udfff"
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufdd0-\ufdef\ud800-\udfff" + BIDI_CONTROLS
     + "".join(f"{chr(plane * 0x10000 + 0xFFFE)}{chr(plane * 0x10000 + 0xFFFF)}" for plane in range(17))
     + "]"
 )
@@ -58,7 +63,7 @@ def _replacement(m: re.Match) -> str:
 def clean_text(text: str) -> str:
     """``text`` with every character no output format can hold replaced, one for one.
 
-    Control characters (but ``\\t \\n \\r``) and noncharacters become a space, lone
+    Control characters (but ``\\t \\n \\r``), bidirectional controls and noncharacters become a space, lone
     surrogates (invalid UTF-8 decoded with ``surrogateescape``) become U+FFFD. The
     result has the same length, so character offsets into it are offsets into ``text``.
 

@@ -46,6 +46,7 @@ from vizlm import files
 from vizlm.checkpoint import Checkpoint, check_memory, load_checkpoint, save_checkpoint
 from vizlm.data import CORPORA, Vocab, corpus_card
 from vizlm.distributed import SINGLE, Context, shard
+from vizlm.errors import VizlmError
 from vizlm.evaluate import perplexity, score_split, unigram_perplexity
 from vizlm.models import LMOutput, build_model, check_config, count_parameters, match_parameters, parameter_count
 from vizlm.models.base import State, attention_entropy
@@ -319,7 +320,37 @@ def train(
     _check_out(out, resume, force)  # a refusal writes nothing, not even the lock
     with files.training_into(out, hold=ctx.main):
         _check_out(out, resume, force)  # again, the lock held: what another process wrote meanwhile counts
-        return _train(name, model_kwargs, corpus, out, tc, init, resume, match, ctx)
+        there = set(files.checkpoint_files(out))
+        try:
+            return _train(name, model_kwargs, corpus, out, tc, init, resume, match, ctx)
+        except TrainingDiverged:
+            if ctx.main and "model.safetensors" not in files.checkpoint_files(out):
+                _remove_new(out, there)  # no checkpoint came of it: the retry (a lower --lr) needs no --force
+            raise
+
+
+def _remove_new(out: Path, there: set[str]) -> None:
+    """Remove the logs and resume state a run wrote into ``out`` that were not there before it (``there``)."""
+    for name in [*files.CHECKPOINT_FILES, "steps.jsonl"]:
+        path = out / name
+        if name in there or not path.exists():
+            continue
+        if path.is_dir():
+            for f in path.iterdir():
+                f.unlink()
+            path.rmdir()
+        else:
+            path.unlink()
+
+
+class TrainingDiverged(VizlmError, ValueError):
+    """The training loss (or the valid perplexity) became NaN or infinite: the learning rate is too high."""
+
+
+def _diverged(epoch: int, step: int | None, lr: float, ppl: tuple[float, float] | None = None) -> TrainingDiverged:
+    where = (f"epoch {epoch} step {step}" if ppl is None else
+             f"the end of epoch {epoch} (train perplexity {ppl[0]:.4g}, valid {ppl[1]:.4g})")
+    return TrainingDiverged(f"training diverged: loss is not finite at {where}; lower --lr (it was {lr:g})")
 
 
 def _check_out(out: Path, resume: bool, force: bool) -> None:
@@ -449,19 +480,22 @@ def _train(name: str, model_kwargs: dict, corpus: str, out: Path, tc: TrainConfi
                     before = carried.narrow(inputs.shape[0]).reset(step.starts)
             result = model(inputs, before)
             loss, nll, n = output_loss(core, result, targets, before, denominator=step.tokens / ctx.world_size)
+            nll = float(nll)
+            if not math.isfinite(nll) and not ctx.distributed:  # (ranks decide together at the epoch's end)
+                raise _diverged(epoch, k + 1, state["lr"])
             if document and not idle:
                 carried = result.state.detach()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             nn.utils.clip_grad_norm_(core.parameters(), tc.clip)
             opt.step()
-            tot_nll += float(nll)
+            tot_nll += nll
             tot_n += n
             seen += step.tokens
             bar.update(1)
             bar.set_postfix(ppl=f"{perplexity(tot_nll, tot_n):.1f}", tok_s=f"{seen / (time.time() - t0):.0f}")
             if tc.log_steps:
-                step_nll, step_n = ctx.sum([float(nll), n])
+                step_nll, step_n = ctx.sum([nll, n])
                 if ctx.main:
                     with steps_path.open("a") as f:
                         f.write(json.dumps({"epoch": epoch, "step": k, "nll": step_nll / step_n, "tokens": int(step_n)}) + "\n")
@@ -478,6 +512,9 @@ def _train(name: str, model_kwargs: dict, corpus: str, out: Path, tc: TrainConfi
         v = score_split(core, splits["valid"], ctx.rank, ctx.world_size)
         v_nll, v_tokens = ctx.sum([v.nll, v.tokens])
         valid = ctx.broadcast(perplexity(v_nll, v_tokens))  # every rank takes the same decisions below
+        train_ppl = perplexity(tot_nll, tot_n)  # exp of the mean NLL: infinite past ~709 nats a word, far past chance
+        if not (math.isfinite(train_ppl) and math.isfinite(valid)):  # every rank has the same sums: all stop
+            raise _diverged(epoch, None, state["lr"], (train_ppl, valid))
         for key in ("step", "epoch_nll", "epoch_tokens", "epoch_seconds"):
             state.pop(key, None)
         state["wall_time"] += time.time() - t0
@@ -536,4 +573,4 @@ def finalize(out: Path, corpus: str, eval_batches: int | None, state: dict, ctx:
     return load_checkpoint(out)
 
 
-__all__ = ["TrainConfig", "train", "lm_loss", "output_loss", "init_from", "freeze", "CORPORA"]
+__all__ = ["TrainConfig", "TrainingDiverged", "train", "lm_loss", "output_loss", "init_from", "freeze", "CORPORA"]

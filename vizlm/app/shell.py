@@ -29,6 +29,7 @@ from vizlm import paths
 from vizlm.app import checkpoints
 from vizlm.app.widgets import md_escape
 from vizlm.errors import VizlmError
+from vizlm.models import REGISTRY, plugins
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,12 @@ def run_app() -> None:
                                  icon=":material/folder_off:"):
             for note in skipped:
                 st.caption(md_escape(note))
+    gone = plugins.skipped(REGISTRY)  # plugins that failed to load: the others work, these are named
+    if gone:
+        with st.sidebar.expander(f"{len(gone)} plugin{'s' if len(gone) > 1 else ''} skipped",
+                                 icon=":material/extension_off:"):
+            for name, why in gone.items():
+                st.caption(md_escape(f"{name}: {why}"))
     st.html(STYLE)
     token = _inside_app.set(True)
     try:

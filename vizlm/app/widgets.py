@@ -63,8 +63,8 @@ def label_badge(label: str) -> str:
     return f":{LABEL_BADGES.get(label, 'gray')}-badge[{md_escape(label)}]"
 
 
-def show_error(exc: BaseException) -> None:
-    """A message for the user instead of a traceback."""
+def show_error(exc: BaseException | str) -> None:
+    """A message for the user instead of a traceback (an error, or its words)."""
     st.error(str(exc) or exc.__class__.__name__, icon=":material/error:")
 
 

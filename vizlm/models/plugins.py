@@ -13,9 +13,10 @@ family meets. The name then works wherever a family's does: ``vizlm train --mode
 
 Entry points are read once, lazily: on the first lookup of a name vizlm does not know, or when the
 models are listed (:func:`vizlm.models.names`), never at import. A broken plugin never breaks vizlm:
-one that cannot be imported, takes a built-in family's name (or another plugin's), or is not a
-:class:`Plugin` of proper classes is skipped with a :class:`PluginWarning` naming it, and
-:func:`skipped` (``vizlm plugins``) says why; a checkpoint of it then says so when loaded.
+one that cannot be imported (an exception, or even ``sys.exit``; only Ctrl-C goes through), takes a
+built-in family's name (or another plugin's), or is not a :class:`Plugin` of proper classes is skipped
+with a :class:`PluginWarning` naming it, and :func:`skipped` (``vizlm plugins``, the app's sidebar)
+says why; the other plugins load as usual, and a checkpoint of it says so when loaded.
 
 **Contract check.** A plugin model is checked when it is built (:func:`vizlm.models.build_model`)
 and when a checkpoint of it is loaded (after its weights are in), by :func:`check_contract`: a
@@ -165,13 +166,26 @@ def _discover(reserved: typing.Collection[str]) -> None:
             continue
         try:
             obj = ep.load()
-        except Exception as exc:  # noqa: BLE001 - any error in a plugin's import
-            _skip(name, who, f"it cannot be imported ({type(exc).__name__}: {str(exc)[:200]})")
+        except KeyboardInterrupt:  # the user's Ctrl-C is theirs, not the plugin's
+            raise
+        except BaseException as exc:  # noqa: BLE001 - any error in a plugin's import, sys.exit included
+            _skip(name, who, _import_failure(exc))
             continue
         try:
             register(name, obj, reserved, dist, version, getattr(ep, "value", None))
         except PluginError as exc:
             _skip(name, who, exc.reason)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the plugin's own code (a property, a metaclass) failed
+            _skip(name, who, f"checking it raised {type(exc).__name__} ({str(exc)[:200]})")
+
+
+def _import_failure(exc: BaseException) -> str:
+    """Why a plugin's import failed, in words: an exception, or ``sys.exit`` (which would end vizlm)."""
+    if isinstance(exc, SystemExit):
+        return f"it calls sys.exit({exc.code!r}) when imported"
+    return f"it cannot be imported ({type(exc).__name__}: {str(exc)[:200]})"
 
 
 def register(name: str, obj, reserved: typing.Collection[str], distribution: str | None = None,
@@ -247,6 +261,74 @@ def skipped(reserved: typing.Collection[str]) -> dict[str, str]:
     """Plugins that were skipped, with the reason."""
     discover(reserved)
     return dict(sorted(_skipped.items()))
+
+
+# --------------------------------------------------------------------------- a loaded model's calls
+_GUARDED: dict[type, type] = {}  # a plugin's model class -> its guarded subclass (one per class)
+_WATCHED = ("forward", "encode", "head", "readout")  # the calls into a model that vizlm makes (the effects: readout)
+
+
+def guard(name: str, model: RecurrentLM) -> RecurrentLM:
+    """``model`` (plugin ``name``'s, loaded for analysis) with its calls watched: an error its code
+    raises, or outputs that are not finite (in eval mode), become a :class:`PluginError` naming the
+    plugin and the input's size, where the model is called. The contract check reads 2 sentences of 7
+    tokens; a text is longer, and a model that fails on it must fail alone, by name (the Cases page,
+    the CLI), not as a traceback or as NaN in a table. Its class is a subclass of the plugin's with
+    the same name (``type(model).__name__``); the weights and the module tree are unchanged."""
+    cls = type(model)
+    if cls not in _GUARDED:
+        _GUARDED[cls] = type(cls.__name__, (cls,), {
+            "__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__,
+            **{what: _watched(getattr(cls, what), what) for what in _WATCHED if hasattr(cls, what)},
+            "_vizlm_plugin": name})
+    model.__class__ = _GUARDED[cls]
+    return model
+
+
+def _watched(method, what: str):
+    def call(self, *args, **kwargs):
+        inputs = args[0] if args else next(iter(kwargs.values()), None)  # ids (B, T) or outputs h (B, T, D)
+        try:
+            out = method(self, *args, **kwargs)
+        except (VizlmError, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever the plugin's code raises on this input
+            raise PluginError(f"the {_label(self)} failed on {_size(inputs)}: {type(exc).__name__} "
+                              f"({str(exc)[:200]})") from None
+        if not self.training:  # a diverging training says so itself (vizlm.train)
+            bad = _not_finite(out)
+            if bad:
+                raise PluginError(f"the {_label(self)} gave {bad} that are not finite (NaN or infinite) on "
+                                  f"{_size(inputs)}; vizlm cannot show them")
+        return out
+
+    call.__name__ = call.__qualname__ = what
+    return call
+
+
+def _label(model) -> str:
+    name = getattr(model, "_vizlm_plugin", "?")
+    return _loaded[name].label if name in _loaded else f"plugin {name!r}"
+
+
+def _size(inputs) -> str:
+    """``2 sentences of 40 tokens``: the shape of what a model was called with (ids (B, T) or outputs (B, T, D))."""
+    shape = tuple(getattr(inputs, "shape", ()))
+    if len(shape) < 2:
+        return "this input"
+    return f"{shape[0]} sequence{'s' if shape[0] != 1 else ''} of {shape[1]} token{'s' if shape[1] != 1 else ''}"
+
+
+def _not_finite(out) -> str | None:
+    """What of a model's output (LMOutput, or encode's outputs) holds NaN or an infinity; None: all finite."""
+    if isinstance(out, torch.Tensor):
+        return "outputs" if out.is_floating_point() and not bool(torch.isfinite(out).all()) else None
+    if isinstance(out, LMOutput):
+        if isinstance(out.readout, Readout) and not bool(torch.isfinite(out.readout.features).all()):
+            return "output features"
+        if out.attention is not None and not bool(torch.isfinite(out.attention).all()):
+            return "attention weights"
+    return None
 
 
 # --------------------------------------------------------------------------- the contract check
@@ -369,6 +451,7 @@ __all__ = [
     "check_contract",
     "discover",
     "find",
+    "guard",
     "installed",
     "register",
     "reset",
