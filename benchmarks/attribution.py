@@ -1,4 +1,4 @@
-"""Attribution benchmark (issue #29): one run, medians and p95, wall and CPU time of this thread.
+"""Attribution benchmark: one run, medians and p95, wall and CPU time of this thread.
 
     python benchmarks/attribution.py [--json] [--threads 2] [--runs 20] [--checkpoint DIR ...]
                                      [--corpus-limit N] [--skip-corpus]

@@ -1,4 +1,4 @@
-"""Preparing your corpus (issue #27): speed and memory of ``vizlm prepare --corpus NAME --from FOLDER``.
+"""Preparing your corpus: speed and memory of ``vizlm prepare --corpus NAME --from FOLDER``.
 
     python benchmarks/prepare.py [--tokens 100_000_000] [--layout wikitext|paragraph|sentence] [--gzip]
                                  [--keep] [--json]

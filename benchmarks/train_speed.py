@@ -8,7 +8,7 @@ plain PyTorch LSTM language model most users would start from. It is run from wh
 64, BPTT 35, and its ``ms/batch`` is read from its log. Then vizlm's own training loop
 (:func:`vizlm.train.train`: Adam, clipping, the loss) runs the same shapes, running text with 64
 streams and BPTT 35, for every family, and the training tokens per second of each are printed
-as a ratio to the anchor. The goal is >= 0.9x for every family (docs/RESULTS.md).
+as a ratio to the anchor. The goal is >= 0.9x for every family (docs/SCALING.md).
 
 One after the other, the same threads for all; nothing else should run meanwhile (numbers on a
 shared machine move by several percent).
