@@ -428,6 +428,10 @@ def test_an_interrupted_prepare_leaves_no_half_corpus(interrupt, prepared, corpo
         assert snapshot(corpora) == before and entries(corpora) == ["good"]
     with pytest.raises(vizlm.VizlmError, match="unknown corpus 'fresh'"):
         vizlm.corpus_card("fresh")
+    if interrupt is KeyboardInterrupt:  # Ctrl-C in `vizlm prepare`: the same cleanup, a line, exit 130
+        code, _, err = cli(capsys, "prepare", "--corpus", "fresh", "--from", prepared)
+        assert code == 130 and err == "vizlm prepare: interrupted\n"
+        assert snapshot(corpora) == before and entries(corpora) == ["good"]
 
 
 # --------------------------------------------------------------------------- one prepare of a corpus at a time
@@ -500,7 +504,3 @@ def test_tokens_no_checkpoint_can_hold_are_read_as_unk_and_said(corpora, tmp_pat
     assert card["split_stats"]["valid"]["unusable_words_as_unk"] == 1
     assert (corpora / "odd" / "train.txt").read_text().splitlines()[1] == "the <unk> dog <unk>"
     assert "4 tokens" in err and "<unk>" in err and "control" in err, err
-    if interrupt is KeyboardInterrupt:  # Ctrl-C in `vizlm prepare`: the same cleanup, a line, exit 130
-        code, _, err = cli(capsys, "prepare", "--corpus", "fresh", "--from", prepared)
-        assert code == 130 and err == "vizlm prepare: interrupted\n"
-        assert snapshot(corpora) == before and sorted(p.name for p in corpora.iterdir()) == ["good"]
