@@ -292,7 +292,7 @@ def test_long_work_shows_progress_on_stderr_only(capsys, monkeypatch, text_file)
 @pytest.mark.parametrize("ckpt,method", [("amsrn", "integrated-gradients"), ("lstm", "gradient-x-input"),
                                          ("kvp-doc", "occlusion")])
 def test_attribute_json(capsys, ckpt, method):
-    """Issue 29: per word its attributions over the words read before it (never a later one), IG's convergence
+    """Per word its attributions over the words read before it (never a later one), IG's convergence
     delta, and for an attention model the agreement with its weights; the plain LSTM too."""
     if ckpt not in bundled_checkpoints():
         pytest.skip(f"{ckpt} is not bundled")
@@ -310,7 +310,7 @@ def test_attribute_json(capsys, ckpt, method):
 
 
 def test_attribute_writes_its_exports_and_replaces_nothing_unasked(capsys, tmp_path):
-    """Issue 29's exports: the attribution's pairs (CSV: nats, bits, share), its JSON and its heat map (PNG / SVG,
+    """The attribution's pairs (CSV: nats, bits, share), its JSON and its heat map (PNG / SVG,
     the chosen method); an existing file is refused without --force."""
     text = "The dogs in the park are barking because they saw a cat ."
     base = ["attribute", "--checkpoint", "kvp", "--text", text, "--method", "gradient-x-input"]
@@ -344,7 +344,7 @@ def test_attribute_refuses_what_it_cannot_do(capsys):
 
 
 def test_attribute_corpus_statistics(capsys, monkeypatch, tmp_path):
-    """Issue 29: ``--corpus`` gives attribution by distance for any model, the agreement and the permutation
+    """``--corpus`` gives attribution by distance for any model, the agreement and the permutation
     test for attention models, with 95% intervals (cached: a second run reads them)."""
     monkeypatch.setenv("VIZLM_CACHE", str(tmp_path))
     docs = {}
