@@ -3,7 +3,7 @@ not run, and the result tables written from the runs' evidence.
 
 A run is *finished* when its evidence is in the repository (:mod:`vizlm.evidence`:
 ``evidence/RUN/``, written when its training ends), *partial* when its resume state exists
-its training was cut short: it is resumed, never restarted), *not run*, or *blocked* (the
+(its training was cut short: it is resumed, never restarted), *not run*, or *blocked* (the
 manifest says why). A run whose checkpoint is finished but whose evidence is not yet written is
 finished too (``vizlm reproduce --evidence RUN`` writes it). A finished run is never trained
 again, with one exception: a run its epoch cap stopped while it was still improving goes on from
