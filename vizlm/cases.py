@@ -801,8 +801,8 @@ def label_rates_vs_chance(
     ``unit``s (documents: the unit the corpus split samples; sentences where there are none), both rates
     recomputed in each draw; none with a single unit. Cost: the rules run on every highlighted pair and, per distance, on all pairs at
     that distance or on an evenly spaced sample of at least :data:`CHANCE_MIN_PAIRS` and
-    :data:`CHANCE_PAIRS_PER_HIGHLIGHT` per highlighted pair there (every reading keeps its first pair): linear in
-    the highlights. ``rules``: label -> rule (default the four of this module; a test passes its own).
+    :data:`CHANCE_PAIRS_PER_HIGHLIGHT` per highlighted pair there (every k-th pair at ``d``, the readings taken in
+    order): linear in the highlights. ``rules``: label -> rule (default the four of this module; a test passes its own).
     ``collocations``: as :func:`label_cases`.
     """
     if not 0 < confidence < 1:
@@ -833,19 +833,23 @@ def label_rates_vs_chance(
     for j, d in enumerate(distances):
         total = sum(max(0, len(r.words) + 1 - d) for r in readings)
         stride = max(1, math.ceil(total / max(CHANCE_MIN_PAIRS, CHANCE_PAIRS_PER_HIGHLIGHT * per_distance[j])))
+        seen = 0  # pairs at d enumerated so far, over the readings in order: every stride-th is evaluated
         for r, s in zip(readings, sentences, strict=True):
             u = units[r.unit]
-            for t in range(d, len(r.words) + 1, stride):
+            for t in range(d + (-seen) % stride, len(r.words) + 1, stride):
                 if r.words[t - d] == BOUNDARY:
                     continue
                 pairs[u, j] += 1
                 for label in _labels(s, t, t - d, rules):
                     labelled[labels.index(label), u, j] += 1
+            seen += max(0, len(r.words) + 1 - d)
+    all_rates = labelled.sum(1) / np.maximum(pairs.sum(0), 1)  # [L, D] the rule's rate at each distance
 
     def rates(h, m, p, o):  # h, m [..., D]; p [L, ..., D]; o [L, ...] -> observed, chance [L, ...]
         n = h.sum(-1)
         with np.errstate(invalid="ignore", divide="ignore"):
-            rate = np.where(m > 0, p / np.where(m > 0, m, 1), 0.0)  # [L, ..., D]
+            # a draw without a sampled pair at d (but a highlight there): the rate of all draws
+            rate = np.where(m > 0, p / np.where(m > 0, m, 1), all_rates.reshape(len(labels), *[1] * (m.ndim - 1), -1))
             return o / n, (rate * h).sum(-1) / n
 
     obs, chance = rates(per_distance, pairs.sum(0), labelled.sum(1), observed.sum(1))  # [L]
@@ -855,7 +859,6 @@ def label_rates_vs_chance(
     lows, highs = np.nanquantile(obs_b - chance_b, [(1 - confidence) / 2, (1 + confidence) / 2], axis=1)  # [L]
     if len(units) < 2:  # resampling one unit draws it every time: no interval
         lows = highs = [None] * len(labels)
-    all_rates = labelled.sum(1) / np.maximum(pairs.sum(0), 1)  # [L, D]
     n = int(per_distance.sum())
     return {label: LabelChance(
         label, n, int(observed[k].sum()), float(obs[k]), float(chance[k]),
