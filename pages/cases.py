@@ -109,6 +109,21 @@ with right:
     for lab, text in LABEL_DESCRIPTIONS.items():
         st.markdown(f"{ui.label_badge(lab)} :small[{text}]")
 
+# each label's rate beside its distance-matched chance rate (vizlm.cases.label_rates_vs_chance)
+chance = pd.DataFrame([{"label": lab, "model": name, "rate": c["observed"], "chance": c["chance"], "ratio": c["enrichment"],
+                        "low": c["low"], "high": c["high"], "resampled": f"{c['units']:,} {c['unit']}"}
+                       for name, rep in reports.items() for lab, c in rep.get("chance", {}).items()])
+if not chance.empty:
+    percent = {k: st.column_config.NumberColumn(k, format="percent") for k in ("rate", "chance")}
+    st.dataframe(chance, hide_index=True, width="stretch", column_config={
+        **percent, "ratio": st.column_config.NumberColumn("rate / chance", format="%.2f×"),
+        "low": st.column_config.NumberColumn("rate − chance: 95% from", format="percent"),
+        "high": st.column_config.NumberColumn("to", format="percent")})
+    st.caption("**Chance**: how often the same rule fires on all (word, earlier word) pairs at the same distances, "
+               "whether attention chose them or not. A rate near chance (rate / chance ≈ 1, an interval around 0) "
+               "means the highlights fit the pattern no more often than their distances alone predict. The interval "
+               "resamples documents (sentences where there are none); blank with a single one.")
+
 st.subheader("Strongest examples", anchor=False)
 f1, f2, f3 = st.columns([3, 3, 2])
 ui.keep_choices("cases_labels", list(LABEL_DESCRIPTIONS), list(LABEL_DESCRIPTIONS))

@@ -20,6 +20,7 @@ import torch
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
+from vizlm.cases import LABELS
 from vizlm.checkpoint import bundled_checkpoints, bundled_dir, save_checkpoint
 from vizlm.data import Vocab
 from vizlm.models import build_model
@@ -404,6 +405,11 @@ def test_cases_page_counts_gallery_and_filter():
     at = page("cases.py", cases_models=[TINY], cases_sample=SMALL, cases_threshold=0.05)
     no_exception(at)
     assert at.metric
+    # each label's rate beside its distance-matched chance rate, with what chance means
+    chance = next(d.value for d in at.dataframe if "chance" in d.value.columns)
+    assert sorted(chance["label"]) == sorted(LABELS) and set(chance["model"]) == {TINY}
+    assert chance["chance"].between(0, 1).all() and chance["rate"].between(0, 1).all()
+    assert any("Chance" in c.value and "same distances" in c.value for c in at.caption)
     n_cards = len(at.get("page_link"))
     at.text_input(key="cases_query").input("zzzz-no-such-word").run()
     no_exception(at)

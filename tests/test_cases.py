@@ -9,8 +9,21 @@ import numpy as np
 import pytest
 import torch
 
-from vizlm.analysis import SentenceAnalysis, analyze_batch, analyze_tokens
-from vizlm.cases import LABELS, Case, corpus_cases, gallery_order, label_cases, stem, tag_tokens
+from vizlm import cases as vc
+from vizlm.analysis import BOUNDARY, SentenceAnalysis, analyze_batch, analyze_tokens
+from vizlm.cases import (
+    LABELS,
+    Case,
+    CaseReport,
+    LabelChance,
+    LabelReading,
+    corpus_cases,
+    gallery_order,
+    label_cases,
+    label_rates_vs_chance,
+    stem,
+    tag_tokens,
+)
 from vizlm.checkpoint import Checkpoint
 from vizlm.data import EOS, Vocab, load_corpus
 from vizlm.models import build_model
@@ -83,6 +96,15 @@ def test_no_trigger_for_function_words_or_disagreeing_pronouns():
     assert "trigger" not in only_case(make_sa("the man met the woman and she", "at nn vbd at nn cc pps", {6: 1})).labels
 
 
+def test_a_bare_name_is_no_trigger_of_a_gendered_pronoun():
+    """Tags do not tell a name's gender: "Peter ... she" is no trigger, nor "Peter ... he"; a title does."""
+    assert "trigger" not in only_case(make_sa("peter said that she", "np vbd cs pps", {3: 0})).labels
+    assert "trigger" not in only_case(make_sa("peter said that he", "np vbd cs pps", {3: 0})).labels
+    c = only_case(make_sa("mr. peter jones said that he", "np np np vbd cs pps", {5: 2}))
+    assert "trigger" in c.labels and "'jones'" in c.evidence["trigger"]
+    assert "trigger" not in only_case(make_sa("mr. peter jones said that she", "np np np vbd cs pps", {5: 2})).labels
+
+
 # --------------------------------------------------------------------------- grammar
 def test_grammar_agreement_determiner_and_auxiliary():
     c = only_case(make_sa("the dogs in the yard are", "at nns in at nn ber", {5: 1}))
@@ -107,6 +129,17 @@ def test_no_grammar_without_a_dependency():
     assert only_case(make_sa("the man saw dogs", "at nn vbd nns", {3: 0})).labels == []
     # a modal and a bare verb, but a whole clause between them
     assert only_case(make_sa("we could see the dogs run", "ppss md vb at nns vb", {5: 1})).labels == []
+
+
+def test_agreement_across_a_relative_clause():
+    c = only_case(make_sa("the dogs that the boy feeds are", "at nns wps at nn vbz ber", {6: 1}))
+    assert c.labels == ["grammar"] and "plural subject 'dogs' agrees with 'are'" in c.evidence["grammar"]
+    c = only_case(make_sa("the dogs that we feed have", "at nns wps ppss vb hv", {5: 1}))
+    assert "plural subject 'dogs' agrees with 'have'" in c.evidence["grammar"]
+    # the head disagrees, a second finite verb ends the sentence's subject, a subject after the clause takes the verb
+    assert only_case(make_sa("the dog that the boys feed are", "at nn wps at nns vb ber", {6: 1})).labels == []
+    assert only_case(make_sa("the dogs that the boy feeds said are", "at nns wps at nn vbz vbd ber", {7: 1})).labels == []
+    assert only_case(make_sa("the dogs that the boy feeds they are", "at nns wps at nn vbz ppss ber", {7: 1})).labels == []
 
 
 # --------------------------------------------------------------------------- phrase
@@ -165,6 +198,122 @@ def test_no_causal_without_a_causal_connective():
     assert only_case(make_sa("he has lived here since the war", "pps hvz vbn rb cs at nn", {6: 2})).labels == ["causal"]
     # the connective lies between, but the attended word is a function word
     assert "causal" not in only_case(make_sa("the insects , so the task", "at nns , cs at nn", {5: 0})).labels
+
+
+def test_causal_links_only_the_clauses_around_the_connective():
+    """Not every content pair around a connective: the clause before it (or the sentence before, when it opens
+    one) and the clause after it, each CAUSAL_SPAN words at most."""
+    words, tags = "the dog barked ; the insects were poisonous , so the task is a challenge", \
+        "at nn vbd . at nns bed jj , cs at nn bez at nn"
+    assert only_case(make_sa(words, tags, {14: 5})).labels == ["causal"]  # insects -> challenge
+    assert only_case(make_sa(words, tags, {14: 1})).labels == []  # dog: a clause before the cause
+    words, tags = "the insects were poisonous , so the task was hard ; the dog barked", \
+        "at nns bed jj , cs at nn bedz jj . at nn vbd"
+    assert only_case(make_sa(words, tags, {9: 1})).labels == ["causal"]  # insects -> hard
+    assert only_case(make_sa(words, tags, {13: 1})).labels == []  # barked: a clause after the effect
+    long_effect = "the insects were poisonous , so " + " ".join(["the", "old"] * 7) + " task"
+    tags = "at nns bed jj , cs " + " ".join(["at", "jj"] * 7) + " nn"
+    assert only_case(make_sa(long_effect, tags, {20: 1})).labels == []  # 15 words on: past the span
+    # across a sentence boundary: a connective opening a sentence links it with the sentence before
+    passage = f"the insects were poisonous . {BOUNDARY} therefore the task is a challenge"
+    sa = make_sa(passage, f"at nns bed jj . {BOUNDARY} rb at nn bez at nn", {11: 1})
+    sa.context = "document"  # running text: the model reads across the boundary
+    assert only_case(sa).labels == ["causal"]
+
+
+def test_a_sentence_initial_because_links_its_clause_with_the_main_clause():
+    words, tags = "because it rained , the game was cancelled", "cs pps vbd , at nn bedz vbn"
+    c = only_case(make_sa(words, tags, {7: 2}))  # rained -> cancelled
+    assert c.labels == ["causal"] and "'because' opens" in c.evidence["causal"]
+    assert only_case(make_sa(words, tags, {7: 0})).labels == ["causal"]  # the attended 'because'
+    assert only_case(make_sa(words, tags, {5: 2})).labels == ["causal"]  # rained -> game
+    assert only_case(make_sa("since it rained , the game was cancelled", "cs pps vbd , at nn bedz vbn",
+                             {7: 2})).labels == ["causal"]
+    assert only_case(make_sa("because it rained the game was cancelled", "cs pps vbd at nn bedz vbn",
+                             {6: 2})).labels == []  # no comma: where the main clause starts is unknown
+
+
+# --------------------------------------------------------------------------- chance
+def reading(words: list[str], pairs, unit=0) -> LabelReading:
+    return LabelReading(tuple(words), None, tuple(pairs), unit)
+
+
+def test_chance_of_a_rule_that_fires_at_distance_one():
+    """A rule that fires on every pair at distance 1 has chance rate 1 there (but for the end row, which no rule
+    labels) and 0 elsewhere; the chance rate is these rates weighted by the highlights' distances."""
+    rules = {"next": lambda s, t, a: "adjacent" if t - a == 1 else None}
+    words = [f"w{i}" for i in range(10)]  # rows 0..10, row 10 predicts the end
+    pairs = [(3, 2), (5, 4), (9, 8), (6, 3), (7, 2)]  # three at d = 1, one each at 3 and 5
+    got = label_rates_vs_chance([reading(words, pairs)], rules=rules, collocations=Collocations({}))["next"]
+    assert isinstance(got, LabelChance) and (got.pairs, got.count, got.observed) == (5, 3, 3 / 5)
+    assert got.by_distance == ((1, 3, 9 / 10), (3, 1, 0.0), (5, 1, 0.0))  # pairs (1, 0) .. (10, 9)
+    assert math.isclose(got.chance, 3 / 5 * 9 / 10) and math.isclose(got.enrichment, 1 / (9 / 10))
+    assert got.chance_pairs == 10 + 8 + 6 and got.units == 1 and got.low is got.high is None  # one unit: no interval
+    assert LabelChance.from_dict(json.loads(json.dumps(got.to_dict()))) == got
+    # a boundary is never the attended word, in the highlights as in the chance pairs (9 pairs at d = 1, not
+    # (5, 4)), and the row predicting it is labelled no more than the end row (7 of them labelled)
+    words[4] = BOUNDARY
+    got = label_rates_vs_chance([reading(words, [(3, 2)])], rules=rules, collocations=Collocations({}))["next"]
+    assert got.by_distance == ((1, 1, 7 / 9),)
+    with pytest.raises(ValueError, match="not a pair"):
+        reading(words, [(6, 4)])
+    with pytest.raises(ValueError, match="not a pair"):
+        reading(words, [(12, 4)])
+
+
+def random_readings(seed: int, planted: bool = False) -> list[LabelReading]:
+    """40 documents of 2 sentences of 12 words from 4 letters, 6 highlights each: at random, or (planted) on
+    repeated words where there is one."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for doc in range(40):
+        for _ in range(2):
+            words = list(rng.choice(list("abcd"), 12))
+            pairs = []
+            for _ in range(6):
+                t = int(rng.integers(2, 13))
+                a = int(rng.integers(0, t - 1))
+                if planted:
+                    a = next((j for j in range(t - 1) if t < 12 and words[j] == words[t]), a)
+                pairs.append((t, a))
+            out.append(reading(words, pairs, unit=f"doc{doc}"))
+    return out
+
+
+SAME = {"same": lambda s, t, a: "same word" if s.words[t] == s.words[a] else None}
+
+
+def test_random_highlights_match_chance_and_planted_ones_do_not():
+    got = label_rates_vs_chance(random_readings(0), rules=SAME, collocations=Collocations({}))["same"]
+    assert (got.units, got.unit, got.pairs) == (40, "documents", 480) and 0.1 < got.chance < 0.3
+    assert abs(got.enrichment - 1) < 0.25 and got.low < 0 < got.high
+    planted = label_rates_vs_chance(random_readings(0, planted=True), rules=SAME, collocations=Collocations({}))["same"]
+    assert planted.enrichment > 3 and planted.low > 0.3
+    # the interval is a bootstrap over the 40 documents: fixed by its seed, another seed moves it a little
+    again = label_rates_vs_chance(random_readings(0), rules=SAME, collocations=Collocations({}), seed=1)["same"]
+    assert again.chance == got.chance and again.low != got.low and math.isclose(again.low, got.low, abs_tol=0.03)
+
+
+def test_chance_pairs_are_sampled_evenly_when_there_are_many(monkeypatch):
+    """Past CHANCE_MIN_PAIRS and CHANCE_PAIRS_PER_HIGHLIGHT per highlight the rules run on an evenly spaced sample:
+    linear in the highlights, and close to the rate over all pairs."""
+    readings = random_readings(1)
+    exact = label_rates_vs_chance(readings, rules=SAME, collocations=Collocations({}))["same"]
+    monkeypatch.setattr(vc, "CHANCE_MIN_PAIRS", 100)
+    monkeypatch.setattr(vc, "CHANCE_PAIRS_PER_HIGHLIGHT", 2)
+    sampled = label_rates_vs_chance(readings, rules=SAME, collocations=Collocations({}))["same"]
+    assert sampled.chance_pairs < exact.chance_pairs / 2 and sampled.observed == exact.observed
+    assert math.isclose(sampled.chance, exact.chance, abs_tol=0.03)
+
+
+def test_the_shipped_rules_against_chance_on_a_reading_of_a_real_sentence():
+    sa = make_sa("the dogs that the boy feeds are hungry", "at nns wps at nn vbz ber jj", {6: 1, 5: 3, 7: 2})
+    got = label_rates_vs_chance([LabelReading.of(sa)], collocations=Collocations({}))
+    assert set(got) == set(LABELS) and (got["grammar"].count, got["grammar"].pairs) == (1, 3)
+    # at d = 5 (two highlights) one pair of four is grammar, dogs -> are; none at d = 2
+    assert got["grammar"].by_distance == ((2, 1, 0.0), (5, 2, 0.25)) and math.isclose(got["grammar"].chance, 0.5 / 3)
+    assert got["trigger"].count == 0 and got["trigger"].chance == 0 and got["trigger"].enrichment is None
+    assert label_rates_vs_chance([LabelReading.of(make_sa("no highlight here", None, {}))]) == {}
 
 
 # --------------------------------------------------------------------------- label_cases
@@ -277,6 +426,13 @@ def test_corpus_cases_on_a_tiny_model(tiny_ckpt):
     doc = report.to_dict()
     assert json.loads(json.dumps(doc, allow_nan=False)) == doc
     assert math.isclose(doc["shares"]["grammar"], report.counts["grammar"] / report.pairs)
+    # each label against its distance-matched chance rate, the interval resampling documents
+    chance = report.chance_of()
+    assert set(chance) == set(LABELS) and CaseReport.from_dict(doc).chance_of() == chance
+    for label, c in chance.items():
+        assert (c.pairs, c.count, c.unit) == (report.pairs, report.counts[label], "documents")
+        assert math.isclose(c.observed, doc["shares"][label]) and 0 <= c.chance <= 1
+        assert c.units == len({i.rpartition(":")[0] for i in test.ids[:50]}) == 1 and c.low is c.high is None
     # the same numbers again (deterministic), and a higher threshold only removes pairs
     assert corpus_cases(tiny_ckpt, "brown", "test", threshold=0.05, limit=50, examples_per_label=3).to_dict() == doc
     assert corpus_cases(tiny_ckpt, "brown", "test", threshold=0.3, limit=50).pairs < report.pairs
@@ -460,15 +616,20 @@ def test_cli_cases_ranked_by_attribution(capsys, tmp_path, tiny_ckpt):
     save_checkpoint(folder, tiny_ckpt.model, "amsrn", tiny_ckpt.vocab, metrics={}, corpus={"name": "brown"},
                     parameters=sum(p.numel() for p in tiny_ckpt.model.parameters()))
     text = tmp_path / "text.txt"
-    text.write_text("The market fell and the market rose .\nThe workers said that they would pay the taxes .\n",
-                    encoding="utf-8")
+    text.write_text("The market fell and the market rose .\n\nThe workers said that they would pay the taxes .\n",
+                    encoding="utf-8")  # two documents (a blank line between)
     argv = ["cases", "--checkpoint", str(folder), "--text-file", str(text), "--threshold", "0", "--rank", "attribution"]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "trigger:" in out and " attribution " in out
+    # each label against chance, the two one-sentence documents resampled
+    assert "against chance" in out and "bootstrap over 2 sentences" in out
+    assert all(any(line.split()[:1] == [label] and "chance" in line for line in out.splitlines()) for label in LABELS)
     assert cli.main([*argv, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["rank"] == "attribution" and doc["examples"]["trigger"]
+    trigger = doc["chance"]["trigger"]
+    assert (trigger["count"], trigger["pairs"], trigger["unit"]) == (doc["counts"]["trigger"], doc["pairs"], "sentences")
     for examples in doc["examples"].values():
         values = [e["attribution_bits"] for e in examples]
         assert None not in values and values == sorted(values, reverse=True)

@@ -27,19 +27,32 @@ missing); the word-list rules still run.
       ``e`` are dropped, stems of 3+ letters): "*tax* ... *taxes*".
   (c) same entity: a third-person pronoun target and an attended noun that
       agrees in number and gender -- ``they/them/their`` with a plural noun
-      (``nns``, ``nps``); ``he/him/his`` or ``she/her`` with a proper noun
-      (``np``) or a person noun of that gender (``MALE``, ``FEMALE``, ``PERSON``
-      lists); ``it/its`` with a singular common noun that is not a person; or two
-      pronouns of the same family ("*he* ... *his*"). "the *workers* said
-      *they*". Two different proper nouns are not labelled: tags cannot tell
-      whether they name one entity.
+      (``nns``, ``nps``); ``he/him/his`` or ``she/her`` with a person noun of
+      that gender or of either (``MALE``, ``FEMALE``, ``PERSON`` lists: "the
+      *president* said that *he*"), or with a proper noun (``np``) whose gender a
+      title in the name gives (``TITLES``: "*Mrs.* *Williams* ... *she*", "*Mr.*
+      Peter *Jones* ... *he*"); ``it/its`` with a singular common noun that is not
+      a person; or two pronouns of the same family ("*he* ... *his*"). "the
+      *workers* said *they*". A bare name is not labelled: tags do not tell
+      whether "Peter" is a he or a she, and a pronoun that may or may not match
+      is no evidence of the same entity. Nor are two different proper nouns:
+      tags cannot tell whether they name one entity.
 
-**causal** -- the attended word is a cause of what is predicted. A causal
-  connective from ``CONNECTIVES`` (because, so, therefore, since, thus, hence,
-  consequently, due to, as a result, ...) or a cause--effect verb from
+**causal** -- the attended word and the target lie in the two clauses that a
+  causal connective from ``CONNECTIVES`` (because, so, therefore, since, thus,
+  hence, consequently, due to, as a result, ...) or a cause--effect verb from
   ``CAUSE_VERBS`` (cause, lead to, result in, produce, bring about, trigger, give
-  rise to, causative *make*) lies in ``tokens[a:t]``, i.e. is the attended word or
-  lies between it and the target. The attended word must be a content word (or
+  rise to, causative *make*) links, one the cause and the other the effect:
+  usually the attended word is in the clause just before the connective (or is
+  the connective) and the target in the clause just after it; a clause ends at
+  ``. ! ? ; :`` or a sentence boundary and is at most ``CAUSAL_SPAN`` (12) words
+  long, so a content word of another clause, or one far from the connective, is
+  not labelled. A connective that opens a sentence ("It rained. *Therefore* the
+  game ...") links it with the end of the sentence before (running text). A
+  sentence-initial *because*, *since*, *due to*, *owing to* or *thanks to* opens
+  the cause clause, up to a comma, and links it with the main clause after the
+  comma: "*Because* it *rained*, the game was *cancelled*" (no comma within the
+  span: no label). The attended word must be a content word (or
   the connective itself), and so must the target. Ambiguous words
   are checked by tag: *so* counts as a conjunction (``cs``) or as a clause-initial
   adverb, not as the qualifier of "so big" (``ql``); *since* only as a conjunction
@@ -64,7 +77,10 @@ missing); the word-list rules still run.
       agreeing pairs are labelled, and only if no subject pronoun and no finite
       verb lie between (they would be the nearer subject, or end the clause);
       for *have/do/vb* no verb, modal or *to* may lie between either (else the
-      form is an infinitive: "they will *have*").
+      form is an infinitive: "they will *have*"). One relative (or complement)
+      clause may lie between: a relative pronoun (*that*, *which*, *who*, ...),
+      the clause's verb and no other finite verb, and no subject pronoun after
+      the clause's last verb form: "the *dogs* that the boy feeds *are*".
       "the *jurors* ... *were*".
   (b) determiner -> noun: an article or determiner (``at``, ``dt*``, ``abn``,
       ``abx``, possessive ``pp$``/``wp$``, ``wdt``) attended when predicting a
@@ -87,6 +103,16 @@ boundary itself is never a case, neither as the attended word nor as the target.
 The rules are heuristics meant to make a highlight easy to read, not a parser:
 they can miss dependencies and can fire on coincidences. :func:`corpus_cases`
 counts the labels over a whole corpus split and keeps the strongest examples.
+
+Chance. A rule fires on some pairs whatever the attention does, and more often at
+some distances than others (a determiner sits a word or two before its noun). So
+each label's rate among the highlighted pairs is set against its **distance-matched
+chance rate** (:func:`label_rates_vs_chance`): the same rule applied to all pairs
+``(t, t - d)`` of the same readings at the distance ``d`` of each highlighted pair,
+the pairs attention did not choose included. Enrichment is the ratio of the two
+(about 1: attention picks such pairs no more often than their distances alone
+predict), and the interval of observed minus chance is a bootstrap over documents
+(the unit the corpus splits sample; sentences when there are no documents).
 """
 
 from __future__ import annotations
@@ -96,6 +122,7 @@ import heapq
 import itertools
 import math
 import re
+from collections.abc import Hashable, Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -120,7 +147,8 @@ from vizlm.resources import Collocations, load_collocations
 from vizlm.tagger import simplify_tag, tag_tokens
 from vizlm.text import NUMBER, detokenize
 
-__all__ = ["LABELS", "LABEL_DESCRIPTIONS", "RANKINGS", "RANK_FIELDS", "Case", "CaseReport", "label_cases",
+__all__ = ["LABELS", "LABEL_DESCRIPTIONS", "RANKINGS", "RANK_FIELDS", "Case", "CaseReport", "LabelChance", "LabelReading",
+           "label_cases", "label_rates_vs_chance",
            "attribute_cases", "by_effect", "corpus_cases", "gallery_order", "tag_tokens", "stem"]
 
 LABEL_DESCRIPTIONS = {  # label -> what its rule checks, in the order the rules run
@@ -140,7 +168,7 @@ RANKINGS = tuple(RANK_FIELDS)
 ATTRIBUTION_METHOD = "gradient-x-input"  # what rank="attribution" measures (vizlm.attribution.METHODS)
 # The Cases page's defaults (the reports of the bundled checkpoints at these ship with them: scripts/ship_stats.py)
 GALLERY_RANK, GALLERY_LIMIT, GALLERY_EXAMPLES = "above_uniform", 1000, 8
-CASES_VERSION = 1  # in the cache key of a corpus report: raise it when the rules or the report change
+CASES_VERSION = 2  # in the cache key of a corpus report: raise it when the rules or the report change
 PHRASE_MIN_PMI = 4.0  # bits
 PHRASE_MIN_COUNT = 5
 
@@ -172,6 +200,10 @@ FEMALE = frozenset(
     "woman girl mother daughter sister wife queen mrs. miss ms. lady aunt niece grandmother nun "
     "princess duchess actress waitress widow bride".split()
 )
+TITLES = {  # a title that gives the gender of the name it opens (trigger (c))
+    **dict.fromkeys(("mr.", "mr", "sir", "lord", "king", "prince", "duke"), "m"),
+    **dict.fromkeys(("mrs.", "mrs", "miss", "ms.", "ms", "lady", "queen", "princess", "duchess", "madame"), "f"),
+}
 PERSON = frozenset(
     "person child baby friend president governor senator judge doctor teacher officer student player "
     "author writer artist leader member worker citizen owner manager director secretary minister "
@@ -195,6 +227,9 @@ CAUSE_VERBS: tuple[tuple[str, ...], ...] = (
     ("make",), ("makes",), ("made",), ("making",),
 )
 _MAKE = frozenset(("make", "makes", "made", "making"))
+CAUSAL_SPAN = 12  # words, at most, of each clause a causal expression links
+_CLAUSE_END = frozenset((".", "!", "?", ";", ":", BOUNDARY))  # what ends a clause a causal expression links
+_FRONTED = frozenset(("because", "since", "due", "owing", "thanks"))  # open a sentence with its cause clause
 
 # --- grammar
 _SG_VERBS = frozenset("is isn't has hasn't does doesn't".split())
@@ -208,6 +243,8 @@ _SG_DETERMINERS = frozenset("a an another each every this that".split())
 _PL_DETERMINERS = frozenset("these those both".split())
 _SUBJECT_PRONOUNS = frozenset("i we you they he she it".split())
 _FINITE = frozenset("vbd vbz md bez bedz ber bed bem hvz hvd doz dod".split())
+_RELATIVE = frozenset(("that", "which", "who", "whom", "whose"))
+_VERBAL = ("vb", "be", "hv", "do", "md", "to")  # tags of verb forms (and infinitival to)
 _AUX_GAP = frozenset("rb rbr rbt * ql pps ppss".split())
 _WORD = re.compile(r".*[^\W\d_].*")  # contains a letter
 
@@ -249,12 +286,15 @@ def _base(tag: str | None) -> str:
 
 
 class _Sentence:
-    """Words and tags of one analysis, shared by the rules."""
+    """Words and tags of one reading (a sentence or a passage), shared by the rules."""
 
-    def __init__(self, sa: SentenceAnalysis, collocations: Collocations | None):
-        self.words = list(sa.norms)
-        self.tags = _rule_tags(sa)
+    def __init__(self, words: list[str], tags: list[str] | None, collocations: Collocations | None):
+        self.words = list(words)
+        self.tags = None if tags is None else list(tags)
         self.collocations = collocations
+        # [n + 1] the sentence of each token and row: boundaries before it (row b, predicting a boundary, ends its
+        # sentence), as SentenceAnalysis.sentence_of numbers the rows
+        self.sentence = np.concatenate(([0], np.cumsum([w == BOUNDARY for w in self.words])))
 
     def tag(self, i: int) -> str | None:
         return None if self.tags is None else self.tags[i]
@@ -272,7 +312,15 @@ class _Sentence:
 
 
 def _rule_tags(sa: SentenceAnalysis) -> list[str] | None:
-    """Simplified Brown tags for the rules: the gold tags if they are Brown tags, else the tagger's."""
+    """Simplified Brown tags for the rules: the gold tags if they are Brown tags, else the tagger's (kept
+    with the analysis: its cases and its chance baseline read them)."""
+    memo = sa.__dict__.get("_rule_tags")
+    if memo is None or memo[0] is not sa.norms:
+        memo = sa.__dict__["_rule_tags"] = (sa.norms, _compute_rule_tags(sa))
+    return memo[1]
+
+
+def _compute_rule_tags(sa: SentenceAnalysis) -> list[str] | None:
     tags = sa.tags
     if tags and len(tags) == len(sa.norms):
         if set(tags) == {"-"}:  # Sinica: characters, no tags
@@ -312,8 +360,20 @@ def _trigger(s: _Sentence, t: int, a: int) -> str | None:
     other = FEMALE if gender == "m" else MALE
     if v in people or (v in PERSON and v not in other):
         return f"pronoun '{w}' can refer back to '{v}' (a person noun of matching gender)"
-    if noun == "np" and v not in other:
-        return f"pronoun '{w}' can refer back to the name '{v}' (singular proper noun)"
+    if noun == "np" and _name_gender(s, a) == gender:
+        return f"pronoun '{w}' can refer back to the name '{v}' (a proper noun whose title gives its gender)"
+    return None
+
+
+def _name_gender(s: _Sentence, a: int) -> str | None:
+    """The gender of the name that ends at token ``a`` when a title in it says so ("Mrs. Williams", "Mr. John
+    Smith": walk back over the name's proper nouns to a title of :data:`TITLES`); None otherwise: tags do not
+    tell whether "Peter" is a he or a she."""
+    for j in range(a, max(-1, a - 5), -1):
+        if s.words[j] in TITLES:
+            return TITLES[s.words[j]]
+        if j < a and _base(s.tag(j)) != "np":
+            return None
     return None
 
 
@@ -351,19 +411,64 @@ def _causal_ok(s: _Sentence, i: int, pattern: tuple[str, ...], t: int) -> bool:
     return True
 
 
+def _clause_end(s: _Sentence, k: int) -> int:
+    """The end (exclusive) of the clause that starts at token ``k``: the first of :data:`_CLAUSE_END`, at most
+    :data:`CAUSAL_SPAN` words on."""
+    for j in range(k, min(len(s.words), k + CAUSAL_SPAN)):
+        if s.words[j] in _CLAUSE_END:
+            return j
+    return min(len(s.words), k + CAUSAL_SPAN)
+
+
+def _causal_sides(s: _Sentence, i: int, e: int) -> tuple[range, range] | None:
+    """What the causal expression at ``words[i:e]`` links: ``(first, second)``, the tokens an attended word may be
+    (the expression's first word included) and those a target may be. Usually the clause before it (back to
+    :data:`_CLAUSE_END`, at most :data:`CAUSAL_SPAN` words; when it opens a sentence, the end of the sentence
+    before: "It rained. *Therefore* ...") and the clause after it. A sentence-initial *because* / *since* /
+    *due to* / *owing to* / *thanks to* links the clause it opens, up to a comma, with the main clause after
+    the comma ("*Because* it rained, the game ..."); none when no comma follows within the span."""
+    words = s.words
+    initial = i == 0 or words[i - 1] in _CLAUSE_END
+    if initial and words[i] in _FRONTED:
+        for j in range(e, min(len(words), e + CAUSAL_SPAN)):
+            if words[j] in _CLAUSE_END:
+                return None
+            if words[j] == ",":
+                return range(i, j), range(j + 1, _clause_end(s, j + 1))
+        return None
+    j = i
+    if initial:  # the sentence before: past its end (".", "</s>"), three tokens at most
+        while j > max(0, i - 3) and words[j - 1] in _CLAUSE_END:
+            j -= 1
+    start = j
+    while start > max(0, j - CAUSAL_SPAN) and words[start - 1] not in _CLAUSE_END:
+        start -= 1
+    if start == j and j < i:  # nothing but sentence ends before it
+        return None
+    return range(start, i + 1), range(e, _clause_end(s, e))
+
+
+# the farthest apart two tokens the causal rule links can be: a clause each side, a connective and skipped ends
+_CAUSAL_REACH = 2 * CAUSAL_SPAN + 8
+
+
 def _causal(s: _Sentence, t: int, a: int) -> str | None:
     w, v = s.words[t], s.words[a]
-    if not s.is_content(t):
+    if t - a > _CAUSAL_REACH or not s.is_content(t):
         return None
     for kind, patterns in (("causal connective", CONNECTIVES), ("cause-effect verb", CAUSE_VERBS)):
-        for i, pattern in _find(s.words, patterns, a, t):
+        for i, pattern in _find(s.words, patterns, max(0, a - CAUSAL_SPAN - 3), t):
             if not _causal_ok(s, i, pattern, t):
                 continue
+            sides = _causal_sides(s, i, i + len(pattern))
+            if sides is None or a not in sides[0] or t not in sides[1] or not (a == i or s.is_content(a)):
+                continue
             phrase = " ".join(pattern)
+            if i > a:
+                return f"{kind} '{phrase}' lies between '{v}' and '{w}'"
             if i == a:
                 return f"the attended '{v}' is a {kind} ('{phrase}' ... '{w}')"
-            if s.is_content(a):
-                return f"{kind} '{phrase}' lies between '{v}' and '{w}'"
+            return f"'{v}' is in the clause that '{phrase}' opens, '{w}' in the clause it explains"
     return None
 
 
@@ -395,10 +500,34 @@ def _subject_number(word: str, tag: str | None) -> str | None:
 
 
 def _no_verb_between(s: _Sentence, a: int, t: int) -> bool:
-    return all(
-        s.words[j] != "to" and not _base(s.tag(j)).startswith(("vb", "be", "hv", "do", "md", "to"))
-        for j in range(a + 1, t)
-    )
+    return all(s.words[j] != "to" and not _base(s.tag(j)).startswith(_VERBAL) for j in range(a + 1, t))
+
+
+def _blocks_subject(s: _Sentence, j: int) -> bool:
+    """A nearer subject pronoun or a finite verb at ``j``: the word before it is not the subject of a verb after."""
+    return s.words[j] in _SUBJECT_PRONOUNS or _base(s.tag(j)) in _FINITE
+
+
+def _subject_reaches(s: _Sentence, a: int, t: int) -> int | None:
+    """Whether the subject at ``a`` can be the subject of the verb at ``t``: the last token before ``t`` that
+    belongs to the subject's phrase (``a`` itself, or the end of a relative clause), None when a nearer subject
+    or a finite verb lies between. One relative (or complement) clause may lie between: a relative pronoun
+    (*that*, *which*, *who*, ...), then the clause's verb (finite, or a present ``vb``) and no other finite verb,
+    and after the clause's last verb form no subject pronoun: "the *dogs* that the boy feeds *are*"."""
+    for r in range(a + 1, t):
+        if s.words[r] in _RELATIVE and s.tag(r) not in ("dt", "ql"):
+            break
+        if _blocks_subject(s, r):
+            return None
+    else:
+        return a
+    verb = next((j for j in range(r + 1, t) if _base(s.tag(j)) in _FINITE or s.tag(j) == "vb"), None)
+    if verb is None:  # no clause: "the dogs that are"; as if the pronoun were any other word
+        return None if any(_blocks_subject(s, j) for j in range(r + 1, t)) else a
+    if any(_base(s.tag(j)) in _FINITE for j in range(verb + 1, t)):  # a second finite verb: not one clause
+        return None
+    end = max(j for j in range(verb, t) if _base(s.tag(j)).startswith(_VERBAL) or s.words[j] == "to")
+    return None if any(s.words[j] in _SUBJECT_PRONOUNS for j in range(end + 1, t)) else end
 
 
 def _agreement(s: _Sentence, t: int, a: int) -> str | None:
@@ -406,9 +535,9 @@ def _agreement(s: _Sentence, t: int, a: int) -> str | None:
     number = _subject_number(v, s.tag(a))
     if number is None:
         return None
-    for j in range(a + 1, t):  # a nearer subject pronoun or a finite verb: not the subject of w
-        if s.words[j] in _SUBJECT_PRONOUNS or _base(s.tag(j)) in _FINITE:
-            return None
+    last = _subject_reaches(s, a, t)
+    if last is None:
+        return None
     if w in _SG_VERBS or (tag or "").startswith("vbz"):
         allowed = {"sg"}
     elif w in _WAS:
@@ -417,7 +546,7 @@ def _agreement(s: _Sentence, t: int, a: int) -> str | None:
         allowed = {"1sg"}
     elif w in _PL_BE:
         allowed = {"pl", "2"}
-    elif (w in _BASE or tag == "vb") and _no_verb_between(s, a, t):
+    elif (w in _BASE or tag == "vb") and _no_verb_between(s, last, t):
         allowed = {"pl", "1sg", "2"}
     else:
         return None
@@ -519,26 +648,39 @@ def label_cases(
     ``collocations`` defaults to the shipped table (:func:`vizlm.resources.load_collocations`;
     no phrase labels if it is missing).
     """
-    s = _Sentence(sa, collocations if collocations is not None else load_collocations())
+    s = _Sentence(sa.norms, _rule_tags(sa), collocations if collocations is not None else load_collocations())
     n = len(s.words)
-    sentence = sa.sentence_of()  # [T] the sentence of each row
     slots = sa.allowed().sum(1) if sa.attention is not None else None  # [T] slots each row could attend to
     cases = []
+    for t, h in _case_pairs(sa, threshold, top_k):
+        evidence = _labels(s, t, h.token)
+        word = s.words[t] if t < n else sa.targets[t]
+        cases.append(Case(t, word, h.slot, h.token, s.words[h.token], h.weight, list(evidence), evidence,
+                          h.effect_bits, int(slots[t])))
+    return cases
+
+
+def _case_pairs(sa: SentenceAnalysis, threshold: float | None, top_k: int | None):
+    """``(row, highlight)`` of every pair that is a case: the highlights of word slots (not a start slot, not a
+    boundary)."""
     for t, row in enumerate(sa.highlights(threshold, top_k)):
         for h in row:
-            if h.token < 0 or s.words[h.token] == BOUNDARY:
-                continue
-            evidence = {}
-            if t < n and s.words[t] != BOUNDARY:
-                across = sentence[h.token] != sentence[t]  # row h.token predicts the attended word
-                for label, rule in RULES.items():
-                    why = None if across and label in WITHIN_SENTENCE else rule(s, t, h.token)
-                    if why:
-                        evidence[label] = why
-            word = s.words[t] if t < n else sa.targets[t]
-            cases.append(Case(t, word, h.slot, h.token, s.words[h.token], h.weight, list(evidence), evidence,
-                              h.effect_bits, int(slots[t])))
-    return cases
+            if h.token >= 0 and sa.norms[h.token] != BOUNDARY:
+                yield t, h
+
+
+def _labels(s: _Sentence, t: int, a: int, rules: dict = RULES) -> dict[str, str]:
+    """label -> evidence for the pair (row ``t``, attended token ``a``): the one place the rules are applied (to
+    highlights and to the chance baseline's pairs alike). None for the row that predicts the end or a boundary;
+    no phrase or grammar across a sentence boundary (:data:`WITHIN_SENTENCE`)."""
+    if t >= len(s.words) or s.words[t] == BOUNDARY:
+        return {}
+    across = s.sentence[a] != s.sentence[t]  # row a predicts the attended word
+    found = {}
+    for label, rule in rules.items():
+        if not (across and label in WITHIN_SENTENCE) and (why := rule(s, t, a)):
+            found[label] = why
+    return found
 
 
 def attribute_cases(ckpt: Checkpoint, sa: SentenceAnalysis, cases: list[Case]) -> list[Case]:
@@ -559,6 +701,172 @@ def by_effect(cases: list[Case]) -> list[Case]:
     return sorted(cases, key=lambda c: (c.effect is None, -(c.effect or 0.0), -c.weight))
 
 
+# --------------------------------------------------------------------------- chance
+CHANCE_MIN_PAIRS = 5000  # pairs at a distance the chance rate is computed over, at least (all when there are fewer)
+CHANCE_PAIRS_PER_HIGHLIGHT = 50  # ... and per highlighted pair at that distance: linear in the highlights
+CHANCE_RESAMPLES = 1000  # bootstrap resamples of the interval
+
+
+@dataclass(frozen=True)
+class LabelReading:
+    """One reading as the chance baseline needs it: a stretch of text a model read without restarting (a sentence,
+    or a document read as running text) and its highlighted pairs.
+
+    ``words`` [n]: the normalised tokens (:data:`~vizlm.analysis.BOUNDARY` between two sentences); ``tags`` [n]:
+    simplified Brown tags, or None (untagged: the rules that need tags are skipped); ``pairs``: the highlighted
+    ``(row t, attended token a)``, ``0 <= a < t <= n`` (row ``t`` predicts ``words[t]``, row ``n`` the end; the
+    attended word is not a boundary); ``unit``: what the bootstrap resamples it with (its document; its own
+    sentence where there are no documents)."""
+
+    words: tuple[str, ...]
+    tags: tuple[str, ...] | None
+    pairs: tuple[tuple[int, int], ...]
+    unit: Hashable = 0
+
+    def __post_init__(self):
+        n = len(self.words)
+        if self.tags is not None and len(self.tags) != n:
+            raise ValueError(f"a reading has {n} words but {len(self.tags)} tags")
+        for t, a in self.pairs:
+            if not (0 <= a < t <= n) or self.words[a] == BOUNDARY:
+                raise ValueError(f"pair (row {t}, token {a}) is not a pair of a reading of {n} words: it needs "
+                                 "0 <= token < row <= words, and a word (not a boundary) at the token")
+
+    @classmethod
+    def of(cls, sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None,
+           unit: Hashable = 0) -> LabelReading:
+        """The reading of ``sa`` with the pairs :func:`label_cases` labels at this highlight setting (``sa`` read
+        without restarting: a sentence, or a document as running text)."""
+        if sa.restarts:
+            raise ValueError("an analysis read in several pieces (sentence by sentence): give each piece alone")
+        tags = _rule_tags(sa)
+        return cls(tuple(sa.norms), None if tags is None else tuple(tags),
+                   tuple((t, h.token) for t, h in _case_pairs(sa, threshold, top_k)), unit)
+
+
+@dataclass(frozen=True)
+class LabelChance:
+    """How often one label's rule fires on the highlighted pairs, against how often it fires on pairs at the same
+    distances that attention did not choose (:func:`label_rates_vs_chance`)."""
+
+    label: str
+    pairs: int  # highlighted pairs
+    count: int  # of them with the label
+    observed: float  # count / pairs
+    chance: float  # the distance-matched rate: the rule's rate over all pairs at each highlighted pair's distance
+    enrichment: float | None  # observed / chance (None: chance 0)
+    low: float | None  # the interval (``confidence``, bootstrap over ``unit``) of observed - chance (None: one unit)
+    high: float | None
+    units: int  # units resampled
+    unit: str  # what they are: "documents" or "sentences"
+    chance_pairs: int  # pairs the chance rates were computed over
+    by_distance: tuple[tuple[int, int, float], ...]  # (d, highlighted pairs at d, the rule's rate over pairs at d)
+
+    def to_dict(self) -> dict:
+        doc = asdict(self)
+        doc["by_distance"] = [list(x) for x in self.by_distance]
+        return doc
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> LabelChance:
+        return cls(**{**doc, "by_distance": tuple((int(d), int(k), float(r)) for d, k, r in doc["by_distance"])})
+
+
+def _float(x) -> float | None:
+    return None if x is None else float(x)
+
+
+def label_rates_vs_chance(
+    readings: Iterable[LabelReading],
+    *,
+    collocations: Collocations | None = None,
+    unit: str = "documents",
+    confidence: float = 0.95,
+    resamples: int = CHANCE_RESAMPLES,
+    seed: int = 0,
+    rules: dict | None = None,
+) -> dict[str, LabelChance]:
+    """Each label's rate among the highlighted pairs of ``readings`` against chance: label -> :class:`LabelChance`
+    (empty when there are no highlighted pairs).
+
+    A rule fires more often on some distances than others whatever the attention does (the determiner of a noun
+    sits a word or two before it, a repeated word far back), so the chance rate is **distance-matched**: the
+    rule applied to every pair ``(t, t - d)`` of the same readings at the distance ``d`` of each highlighted pair,
+    i.e. the all-pairs rate at ``d`` weighted by how many highlighted pairs lie at ``d``:
+    ``chance = sum_d n_d * r_d / sum_d n_d``, ``r_d`` = labelled pairs / pairs at distance ``d`` (pairs whose
+    attended token is a boundary are none, as for the highlights). Enrichment = observed / chance: about 1
+    when attention picks pairs the rule labels no more often than their distance alone predicts.
+
+    The interval of observed - chance is a percentile bootstrap (``resamples`` draws, ``seed``) over the readings'
+    ``unit``s (documents: the unit the corpus split samples; sentences where there are none), both rates
+    recomputed in each draw; none with a single unit. Cost: the rules run on every highlighted pair and, per distance, on all pairs at
+    that distance or on an evenly spaced sample of at least :data:`CHANCE_MIN_PAIRS` and
+    :data:`CHANCE_PAIRS_PER_HIGHLIGHT` per highlighted pair there (every k-th pair at ``d``, the readings taken in
+    order): linear in the highlights. ``rules``: label -> rule (default the four of this module; a test passes its own).
+    ``collocations``: as :func:`label_cases`.
+    """
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie between 0 and 1, not {confidence}")
+    if resamples < 1:
+        raise ValueError(f"resamples must be at least 1, not {resamples}")
+    rules = RULES if rules is None else rules
+    labels = tuple(rules)
+    readings = list(readings)
+    collocations = collocations if collocations is not None else load_collocations()
+    sentences = [_Sentence(list(r.words), None if r.tags is None else list(r.tags), collocations) for r in readings]
+    units = {u: k for k, u in enumerate(dict.fromkeys(r.unit for r in readings))}
+    distances = sorted({t - a for r in readings for t, a in r.pairs})
+    if not distances:
+        return {}
+    col = {d: j for j, d in enumerate(distances)}
+    shape = (len(units), len(distances))
+    highlighted, pairs = np.zeros(shape), np.zeros(shape)  # [U, D]
+    labelled = np.zeros((len(labels), *shape))  # [L, U, D] pairs at d the rule labels
+    observed = np.zeros((len(labels), len(units)))  # [L, U] highlighted pairs the rule labels
+    for r, s in zip(readings, sentences, strict=True):
+        u = units[r.unit]
+        for t, a in r.pairs:
+            highlighted[u, col[t - a]] += 1
+            for label in _labels(s, t, a, rules):
+                observed[labels.index(label), u] += 1
+    per_distance = highlighted.sum(0)  # [D]
+    for j, d in enumerate(distances):
+        total = sum(max(0, len(r.words) + 1 - d) for r in readings)
+        stride = max(1, math.ceil(total / max(CHANCE_MIN_PAIRS, CHANCE_PAIRS_PER_HIGHLIGHT * per_distance[j])))
+        seen = 0  # pairs at d enumerated so far, over the readings in order: every stride-th is evaluated
+        for r, s in zip(readings, sentences, strict=True):
+            u = units[r.unit]
+            for t in range(d + (-seen) % stride, len(r.words) + 1, stride):
+                if r.words[t - d] == BOUNDARY:
+                    continue
+                pairs[u, j] += 1
+                for label in _labels(s, t, t - d, rules):
+                    labelled[labels.index(label), u, j] += 1
+            seen += max(0, len(r.words) + 1 - d)
+    all_rates = labelled.sum(1) / np.maximum(pairs.sum(0), 1)  # [L, D] the rule's rate at each distance
+
+    def rates(h, m, p, o):  # h, m [..., D]; p [L, ..., D]; o [L, ...] -> observed, chance [L, ...]
+        n = h.sum(-1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            # a draw without a sampled pair at d (but a highlight there): the rate of all draws
+            rate = np.where(m > 0, p / np.where(m > 0, m, 1), all_rates.reshape(len(labels), *[1] * (m.ndim - 1), -1))
+            return o / n, (rate * h).sum(-1) / n
+
+    obs, chance = rates(per_distance, pairs.sum(0), labelled.sum(1), observed.sum(1))  # [L]
+    draws = np.random.default_rng(seed).multinomial(len(units), np.full(len(units), 1 / len(units)), size=resamples)
+    obs_b, chance_b = rates(draws @ highlighted, draws @ pairs, np.einsum("bu,lud->lbd", draws, labelled),
+                            observed @ draws.T)  # [L, B]
+    lows, highs = np.nanquantile(obs_b - chance_b, [(1 - confidence) / 2, (1 + confidence) / 2], axis=1)  # [L]
+    if len(units) < 2:  # resampling one unit draws it every time: no interval
+        lows = highs = [None] * len(labels)
+    n = int(per_distance.sum())
+    return {label: LabelChance(
+        label, n, int(observed[k].sum()), float(obs[k]), float(chance[k]),
+        float(obs[k] / chance[k]) if chance[k] > 0 else None, _float(lows[k]), _float(highs[k]), len(units), unit,
+        int(pairs.sum()), tuple((d, int(per_distance[j]), float(all_rates[k, j])) for j, d in enumerate(distances)))
+        for k, label in enumerate(labels)}
+
+
 # --------------------------------------------------------------------------- corpus
 @dataclass
 class CaseReport:
@@ -576,6 +884,12 @@ class CaseReport:
     notes: list[str] = field(default_factory=list)
     rank: str = "weight"  # what "strongest" means: RANKINGS
     mean_effect: dict[str, float | None] = field(default_factory=dict)  # label -> mean slot effect (bits) of its pairs
+    # label -> its rate against the distance-matched chance rate (LabelChance.to_dict(); empty: no pairs)
+    chance: dict[str, dict] = field(default_factory=dict)
+
+    def chance_of(self) -> dict[str, LabelChance]:
+        """:attr:`chance` as :class:`LabelChance` objects."""
+        return {label: LabelChance.from_dict(doc) for label, doc in self.chance.items()}
 
     def to_dict(self) -> dict:
         doc = asdict(self)
@@ -728,6 +1042,9 @@ def _case_report(ckpt: Checkpoint, source: str, sentences: list[list[str]], ids:
         return (att >= least) & (torch.arange(att.shape[-1], device=att.device) >= 2)
 
     document = ckpt.has_attention and ckpt.model.config.context == "document"
+    sizes = document_sizes(ids[:n])
+    doc_of = np.repeat(np.arange(len(sizes)), sizes)  # [n] the document of each sentence: the bootstrap's unit
+    readings_seen: list[LabelReading] = []
     if document:  # running text: each document analysed whole, its cases crossing sentence boundaries
         readings = _documents(ckpt, sentences[:n], ids[:n], originals, tags, candidates)
     else:
@@ -737,6 +1054,9 @@ def _case_report(ckpt: Checkpoint, source: str, sentences: list[list[str]], ids:
         sentence = sa.sentence_of()  # [T]
         where = (first, sa.boundaries) if document else sa.text  # what the example needs of its text
         cases = label_cases(sa, threshold, top_k, collocations=collocations)
+        tags = _rule_tags(sa)
+        readings_seen.append(LabelReading(tuple(sa.norms), None if tags is None else tuple(tags),
+                                          tuple((case.target, case.token) for case in cases), int(doc_of[first])))
         if rank == "attribution" and examples_per_label > 0:  # only the labelled pairs can be examples
             attribute_cases(ckpt, sa, [case for case in cases if case.labels])
         for k, case in enumerate(cases):
@@ -774,5 +1094,7 @@ def _case_report(ckpt: Checkpoint, source: str, sentences: list[list[str]], ids:
             for _w, neg_i, _k, case, where in sorted(heap, key=lambda x: x[:3], reverse=True)
         ]
     mean_effect = {label: (effect_sum[label] / effect_n[label] if effect_n[label] else None) for label in LABELS}
+    chance = label_rates_vs_chance(readings_seen, collocations=collocations,
+                                   unit="documents" if any(size > 1 for size in sizes) else "sentences")
     return CaseReport(ckpt.label, source, threshold, top_k, analysed, pairs, labelled, counts, examples, notes, rank,
-                      mean_effect)
+                      mean_effect, {label: c.to_dict() for label, c in chance.items()})

@@ -464,6 +464,18 @@ def cmd_cases(args) -> int:
         dump_json(doc)
         return 0
     print("counts: " + ", ".join(f"{k}={v}" for k, v in doc["counts"].items()))
+    if doc["chance"]:
+        some = next(iter(doc["chance"].values()))
+        units = f"{some['units']:,} {some['unit'] if some['units'] > 1 else some['unit'][:-1]}"
+        print(f"\nagainst chance: the share of the {doc['pairs']:,} highlighted pairs with the label, the rate the same "
+              "rule has on all pairs at the same distances (distance-matched chance), their ratio, and observed - "
+              f"chance in points with its 95% interval (bootstrap over {units})")
+        for label, c in doc["chance"].items():
+            ratio = "-" if c["enrichment"] is None else f"x{c['enrichment']:.2f}"
+            interval = "no interval: one unit" if c["low"] is None else \
+                f"{100 * c['low']:+.2f} to {100 * c['high']:+.2f}"
+            print(f"  {label:<8} {c['observed']:7.2%}  chance {c['chance']:6.2%}  {ratio:>6}  "
+                  f"{100 * (c['observed'] - c['chance']):+.2f} ({interval})")
     for label, examples in doc["examples"].items():
         print(f"\n{label}:")
         for ex in examples:
