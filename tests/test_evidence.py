@@ -233,3 +233,25 @@ def test_a_copy_without_git_records_the_commit_it_is_given(monkeypatch, tmp_path
     monkeypatch.setenv(paths.COMMIT_ENV, "ebd65b1")
     if (ROOT / ".git").exists():
         assert paths.commit() != "ebd65b1" and len(paths.commit().split("+")[0]) == 40
+
+
+def test_case_labels_against_chance_are_evidence_and_a_table(trained, tmp_path):
+    """`vizlm reproduce --cases`: a model's label rates beside their distance-matched chance rates, kept in
+    evidence/cases/NAME.json, and the report's table read from that alone."""
+    manifest, runs = trained
+    source = runs["amsrn-tiny"].folder
+    path = evidence.write_cases("amsrn-tiny", source, "brown", "test", limit=30)
+    doc = evidence.read_cases("amsrn-tiny")
+    assert path == evidence.cases_path("amsrn-tiny") and doc["limit"] == 30 and doc["commit"] is not None
+    assert doc["pairs"] > 0 and set(doc["chance"]) <= {"trigger", "causal", "phrase", "grammar"}
+    for c in doc["chance"].values():
+        assert 0 <= c["observed"] <= 1 and 0 <= c["chance"] <= 1 and c["pairs"] == doc["pairs"]
+    with pytest.raises(evidence.EvidenceError, match="--force"):
+        evidence.write_cases("amsrn-tiny", source, "brown", "test", limit=30)
+    plan = reproduce.CasesPlan(checkpoints=["amsrn-tiny", "other"], limit=30)
+    lines = reproduce.cases_report(plan)
+    rows = [line for line in lines if line.startswith("| amsrn-tiny |")]
+    assert len(rows) == len(doc["chance"]) and "Not labelled yet: other" in lines[-2]
+    manifest.write_text(manifest.read_text() + '\n[cases]\ncheckpoints = ["../x"]\n')
+    with pytest.raises(ValueError, match="checkpoint"):
+        reproduce.load_cases_plan(manifest)

@@ -164,6 +164,9 @@ def _add_reproduce(sub) -> None:
                       "experiments.toml, PATH/NAME/RESULTS.md for your PATH/NAME.toml)")
     what.add_argument("--evidence", nargs="*", metavar="NAME", help="write the evidence of these finished runs (none "
                       "named: of every finished run whose checkpoint is here and whose evidence is not)")
+    what.add_argument("--cases", nargs="*", metavar="CHECKPOINT", help="label the highlighted pairs of the manifest's "
+                      "[cases] checkpoints (these only, if named) over its split against chance and write their evidence "
+                      "(evidence/cases/)")
     what.add_argument("--attribution", nargs="*", metavar="CHECKPOINT", help="attribute the predictions of the "
                       "manifest's [attribution] checkpoints (these only, if named) over its split and write their evidence "
                       "(evidence/attribution/; beyond the papers: is attention an explanation?)")
@@ -191,7 +194,7 @@ def _add_reproduce(sub) -> None:
                    "of device; cuda trains several times faster and records it, train.device; evidence is scored on "
                    "the CPU)")
     p.add_argument("--json", action="store_true", help="with --list: print JSON")
-    p.add_argument("--force", action="store_true", help="with --evidence / --attribution: rewrite evidence that exists")
+    p.add_argument("--force", action="store_true", help="with --evidence / --attribution / --cases: rewrite evidence that exists")
     p.add_argument("--dry-run", action="store_true", help="a few batches per run, to check the pipeline (not results)")
 
 
@@ -256,6 +259,16 @@ def cmd_reproduce(args) -> int:
                 torch.set_num_threads(args.threads)
             reproduce.write_attribution_evidence(plan, args.attribution, force=args.force)
             return 0
+        if args.cases is not None:
+            plan = reproduce.load_cases_plan(args.manifest)
+            if plan is None:
+                raise ValueError("the manifest has no [cases] table")
+            if args.threads:
+                import torch
+
+                torch.set_num_threads(args.threads)
+            reproduce.write_cases_evidence(plan, args.cases, force=args.force)
+            return 0
         if args.bundle:
             if args.bundle not in runs:
                 raise ValueError(f"no run {args.bundle!r} in the manifest; see `vizlm reproduce --list`")
@@ -263,7 +276,8 @@ def cmd_reproduce(args) -> int:
             return 0
         if args.report:
             claims = reproduce.load_claims(args.manifest, runs)
-            path = reproduce.write_report(runs, where.report, claims, reproduce.load_attribution(args.manifest), where)
+            path = reproduce.write_report(runs, where.report, claims, reproduce.load_attribution(args.manifest), where,
+                                          reproduce.load_cases_plan(args.manifest))
             print(f"wrote {path}", file=sys.stderr)
             return 0
         names = list(runs) if args.all else args.only

@@ -347,6 +347,58 @@ def write_attribution(name: str, source: Path | str, corpus: str, split: str, me
     return dest
 
 
+CASES = "cases"  # evidence/cases/CHECKPOINT.json: a bundled model's case labels against chance over one split
+
+
+def cases_path(name: str) -> Path:
+    return paths.evidence_dir() / CASES / f"{name}.json"
+
+
+def write_cases(name: str, source: Path | str, corpus: str, split: str, limit: int | None, force: bool = False,
+                log=None) -> Path:
+    """Label the highlights of checkpoint ``source`` over ``corpus``/``split`` (its first ``limit`` sentences,
+    the Cases page's threshold; :func:`vizlm.cases.corpus_cases`) and keep each label's rate beside its
+    distance-matched chance rate with the interval of their difference (:func:`vizlm.cases.label_rates_vs_chance`)
+    in ``evidence/cases/NAME.json``, with the checkpoint's and the corpus's checksums, the command and the commit.
+    Existing evidence is replaced only with ``force``."""
+    import time
+
+    from vizlm import files
+    from vizlm.cache import checkpoint_digest
+    from vizlm.cases import DEFAULT_THRESHOLD, corpus_cases
+    from vizlm.data import load_corpus
+
+    log = log or sys.stderr
+    dest = cases_path(name)
+    if dest.exists() and not force:
+        raise EvidenceError(f"{dest} exists already (case evidence of {name}); pass --force to rewrite it")
+    ckpt = load_checkpoint(source)
+    start = time.perf_counter()
+    report = corpus_cases(ckpt, corpus, split, limit=limit, use_cache=False)
+    doc = {
+        "checkpoint": name, "checkpoint_sha256": checkpoint_digest(ckpt), "context": meta_context(ckpt.meta),
+        "corpus": corpus, "split": split, "corpus_sha256": load_corpus(corpus, split).checksum, "limit": limit,
+        "threshold": DEFAULT_THRESHOLD, "pairs": report.pairs, "chance": report.chance,
+        "written_by": f"vizlm reproduce --cases {name}", "commit": paths.commit(), "source": _display(Path(source)),
+        "wall_s": round(time.perf_counter() - start, 1),
+    }
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    files.write_text(dest, json.dumps(doc, indent=1, sort_keys=True) + "\n", force=True)
+    print(f"evidence: {name} -> {dest} ({report.pairs:,} highlighted pairs, {doc['wall_s']:.0f} s)", file=log)
+    return dest
+
+
+def read_cases(name: str) -> dict | None:
+    """A checkpoint's case evidence (:func:`write_cases`), None when it has none."""
+    path = cases_path(name)
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise EvidenceError(f"{path}: cannot be read ({e})") from e
+
+
 def committed_in(path: Path) -> str | None:
     """The last commit that wrote ``path`` in the vizlm checkout (a bundled checkpoint's weights:
     the provenance of runs trained before their config recorded a commit); None when it is not

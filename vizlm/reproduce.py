@@ -372,6 +372,85 @@ def write_attribution_evidence(plan: AttributionPlan, names: list[str] | None = 
     return written
 
 
+@dataclass
+class CasesPlan:
+    """The manifest's ``[cases]``: the bundled attention checkpoints whose highlighted pairs are labelled over one
+    split and held against chance (the same rules on pairs at the same distances; :mod:`vizlm.cases`)."""
+
+    checkpoints: list[str]
+    corpus: str = "brown"
+    split: str = "test"
+    limit: int | None = None  # the split's first sentences
+    note: str | None = None
+
+
+def load_cases_plan(path: Path | None = None) -> CasesPlan | None:
+    """The ``[cases]`` table of ``experiments.toml``, checked; None when it has none."""
+    path, doc = _read(path)
+    spec = doc.get("cases")
+    if spec is None:
+        return None
+    fields = set(CasesPlan.__dataclass_fields__)
+    if not isinstance(spec, dict) or set(spec) - fields or not isinstance(spec.get("checkpoints"), list):
+        raise ValueError(f"{path}: [cases] needs a list of checkpoints and knows only {', '.join(sorted(fields))}")
+    plan = CasesPlan(**spec)
+    for name in plan.checkpoints:
+        try:
+            check_folder_name(name, "[cases] checkpoint")
+        except DataError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+    return plan
+
+
+def write_cases_evidence(plan: CasesPlan, names: list[str] | None = None, force: bool = False, log=None) -> list[Path]:
+    """Label the plan's bundled checkpoints (``names``: these only) against chance and write their evidence; a
+    checkpoint with evidence is skipped unless ``force``."""
+    from vizlm.checkpoint import bundled_dir
+
+    log = log or sys.stderr
+    names = names or plan.checkpoints
+    if unknown := [n for n in names if n not in plan.checkpoints]:
+        raise ValueError(f"{', '.join(unknown)}: not in the manifest's [cases] checkpoints ({', '.join(plan.checkpoints)})")
+    written = []
+    for name in names:
+        if evidence.cases_path(name).exists() and not force:
+            print(f"reproduce: {name} has case evidence (--force to rewrite it)", file=log)
+            continue
+        written.append(evidence.write_cases(name, bundled_dir() / name, plan.corpus, plan.split, plan.limit, force, log))
+    return written
+
+
+def _points(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:+.2f}"
+
+
+def cases_report(plan: CasesPlan) -> list[str]:
+    """The case labels of the plan's checkpoints against chance, from their evidence alone."""
+    lines = ["### Beyond the papers: case labels against chance", "",
+             (f"Highlighted pairs (weight >= the Cases page's threshold) of each bundled attention model over "
+              f"{plan.corpus} {plan.split}{f' (its first {plan.limit:,} sentences)' if plan.limit else ''}, labelled by "
+              "vizlm's rules (README: how cases are labelled), beside the *distance-matched chance rate*: the same rule "
+              "on every pair at the same distances, chosen by no attention. The difference, in points, with its 95% "
+              "interval over documents: a label attention finds more often than its distances alone would is "
+              "enriched; an interval across 0 is no evidence that it is."), "",
+             "| model | label | highlighted pairs | rate | chance | rate / chance | difference, points (95% CI) |",
+             "|---|---|---:|---:|---:|---:|---|"]
+    missing = []
+    for name in plan.checkpoints:
+        doc = evidence.read_cases(name)
+        if doc is None:
+            missing.append(name)
+            continue
+        for label, c in doc["chance"].items():
+            ratio = "—" if c.get("enrichment") is None else f"{c['enrichment']:.2f}"
+            ci = "no interval (one unit)" if c.get("low") is None else f"{_points(c['low'])} to {_points(c['high'])}"
+            lines.append(f"| {name} | {label} | {c['pairs']:,} | {100 * c['observed']:.2f}% | {100 * c['chance']:.2f}% | "
+                         f"{ratio} | {_points(c['observed'] - c['chance'])} ({ci}) |")
+    if missing:
+        lines += ["", f"Not labelled yet: {', '.join(missing)} (`vizlm reproduce --cases`)."]
+    return lines + [""]
+
+
 def _interval(stat: dict | None, scale: float = 1.0, spec: str = ".2f") -> str:
     if stat is None or not stat["n"]:
         return "—"
@@ -448,8 +527,8 @@ def load_manifest(path: Path | None = None) -> dict[str, Run]:
             check_folder_name(name, "run name")
         except DataError as exc:
             raise ValueError(f"{path}: {exc}") from None
-        if name == evidence.ATTRIBUTION:
-            raise ValueError(f"{path}: a run may not be named {name!r}: evidence/{name}/ holds the corpus attribution")
+        if name in (evidence.ATTRIBUTION, evidence.CASES):
+            raise ValueError(f"{path}: a run may not be named {name!r}: evidence/{name}/ holds corpus-wide evidence")
         unknown = set(spec) - _FIELDS
         if unknown:
             raise ValueError(f"{path}: run {name!r} has unknown field(s) {sorted(unknown)}")
@@ -1157,7 +1236,8 @@ def _sizes(claims: dict[str, Claim], decided: dict[str, dict], runs: dict[str, R
 
 
 def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None,
-           attribution: AttributionPlan | None = None, where: Locations | None = None) -> str:
+           attribution: AttributionPlan | None = None, where: Locations | None = None,
+           cases: CasesPlan | None = None) -> str:
     """The result tables (markdown), from the checkpoints' stored metrics and paired comparisons,
     and the verdict on each claim of the papers; with ``attribution``, the corpus attribution's tables.
     ``where`` (:func:`locations`) of a manifest of yours: the head names it, its evidence and its corpus, and
@@ -1224,17 +1304,20 @@ def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None,
             lines += [_seed_rows(g, runs, spreads) for g in groups] + [""]
     if attribution is not None:
         lines += attribution_report(attribution)
+    if cases is not None:
+        lines += cases_report(cases)
     lines.append(REPORT_END)
     return "\n".join(lines) + "\n"
 
 
 def write_report(runs: dict[str, Run], path: Path, claims: dict[str, Claim] | None = None,
-                 attribution: AttributionPlan | None = None, where: Locations | None = None) -> Path:
+                 attribution: AttributionPlan | None = None, where: Locations | None = None,
+                 cases: CasesPlan | None = None) -> Path:
     """Replace the generated part of ``path`` (between the markers), or append it. ``where``: as
     :func:`report`; a report of a manifest of yours that does not exist yet starts with a title."""
     path = Path(path)
     text = path.read_text(encoding="utf-8") if path.is_file() else ""
-    new = report(runs, claims, attribution, where)
+    new = report(runs, claims, attribution, where, cases)
     if REPORT_BEGIN in text and REPORT_END in text:
         head, rest = text.split(REPORT_BEGIN, 1)
         text = head + new.rstrip("\n") + rest.split(REPORT_END, 1)[1]
