@@ -5,6 +5,7 @@ a copy task whose dependency is known, causality, and the agreement metrics on h
 from __future__ import annotations
 
 import copy
+import json
 import math
 
 import numpy as np
@@ -551,3 +552,27 @@ def test_attribution_html_escapes_every_word():
     res = at.attribute(ckpt, [["<script>alert(1)</script>", "=cmd|' /C calc'!A0", "w1"]], "occlusion")
     html = plots.attribution_html(res, 2, top_k=3) + plots.attribution_key_html(1.0, "occlusion")
     assert "<script>" not in html and "&lt;script&gt;" in html
+
+
+def _outline_layers(spec: dict) -> list[dict]:
+    """The layers of a heat map spec that draw the highlighted cells' outlines."""
+    return [layer for layer in spec["layer"] if isinstance(layer.get("mark"), dict)
+            and layer["mark"].get("filled") is False and "highlighted" in json.dumps(layer.get("transform", []))]
+
+
+@pytest.mark.parametrize("what", ["attribution", "attention"])
+def test_heat_map_outlines_show_on_light_and_dark_cells(what):
+    """A highlighted cell's outline is the same on every cell: black (visible on the light cells and on the
+    white around the map) inside a white halo (visible on the dark ones). A white outline chosen for a dark
+    cell vanished where the cell borders the map's blank part: top 3 looked like two boxes."""
+    from vizlm import export, plots
+
+    ckpt = tiny("kvp", window=3)
+    sa = analyze_sentences(ckpt, PASSAGE)
+    chart = (plots.attribution_heatmap(at.attribute(ckpt, sa, "gradient-x-input"), top_k=3) if what == "attribution"
+             else plots.attention_heatmap(sa, top_k=3))
+    layers = _outline_layers(export.chart_spec(chart))
+    strokes = [layer["mark"].get("stroke") for layer in layers]
+    assert all("stroke" not in layer.get("encoding", {}) for layer in layers)  # no colour chosen per cell
+    assert strokes == [plots.OUTLINE_HALO, plots.OUTLINE_COLOUR]
+    assert plots.text_colour(plots.OUTLINE_COLOUR) == "#ffffff"  # dark: shows on white and light cells

@@ -70,6 +70,7 @@ UNK_TITLE = "not in vocabulary (read as <unk>)"
 HIGHLIGHT_MIN_ALPHA = 0.3  # the faintest highlight in running text (weight 0) is 30% colour, 70% white
 _MAX_LABEL_PX = 140  # long tokens are cut with an ellipsis on axes
 WINDOW_ROWS = 40  # rows of a heat map window around the selected word (heatmap_rows): a long passage stays readable
+OUTLINE_COLOUR, OUTLINE_HALO = "#000000", "#ffffff"  # a highlighted cell of a heat map (_outlines)
 SELECTED_COLOUR = "#d55e00"  # the outline of the predicted word, in the running text and the heat map
 SCATTER_OPACITY = 0.35  # thousands of sentences overlap: where both groups lie, both colours show
 
@@ -220,6 +221,16 @@ def _selected_row(ylab: list[str], row_domain: list[str], selected: int | None,
     ).encode(y=alt.Y("target:N", scale=alt.Scale(domain=row_domain)))]
 
 
+def _outlines(base: alt.Chart, cell: int, tooltip: list) -> list[alt.Chart]:
+    """The outline of a heat map's highlighted cells: a black line inside a white halo, the same on every
+    cell. One colour that shows on the whole scale: black on the light cells, the halo on the dark ones
+    and where a cell borders the blank (white) part of the map, where a white outline alone vanished."""
+    width = max(1.5, cell / 10)
+    marked = base.transform_filter(alt.datum.highlighted)
+    return [marked.mark_rect(filled=False, stroke=OUTLINE_HALO, strokeWidth=width + 2),
+            marked.mark_rect(filled=False, stroke=OUTLINE_COLOUR, strokeWidth=width).encode(tooltip=tooltip)]
+
+
 def _window_subtitle(sa: SentenceAnalysis, rows: tuple[int, int]) -> str:
     """A heat map's first subtitle: the text, and which of its words the rows are when they are a window."""
     (r0, r1), T = rows, len(sa.targets)
@@ -352,15 +363,7 @@ def attention_heatmap(
     rect = base.mark_rect().encode(color=colour, tooltip=tooltip)
     layers: list[alt.Chart] = [rect]
     if marked:
-        # Outline in black on light cells, white on dark ones, so the mark shows on the whole scale.
-        layers.append(
-            base.transform_filter(alt.datum.highlighted)
-            .mark_rect(filled=False, strokeWidth=max(1.5, cell / 10))
-            .encode(
-                stroke=alt.condition(dark, alt.value("#ffffff"), alt.value("#000000")),
-                tooltip=tooltip,
-            )
-        )
+        layers += _outlines(base, cell, tooltip)
     if values:
         # effect mode: no "+0.00" in the cells that do not matter (|effect| < 0.005 bits), so the ones that do stand out
         texts = base.transform_filter(alt.expr.abs(alt.datum.effect) >= 0.005) if effect_mode else base
@@ -476,8 +479,7 @@ def attribution_heatmap(
     dark = (alt.datum.attribution >= 0.6 * lim) | (alt.datum.attribution <= -0.6 * lim)
     layers: list[alt.Chart] = [base.mark_rect().encode(color=colour, tooltip=tooltip)]
     if marked:
-        layers.append(base.transform_filter(alt.datum.highlighted).mark_rect(filled=False, strokeWidth=max(1.5, cell / 10))
-                      .encode(stroke=alt.condition(dark, alt.value("#ffffff"), alt.value("#000000")), tooltip=tooltip))
+        layers += _outlines(base, cell, tooltip)
     if cell >= 28:
         layers.append(base.transform_filter(alt.expr.abs(alt.datum.attribution) >= 0.005)
                       .mark_text(fontSize=max(7, font - 3))
