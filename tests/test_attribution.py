@@ -526,7 +526,7 @@ def test_highlights_text_and_heat_map_show_only_what_a_row_read(name, kw, contex
         assert top == sorted(top, key=lambda p: -size[p]) and len(top) == min(3, int((size > 0).sum()))
         lit = res.highlights(r, threshold=0.25)
         assert all(res.covered[r, p] and p <= r for p in lit)
-        assert set(lit) == {p for p in range(T) if size[p] > 0 and size[p] >= 0.25 * size.sum()}
+        assert set(lit) == {p for p in range(T) if size[p] > 0 and size[p] >= 0.25 * size.max()}
         frame = res.row_frame(r)
         assert list(frame.position) == sorted(np.flatnonzero(res.covered[r]), key=lambda p: (-size[p], p))
         assert_same_math(torch.from_numpy(frame.attribution_bits.to_numpy().copy()),
@@ -576,3 +576,24 @@ def test_heat_map_outlines_show_on_light_and_dark_cells(what):
     assert all("stroke" not in layer.get("encoding", {}) for layer in layers)  # no colour chosen per cell
     assert strokes == [plots.OUTLINE_HALO, plots.OUTLINE_COLOUR]
     assert plots.text_colour(plots.OUTLINE_COLOUR) == "#ffffff"  # dark: shows on white and light cells
+
+
+def test_the_default_highlight_shows_the_largest_words_of_a_long_reading():
+    """Without a setting, a row highlights the positions with at least a fifth of its largest |attribution|:
+    in a long passage, where no word holds a fifth of the total, the words that matter most are still shown
+    (at least one in every row that read a word), in the running text and in its caption's count."""
+    from vizlm import plots
+
+    ckpt = tiny("amsrn", context="document")
+    passage = [[f"w{4 + (i * 7 + j) % 30}" for j in range(10)] for i in range(6)]  # 65 predicted words
+    res = at.attribute(ckpt, analyze_sentences(ckpt, passage), "gradient-x-input")
+    last = len(res.targets) - 1
+    size = np.abs(res.scores[last]) * res.covered[last]
+    assert size.max() < at.DEFAULT_SHARE * size.sum()  # a share of the total would highlight nothing here
+    for r in range(1, last + 1):
+        lit = res.highlights(r)
+        size = np.abs(res.scores[r]) * res.covered[r]
+        assert lit and lit[0] == int(np.argmax(size))
+        assert set(lit) == {p for p in range(len(size)) if size[p] > 0 and size[p] >= at.DEFAULT_SHARE * size.max()}
+    html = plots.attribution_html(res, last)
+    assert f"({len(res.highlights(last))} word" in html and html.count("vz-attributed") >= 1

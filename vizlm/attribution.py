@@ -95,7 +95,12 @@ ROW_BLOCK = 64  # targets attributed in one batch: the block's copies of the tex
 IG_ROW_BLOCK = 8
 POSITION_BUDGET = 1 << 17  # text positions per forward pass (copies x length): bounds memory on long passages
 TOP_K = 3
-DEFAULT_SHARE = 0.2  # Attribution.highlights without a setting: a position with a fifth of the row's |attribution|
+# Attribution.highlights without a setting: the positions with at least a fifth of the row's largest |attribution|.
+# Relative to the largest, not to the row's total: the total spreads over every word read, so a share of it shrinks
+# with the length of the reading (in a 100-word passage no word holds a fifth of it and nothing was highlighted),
+# while a share of the largest means the same on a short sentence and a long passage and always shows the word
+# the prediction depended on most, with those that matter nearly as much.
+DEFAULT_SHARE = 0.2
 # corpus statistics
 ATTRIBUTION_VERSION = 1  # in the cache key: bump when the statistics change
 MAX_OFFSET = 30  # the most words back the position statistics keep (beyond: summed)
@@ -151,18 +156,17 @@ class Attribution:
 
     def highlights(self, row: int, threshold: float | None = None, top_k: int | None = None) -> list[int]:
         """The positions row ``row`` depended on most, by ``|attribution|``, largest first: the ``top_k``
-        largest, or those holding at least ``threshold`` of the row's total ``|attribution|`` (the share a
-        highlight needs, as a weight needs its share of the attention). Positions with no attribution at
-        all (exactly 0, e.g. a row reading only ``<s>``) are never highlighted."""
+        largest, or those with at least ``threshold`` (default :data:`DEFAULT_SHARE`) of the row's largest
+        ``|attribution|``, so that the largest is always among them, however long the reading. Positions with
+        no attribution at all (exactly 0, e.g. a row reading only ``<s>``) are never highlighted."""
         if not 0 <= row < len(self.targets):
             raise AttributionError(f"row {row} out of range: the text has {len(self.targets)} predicted words")
         size = np.abs(self.scores[row]) * self.covered[row]  # (T,)
         order = [int(p) for p in np.argsort(-size, kind="stable") if size[p] > 0]
         if top_k is not None:
             return order[:top_k]
-        total = size.sum()
         cut = DEFAULT_SHARE if threshold is None else threshold
-        return [p for p in order if size[p] >= cut * total]
+        return [p for p in order if size[p] >= cut * size.max()]
 
     def row_frame(self, row: int) -> pd.DataFrame:
         """Row ``row``'s reading, most important first: position, input, offset (words back), attribution

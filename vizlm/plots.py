@@ -489,7 +489,7 @@ def attribution_heatmap(
     if top_k is not None:
         head += f" (outlined: top {top_k})"
     elif threshold is not None:
-        head += f" (outlined: ≥ {threshold:g} of the row's |attribution|)"
+        head += f" (outlined: ≥ {threshold:g} of the row's largest |attribution|)"
     # the same sentence lines as the attention's map: its slot j is this map's position j - 1, labelled alike
     slot_like = ["0 <s>"] + xlab
     layers += _boundary_rules(sa, ylab, slot_like, row_domain, col_domain)
@@ -1037,7 +1037,7 @@ def attribution_html(
         parts.append(f' <span style="{_MARKER}" title="later text left out">…</span>')
     head = ""
     if caption:
-        rule = f"top {top_k}" if top_k is not None else f"≥ {DEFAULT_SHARE if threshold is None else threshold:g} of |attribution|"
+        rule = f"top {top_k}" if top_k is not None else f"≥ {DEFAULT_SHARE if threshold is None else threshold:g} of the largest |attribution|"
         head = (f'<div style="font-size:0.85em;color:#555;margin-bottom:4px">predicting <b>{_esc(attr.targets[target])}</b> '
                 f"after “{_esc(sa.current_word(target))}” · {_esc(METHOD_LABELS.get(attr.method, attr.method))}, "
                 f"highlighted: {_esc(rule)} ({len(lit)} word{'s' if len(lit) != 1 else ''})</div>")

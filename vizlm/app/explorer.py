@@ -348,12 +348,13 @@ def sidebar() -> tuple[list[str], str, str, float | None, int | None, str]:
         attributed = measure in TEXT_METHODS
         mode = st.segmented_control("Mode", ["Threshold", "Top-k"], key="mode", required=True,
                                     help="Highlight every earlier word with at least this share (of the attention, or of "
-                                         "the word's total |attribution|), or the k largest.")
+                                         "the largest |attribution| of the word's reading: the same on a sentence and a "
+                                         "long passage), or the k largest.")
         threshold, top_k = None, None
         if mode == "Top-k":
             top_k = st.slider("Words to highlight", 1, MAX_TOP_K, key="topk")
         else:
-            threshold = st.slider("Share of |attribution|" if attributed else "Attention threshold", 0.0, 1.0, step=0.01,
+            threshold = st.slider("Share of the largest |attribution|" if attributed else "Attention threshold", 0.0, 1.0, step=0.01,
                                   key="threshold")
     return names, model, compare, threshold, top_k, measure
 
