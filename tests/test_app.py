@@ -705,6 +705,8 @@ def test_an_attribution_measure_explains_every_model_the_lstm_too():
     assert page.count("integrated gradients, highlighted") == 2 and "vz-attributed" in page
     tables = [d.value for d in at.dataframe if "bits" in d.value.columns]
     assert len(tables) == 2 and "weight" in tables[0].columns and "weight" not in tables[1].columns
+    weights = list(tables[0]["weight"])  # a number, or a dash for the word just read (no slot), never "None"
+    assert "–" in weights and all(w == "–" or 0 <= float(w) <= 1 for w in weights)
     from vizlm import load
 
     expected = load("lstm").attribute(text, "integrated-gradients").row_frame(9)

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 
 import streamlit as st
 
@@ -262,10 +263,11 @@ def _attribution_panel(name: str, sa: Analysis, r: int, threshold: float | None,
                                                  help="its share of the total |attribution| of this prediction"),
     }
     if attr.attention is not None:
-        table["weight"] = [None if w != w else float(w) for w in shown.attention]  # empty: no memory slot
-        config["weight"] = st.column_config.NumberColumn(
-            "weight", format="%.3f", width="small",
-            help="the attention weight on this word's memory slot (empty: not in memory, e.g. the word just read)")
+        # text, not numbers: a missing number would be written "None"; a dash where the word has no memory slot
+        table["weight"] = ["–" if math.isnan(w) else f"{w:.3f}" for w in shown.attention]
+        config["weight"] = st.column_config.TextColumn(
+            "weight", width="small",
+            help="the attention weight on this word's memory slot (–: not in memory, e.g. the word just read)")
     st.caption("The words read before this one, **largest |attribution| first**"
                + (f" (the first {ATTRIBUTION_ROWS} of {len(frame)})" if len(frame) > ATTRIBUTION_ROWS else "") + ".")
     st.dataframe(table, column_config=config, hide_index=True, width="stretch")
