@@ -390,3 +390,24 @@ def test_the_reference_names_every_public_name_and_method():
         for member in vars(cls):
             if not member.startswith("_") and member != "of":
                 assert member in doc, f"{cls.__name__}.{member}"
+
+
+def test_an_attribution_shows_itself_and_takes_words(lm):
+    """Model.attribute's result displays itself in a notebook as the Explorer shows it (highlighted text, the
+    words read with bits and distance), its repr is one line, and a row can be a word, as in Analysis.show;
+    a word not in the text is a VizlmError with a message."""
+    attr = lm.attribute(TEXT, method="gradient-x-input")
+    assert isinstance(attr, vizlm.Attribution) and "\n" not in repr(attr) and "array" not in repr(attr)
+    cat = attr.row_of("cat")
+    assert attr.targets[cat] == "cat" and attr.row_frame("cat").equals(attr.row_frame(cat))
+    assert attr.highlights("cat") == attr.highlights(cat)
+    frame = attr.row_frame("cat")
+    assert list(frame.distance) == [cat + 1 - p for p in frame.position] and frame.distance.min() == 1
+    page = attr._repr_html_()
+    assert "vizlm-attribution" in page and "vz-attributed" in page and "<script" not in page
+    shown = attr.show("cat").html
+    assert f"predicting <b>cat</b>" in shown and "distance" in shown and "1 " in shown
+    with pytest.raises(VizlmError, match="not a word of this text"):
+        attr.row_frame("taxes")
+    with pytest.raises(VizlmError, match="out of range"):
+        attr.row_frame(len(attr.targets))

@@ -339,3 +339,15 @@ def test_attribute_corpus_statistics(capsys, monkeypatch, tmp_path):
     assert len(list(tmp_path.glob("*.json"))) == 2
     code, out, _ = run(capsys, "attribute", "--checkpoint", "amsrn", "--corpus", "wsj", "--limit", "6", "--json")
     assert json.loads(out) == docs["amsrn"] and len(list(tmp_path.glob("*.json"))) == 2
+
+
+def test_attribute_prints_bits_as_the_app_shows_them(capsys):
+    """The table `vizlm attribute` prints is in bits (the app's and the pictures' unit); --json keeps nats."""
+    args = ["attribute", "--checkpoint", "lstm", "--text", "the dogs saw a cat .", "--method", "gradient-x-input"]
+    code, out, _ = run(capsys, *args)
+    assert code == 0 and "in bits" in out and "nats" not in out
+    code, doc, _ = run(capsys, *args, "--json")
+    doc = json.loads(doc)
+    last = doc["targets"][-1]
+    top = max(last["attributions"], key=lambda a: abs(a["score"]))
+    assert f"{top['input']}({top['score'] / math.log(2):+.2f})" in out.splitlines()[-1]

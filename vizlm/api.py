@@ -47,6 +47,7 @@ from vizlm.analysis import (  # noqa: F401 - ATTENTION_OFF, READINGS: facts the 
     context_of,
 )
 from vizlm.attribution import METHODS as ATTRIBUTION_METHODS  # noqa: F401 - read by the CLI from here
+from vizlm.attribution import Attribution as _Attribution
 from vizlm.checkpoint import (
     MAX_META_BYTES,
     META,
@@ -69,7 +70,7 @@ from vizlm.serialize import AnalysisFileError, analysis_dict, analysis_from_dict
 from vizlm.text import MAX_TOKENS  # noqa: F401 - read by the front ends from here
 
 __all__ = [
-    "Analysis", "Comparison", "Model", "Positions", "View", "VizlmError",
+    "Analysis", "Attribution", "Comparison", "Model", "Positions", "View", "VizlmError",
     "checkpoints", "compare", "corpora", "corpus_card", "load", "positions", "prepare_corpus",
 ]
 
@@ -380,7 +381,7 @@ class Model:
 
         if not isinstance(text, str):
             raise InputError(f"attribute() takes a text (str), not {type(text).__name__}")
-        return attribute(self.checkpoint, text, method=method, n_steps=n_steps)
+        return Attribution.of(attribute(self.checkpoint, text, method=method, n_steps=n_steps))
 
     def corpus_attribution(self, corpus: str = "brown", split: str = "test", method: str = "gradient-x-input",
                            limit: int | None = None, n_steps: int = 32,
@@ -438,20 +439,6 @@ class Analysis(SentenceAnalysis):
     def slot_tokens(self) -> list[int]:
         """[S] the index into ``tokens`` of the word each memory slot holds (-1: a ``<s>`` slot)."""
         return [self.slot_token(j) for j in range(len(self.targets))]
-
-    def target_index(self, target: int | str) -> int:
-        """The row of a predicted word: an index (negative counts from the end, as in a list) or the word
-        itself (its first occurrence among the tokens, then among the normalised words)."""
-        T = len(self.targets)
-        if isinstance(target, str):
-            for words in (self.tokens, self.norms, self.targets):
-                if target in words:
-                    return list(words).index(target)
-            shown = ", ".join(repr(t) for t in self.tokens[:12]) + (", ..." if len(self.tokens) > 12 else "")
-            raise InputError(f"{target!r} is not a word of this text ({shown})")
-        if isinstance(target, bool) or not isinstance(target, numbers.Integral) or not -T <= int(target) < T:
-            raise InputError(f"target must be a word of the text or a word number from 0 to {T - 1}, not {target!r}")
-        return int(target) % T
 
     def default_target(self, threshold: float | None = None, top_k: int | None = None) -> int:
         """The word a view opens on: the first with a labelled case, else the last word before ``</s>``."""
@@ -593,6 +580,37 @@ class Analysis(SentenceAnalysis):
         slots' weights and effects, its cases, and the heat map coloured by ``measure``. A notebook cell
         ending in it displays it (``_repr_html_``)."""
         return View(self.html(target, measure, threshold, top_k))
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+
+@dataclass(repr=False)
+class Attribution(_Attribution):
+    """One attribution (:meth:`Model.attribute`): :class:`vizlm.attribution.Attribution` (``scores`` [T, T]
+    in nats, ``bits``, :meth:`row_frame`, :meth:`highlights`, :meth:`frame`, :meth:`agreement`, ...; a row is
+    a number or a predicted word) that shows itself in a notebook as the Explorer does."""
+
+    @classmethod
+    def of(cls, attr: _Attribution) -> Attribution:
+        """``attr`` as an :class:`Attribution` (its arrays shared, not copied)."""
+        return attr if isinstance(attr, cls) else cls(**{f: getattr(attr, f) for f in _Attribution.__dataclass_fields__})
+
+    def default_target(self) -> int:
+        """The word a view opens on: the last word before ``</s>``."""
+        return max(0, len(self.targets) - 2)
+
+    def html(self, target: int | str | None = None, threshold: float | None = None, top_k: int | None = None) -> str:
+        """The notebook view as a self-contained HTML string (no JavaScript): :meth:`show`'s."""
+        threshold, top_k = _setting(threshold, top_k, (None, None))
+        row = self.default_target() if target is None else self.row_of(target)
+        return notebook.attribution_html(self, row, threshold, top_k)
+
+    def show(self, target: int | str | None = None, threshold: float | None = None, top_k: int | None = None) -> View:
+        """The view of one predicted word (an index or the word; default: the last word of the text): the running
+        text with the words its prediction depended on highlighted (default: those with at least a fifth of the
+        largest |attribution|) and the words read, largest first. A notebook cell ending in it displays it."""
+        return View(self.html(target, threshold, top_k))
 
     def _repr_html_(self) -> str:
         return self.html()

@@ -506,13 +506,15 @@ def cmd_attribute(args) -> int:
     if args.json:
         dump_json(doc)
         return 0
-    print(f"{doc['model']} ({doc['context']} level), {doc['method']}: attribution of log P(word) in nats to the "
+    # bits, as the app and the pictures show them (the JSON keeps the nats it says it holds)
+    print(f"{doc['model']} ({doc['context']} level), {doc['method']}: attribution of log2 P(word) in bits to the "
           "words read before it, the three largest |score| first")
     for t in doc["targets"]:
         top = sorted(t["attributions"], key=lambda a: -abs(a["score"]))[:3]
         agree = t.get("agreement")
         tail = "" if not agree or agree["kendall_tau"] is None else f"   tau {agree['kendall_tau']:+.2f}"
-        print(f"{t['index']:>3} {t['word']:<15} " + ", ".join(f"{a['input']}({a['score']:+.2f})" for a in top) + tail)
+        print(f"{t['index']:>3} {t['word']:<15} "
+              + ", ".join(f"{a['input']}({a['score'] / math.log(2):+.2f})" for a in top) + tail)
     if doc["agreement"]:
         s = doc["agreement"]
         print(f"agreement with the attention over {s['targets']} words: mean Kendall tau {s['kendall_tau']:+.2f}, "

@@ -19,6 +19,7 @@ import pandas as pd
 
 from vizlm import plots
 from vizlm.analysis import ATTENTION_OFF, READINGS, SentenceAnalysis
+from vizlm.attribution import Attribution
 from vizlm.cases import LABEL_DESCRIPTIONS
 from vizlm.text import clean_text
 
@@ -212,6 +213,50 @@ def analysis_html(sa: SentenceAnalysis, target: int, threshold: float | None = N
         measure = "weight"
     parts.append(heatmap_html(sa, measure, threshold, top_k, rows=rows, selected=target))
     return f'<div class="vizlm-analysis" style="{_BOX}">{"".join(parts)}</div>'
+
+
+ATTRIBUTION_ROWS = 10  # the words of a row's reading listed in the notebook view, largest |attribution| first
+
+
+def attribution_html(attr: Attribution, target: int, threshold: float | None = None,
+                     top_k: int | None = None) -> str:
+    """One attribution as the Explorer shows it, for word ``target``: the running text with the words its
+    prediction depended on highlighted (:func:`vizlm.plots.attribution_html`), the colour key, and the
+    words it read, largest |attribution| first (bits, share, distance and, with attention, the weight).
+    Self-contained, no JavaScript."""
+    sa = attr.analysis
+    T = len(attr.targets)
+    if not 0 <= target < T:
+        raise IndexError(f"target {target} out of range: the text has {T} predicted words (0..{T - 1})")
+    method = plots.METHOD_LABELS.get(attr.method, attr.method)
+    parts = [(f'<div style="font-weight:600;font-size:1.05em">{esc(attr.model)} '
+              f'<span style="font-weight:normal;color:#555">· {esc(method)} · {T} predicted words</span></div>'),
+             f'<div style="{_NOTE}">{esc(attr.context)}-level checkpoint: {esc(READINGS.get(attr.context, ""))}</div>']
+    span = plots.text_span(sa, target) if sa is not None else None
+    parts.append(plots.attribution_html(attr, target, threshold=threshold, top_k=top_k, span=span))
+    parts.append(plots.attribution_key_html(plots.attribution_scale(attr, [target]), attr.method))
+    frame = attr.row_frame(target)
+    if frame.empty:
+        parts.append(f'<div style="{_NOTE}">no word of this text was read before this one: nothing to attribute</div>')
+    else:
+        shown = frame.head(ATTRIBUTION_ROWS)
+        header = ["word read", "distance", "attribution", "share"] + (["weight"] if "attention" in shown else [])
+        rows = []
+        for _, x in shown.iterrows():
+            row = [esc(f"{x.position + 1} {x.input}"), str(int(x.distance)), _bits(float(x.attribution_bits)),
+                   f"{x.share:.0%}"]
+            if "attention" in shown:
+                row.append("–" if math.isnan(x.attention) else f"{x.attention:.3f}")
+            rows.append(row)
+        more = f" (the first {ATTRIBUTION_ROWS} of {len(frame)})" if len(frame) > ATTRIBUTION_ROWS else ""
+        parts.append(f'<div style="{_NOTE}">the words read before it, largest |attribution| first{esc(more)}; '
+                     f"distance 1: the word just before the predicted word</div>")
+        parts.append(_row_table(header, rows))
+    if attr.convergence_delta is not None:
+        parts.append(f'<div style="{_NOTE}">integrated gradients, {int(attr.steps[target])} steps: convergence delta '
+                     f"{_bits(float(attr.convergence_delta[target]) / math.log(2))} "
+                     f"({float(attr.relative_delta[target]):.1%})</div>")
+    return f'<div class="vizlm-attribution" style="{_BOX}">{"".join(parts)}</div>'
 
 
 def frame_html(frame: pd.DataFrame, floats: str = "{:.3f}") -> str:

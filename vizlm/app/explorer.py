@@ -11,7 +11,7 @@ import math
 
 import streamlit as st
 
-from vizlm.analysis import LN2
+from vizlm.analysis import DISTANCE_NOTE, LN2
 from vizlm.api import ATTENTION_OFF, MAX_TOKENS, READINGS, Analysis
 from vizlm.api import compare as compare_models
 from vizlm.app import checkpoints as ck
@@ -253,9 +253,9 @@ def _attribution_panel(name: str, sa: Analysis, r: int, threshold: float | None,
             st.caption("This word has fewer than two earlier words in its memory: its attention chooses nothing to agree with.")
     shown = frame.head(ATTRIBUTION_ROWS)
     table = {"word read": [f"{p + 1} {w}" for p, w in zip(shown.position, shown.input)],
-             "back": shown.offset, "bits": shown.attribution_bits, "share": 100 * shown.share}
+             "distance": shown.distance, "bits": shown.attribution_bits, "share": 100 * shown.share}
     config = {
-        "back": st.column_config.NumberColumn("back", width="small", help="words back (0: the word just read)"),
+        "distance": st.column_config.NumberColumn("distance", width="small", help=DISTANCE_NOTE),
         "bits": st.column_config.NumberColumn(
             "bits", format="%+.3f", width="small",
             help="this word's attribution: its part of log₂ P(word), in bits (+ it raised the probability, − it lowered it)"),
