@@ -1361,3 +1361,21 @@ def test_a_link_to_compare_on_a_prepared_corpus(mine):
     at = linked("compare.py", a="lstm", b="amsrn", corpus=PREPARED, split="dev")
     no_exception(at)
     assert f"The corpus {PREPARED} has no split 'dev' (it has train, valid, test); using its first" in messages(at)
+
+
+def test_a_compare_link_selects_the_sentence_s_first_word(doc_dirs):
+    """Compare -> "Open ... in the Explorer" of a document model: the link's row is the first word of the chosen
+    sentence as the Explorer reads the passage, even where a sentence before it reads as more tokens than the
+    corpus gave it ("Reps." is read as "Reps" "."); counting the corpus's words selected an earlier </s>."""
+    from vizlm import load
+    from vizlm.app import results
+    from vizlm.text import tokenize
+
+    lm = load(str(doc_dirs[1]))
+    for index in range(45, 80):
+        text, row = results.passage_text("brown", "test", index)
+        last = [t.text for t in tokenize(text.rsplit("\n", 1)[-1])]
+        a = lm.analyze(text, effects=False)
+        read = [t for t in a.tokens[row:] if t != "</s>"]  # the Explorer may end a sentence at "Reps. Edith"
+        assert a.tokens[row] == last[0] and read[:len(last)] == last, index
+        assert row == 0 or a.tokens[row - 1] == "</s>"
