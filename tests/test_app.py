@@ -494,6 +494,30 @@ def test_chinese_text_names_the_chinese_model_to_choose():
     assert "A passage of 2 sentences" in " ".join(c.value for c in at.caption)
 
 
+def test_a_model_of_another_language_brings_its_text_and_comparison_model():
+    """Switching the model to amsrn-sinica replaces the English text by the Chinese one and the English model
+    compared with by a Chinese one, so no warning about unknown words shows; switching back brings English.
+    Two models reading a text as <unk> get one warning, not two."""
+    if "amsrn-sinica" not in bundled_checkpoints():
+        pytest.skip("no bundled Chinese checkpoint amsrn-sinica")
+    from vizlm.app.checkpoints import language
+    from vizlm.links import DEFAULT_TEXT, DEFAULT_TEXTS
+
+    at = explorer(model="amsrn", compare="lstm", text=DEFAULT_TEXT)
+    at.selectbox(key="model").set_value("amsrn-sinica").run()
+    no_exception(at)
+    assert at.text_area(key="text").value == DEFAULT_TEXTS["Chinese"]
+    assert language(at.selectbox(key="compare").value) == "Chinese"
+    assert "vocabulary" not in messages(at)
+    at.selectbox(key="model").set_value("amsrn").run()
+    no_exception(at)
+    assert at.text_area(key="text").value == DEFAULT_TEXT and language(at.selectbox(key="compare").value) == "English"
+    at = explorer(model="amsrn", compare="lstm", text=CHINESE)
+    no_exception(at)
+    (warning,) = [w.value for w in at.warning if "vocabulary" in w.value]
+    assert "Each reads them as <unk>" in warning and "Choose a Chinese model" in warning
+
+
 def test_attention_off_note_and_highlight_key():
     import numpy as np
 

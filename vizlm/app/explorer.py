@@ -20,7 +20,7 @@ from vizlm.app import widgets as ui
 from vizlm.attribution import TEXT_METHODS
 from vizlm.checkpoint import meta_corpus
 from vizlm.data import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, example_passages, example_sentences, user_corpora
-from vizlm.links import DEFAULT_TEXT, EXPLORER_MEASURES, MAX_TOP_K, MEASURE_LABELS, parse_query
+from vizlm.links import DEFAULT_TEXT, DEFAULT_TEXTS, EXPLORER_MEASURES, MAX_TOP_K, MEASURE_LABELS, parse_query
 from vizlm.plots import (
     attention_key_html,
     attribution_html,
@@ -31,6 +31,7 @@ from vizlm.plots import (
     sentence_strip_html,
     text_span,
 )
+from vizlm.text import tokenize
 
 UNKNOWN_WARNING = 0.5  # share of out-of-vocabulary words above which a model is said not to read the text
 ATTRIBUTION_ROWS = 12  # words of the selected word's reading listed by attribution (the heat map shows them all)
@@ -67,6 +68,23 @@ def seed_from_url(names: list[str]) -> None:
     )
 
 
+def follow_language(names: list[str]) -> None:
+    """The model picked is of another language than the text or the model compared with: bring that language's
+    text (:data:`vizlm.links.DEFAULT_TEXTS`) and its comparison model (:func:`vizlm.app.checkpoints.baseline_model`),
+    so the view does not open on words the model cannot read."""
+    model = st.session_state["model"]
+    want = ck.language(model)
+    if want is None:  # a corpus of yours: its language is not known
+        return
+    compare = st.session_state.get("compare")
+    if compare and ck.language(compare) not in (None, want):
+        st.session_state["compare"] = ck.baseline_model(names, model) or ""
+    text = st.session_state.get("text") or ""
+    if want in DEFAULT_TEXTS and text.strip() and ck.text_language([t.text for t in tokenize(text)]) != want:
+        st.session_state["text"] = DEFAULT_TEXTS[want]
+        st.session_state["example"] = None
+
+
 def use_example() -> None:
     choice = st.session_state.get("example")
     if choice:
@@ -89,7 +107,7 @@ def example_options(model: str, compare: str) -> dict[str, str]:
     if own:
         opts = {f"{own} passage · {sid}": text for sid, text in example_passages(own, "test")}
         opts |= {f"{own} · {sid}": text for sid, text in example_sentences(own, "test")}
-    if not opts:
+    if not opts and ck.language(model) in (None, "English"):  # the shipped examples are English
         opts = {f"{name} passage · {sid}": text for corpus, name in (("brown", "Brown"), ("wsj", "WSJ"))
                 for sid, text in example_passages(corpus, "test")}
         opts |= {f"WSJ · {sid}": text for sid, text in example_sentences("wsj", "test")}
@@ -135,7 +153,9 @@ def find_improved(model: str, compare: str) -> bool:
 
 
 def warn_unknown(analyses: dict[str, Analysis], names: list[str]) -> None:
-    """A warning for each model that reads most of the text as ``<unk>`` (e.g. Chinese for an English model)."""
+    """One warning naming each model that reads most of the text as ``<unk>`` (e.g. Chinese for an English
+    model), and the models to choose instead."""
+    lines, instead = [], ""
     for name, a in analyses.items():
         unknown = sum(a.unk) / max(1, len(a.unk))
         if unknown <= UNKNOWN_WARNING:
@@ -143,10 +163,14 @@ def warn_unknown(analyses: dict[str, Analysis], names: list[str]) -> None:
         corpus = meta_corpus(ck.model_meta(name))
         trained = f" {CORPUS_LANGUAGE[corpus]}-only: it was trained on {CORPUS_TITLES[corpus]}" if corpus in CORPUS_LANGUAGE else ""
         readers = ck.readers_of(a.tokens, names)  # the models in this text's language
-        instead = (f" Choose a {ck.language(readers[0])} model instead: {', '.join(readers)}."
-                   if readers and name not in readers else "")
-        st.warning(f"{unknown:.0%} of these words are not in {name}'s vocabulary ({name} is{trained or ' not trained on text like this'}). "
-                   f"It reads them as <unk>, so its attention and probabilities say little about this text.{instead}",
+        if readers and name not in readers:
+            lang = ck.language(readers[0])
+            instead = f" Choose {'an' if lang[0] in 'AEIOU' else 'a'} {lang} model instead: {', '.join(readers)}."
+        lines.append(f"{unknown:.0%} of these words are not in {name}'s vocabulary ({name} is"
+                     f"{trained or ' not trained on text like this'}).")
+    if lines:
+        who = "It reads them as <unk>, so its" if len(lines) == 1 else "Each reads them as <unk>, so their"
+        st.warning(" ".join(lines) + f" {who} attention and probabilities say little about this text.{instead}",
                    icon=":material/translate:")
 
 
@@ -328,7 +352,8 @@ def sidebar() -> tuple[list[str], str, str, float | None, int | None, str]:
         if st.session_state.get("model") not in names:
             st.session_state["model"] = defaults(names)[0]
         listed = ck.by_kind(names)
-        model = st.selectbox("Model", listed, key="model", format_func=ck.model_label,
+        model = st.selectbox("Model", listed, key="model", format_func=ck.model_label, on_change=follow_language,
+                             args=(names,),
                              help=f"{ck.KINDS_HELP} {ck.model_help(st.session_state['model'])}")
         others = [""] + [n for n in listed if n != model]
         if st.session_state.get("compare") not in others:
