@@ -441,6 +441,10 @@ def test_most_improved_sentences_join_the_examples(monkeypatch):
     no_exception(at)
     options = at.selectbox(key="example").options
     assert any(o.startswith(f"improved by {TINY}") for o in options)
+    # something visible changes: the most improved sentence is opened, picked in the list, and a note says so
+    picked = at.selectbox(key="example").value
+    assert picked.startswith(f"improved by {TINY}") and at.text_area(key="text").value == at.session_state["_examples"][picked]
+    assert any("to the examples (first in the list)" in m.value for m in at.success)
 
 
 # --------------------------------------------------------------------------- reliability (issue: defects a user hits)

@@ -149,6 +149,8 @@ def find_improved(model: str, compare: str) -> bool:
     st.session_state.setdefault("_improved", {})[(compare, model)] = rows
     if not rows:
         st.session_state["_improved_none"] = (compare, model)  # said after the rerun that lists the examples
+    else:  # the rerun opens the most improved sentence, picked in the list, and says where the others are
+        st.session_state["_improved_pick"] = (f"improved by {model} · {rows[0][0]}", rows[0][1], len(rows))
     return True
 
 
@@ -395,9 +397,16 @@ def text_input(model: str, compare: str) -> str:
                "predicting it, how sure it was, and why the attention may have helped.")
     for note in st.session_state.pop("_url_notes", []):
         st.warning(note, icon=":material/link:")
+    pick = st.session_state.pop("_improved_pick", None)  # "Most improved" was clicked: show what it found
+    if pick is not None:
+        st.session_state["text"] = pick[1]
+        st.success(f"Added the {pick[2]} Brown test sentences whose perplexity {model} lowers most relative to {compare} "
+                   "to the examples (first in the list); showing the first.", icon=":material/trending_down:")
     left, right = st.columns([2, 1], vertical_alignment="bottom")
     with right:
         examples = example_options(model, compare)
+        if pick is not None and pick[0] in examples:
+            st.session_state["example"] = pick[0]
         if st.session_state.get("example") not in examples:  # another model's corpus: other examples
             st.session_state["example"] = None
         st.selectbox("Or pick an example", list(examples), key="example",
