@@ -406,7 +406,7 @@ def test_an_attribution_shows_itself_and_takes_words(lm):
     page = attr._repr_html_()
     assert "vizlm-attribution" in page and "vz-attributed" in page and "<script" not in page
     shown = attr.show("cat").html
-    assert f"predicting <b>cat</b>" in shown and "distance" in shown and "1 " in shown
+    assert "predicting <b>cat</b>" in shown and "distance" in shown and "1 " in shown
     with pytest.raises(VizlmError, match="not a word of this text"):
         attr.row_frame("taxes")
     with pytest.raises(VizlmError, match="out of range"):

@@ -1005,7 +1005,7 @@ def test_positions_page_shows_attribution_by_distance_on_request(monkeypatch, tm
     (spec,) = [s for s in specs if s["title"]["text"] == "Attribution by distance"]
     line = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "line")
     assert line["encoding"]["y"]["field"] == "mean" and line["encoding"]["y"]["title"] == "share of |attribution|"
-    assert line["encoding"]["x"]["field"] == "position"
+    assert line["encoding"]["x"]["field"] == "distance"
     assert line["encoding"]["color"]["scale"]["domain"] == [TINY, DOC_KVP, DOC_LSTM]  # the attention plot's order first
     # Streamlit sends the chart's data beside its spec, as Arrow tables
     (chart,) = [c for c in charts(at) if json.loads(c.proto.spec)["title"]["text"] == "Attribution by distance"]
@@ -1013,13 +1013,13 @@ def test_positions_page_shows_attribution_by_distance_on_request(monkeypatch, tm
     rows = pd.concat([t for t in tables if "model" in t.columns])  # not the mark at 0 ("word just read")
     assert set(rows["model"]) == {TINY, DOC_KVP, DOC_LSTM}
     window = at.slider(key="pos_window").value
-    assert set(rows["position"]) == set(range(-window, 1))  # 0: the word just read
+    assert set(rows["distance"]) == set(range(1, window + 2))  # 1: the word just read
     metrics = {streamlit_shows(m.label): m for m in at.metric}
     assert metrics[TINY].value == "no window" and metrics[DOC_LSTM].value == "no window"
     expected = vizlm.load(str(doc_dirs[0])).corpus_attribution("brown", "test", limit=200)["positions"]["beyond_window"]
     kvp = metrics[DOC_KVP]
     assert kvp.value == f"{expected['value']:.1%}" and kvp.delta == f"95% {expected['lo']:.1%}–{expected['hi']:.1%}"
-    assert "more than 3 back" in kvp.help
+    assert "at a distance of more than 4" in kvp.help
 
 
 # --------------------------------------------------------------------------- plugins (docs/PLUGINS.md)

@@ -597,3 +597,20 @@ def test_the_default_highlight_shows_the_largest_words_of_a_long_reading():
         assert set(lit) == {p for p in range(len(size)) if size[p] > 0 and size[p] >= at.DEFAULT_SHARE * size.max()}
     html = plots.attribution_html(res, last)
     assert f"({len(res.highlights(last))} word" in html and html.count("vz-attributed") >= 1
+
+
+def test_one_distance_convention_for_attention_and_attribution():
+    """A word's distance from the predicted word is 1 for the word just before it (the word just read) and 2 for
+    the newest memory slot's, in the attribution's row frame and in the attention's slot offsets alike."""
+    from vizlm.analysis import distance
+
+    ckpt = tiny("kvp", window=3)
+    sa = analyze_sentences(ckpt, PASSAGE[:1])
+    res = at.attribute(ckpt, sa, "gradient-x-input")
+    r = 3
+    frame = res.row_frame(r)
+    by_input = dict(zip(frame.position, frame.distance))
+    assert by_input[r] == 1 and by_input[r - 1] == 2  # the word just read; the one before it
+    newest = max(j for j in range(len(sa.targets)) if sa.allowed()[r, j])
+    assert distance(sa.slot_offsets()[r, newest]) == by_input[newest - 1] == 2  # slot j holds input position j - 1
+    assert (res.distances() == res.offsets() + 1).all()

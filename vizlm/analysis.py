@@ -70,6 +70,13 @@ LN2 = math.log(2)  # nats per bit
 # How far back a word is, in every view (tables, chart axes, the tour): its distance from the predicted word.
 DISTANCE_NOTE = ("distance from the predicted word: 1 = the word just before it (the word just read), 2 = the one "
                  "before that (the newest memory slot)")
+
+
+def distance(offset):
+    """The distance from the predicted word (:data:`DISTANCE_NOTE`) of a word ``offset`` words back from the word
+    just read, as the statistics store positions (0: the word just read; 1: the one before, the newest memory slot;
+    :meth:`SentenceAnalysis.slot_offsets`): ``offset + 1``. Numbers and arrays alike."""
+    return offset + 1
 # Slot effects cost one output-layer row (10k words) per (row, slot) pair with weight: a sentence of
 # n words has about n^2 / 2 of them for AMSRN and Salton, 5 n for a window of 5. analyze() computes
 # them when there are at most this many (AMSRN: about 88 words, ~25 ms on one core); beyond that

@@ -45,6 +45,7 @@ from vizlm.analysis import (  # noqa: F401 - ATTENTION_OFF, READINGS: facts the 
     SentenceAnalysis,
     analyze,
     context_of,
+    distance,
 )
 from vizlm.attribution import METHODS as ATTRIBUTION_METHODS  # noqa: F401 - read by the CLI from here
 from vizlm.attribution import Attribution as _Attribution
@@ -741,9 +742,12 @@ class Positions:
         self.result, self.corpus, self.split = result, corpus, split
 
     def frame(self) -> pd.DataFrame:
-        """One row per (model, offset): model, offset (1 = the most recent slot), mean weight, lo, hi (95%
-        band), count, effect (mean slot effect in bits), effect_lo, effect_hi."""
-        return self.result.frame.copy()
+        """One row per (model, offset): model, offset (1 = the most recent slot), distance (from the predicted
+        word, :func:`vizlm.analysis.distance`: 2 for the most recent slot, 1 being the word just read), mean
+        weight, lo, hi (95% band), count, effect (mean slot effect in bits), effect_lo, effect_hi."""
+        frame = self.result.frame.copy()
+        frame.insert(frame.columns.get_loc("offset") + 1, "distance", distance(frame["offset"].astype(int)))
+        return frame
 
     @property
     def entropy(self) -> dict[str, float]:

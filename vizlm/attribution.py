@@ -59,7 +59,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vizlm.analysis import LN2, SentenceAnalysis, analyze, analyze_sentences, with_slot_effects
+from vizlm.analysis import LN2, SentenceAnalysis, distance, analyze, analyze_sentences, with_slot_effects
 from vizlm.cache import cached, checkpoint_digest
 from vizlm.checkpoint import Checkpoint
 from vizlm.data import Vocab, load_corpus
@@ -194,7 +194,7 @@ class Attribution:
         positions = np.flatnonzero(self.covered[row])
         bits = self.bits[row, positions]
         total = np.abs(bits).sum()
-        out = {"position": positions, "input": [self.inputs[p] for p in positions], "distance": row + 1 - positions,
+        out = {"position": positions, "input": [self.inputs[p] for p in positions], "distance": distance(row - positions),
                "attribution_bits": bits, "share": np.abs(bits) / total if total > 0 else np.zeros(len(bits))}
         if self.attention is not None:
             out["attention"] = np.where(self.attended[row, positions], self.attention[row, positions], math.nan)
@@ -211,7 +211,7 @@ class Attribution:
         """[T, T] the distance of position p from row r's predicted word, ``r + 1 - p``: 1 for the word just
         before it (the word just read), 2 for the one before that (the attention's newest slot); the
         distance every view of vizlm shows."""
-        return self.offsets() + 1
+        return distance(self.offsets())
 
     def agreement(self, absolute: bool = True, k: int = TOP_K) -> pd.DataFrame:
         """Per target, :func:`agreement` of its attention and attribution over the positions both cover:

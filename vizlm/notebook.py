@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from vizlm import plots
-from vizlm.analysis import ATTENTION_OFF, READINGS, SentenceAnalysis
+from vizlm.analysis import ATTENTION_OFF, DISTANCE_NOTE, READINGS, SentenceAnalysis, distance
 from vizlm.attribution import Attribution
 from vizlm.cases import LABEL_DESCRIPTIONS
 from vizlm.text import clean_text
@@ -301,10 +301,11 @@ def positions_html(frame: pd.DataFrame, entropy: dict, peak: dict, effects: dict
     """Attention by position (Daniluk et al. Fig. 3): the charts (``svgs``), the mean weight per
     position and model as a table, the entropy and the share of words the read moves by > 1 bit."""
     parts = ['<div style="font-weight:600">Mean attention by relative position</div>',
-             f'<div style="{_NOTE}">cf. Daniluk et al. (2017), Fig. 3; offset 1 = the most recent word in memory</div>']
+             f'<div style="{_NOTE}">cf. Daniluk et al. (2017), Fig. 3; {esc(DISTANCE_NOTE)}</div>']
     parts += [figure_html(s) for s in svgs]
     if not frame.empty:
-        wide = frame.pivot_table(index="offset", columns="model", values="mean", sort=False).reset_index()
+        wide = frame.assign(distance=distance(frame["offset"].astype(int))).pivot_table(
+            index="distance", columns="model", values="mean", sort=False).reset_index()
         parts.append(frame_html(wide, "{:.4f}"))
     rows = []
     for name, value in entropy.items():

@@ -30,7 +30,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from vizlm.analysis import BOUNDARY, DEFAULT_THRESHOLD, SentenceAnalysis
+from vizlm.analysis import BOUNDARY, DEFAULT_THRESHOLD, SentenceAnalysis, distance
 from vizlm.attribution import LABELS as METHOD_LABELS
 from vizlm.attribution import DEFAULT_SHARE, Attribution
 from vizlm.cases import LABELS
@@ -76,6 +76,15 @@ SCATTER_OPACITY = 0.35  # thousands of sentences overlap: where both groups lie,
 
 
 # --------------------------------------------------------------------------- colours
+
+
+def _distance_x(current: bool = True, ordinal: bool = False) -> alt.X:
+    """The x axis of every chart by position: the distance from the predicted word (:data:`vizlm.analysis.DISTANCE_NOTE`), the
+    nearest word on the right, where the text would go on."""
+    note = ("1 = the word just before it, the word just read; 2 = the newest memory slot" if current
+            else "2 = the newest memory slot")
+    return alt.X(f"distance:{'O' if ordinal else 'Q'}", title=f"distance from the predicted word ({note})",
+                 scale=alt.Scale(reverse=True), axis=alt.Axis(tickMinStep=1, format="d", labelAngle=0))
 
 
 def palette(value: float, vmin: float = WEIGHT_DOMAIN[0], vmax: float = WEIGHT_DOMAIN[1],
@@ -455,12 +464,12 @@ def attribution_heatmap(
         "position": [xlab[p] for p in cols],
         "predicting": [attr.targets[r] for r in rows_],
         "input": [attr.inputs[p] for p in cols],
-        "back": (rows_ - cols).astype(int),
+        "distance": distance(rows_ - cols).astype(int),
         "attribution": bits[rows_, cols],
         "highlighted": [(int(r), int(p)) in marked for r, p in zip(rows_, cols)],
     })
     tooltip = [alt.Tooltip("predicting:N", title="predicting"), alt.Tooltip("input:N", title="word read"),
-               alt.Tooltip("back:Q", title="words back"),
+               alt.Tooltip("distance:Q", title="distance"),
                alt.Tooltip("attribution:Q", title="attribution (bits)", format="+.3f")]
     if attr.attention is not None:
         df["weight"] = np.where(attr.attended[rows_, cols], attr.attention[rows_, cols], np.nan)  # NaN: no slot
@@ -506,9 +515,9 @@ def positions_chart(frame: pd.DataFrame, title: str | None = None, measure: str 
     with ``measure="effect"`` the mean slot effect (bits) at each position instead.
 
     ``frame`` columns: model, offset, mean, lo, hi, count (and effect, effect_lo, effect_hi
-    for effects); ``offset`` 1 is the most recent memory slot. The x axis shows
-    ``-offset``, so the most recent slot is rightmost (``-L ... -1``), and the band
-    spans the 95% confidence interval of the mean.
+    for effects); ``offset`` 1 is the most recent memory slot. The x axis shows the distance from the predicted
+    word (:func:`vizlm.analysis.distance`: the newest slot holds the word 2 before it), nearest on the right,
+    and the band spans the 95% confidence interval of the mean.
     """
     if measure not in MEASURES:
         raise ValueError(f"measure must be one of {', '.join(MEASURES)}, not {measure!r}")
@@ -520,15 +529,14 @@ def positions_chart(frame: pd.DataFrame, title: str | None = None, measure: str 
         df = df[np.isfinite(df["effect"].astype(float))]
         if df.empty:
             raise ValueError("positions_chart: no slot effects in this frame")
-    df["position"] = -df["offset"].astype(int)
+    df["distance"] = distance(df["offset"].astype(int))
     models = list(dict.fromkeys(df["model"].astype(str)))
     colour = alt.Color("model:N", title="model", scale=alt.Scale(domain=models, range=_categorical(len(models))))
-    x = alt.X("position:Q", title="position relative to the predicted word (−1 = most recent)",
-              axis=alt.Axis(tickMinStep=1, format="d"))
+    x = _distance_x(current=False)
     value, lo, hi = ("effect", "effect_lo", "effect_hi") if effect_mode else ("mean", "lo", "hi")
     tooltip = [
         alt.Tooltip("model:N"),
-        alt.Tooltip("offset:Q", title="words back"),
+        alt.Tooltip("distance:Q", title="distance"),
         alt.Tooltip("mean:Q", title="mean weight", format=".3f"),
         alt.Tooltip(f"{lo}:Q", title="band low", format=".3f"),
         alt.Tooltip(f"{hi}:Q", title="band high", format=".3f"),
@@ -597,8 +605,8 @@ def attribution_positions_chart(frame: pd.DataFrame, title: str | None = None, c
     one line per model with its 95% band, drawn like :func:`positions_chart` (same x axis, same colours in
     the same model order) so that where the attention looks sits beside where the prediction depends.
 
-    ``frame``: :func:`attribution_positions_frame`. With ``current`` the word just read (offset 0, at 0 on
-    the x axis, marked) is drawn too: the prediction depends on it most, and no attention slot holds it.
+    ``frame``: :func:`attribution_positions_frame`. With ``current`` the word just read (offset 0, at distance 1
+    on the x axis, marked) is drawn too: the prediction depends on it most, and no attention slot holds it.
     Positions no word reaches (NaN) are left out.
     """
     _require(frame, ["model", "offset", "mean", "lo", "hi", "count"], "attribution_positions_chart")
@@ -607,15 +615,13 @@ def attribution_positions_chart(frame: pd.DataFrame, title: str | None = None, c
         df = df[df["offset"].astype(int) >= 1]
     if df.empty:
         raise ValueError("attribution_positions_chart: no position in this frame has an attribution")
-    df["position"] = -df["offset"].astype(int)
+    df["distance"] = distance(df["offset"].astype(int))
     models = list(dict.fromkeys(df["model"].astype(str)))
     colour = alt.Color("model:N", title="model", scale=alt.Scale(domain=models, range=_categorical(len(models))))
-    x = alt.X("position:Q", axis=alt.Axis(tickMinStep=1, format="d"),
-              title="position relative to the predicted word (0 = the word just read, −1 = the one before)"
-              if current else "position relative to the predicted word (−1 = most recent)")
+    x = _distance_x(current=current)
     tooltip = [
         alt.Tooltip("model:N"),
-        alt.Tooltip("offset:Q", title="words back"),
+        alt.Tooltip("distance:Q", title="distance"),
         alt.Tooltip("mean:Q", title="share of |attribution|", format=".1%"),
         alt.Tooltip("lo:Q", title="band low", format=".1%"),
         alt.Tooltip("hi:Q", title="band high", format=".1%"),
@@ -631,11 +637,11 @@ def attribution_positions_chart(frame: pd.DataFrame, title: str | None = None, c
         tooltip=tooltip,
     )
     layers: list[alt.Chart] = [band, line]
-    if current:  # the word just read is no memory slot: a rule and a label say what 0 is
-        mark = alt.Chart(pd.DataFrame({"position": [0], "label": ["word just read"]}))
-        layers.insert(0, mark.mark_rule(color="#888", strokeDash=[4, 4]).encode(x="position:Q"))
+    if current:  # the word just read is no memory slot: a rule and a label say what distance 1 is
+        mark = alt.Chart(pd.DataFrame({"distance": [distance(0)], "label": ["word just read"]}))
+        layers.insert(0, mark.mark_rule(color="#888", strokeDash=[4, 4]).encode(x=alt.X("distance:Q")))
         layers.append(mark.mark_text(align="right", baseline="top", dx=-4, dy=4, color="#555")
-                      .encode(x="position:Q", y=alt.value(0), text="label:N"))
+                      .encode(x=alt.X("distance:Q"), y=alt.value(0), text="label:N"))
     methods = list(dict.fromkeys(frame["method"].dropna().astype(str))) if "method" in frame.columns else []
     method = METHOD_LABELS.get(methods[0], methods[0]) if len(methods) == 1 else "attribution"
     return alt.layer(*layers).properties(
@@ -1166,21 +1172,22 @@ def case_counts_chart(frame: pd.DataFrame) -> alt.Chart:
 
 
 def sentence_positions_chart(frame: pd.DataFrame, name: str, text: str) -> alt.Chart:
-    """One sentence: attention weight at each offset back (x, most recent right) for every predicted word (y).
+    """One sentence: attention weight at each distance from the predicted word (x, nearest right) for every
+    predicted word (y).
 
     ``frame`` is :func:`vizlm.corpus.sentence_positions` (target, word, offset, weight, attended),
     coloured on the attention scale.
     """
     df = frame.copy()
-    df["position"] = -df["offset"].astype(int)
+    df["distance"] = distance(df["offset"].astype(int))
     df["row"] = [f"{t + 2} {w}" for t, w in zip(df["target"], df["word"])]
     rows = list(dict.fromkeys(df["row"]))
     return alt.Chart(df).mark_rect().encode(
-        x=alt.X("position:O", title="position relative to the predicted word (−1 = most recent)"),
+        x=_distance_x(current=False, ordinal=True),
         y=alt.Y("row:N", title="predicted word", sort=rows),
         color=alt.Color("weight:Q", title="attention", scale=alt.Scale(scheme=SCHEME, domain=list(WEIGHT_DOMAIN))),
         tooltip=[alt.Tooltip("word:N", title="predicting"), alt.Tooltip("attended:N", title="attended word"),
-                 alt.Tooltip("offset:Q", title="words back"), alt.Tooltip("weight:Q", format=".3f")],
+                 alt.Tooltip("distance:Q", title="distance"), alt.Tooltip("weight:Q", format=".3f")],
     ).properties(width=alt.Step(28), height=alt.Step(16),
                  title=alt.Title(f"{name}: attention by position, word by word", subtitle=_subtitle(text, 60), anchor="start"))
 
