@@ -539,7 +539,7 @@ def test_highlights_text_and_heat_map_show_only_what_a_row_read(name, kw, contex
     spec = export.chart_spec(plots.attribution_heatmap(res, top_k=2, selected=3))  # validated
     cells = next(d for d in spec["datasets"].values() if d and "attribution" in d[0])
     assert len(cells) == int(res.covered.sum())
-    assert all(c["back"] >= 0 for c in cells)
+    assert all(c["distance"] >= 1 for c in cells)
     with pytest.raises(at.AttributionError, match="out of range"):
         res.highlights(T)
 
