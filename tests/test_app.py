@@ -187,6 +187,18 @@ def test_second_model_shows_side_by_side_and_gates():
     assert len(at.get("download_button")) >= 5
 
 
+def test_the_gates_tab_only_for_gated_models_and_example_names_are_distinct():
+    """No "AMSRN gates" tab when no model shown has gates (it only said so); every example reads differently in
+    the picker (two Brown passages of one document began alike)."""
+    at = explorer(model="kvp", compare="lstm", text="the dogs in the park are barking .")
+    no_exception(at)
+    assert [t.label for t in at.tabs] == ["Heat map", "Surprisal per word", "Data & downloads"]
+    options = at.selectbox(key="example").options
+    assert len(options) == len(set(options)) > 10
+    at = explorer(model=TINY, text="the dogs in the park are barking .")
+    assert "AMSRN gates" in [t.label for t in at.tabs]
+
+
 def test_example_picker_fills_the_text():
     at = explorer(model=TINY)
     box = at.selectbox(key="example")

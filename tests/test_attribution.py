@@ -614,3 +614,16 @@ def test_one_distance_convention_for_attention_and_attribution():
     newest = max(j for j in range(len(sa.targets)) if sa.allowed()[r, j])
     assert distance(sa.slot_offsets()[r, newest]) == by_input[newest - 1] == 2  # slot j holds input position j - 1
     assert (res.distances() == res.offsets() + 1).all()
+
+
+def test_an_unknown_word_is_labelled_alike_on_both_axes():
+    """A word outside the vocabulary is written as typed on a heat map's rows as on its columns (it was "<unk>"
+    on one axis and the word on the other)."""
+    from vizlm import plots
+
+    ckpt = tiny("kvp", window=3)
+    sa = analyze_sentences(ckpt, [["w4", "zebra", "w9", "w20"]])
+    assert "<unk>" in sa.targets
+    rows, slots = plots.target_axis_labels(sa), plots.slot_axis_labels(sa)
+    positions = plots.position_axis_labels(at.attribute(ckpt, sa, "gradient-x-input"))
+    assert rows[1] == "3 zebra" and "3 zebra" in slots and "3 zebra" in positions

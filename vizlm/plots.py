@@ -160,8 +160,9 @@ def slot_axis_labels(sa: SentenceAnalysis) -> list[str]:
 
 
 def target_axis_labels(sa: SentenceAnalysis) -> list[str]:
-    """[T] ``"k word"`` for each target row, ``k`` being the slot the word will occupy (``r + 2``)."""
-    return [f"{r + 2} {w}" for r, w in enumerate(sa.targets)]
+    """[T] ``"k word"`` for each target row, ``k`` being the slot the word will occupy (``r + 2``), the word as
+    written (an out-of-vocabulary word too, as the slot and position axes write it, not ``<unk>``)."""
+    return [f"{r + 2} {sa.tokens[r] if r < len(sa.tokens) else w}" for r, w in enumerate(sa.targets)]
 
 
 def _sizes(n: int) -> tuple[int, int, int]:

@@ -131,6 +131,16 @@ def example_label(key: str, text: str) -> str:
     return head + shown
 
 
+def example_labels(examples: dict[str, str]) -> dict[str, str]:
+    """:func:`example_label` of every example, the sentence id added where two would read the same (two Brown
+    passages of one document start alike)."""
+    labels = {k: example_label(k, text) for k, text in examples.items()}
+    counts: dict[str, int] = {}
+    for label in labels.values():
+        counts[label] = counts.get(label, 0) + 1
+    return {k: label if counts[label] == 1 else f"{label} ({k.split(' · ', 1)[-1]})" for k, label in labels.items()}
+
+
 def find_improved(model: str, compare: str) -> bool:
     """Rank the Brown test sentences by how much ``model`` improves on ``compare`` (:func:`vizlm.compare` in
     the background, the job the Compare page shares; progress bar; cached)."""
@@ -411,7 +421,7 @@ def text_input(model: str, compare: str) -> str:
             st.session_state["example"] = None
         st.selectbox("Or pick an example", list(examples), key="example",
                      placeholder="Passages and sentences…", on_change=use_example,
-                     format_func=lambda k: example_label(k, examples[k]),
+                     format_func=example_labels(examples).__getitem__,
                      help="Passages and single sentences of the test split of the model's corpus when `vizlm "
                           "import` wrote it, else of Brown test documents and of the WSJ sample; and the "
                           "sentences the model improves most (after “Most improved”).")
