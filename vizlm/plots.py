@@ -161,8 +161,9 @@ def slot_axis_labels(sa: SentenceAnalysis) -> list[str]:
 
 def target_axis_labels(sa: SentenceAnalysis) -> list[str]:
     """[T] ``"k word"`` for each target row, ``k`` being the slot the word will occupy (``r + 2``), the word as
-    written (an out-of-vocabulary word too, as the slot and position axes write it, not ``<unk>``)."""
-    return [f"{r + 2} {sa.tokens[r] if r < len(sa.tokens) else w}" for r, w in enumerate(sa.targets)]
+    read (:attr:`SentenceAnalysis.norms`, as the slot and position axes write it: an out-of-vocabulary word too,
+    not ``<unk>``)."""
+    return [f"{r + 2} {sa.norms[r] if r < len(sa.norms) else w}" for r, w in enumerate(sa.targets)]
 
 
 def _sizes(n: int) -> tuple[int, int, int]:
