@@ -351,3 +351,13 @@ def test_attribute_prints_bits_as_the_app_shows_them(capsys):
     last = doc["targets"][-1]
     top = max(last["attributions"], key=lambda a: abs(a["score"]))
     assert f"{top['input']}({top['score'] / math.log(2):+.2f})" in out.splitlines()[-1]
+
+
+def test_export_takes_its_format_from_the_suffix(capsys, tmp_path):
+    """`vizlm export --out x.png` writes a PNG without --format (as Analysis.export); a suffix that is no format
+    asks for --format, before any work."""
+    code, _, _ = run(capsys, "export", "--checkpoint", "lstm", "--text", "the dogs saw a cat .", "--out",
+                     str(tmp_path / "x.csv"))
+    assert code == 0 and (tmp_path / "x.csv").read_text(encoding="utf-8-sig").startswith("model,")
+    code, _, err = run(capsys, "export", "--checkpoint", "lstm", "--text", "the end .", "--out", str(tmp_path / "x.dat"))
+    assert code == 2 and "say --format" in err and not (tmp_path / "x.dat").exists()

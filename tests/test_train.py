@@ -264,3 +264,15 @@ def test_no_start_slot_through_the_cli(tmp_path, capsys):
     assert json.loads((out / "config.json").read_text())["config"]["start_slot"] is False
     assert cli.main(["train", "--model", "lstm", "--no-start-slot", "--dry-run", "--out", str(tmp_path / "x")]) == 2
     assert "no option" in capsys.readouterr().err
+
+
+def test_a_dry_run_without_out_leaves_nothing_behind(tmp_path, monkeypatch, capsys):
+    """`vizlm train --dry-run` without --out trains in a temporary folder and removes it (it left megabytes)."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    assert cli.main(["train", "--model", "lstm", "--hidden-dim", "8", "--emb-dim", "8", "--dry-run"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["checkpoint"] is None and math.isfinite(result["valid_perplexity"])
+    assert not list(tmp_path.iterdir())

@@ -259,7 +259,8 @@ def add_analysis_commands(sub) -> None:
     p.add_argument("--split", default="test", help="with --corpus: train / valid / test (default test)")
     p.add_argument("--sentence", metavar="ID", help="with --corpus: the sentence's id (the first column of "
                    "`vizlm compare --csv`; default: the split's first sentence)")
-    p.add_argument("--format", required=True, choices=["png", "svg", "html", "csv", "json"], help="output format")
+    p.add_argument("--format", choices=["png", "svg", "html", "csv", "json"],
+                   help="output format (default: the --out file's suffix, as the API's Analysis.export)")
     p.add_argument("--out", required=True, type=Path, help="output file")
     _force(p)
     _highlight_mode(p)
@@ -544,6 +545,9 @@ def corpus_text(corpus: str, split: str, sentence: str | None, document: bool) -
 
 
 def cmd_export(args) -> int:
+    args.format = args.format or args.out.suffix.lstrip(".").lower()
+    if args.format not in ("png", "svg", "html", "csv", "json"):
+        raise ValueError(f"--out {args.out}: say --format (png, svg, html, csv, json); the suffix does not")
     check_outputs(args, "out")
     if args.sentence is not None and args.corpus is None:
         raise ValueError("--sentence chooses a sentence of --corpus; give --corpus NAME")
