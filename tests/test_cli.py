@@ -361,3 +361,21 @@ def test_export_takes_its_format_from_the_suffix(capsys, tmp_path):
     assert code == 0 and (tmp_path / "x.csv").read_text(encoding="utf-8-sig").startswith("model,")
     code, _, err = run(capsys, "export", "--checkpoint", "lstm", "--text", "the end .", "--out", str(tmp_path / "x.dat"))
     assert code == 2 and "say --format" in err and not (tmp_path / "x.dat").exists()
+
+
+def test_a_finished_progress_bar_ends_full(capsys, monkeypatch):
+    """The bar counts the rows of forward passes; a document model's rows are chunks of several sentences, so
+    the count alone stopped short (eval's bar ended at 422/491). Work that finishes ends the bar at its total."""
+    import torch
+
+    from vizlm import commands
+
+    class Ckpt:
+        model = torch.nn.Linear(1, 1)
+
+    monkeypatch.setattr(commands, "PROGRESS_MIN_TOKENS", 0)
+    with commands.scoring_progress([Ckpt()], None, "eval", total=5):
+        for _ in range(2):
+            Ckpt.model(torch.zeros(2, 1))  # two passes of two rows: 4 of 5
+    err = capsys.readouterr().err
+    assert "5/5" in err and "4/5" not in err.splitlines()[-1]

@@ -141,6 +141,10 @@ def scoring_progress(ckpts, sentences: list[list[str]] | None, desc: str, total:
     handles = [m.register_forward_hook(tick) for m in models]
     try:
         yield
+        # done: the bar ends full. A forward pass's rows are not always sentences (a document model reads chunks
+        # of running text, several sentences a row), so the count alone stopped short (422/491).
+        if bar is not None and bar.total and bar.n < bar.total:
+            bar.update(bar.total - bar.n)
     finally:
         for h in handles:
             h.remove()
