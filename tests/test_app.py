@@ -1227,6 +1227,38 @@ def test_bad_app_arguments_give_a_message(app_argv, args, expect):
     assert expect in shown and "usage: streamlit run app.py --" in shown, shown
 
 
+def test_the_readme_s_app_commands_list_an_imported_model_and_its_corpus(imported, monkeypatch, tmp_path):
+    """Every `streamlit run app.py -- ...` the README shows, run in the folder of its "Your own model" recipe (the
+    model imported into runs/, its corpus where `vizlm import` writes it by default: the corpora folder), lists
+    the corpus, and the model when it names --checkpoints (`--corpora data` hid the corpus)."""
+    import re
+    import shlex
+    import shutil
+
+    from vizlm import paths
+    from vizlm.app.checkpoints import checkpoint_folders
+    from vizlm.app.shell import apply_arguments
+    from vizlm.data import user_corpora
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    commands = [shlex.split(c) for c in re.findall(r"streamlit run app\.py -- ([^`\n#…]+)", readme)]
+    assert any("--checkpoints" in c for c in commands), commands
+    clone = tmp_path / "clone"
+    for folder in ("runs", "data", "checkpoints"):
+        (clone / folder).mkdir(parents=True)
+    shutil.copytree(imported["checkpoints"] / IMPORTED[0], clone / "runs" / "wt2-lstm")
+    monkeypatch.chdir(clone)
+    monkeypatch.setenv("VIZLM_CORPORA", str(imported["data"]))  # the corpora folder the import wrote to
+    for argv in commands:
+        try:
+            apply_arguments(argv)
+            assert "wlm" in user_corpora(), argv
+            if "--checkpoints" in argv:
+                assert "wt2-lstm" in checkpoint_folders(), argv
+        finally:
+            paths.clear_overrides()
+
+
 def test_app_arguments_set_the_folders(app_argv, imported, tmp_path, monkeypatch):
     """``streamlit run app.py -- --checkpoints DIR --corpora DIR --runs DIR``: the app lists those folders' models."""
     from vizlm import paths

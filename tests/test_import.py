@@ -120,6 +120,9 @@ def test_import_reproduces_the_models_logits(cell, layers, tie, whole, data, dat
                           "--out", str(tmp_path / "ckpt"), *extra], capsys)
     assert code == 0, err
     summary = json.loads(out)
+    # people are told what was written and what to run next (the JSON line alone said neither)
+    assert f"wrote the checkpoint {tmp_path / 'ckpt'}" in err and "Next:" in err
+    assert f"--checkpoint {tmp_path / 'ckpt'} --corpus wlm" in err and f"--checkpoints {tmp_path}" in err
     assert (summary["rnn"], summary["layers"], summary["tie"]) == (VIZLM_CELL[cell], layers, tie)
     ckpt = load_checkpoint(tmp_path / "ckpt")
     c = ckpt.model.config

@@ -139,7 +139,13 @@ def cmd_import(args) -> int:
 
     summary = import_pytorch_examples(args.model_file, args.source_data, args.corpus, args.out,
                                       nonlinearity=args.nonlinearity, force=args.force)
-    print(json.dumps(summary))
+    print(json.dumps(summary))  # for scripts; people read what follows, on stderr
+    corpora = f" --corpora {paths.corpora_dir()}" if getattr(args, "corpora", None) is not None else ""
+    print(f"wrote the checkpoint {summary['checkpoint']} and the corpus {summary['corpus']} "
+          f"({summary['corpus_folder']}). Next:\n"
+          f"  vizlm{corpora} eval --checkpoint {summary['checkpoint']} --corpus {summary['corpus']} --split test\n"
+          f"  streamlit run app.py -- --checkpoints {Path(summary['checkpoint']).parent}{corpora}"
+          "   # the app, the model beside the bundled ones", file=sys.stderr)
     return 0
 
 
