@@ -404,3 +404,22 @@ def test_typed_text_is_read_as_the_imported_vocabulary_writes_words(cased, data_
     assert a.norms == (["The", "Cat", "sat", "in", "1999", "."] if cased else ["the", "cat", "sat", "in", "N", "."])
     assert not any(a.unk)
     assert load("lstm").analyze("The Cat sat in 1999 .").norms == ["the", "cat", "sat", "in", "N", "."]
+
+
+def test_vizlm_corpora_counts_an_imported_corpus(data, data_dir, tmp_path, capsys):
+    """`vizlm corpora` gives an imported corpus's sentences and tokens (they were blank: its card has no
+    statistics), and --json writes counts as whole numbers (1234, not 1234.0)."""
+    words = source_vocabulary(data)
+    torch.manual_seed(0)
+    torch.save(RNNModel("LSTM", len(words), 4, 4, 1).state_dict(), tmp_path / "m.pt")
+    code, _, err = run(["import", "pytorch-examples", str(tmp_path / "m.pt"), "--data", str(data), "--corpus", "wlm",
+                        "--out", str(tmp_path / "ckpt")], capsys)
+    assert code == 0, err
+    code, out, _ = run(["corpora", "--json"], capsys)
+    rows = {(r["corpus"], r["split"]): r for r in json.loads(out)}
+    test = rows[("wlm", "test")]
+    assert (test["sentences"], test["tokens"]) == (2, 8)  # its lines with words, and their words
+    assert all(isinstance(r[c], int) or r[c] is None for r in rows.values() for c in ("sentences", "tokens", "vocab_size"))
+    code, out, _ = run(["corpora"], capsys)
+    line = next(x for x in out.splitlines() if x.split()[:2] == ["wlm", "test"])
+    assert " 2 " in line and " 8 " in line

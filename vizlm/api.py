@@ -188,26 +188,33 @@ def corpora() -> pd.DataFrame:
     from vizlm import paths
     from vizlm.data import user_corpus_cards
 
+    def counts(path: Path) -> tuple[int | None, int | None]:  # (sentences, tokens) of a processed split: its lines
+        if not path.is_file():
+            return None, None
+        data = path.read_bytes()
+        return sum(1 for line in data.splitlines() if line.strip()), len(data.split())
+
     rows = []
     for corpus, splits in CORPORA.items():
         for split in splits:
             path = paths.data_dir() / corpus / f"{split}.txt"
-            sentences = tokens = None
-            if path.is_file():
-                data = path.read_bytes()
-                sentences, tokens = data.count(b"\n"), len(data.split())
+            sentences, tokens = counts(path)
             rows.append({"corpus": corpus, "split": split, "kind": "vizlm", "title": CORPUS_TITLES.get(corpus),
                          "language": CORPUS_LANGUAGE.get(corpus), "sentences": sentences, "tokens": tokens,
                          "path": str(path.parent)})
     for corpus, (folder, card) in user_corpus_cards().items():
         for split in card.get("splits", ()):
             st = (card.get("split_stats") or {}).get(split) or {}
+            if st.get("sentences") is None:  # an imported corpus's card has no statistics: count its files
+                st = dict(zip(("sentences", "tokens"), counts(Path(folder) / f"{split}.txt"))) | st
             rows.append({"corpus": corpus, "split": split, "kind": "yours", "title": corpus, "language": None,
                          "documents": st.get("documents"), "sentences": st.get("sentences"), "tokens": st.get("tokens"),
                          "vocab_size": card.get("vocab_size"), "oov_rate": st.get("oov_rate"),
                          "layout": (card.get("layout") or {}).get("name") or (card.get("source") or {}).get("kind"),
                          "path": str(folder)})
-    return pd.DataFrame(rows, columns=CORPUS_COLUMNS)
+    # counts are whole numbers, missing ones <NA> (a float column would write 1234.0 in JSON)
+    return pd.DataFrame(rows, columns=CORPUS_COLUMNS).astype(
+        {c: "Int64" for c in ("documents", "sentences", "tokens", "vocab_size")})
 
 
 def corpus_card(name: str) -> dict | None:
