@@ -255,9 +255,10 @@ def test_compare_link_opens_the_chosen_sentence_in_the_explorer(page):
     page.wait_for_url(lambda url: "target=" in url)
     wait_idle(page)
     import vizlm
+    from vizlm.text import tokenize
 
     q = query(page)
-    first = q["text"].rsplit("\n", 1)[-1].split()[0]
+    first = tokenize(q["text"].rsplit("\n", 1)[-1])[0].text  # the chosen sentence's first token
     assert q["model"] == "lstm-doc" and vizlm.load("lstm-doc").analyze(q["text"]).tokens[int(q["target"])] == first
     shot(page, "compare-link-explorer")
 
