@@ -1383,6 +1383,15 @@ def test_the_corpus_pages_open_on_the_prepared_corpus_of_its_models(mine):
     assert at.selectbox(key="cases_corpus").value == MINE_TEST and at.metric and not at.warning
 
 
+def test_attention_by_position_opens_with_the_models_of_your_corpus(mine):
+    """With a model of yours trained on a corpus of yours, Attention by position opens with it on that corpus, not
+    with the bundled Brown models (minutes, and a warning per model off its corpus)."""
+    at = page("positions.py")
+    no_exception(at)
+    assert at.multiselect(key="pos_models").value == [MINE[1]]  # the attention model of the prepared corpus
+    assert at.selectbox(key="pos_corpus").value == MINE_TEST and not at.warning
+
+
 def test_the_explorer_s_examples_come_from_the_prepared_corpus(mine):
     """#27: a model trained on the prepared corpus opens with examples of its test split (sentences and passages,
     by their ids dN:i), read as that corpus reads them."""
