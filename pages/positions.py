@@ -134,12 +134,14 @@ def attribution_view() -> None:
                            help="Models without attention attributed the same way (at first the chosen models' "
                                 "controls: the same training without attention, else the LSTM): does a plain "
                                 "recurrent model depend on words further back than the attention's window?")
+    size = len(results.load_corpus_cached(corpus, split).sentences)
+    st.caption(views.attribution_estimate([*models, *extra], min(size, limit or size)))  # said before it starts
     try:
-        results = corpus_attributions([*models, *extra], corpus, split, limit)
+        attributed = corpus_attributions([*models, *extra], corpus, split, limit)
     except (ValueError, ck.UserError) as exc:
         ui.show_error(exc)
         return
-    views.render_attribution_positions(results, window, f"attribution-positions-{corpus}-{split}-w{window}",
+    views.render_attribution_positions(attributed, window, f"attribution-positions-{corpus}-{split}-w{window}",
                                        "pos_attribution")
 
 

@@ -1012,6 +1012,9 @@ def test_positions_page_shows_attribution_by_distance_on_request(monkeypatch, tm
     at.run()
     no_exception(at)
     assert at.multiselect(key="pos_attribution_others").value == [DOC_LSTM]
+    # the cost is said before the work starts: 2 attention models and an LSTM over the 200 sentences
+    assert "Attributing 3 models over 200 sentences takes about 52 seconds the first time" in " ".join(
+        c.value for c in at.caption)
     assert len(list(tmp_path.iterdir())) == 3  # each model attributed once, into the disk cache
     specs = [json.loads(c.proto.spec) for c in charts(at)]
     (spec,) = [s for s in specs if s["title"]["text"] == "Attribution by distance"]

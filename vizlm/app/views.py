@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from vizlm.analysis import distance, with_slot_effects
-from vizlm.app.checkpoints import get_checkpoint
+from vizlm.app.checkpoints import get_checkpoint, has_attention
 from vizlm.app.results import attribution, attribution_spec, heatmap_spec
 from vizlm.attribution import LABELS as METHOD_LABELS
 from vizlm.attribution import TEXT_METHODS
@@ -207,6 +207,21 @@ def render_position_stats(stats, chart_fn, stem: str, key: str) -> None:
 def _share(x) -> str:
     """A share of |attribution| for a metric; a dash where no word gave one (NaN, or JSON's null)."""
     return "—" if x is None or not math.isfinite(x) else f"{max(0.0, x):.1%}"  # float noise must not print "-0.0%"
+
+
+# Attribution by distance, the first time (then the disk cache): seconds per 1,000 sentences per model on one core
+# (gradient x input; an attention model also runs Jain & Wallace's permutation test), as measured on the bundled models.
+ATTRIBUTION_SECONDS = {"attention": 120, "plain": 20}
+
+
+def attribution_estimate(models: list[str], sentences: int) -> str:
+    """What attributing ``models`` over ``sentences`` costs the first time, written for people: said before it
+    starts (the whole Brown test split with eight models took more than half an hour on two loaded cores)."""
+    seconds = sum(ATTRIBUTION_SECONDS["attention" if has_attention(m) else "plain"] for m in models) * sentences / 1000
+    when = f"about {seconds / 60:.0f} minutes" if seconds >= 90 else f"about {max(1, round(seconds))} seconds"
+    return (f"Attributing {len(models)} model{'s' if len(models) != 1 else ''} over {sentences:,} sentences takes "
+            f"{when} the first time on one core (then it comes from the disk cache); the Sentences picker in the "
+            "sidebar limits it.")
 
 
 def render_attribution_positions(results: list[dict], window: int, stem: str, key: str) -> None:
