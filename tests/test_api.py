@@ -366,7 +366,8 @@ def test_given_sentences_are_what_the_cli_reads(lm):
     assert c.frame().equals(direct.table) and c.summary == direct.summary and "given sentences" in repr(c)
     p = vizlm.positions("kvp-doc", window=4, sentences=sents, ids=ids)
     same = corpus.attention_by_position([vizlm.load("kvp-doc").checkpoint], sents, window=4, ids=ids)
-    assert p.frame().equals(same.frame) and p.entropy == same.entropy
+    assert p.frame().drop(columns="distance").equals(same.frame) and p.entropy == same.entropy
+    assert (p.frame()["distance"] == same.frame["offset"] + 1).all()  # the distance from the predicted word
 
 
 def test_positions():
@@ -386,7 +387,7 @@ def test_the_reference_names_every_public_name_and_method():
     doc = (ROOT / "docs" / "API.md").read_text(encoding="utf-8")
     for name in vizlm.__all__:
         assert f"`{name}" in doc, name
-    for cls in (api.Model, api.Analysis, api.Comparison, api.Positions):
+    for cls in (api.Model, api.Analysis, api.Attribution, api.Comparison, api.Positions):
         for member in vars(cls):
             if not member.startswith("_") and member != "of":
                 assert member in doc, f"{cls.__name__}.{member}"
