@@ -313,7 +313,7 @@ def test_notebook_html_is_static_and_shows_the_word(a):
     assert "attention over memory" in html and "vz-target" in html and "<table" in html
     assert "memory slots of this word" in html and "attention effect" in html
     T = len(a.targets)
-    cells = html.count("<td style=\"min-width:2.6em;") + html.count("<td style=\"width:")
+    cells = html.count("<td style=\"font-size:0.8em;width:") + html.count("<td style=\"width:")
     assert cells == T * len(plots.window_slots(a.allowed(), (0, T)))  # one cell per row and shown slot
     park = a.target_index("park")
     view = a.show(target="park")
@@ -412,3 +412,16 @@ def test_an_attribution_shows_itself_and_takes_words(lm):
         attr.row_frame("taxes")
     with pytest.raises(VizlmError, match="out of range"):
         attr.row_frame(len(attr.targets))
+
+
+def test_the_notebook_heat_map_gives_every_column_one_width(a):
+    """Every cell of the notebook heat map has the same size, in the same font: the first column, filled on
+    every row in a smaller font, was narrower than the rest and cut its numbers."""
+    import re
+
+    from vizlm import notebook
+
+    html = notebook.heatmap_html(a, values=True)
+    sizes = {re.search(r"font-size:[^;]+;width:[^;]+;", style).group(0) if "width:" in style else None
+             for style in re.findall(r'<td style="([^"]*)"', html)}
+    assert len(sizes) == 1 and None not in sizes, sizes

@@ -86,7 +86,10 @@ def heatmap_html(sa: SentenceAnalysis, measure: str = "weight", threshold: float
     labels, inputs = sa.slot_labels, sa.input_labels
     starts = set(sa.start_slots)
     values = len(columns) <= MAX_VALUE_COLUMNS if values is None else values
-    width = "min-width:2.6em;" if values else f"width:{CELL_PX}px;min-width:{CELL_PX}px;height:{CELL_PX}px;"
+    # every cell the same size, empty or not: the font size is part of it (em counts in the cell's own font: a
+    # filled cell's smaller font made the first column, which every row fills, narrower; it cut its numbers)
+    width = ("font-size:0.8em;width:3.2em;min-width:3.2em;padding:0;" if values
+             else f"width:{CELL_PX}px;min-width:{CELL_PX}px;height:{CELL_PX}px;padding:0;")
     head_style = ("writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap;font-weight:normal;"
                   "padding:2px 0;font-size:0.85em;max-height:9em;overflow:hidden;")
     head = "".join(f'<th style="{head_style}" title="{esc(xlab[j])}">{esc(xlab[j])}</th>' for j in columns)
@@ -110,8 +113,8 @@ def heatmap_html(sa: SentenceAnalysis, measure: str = "weight", threshold: float
                 tip += f" · effect {_bits(e)}"
             shown = "" if not values else (f"{e:+.2f}" if measure == "effect" and e is not None and abs(e) >= 0.005
                                            else "" if measure == "effect" else f"{w:.2f}")
-            cells.append(f'<td style="{width}{rule}background:{colour};color:{ink};{lit}text-align:center;'
-                         f'font-size:0.8em;padding:0" title="{esc(tip)}">{shown}</td>')
+            cells.append(f'<td style="{width}{rule}background:{colour};color:{ink};{lit}text-align:center" '
+                         f'title="{esc(tip)}">{shown}</td>')
         body.append(f"<tr>{''.join(cells)}</tr>")
     what = "effect of each memory slot on P(word), in bits" if measure == "effect" else "attention over memory"
     rule = f"top {top_k}" if top_k is not None else f"weight ≥ {threshold:g}" if threshold is not None else ""
