@@ -76,6 +76,10 @@ def explorer() -> None:
         "AMSRN gates": lambda: render_gates(analyses),
         "Data & downloads": lambda: render_data(analyses, r, threshold, top_k),
     }
+    if all(a.gates is None for a in analyses.values()):  # only AMSRN models have selection gates
+        del views["AMSRN gates"]
+    if st.session_state.get("explorer_view") not in views:
+        st.session_state["explorer_view"] = next(iter(views))
     for tab, render in zip(st.tabs(list(views), key="explorer_view", on_change="rerun"), views.values()):
         if tab.open:
             with tab:

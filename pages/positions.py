@@ -67,17 +67,18 @@ with st.sidebar:
     own = [ck.window(m) for m in models]  # the models' own windows: the paper draws each model's window
     ui.keep_choice("pos_window", list(range(1, vc.MAX_WINDOW + 1)),
                    max(own) if own and all(w is not None and w <= vc.MAX_WINDOW for w in own) else DEFAULT_WINDOW)
-    window = st.slider("Window (words back)", 1, vc.MAX_WINDOW, key="pos_window",
-                       help="How many positions before the predicted word to show (at first the models' own window, "
-                            "when every one has one). KVP's own window is a property of the checkpoint; beyond it its "
+    window = st.slider("Window (memory slots)", 1, vc.MAX_WINDOW, key="pos_window",
+                       help="How many memory slots to show, at distances 2 to the window + 1 from the predicted word "
+                            "(distance 1 is the word just read); at first the models' own window, when every one has one. KVP's own window is a property of the checkpoint; beyond it its "
                             "weights are zero.")
     label, corpus, split = ui.corpus_picker("pos_corpus", models)
     limit = ui.sample_picker("pos_sample")
 
 st.title("Attention by position", anchor=False)
-st.caption("Mean attention weight at each position before the predicted word (−1 = the most recent word in memory), "
+st.caption("Mean attention weight at each distance from the predicted word (1 = the word just before it, the word just "
+           "read, which no memory slot holds; 2 = the newest memory slot), "
            "averaged over every prediction in the split, with a 95% confidence band — Daniluk et al. (2017), Fig. 3. "
-           "A model that only looks at the last few words has its mass on the right. Beside it, the mean **effect** of the "
+           "A model that only looks at the last few words has its mass on the right (the nearest words). Beside it, the mean **effect** of the "
            "slot at each position (bits): whether that attention changed the predictions.")
 if not models:
     st.info("Pick at least one attention model in the sidebar.", icon=":material/info:")
@@ -133,12 +134,14 @@ def attribution_view() -> None:
                            help="Models without attention attributed the same way (at first the chosen models' "
                                 "controls: the same training without attention, else the LSTM): does a plain "
                                 "recurrent model depend on words further back than the attention's window?")
+    size = len(results.load_corpus_cached(corpus, split).sentences)
+    st.caption(views.attribution_estimate([*models, *extra], min(size, limit or size)))  # said before it starts
     try:
-        results = corpus_attributions([*models, *extra], corpus, split, limit)
+        attributed = corpus_attributions([*models, *extra], corpus, split, limit)
     except (ValueError, ck.UserError) as exc:
         ui.show_error(exc)
         return
-    views.render_attribution_positions(results, window, f"attribution-positions-{corpus}-{split}-w{window}",
+    views.render_attribution_positions(attributed, window, f"attribution-positions-{corpus}-{split}-w{window}",
                                        "pos_attribution")
 
 

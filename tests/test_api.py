@@ -329,7 +329,7 @@ def test_notebook_html_is_static_and_shows_the_word(a):
     assert "attention over memory" in html and "vz-target" in html and "<table" in html
     assert "memory slots of this word" in html and "attention effect" in html
     T = len(a.targets)
-    cells = html.count("<td style=\"min-width:2.6em;") + html.count("<td style=\"width:")
+    cells = html.count("<td style=\"font-size:0.8em;width:") + html.count("<td style=\"width:")
     assert cells == T * len(plots.window_slots(a.allowed(), (0, T)))  # one cell per row and shown slot
     park = a.target_index("park")
     view = a.show(target="park")
@@ -382,7 +382,8 @@ def test_given_sentences_are_what_the_cli_reads(lm):
     assert c.frame().equals(direct.table) and c.summary == direct.summary and "given sentences" in repr(c)
     p = vizlm.positions("kvp-doc", window=4, sentences=sents, ids=ids)
     same = corpus.attention_by_position([vizlm.load("kvp-doc").checkpoint], sents, window=4, ids=ids)
-    assert p.frame().equals(same.frame) and p.entropy == same.entropy
+    assert p.frame().drop(columns="distance").equals(same.frame) and p.entropy == same.entropy
+    assert (p.frame()["distance"] == same.frame["offset"] + 1).all()  # the distance from the predicted word
 
 
 def test_positions():
@@ -402,7 +403,41 @@ def test_the_reference_names_every_public_name_and_method():
     doc = (ROOT / "docs" / "API.md").read_text(encoding="utf-8")
     for name in vizlm.__all__:
         assert f"`{name}" in doc, name
-    for cls in (api.Model, api.Analysis, api.Comparison, api.Positions):
+    for cls in (api.Model, api.Analysis, api.Attribution, api.Comparison, api.Positions):
         for member in vars(cls):
             if not member.startswith("_") and member != "of":
                 assert member in doc, f"{cls.__name__}.{member}"
+
+
+def test_an_attribution_shows_itself_and_takes_words(lm):
+    """Model.attribute's result displays itself in a notebook as the Explorer shows it (highlighted text, the
+    words read with bits and distance), its repr is one line, and a row can be a word, as in Analysis.show;
+    a word not in the text is a VizlmError with a message."""
+    attr = lm.attribute(TEXT, method="gradient-x-input")
+    assert isinstance(attr, vizlm.Attribution) and "\n" not in repr(attr) and "array" not in repr(attr)
+    cat = attr.row_of("cat")
+    assert attr.targets[cat] == "cat" and attr.row_frame("cat").equals(attr.row_frame(cat))
+    assert attr.highlights("cat") == attr.highlights(cat)
+    frame = attr.row_frame("cat")
+    assert list(frame.distance) == [cat + 1 - p for p in frame.position] and frame.distance.min() == 1
+    page = attr._repr_html_()
+    assert "vizlm-attribution" in page and "vz-attributed" in page and "<script" not in page
+    shown = attr.show("cat").html
+    assert "predicting <b>cat</b>" in shown and "distance" in shown and "1 " in shown
+    with pytest.raises(VizlmError, match="not a word of this text"):
+        attr.row_frame("taxes")
+    with pytest.raises(VizlmError, match="out of range"):
+        attr.row_frame(len(attr.targets))
+
+
+def test_the_notebook_heat_map_gives_every_column_one_width(a):
+    """Every cell of the notebook heat map has the same size, in the same font: the first column, filled on
+    every row in a smaller font, was narrower than the rest and cut its numbers."""
+    import re
+
+    from vizlm import notebook
+
+    html = notebook.heatmap_html(a, values=True)
+    sizes = {re.search(r"font-size:[^;]+;width:[^;]+;", style).group(0) if "width:" in style else None
+             for style in re.findall(r'<td style="([^"]*)"', html)}
+    assert len(sizes) == 1 and None not in sizes, sizes

@@ -189,6 +189,18 @@ def test_second_model_shows_side_by_side_and_gates():
     assert len(at.get("download_button")) >= 5
 
 
+def test_the_gates_tab_only_for_gated_models_and_example_names_are_distinct():
+    """No "AMSRN gates" tab when no model shown has gates (it only said so); every example reads differently in
+    the picker (two Brown passages of one document began alike)."""
+    at = explorer(model="kvp", compare="lstm", text="the dogs in the park are barking .")
+    no_exception(at)
+    assert [t.label for t in at.tabs] == ["Heat map", "Surprisal per word", "Data & downloads"]
+    options = at.selectbox(key="example").options
+    assert len(options) == len(set(options)) > 10
+    at = explorer(model=TINY, text="the dogs in the park are barking .")
+    assert "AMSRN gates" in [t.label for t in at.tabs]
+
+
 def test_example_picker_fills_the_text():
     at = explorer(model=TINY)
     box = at.selectbox(key="example")
@@ -490,6 +502,10 @@ def test_most_improved_sentences_join_the_examples(monkeypatch):
     no_exception(at)
     options = at.selectbox(key="example").options
     assert any(o.startswith(f"improved by {TINY}") for o in options)
+    # something visible changes: the most improved sentence is opened, picked in the list, and a note says so
+    picked = at.selectbox(key="example").value
+    assert picked.startswith(f"improved by {TINY}") and at.text_area(key="text").value == at.session_state["_examples"][picked]
+    assert any("to the examples (first in the list)" in m.value for m in at.success)
 
 
 # --------------------------------------------------------------------------- reliability (issue: defects a user hits)
@@ -541,6 +557,30 @@ def test_chinese_text_names_the_chinese_model_to_choose():
     no_exception(at)
     assert "vocabulary" not in messages(at)
     assert "A passage of 2 sentences" in " ".join(c.value for c in at.caption)
+
+
+def test_a_model_of_another_language_brings_its_text_and_comparison_model():
+    """Switching the model to amsrn-sinica replaces the English text by the Chinese one and the English model
+    compared with by a Chinese one, so no warning about unknown words shows; switching back brings English.
+    Two models reading a text as <unk> get one warning, not two."""
+    if "amsrn-sinica" not in bundled_checkpoints():
+        pytest.skip("no bundled Chinese checkpoint amsrn-sinica")
+    from vizlm.app.checkpoints import language
+    from vizlm.links import DEFAULT_TEXT, DEFAULT_TEXTS
+
+    at = explorer(model="amsrn", compare="lstm", text=DEFAULT_TEXT)
+    at.selectbox(key="model").set_value("amsrn-sinica").run()
+    no_exception(at)
+    assert at.text_area(key="text").value == DEFAULT_TEXTS["Chinese"]
+    assert language(at.selectbox(key="compare").value) == "Chinese"
+    assert "vocabulary" not in messages(at)
+    at.selectbox(key="model").set_value("amsrn").run()
+    no_exception(at)
+    assert at.text_area(key="text").value == DEFAULT_TEXT and language(at.selectbox(key="compare").value) == "English"
+    at = explorer(model="amsrn", compare="lstm", text=CHINESE)
+    no_exception(at)
+    (warning,) = [w.value for w in at.warning if "vocabulary" in w.value]
+    assert "Each reads them as <unk>" in warning and "Choose a Chinese model" in warning
 
 
 def test_attention_off_note_and_highlight_key():
@@ -754,6 +794,8 @@ def test_an_attribution_measure_explains_every_model_the_lstm_too():
     assert page.count("integrated gradients, highlighted") == 2 and "vz-attributed" in page
     tables = [d.value for d in at.dataframe if "bits" in d.value.columns]
     assert len(tables) == 2 and "weight" in tables[0].columns and "weight" not in tables[1].columns
+    weights = list(tables[0]["weight"])  # a number, or a dash for the word just read (no slot), never "None"
+    assert "–" in weights and all(w == "–" or 0 <= float(w) <= 1 for w in weights)
     from vizlm import load
 
     expected = load("lstm").attribute(text, "integrated-gradients").row_frame(9)
@@ -1019,12 +1061,15 @@ def test_positions_page_shows_attribution_by_distance_on_request(monkeypatch, tm
     at.run()
     no_exception(at)
     assert at.multiselect(key="pos_attribution_others").value == [DOC_LSTM]
+    # the cost is said before the work starts: 2 attention models and an LSTM over the 200 sentences
+    assert "Attributing 3 models over 200 sentences takes about 52 seconds the first time" in " ".join(
+        c.value for c in at.caption)
     assert len(list(tmp_path.iterdir())) == 3  # each model attributed once, into the disk cache
     specs = [json.loads(c.proto.spec) for c in charts(at)]
     (spec,) = [s for s in specs if s["title"]["text"] == "Attribution by distance"]
     line = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "line")
     assert line["encoding"]["y"]["field"] == "mean" and line["encoding"]["y"]["title"] == "share of |attribution|"
-    assert line["encoding"]["x"]["field"] == "position"
+    assert line["encoding"]["x"]["field"] == "distance"
     assert line["encoding"]["color"]["scale"]["domain"] == [TINY, DOC_KVP, DOC_LSTM]  # the attention plot's order first
     # Streamlit sends the chart's data beside its spec, as Arrow tables
     (chart,) = [c for c in charts(at) if json.loads(c.proto.spec)["title"]["text"] == "Attribution by distance"]
@@ -1032,13 +1077,13 @@ def test_positions_page_shows_attribution_by_distance_on_request(monkeypatch, tm
     rows = pd.concat([t for t in tables if "model" in t.columns])  # not the mark at 0 ("word just read")
     assert set(rows["model"]) == {TINY, DOC_KVP, DOC_LSTM}
     window = at.slider(key="pos_window").value
-    assert set(rows["position"]) == set(range(-window, 1))  # 0: the word just read
+    assert set(rows["distance"]) == set(range(1, window + 2))  # 1: the word just read
     metrics = {streamlit_shows(m.label): m for m in at.metric}
     assert metrics[TINY].value == "no window" and metrics[DOC_LSTM].value == "no window"
     expected = vizlm.load(str(doc_dirs[0])).corpus_attribution("brown", "test", limit=200)["positions"]["beyond_window"]
     kvp = metrics[DOC_KVP]
     assert kvp.value == f"{expected['value']:.1%}" and kvp.delta == f"95% {expected['lo']:.1%}–{expected['hi']:.1%}"
-    assert "more than 3 back" in kvp.help
+    assert "at a distance of more than 4" in kvp.help
 
 
 # --------------------------------------------------------------------------- plugins (docs/PLUGINS.md)
@@ -1234,6 +1279,38 @@ def test_bad_app_arguments_give_a_message(app_argv, args, expect):
     assert expect in shown and "usage: streamlit run app.py --" in shown, shown
 
 
+def test_the_readme_s_app_commands_list_an_imported_model_and_its_corpus(imported, monkeypatch, tmp_path):
+    """Every `streamlit run app.py -- ...` the README shows, run in the folder of its "Your own model" recipe (the
+    model imported into runs/, its corpus where `vizlm import` writes it by default: the corpora folder), lists
+    the corpus, and the model when it names --checkpoints (`--corpora data` hid the corpus)."""
+    import re
+    import shlex
+    import shutil
+
+    from vizlm import paths
+    from vizlm.app.checkpoints import checkpoint_folders
+    from vizlm.app.shell import apply_arguments
+    from vizlm.data import user_corpora
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    commands = [shlex.split(c) for c in re.findall(r"streamlit run app\.py -- ([^`\n#…]+)", readme)]
+    assert any("--checkpoints" in c for c in commands), commands
+    clone = tmp_path / "clone"
+    for folder in ("runs", "data", "checkpoints"):
+        (clone / folder).mkdir(parents=True)
+    shutil.copytree(imported["checkpoints"] / IMPORTED[0], clone / "runs" / "wt2-lstm")
+    monkeypatch.chdir(clone)
+    monkeypatch.setenv("VIZLM_CORPORA", str(imported["data"]))  # the corpora folder the import wrote to
+    for argv in commands:
+        try:
+            apply_arguments(argv)
+            assert "wlm" in user_corpora(), argv
+            if "--checkpoints" in argv:
+                assert "wt2-lstm" in checkpoint_folders(), argv
+        finally:
+            paths.clear_overrides()
+
+
 def test_app_arguments_set_the_folders(app_argv, imported, tmp_path, monkeypatch):
     """``streamlit run app.py -- --checkpoints DIR --corpora DIR --runs DIR``: the app lists those folders' models."""
     from vizlm import paths
@@ -1358,6 +1435,15 @@ def test_the_corpus_pages_open_on_the_prepared_corpus_of_its_models(mine):
     assert at.selectbox(key="cases_corpus").value == MINE_TEST and at.metric and not at.warning
 
 
+def test_attention_by_position_opens_with_the_models_of_your_corpus(mine):
+    """With a model of yours trained on a corpus of yours, Attention by position opens with it on that corpus, not
+    with the bundled Brown models (minutes, and a warning per model off its corpus)."""
+    at = page("positions.py")
+    no_exception(at)
+    assert at.multiselect(key="pos_models").value == [MINE[1]]  # the attention model of the prepared corpus
+    assert at.selectbox(key="pos_corpus").value == MINE_TEST and not at.warning
+
+
 def test_the_explorer_s_examples_come_from_the_prepared_corpus(mine):
     """#27: a model trained on the prepared corpus opens with examples of its test split (sentences and passages,
     by their ids dN:i), read as that corpus reads them."""
@@ -1453,3 +1539,21 @@ def test_each_models_attribution_download_exports_its_own_rows(monkeypatch):
     for key in ("attr_a", "attr_b"):
         callbacks[key][0][1]()
     assert exported == [("a", [1, 2]), ("b", [7, 8, 9])]
+
+
+def test_a_compare_link_selects_the_sentence_s_first_word(doc_dirs):
+    """Compare -> "Open ... in the Explorer" of a document model: the link's row is the first word of the chosen
+    sentence as the Explorer reads the passage, even where a sentence before it reads as more tokens than the
+    corpus gave it ("Reps." is read as "Reps" "."); counting the corpus's words selected an earlier </s>."""
+    from vizlm import load
+    from vizlm.app import results
+    from vizlm.text import tokenize
+
+    lm = load(str(doc_dirs[1]))
+    for index in range(45, 80):
+        text, row = results.passage_text("brown", "test", index)
+        last = [t.text for t in tokenize(text.rsplit("\n", 1)[-1])]
+        a = lm.analyze(text, effects=False)
+        read = [t for t in a.tokens[row:] if t != "</s>"]  # the Explorer may end a sentence at "Reps. Edith"
+        assert a.tokens[row] == last[0] and read[:len(last)] == last, index
+        assert row == 0 or a.tokens[row - 1] == "</s>"

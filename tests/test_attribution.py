@@ -5,6 +5,7 @@ a copy task whose dependency is known, causality, and the agreement metrics on h
 from __future__ import annotations
 
 import copy
+import json
 import math
 
 import numpy as np
@@ -538,7 +539,7 @@ def test_highlights_text_and_heat_map_show_only_what_a_row_read(name, kw, contex
         assert top == sorted(top, key=lambda p: -size[p]) and len(top) == min(3, int((size > 0).sum()))
         lit = res.highlights(r, threshold=0.25)
         assert all(res.covered[r, p] and p <= r for p in lit)
-        assert set(lit) == {p for p in range(T) if size[p] > 0 and size[p] >= 0.25 * size.sum()}
+        assert set(lit) == {p for p in range(T) if size[p] > 0 and size[p] >= 0.25 * size.max()}
         frame = res.row_frame(r)
         assert list(frame.position) == sorted(np.flatnonzero(res.covered[r]), key=lambda p: (-size[p], p))
         assert_same_math(torch.from_numpy(frame.attribution_bits.to_numpy().copy()),
@@ -551,7 +552,7 @@ def test_highlights_text_and_heat_map_show_only_what_a_row_read(name, kw, contex
     spec = export.chart_spec(plots.attribution_heatmap(res, top_k=2, selected=3))  # validated
     cells = next(d for d in spec["datasets"].values() if d and "attribution" in d[0])
     assert len(cells) == int(res.covered.sum())
-    assert all(c["back"] >= 0 for c in cells)
+    assert all(c["distance"] >= 1 for c in cells)
     with pytest.raises(at.AttributionError, match="out of range"):
         res.highlights(T)
 
@@ -620,3 +621,78 @@ def test_progress_is_reported_and_cancel_stops_between_batches():
     for method in ("gradient-x-input", "occlusion"):
         with pytest.raises(at.AttributionCancelled):
             at.attribute(ckpt, PASSAGE, method, cancel=lambda: True)
+
+
+def _outline_layers(spec: dict) -> list[dict]:
+    """The layers of a heat map spec that draw the highlighted cells' outlines."""
+    return [layer for layer in spec["layer"] if isinstance(layer.get("mark"), dict)
+            and layer["mark"].get("filled") is False and "highlighted" in json.dumps(layer.get("transform", []))]
+
+
+@pytest.mark.parametrize("what", ["attribution", "attention"])
+def test_heat_map_outlines_show_on_light_and_dark_cells(what):
+    """A highlighted cell's outline is the same on every cell: black (visible on the light cells and on the
+    white around the map) inside a white halo (visible on the dark ones). A white outline chosen for a dark
+    cell vanished where the cell borders the map's blank part: top 3 looked like two boxes."""
+    from vizlm import export, plots
+
+    ckpt = tiny("kvp", window=3)
+    sa = analyze_sentences(ckpt, PASSAGE)
+    chart = (plots.attribution_heatmap(at.attribute(ckpt, sa, "gradient-x-input"), top_k=3) if what == "attribution"
+             else plots.attention_heatmap(sa, top_k=3))
+    layers = _outline_layers(export.chart_spec(chart))
+    strokes = [layer["mark"].get("stroke") for layer in layers]
+    assert all("stroke" not in layer.get("encoding", {}) for layer in layers)  # no colour chosen per cell
+    assert strokes == [plots.OUTLINE_HALO, plots.OUTLINE_COLOUR]
+    assert plots.text_colour(plots.OUTLINE_COLOUR) == "#ffffff"  # dark: shows on white and light cells
+
+
+def test_the_default_highlight_shows_the_largest_words_of_a_long_reading():
+    """Without a setting, a row highlights the positions with at least a fifth of its largest |attribution|:
+    in a long passage, where no word holds a fifth of the total, the words that matter most are still shown
+    (at least one in every row that read a word), in the running text and in its caption's count."""
+    from vizlm import plots
+
+    ckpt = tiny("amsrn", context="document")
+    passage = [[f"w{4 + (i * 7 + j) % 30}" for j in range(10)] for i in range(6)]  # 65 predicted words
+    res = at.attribute(ckpt, analyze_sentences(ckpt, passage), "gradient-x-input")
+    last = len(res.targets) - 1
+    size = np.abs(res.scores[last]) * res.covered[last]
+    assert size.max() < at.DEFAULT_SHARE * size.sum()  # a share of the total would highlight nothing here
+    for r in range(1, last + 1):
+        lit = res.highlights(r)
+        size = np.abs(res.scores[r]) * res.covered[r]
+        assert lit and lit[0] == int(np.argmax(size))
+        assert set(lit) == {p for p in range(len(size)) if size[p] > 0 and size[p] >= at.DEFAULT_SHARE * size.max()}
+    html = plots.attribution_html(res, last)
+    assert f"({len(res.highlights(last))} word" in html and html.count("vz-attributed") >= 1
+
+
+def test_one_distance_convention_for_attention_and_attribution():
+    """A word's distance from the predicted word is 1 for the word just before it (the word just read) and 2 for
+    the newest memory slot's, in the attribution's row frame and in the attention's slot offsets alike."""
+    from vizlm.analysis import distance
+
+    ckpt = tiny("kvp", window=3)
+    sa = analyze_sentences(ckpt, PASSAGE[:1])
+    res = at.attribute(ckpt, sa, "gradient-x-input")
+    r = 3
+    frame = res.row_frame(r)
+    by_input = dict(zip(frame.position, frame.distance))
+    assert by_input[r] == 1 and by_input[r - 1] == 2  # the word just read; the one before it
+    newest = max(j for j in range(len(sa.targets)) if sa.allowed()[r, j])
+    assert distance(sa.slot_offsets()[r, newest]) == by_input[newest - 1] == 2  # slot j holds input position j - 1
+    assert (res.distances() == res.offsets() + 1).all()
+
+
+def test_an_unknown_word_is_labelled_alike_on_both_axes():
+    """A word outside the vocabulary is written as typed on a heat map's rows as on its columns (it was "<unk>"
+    on one axis and the word on the other)."""
+    from vizlm import plots
+
+    ckpt = tiny("kvp", window=3)
+    sa = analyze_sentences(ckpt, [["w4", "zebra", "w9", "w20"]])
+    assert "<unk>" in sa.targets
+    rows, slots = plots.target_axis_labels(sa), plots.slot_axis_labels(sa)
+    positions = plots.position_axis_labels(at.attribute(ckpt, sa, "gradient-x-input"))
+    assert rows[1] == "3 zebra" and "3 zebra" in slots and "3 zebra" in positions

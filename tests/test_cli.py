@@ -378,3 +378,43 @@ def test_attribute_states_its_cost_and_shows_progress(capsys, monkeypatch):
     code, _, err = run(capsys, "attribute", "--checkpoint", "lstm", "--text", "the cat sat on the mat .", "--steps", "4")
     assert code == 0 and "takes about" in err and "Ctrl-C" in err and "100%" in err, err
     assert commands.ATTRIBUTION_MAX_STEPS == attribution.MAX_STEPS
+
+
+def test_attribute_prints_bits_as_the_app_shows_them(capsys):
+    """The table `vizlm attribute` prints is in bits (the app's and the pictures' unit); --json keeps nats."""
+    args = ["attribute", "--checkpoint", "lstm", "--text", "the dogs saw a cat .", "--method", "gradient-x-input"]
+    code, out, _ = run(capsys, *args)
+    assert code == 0 and "in bits" in out and "nats" not in out
+    code, doc, _ = run(capsys, *args, "--json")
+    doc = json.loads(doc)
+    last = doc["targets"][-1]
+    top = max(last["attributions"], key=lambda a: abs(a["score"]))
+    assert f"{top['input']}({top['score'] / math.log(2):+.2f})" in out.splitlines()[-1]
+
+
+def test_export_takes_its_format_from_the_suffix(capsys, tmp_path):
+    """`vizlm export --out x.png` writes a PNG without --format (as Analysis.export); a suffix that is no format
+    asks for --format, before any work."""
+    code, _, _ = run(capsys, "export", "--checkpoint", "lstm", "--text", "the dogs saw a cat .", "--out",
+                     str(tmp_path / "x.csv"))
+    assert code == 0 and (tmp_path / "x.csv").read_text(encoding="utf-8-sig").startswith("model,")
+    code, _, err = run(capsys, "export", "--checkpoint", "lstm", "--text", "the end .", "--out", str(tmp_path / "x.dat"))
+    assert code == 2 and "say --format" in err and not (tmp_path / "x.dat").exists()
+
+
+def test_a_finished_progress_bar_ends_full(capsys, monkeypatch):
+    """The bar counts the rows of forward passes; a document model's rows are chunks of several sentences, so
+    the count alone stopped short (eval's bar ended at 422/491). Work that finishes ends the bar at its total."""
+    import torch
+
+    from vizlm import commands
+
+    class Ckpt:
+        model = torch.nn.Linear(1, 1)
+
+    monkeypatch.setattr(commands, "PROGRESS_MIN_TOKENS", 0)
+    with commands.scoring_progress([Ckpt()], None, "eval", total=5):
+        for _ in range(2):
+            Ckpt.model(torch.zeros(2, 1))  # two passes of two rows: 4 of 5
+    err = capsys.readouterr().err
+    assert "5/5" in err and "4/5" not in err.splitlines()[-1]

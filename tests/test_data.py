@@ -200,3 +200,18 @@ def test_split_texts_are_the_corpus_texts_without_token_lists(corpus, split):
     assert ids == c.ids and texts == [" ".join(o) for o in c.originals] and checksum == c.checksum
     with pytest.raises(ValueError, match="has no split"):
         split_texts("wsj", "train")
+
+
+def test_examples_of_an_imported_corpus_leave_out_wikitext_headings(tmp_path):
+    """An imported corpus keeps WikiText's "= Title =" and "= = Section = =" lines; the Explorer's examples are text,
+    so no example sentence or passage holds a heading."""
+    from vizlm import data
+
+    lines = ["= Valkyria Chronicles =", "", "= = Section 1 = =", "the game is a tactical role playing game for one",
+             "it was made by a team of people who had worked on earlier games", "= = = Reception = = =",
+             "the game sold well in japan and the critics praised it a lot", ""]
+    (tmp_path / "test.orig").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (tmp_path / "test.ids").write_text("\n".join(f"d0:{i}" for i in range(len(lines))) + "\n", encoding="utf-8")
+    sentences, passages = data._user_examples(str(tmp_path / "test.orig"), (0, 0))
+    shown = [t for _, t in sentences] + [t for _, t in passages]
+    assert sentences and passages and not any("=" in t for t in shown), shown

@@ -120,6 +120,9 @@ def test_import_reproduces_the_models_logits(cell, layers, tie, whole, data, dat
                           "--out", str(tmp_path / "ckpt"), *extra], capsys)
     assert code == 0, err
     summary = json.loads(out)
+    # people are told what was written and what to run next (the JSON line alone said neither)
+    assert f"wrote the checkpoint {tmp_path / 'ckpt'}" in err and "Next:" in err
+    assert f"--checkpoint {tmp_path / 'ckpt'} --corpus wlm" in err and f"--checkpoints {tmp_path}" in err
     assert (summary["rnn"], summary["layers"], summary["tie"]) == (VIZLM_CELL[cell], layers, tie)
     ckpt = load_checkpoint(tmp_path / "ckpt")
     c = ckpt.model.config
@@ -494,3 +497,22 @@ def test_weights_no_checkpoint_can_hold_are_refused_before_writing(data, data_di
                             str(out)], capsys)
         assert code == 2 and "decoder.bias" in err and needle in err and "Traceback" not in err, err
         assert not out.exists() and not (data_dir / "wlm").exists()
+
+
+def test_vizlm_corpora_counts_an_imported_corpus(data, data_dir, tmp_path, capsys):
+    """`vizlm corpora` gives an imported corpus's sentences and tokens (they were blank: its card has no
+    statistics), and --json writes counts as whole numbers (1234, not 1234.0)."""
+    words = source_vocabulary(data)
+    torch.manual_seed(0)
+    torch.save(RNNModel("LSTM", len(words), 4, 4, 1).state_dict(), tmp_path / "m.pt")
+    code, _, err = run(["import", "pytorch-examples", str(tmp_path / "m.pt"), "--data", str(data), "--corpus", "wlm",
+                        "--out", str(tmp_path / "ckpt")], capsys)
+    assert code == 0, err
+    code, out, _ = run(["corpora", "--json"], capsys)
+    rows = {(r["corpus"], r["split"]): r for r in json.loads(out)}
+    test = rows[("wlm", "test")]
+    assert (test["sentences"], test["tokens"]) == (2, 8)  # its lines with words, and their words
+    assert all(isinstance(r[c], int) or r[c] is None for r in rows.values() for c in ("sentences", "tokens", "vocab_size"))
+    code, out, _ = run(["corpora"], capsys)
+    line = next(x for x in out.splitlines() if x.split()[:2] == ["wlm", "test"])
+    assert " 2 " in line and " 8 " in line

@@ -73,10 +73,10 @@ def test_chart_validates_and_colours_models_as_the_attention_plot(results):
     spec = export.chart_spec(plots.attribution_positions_chart(frame))  # validates against the Vega-Lite schema
     line = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "line")
     assert line["encoding"]["y"]["field"] == "mean" and line["encoding"]["y"]["title"] == "share of |attribution|"
-    assert line["encoding"]["x"]["field"] == "position" and "0 = the word just read" in line["encoding"]["x"]["title"]
+    assert line["encoding"]["x"]["field"] == "distance" and "1 = the word just before it" in line["encoding"]["x"]["title"]
     assert "gradient × input" in spec["title"]["subtitle"]
     data = spec["datasets"][line["data"]["name"] if "data" in line else spec["data"]["name"]]
-    assert sorted({row["position"] for row in data}) == list(range(-WINDOW, 1))
+    assert sorted({row["distance"] for row in data}) == list(range(1, WINDOW + 2))
     assert {row["model"] for row in data} == {"kvp", "lstm"}
     # the same colour per model as positions_chart draws for the same models in the same order
     weights = pd.DataFrame({"model": ["kvp", "lstm"], "offset": [1, 1], "mean": [0.5, 0.5], "lo": [0.4, 0.4],
@@ -85,7 +85,12 @@ def test_chart_validates_and_colours_models_as_the_attention_plot(results):
     ours_scale = line["encoding"]["color"]["scale"]
     theirs_scale = next(lyr for lyr in theirs["layer"] if lyr["mark"]["type"] == "line")["encoding"]["color"]["scale"]
     assert ours_scale == theirs_scale
-    assert any(layer["mark"]["type"] == "text" for layer in spec["layer"])  # 0 is labelled "word just read"
+    assert any(layer["mark"]["type"] == "text" for layer in spec["layer"])  # 1 is labelled "word just read"
+    # one convention: the attention chart puts the newest memory slot (offset 1) at the attribution's distance 2
+    theirs_line = next(lyr for lyr in theirs["layer"] if lyr["mark"]["type"] == "line")
+    assert theirs_line["encoding"]["x"]["field"] == "distance" and theirs_line["encoding"]["x"]["scale"]["reverse"]
+    assert {row["distance"] for row in theirs["datasets"][theirs_line["data"]["name"] if "data" in theirs_line
+                                                          else theirs["data"]["name"]]} == {2}
 
 
 def test_chart_without_the_current_word_and_without_data(results):
@@ -93,7 +98,7 @@ def test_chart_without_the_current_word_and_without_data(results):
     spec = export.chart_spec(plots.attribution_positions_chart(frame, current=False))
     assert all(layer["mark"]["type"] in ("area", "line") for layer in spec["layer"])
     data = next(iter(spec["datasets"].values()))
-    assert min(-row["position"] for row in data) == 1  # offset 0 left out
+    assert min(row["distance"] for row in data) == 2  # offset 0 (distance 1, the word just read) left out
     with pytest.raises(ValueError, match="no position"):
         plots.attribution_positions_chart(frame.assign(mean=math.nan))
     with pytest.raises(ValueError, match="missing column"):

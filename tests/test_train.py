@@ -341,3 +341,15 @@ def test_unigram_perplexity_is_the_add_one_unigram_model():
     p = [c / sum(counts) for c in counts]
     want = math.exp(-(math.log(p[4]) + math.log(p[6]) + math.log(p[2])) / 3)
     assert math.isclose(unigram_perplexity(train, valid, 7), want, rel_tol=1e-12)
+
+
+def test_a_dry_run_without_out_leaves_nothing_behind(tmp_path, monkeypatch, capsys):
+    """`vizlm train --dry-run` without --out trains in a temporary folder and removes it (it left megabytes)."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    assert cli.main(["train", "--model", "lstm", "--hidden-dim", "8", "--emb-dim", "8", "--dry-run"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["checkpoint"] is None and math.isfinite(result["valid_perplexity"])
+    assert not list(tmp_path.iterdir())

@@ -31,6 +31,7 @@ _EXPORTS = {
     "positions": "vizlm.api",
     "Model": "vizlm.api",
     "Analysis": "vizlm.api",
+    "Attribution": "vizlm.api",
     "Comparison": "vizlm.api",
     "Positions": "vizlm.api",
     "View": "vizlm.api",

@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import numbers
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -48,7 +49,7 @@ import torch
 
 from vizlm.checkpoint import Checkpoint, meta_reader
 from vizlm.data import BOS, EOS, UNK, collate, iter_batches
-from vizlm.errors import VizlmError
+from vizlm.errors import InputError, VizlmError
 from vizlm.evaluate import OVERFLOW_NOTE, perplexity
 from vizlm.models import effects as fx
 from vizlm.tagger import tag_sentences
@@ -66,6 +67,16 @@ MIN_TOP_K_WEIGHT = 0.05
 # Weight on slot 0, the zero start state, reads a zero vector: above this share a row's attention is "off".
 ATTENTION_OFF = 0.5
 LN2 = math.log(2)  # nats per bit
+# How far back a word is, in every view (tables, chart axes, the tour): its distance from the predicted word.
+DISTANCE_NOTE = ("distance from the predicted word: 1 = the word just before it (the word just read), 2 = the one "
+                 "before that (the newest memory slot)")
+
+
+def distance(offset):
+    """The distance from the predicted word (:data:`DISTANCE_NOTE`) of a word ``offset`` words back from the word
+    just read, as the statistics store positions (0: the word just read; 1: the one before, the newest memory slot;
+    :meth:`SentenceAnalysis.slot_offsets`): ``offset + 1``. Numbers and arrays alike."""
+    return offset + 1
 # Slot effects cost one output-layer row (10k words) per (row, slot) pair with weight: a sentence of
 # n words has about n^2 / 2 of them for AMSRN and Salton, 5 n for a window of 5. analyze() computes
 # them when there are at most this many (AMSRN: about 88 words, ~25 ms on one core); beyond that
@@ -190,6 +201,20 @@ class SentenceAnalysis:
         for b in self.restarts:
             first[b + 1 :] = b + 1
         return first
+
+    def target_index(self, target: int | str) -> int:
+        """The row of a predicted word: an index (negative counts from the end, as in a list) or the word
+        itself (its first occurrence among the tokens, then among the normalised words)."""
+        T = len(self.targets)
+        if isinstance(target, str):
+            for words in (self.tokens, self.norms, self.targets):
+                if target in words:
+                    return list(words).index(target)
+            shown = ", ".join(repr(t) for t in self.tokens[:12]) + (", ..." if len(self.tokens) > 12 else "")
+            raise InputError(f"{target!r} is not a word of this text ({shown})")
+        if isinstance(target, bool) or not isinstance(target, numbers.Integral) or not -T <= int(target) < T:
+            raise InputError(f"target must be a word of the text or a word number from 0 to {T - 1}, not {target!r}")
+        return int(target) % T
 
     def current_word(self, row: int) -> str:
         """The word read when predicting row ``row`` (the attention query)."""

@@ -45,10 +45,12 @@ from vizlm.analysis import (  # noqa: F401 - ATTENTION_OFF, READINGS: facts the 
     SentenceAnalysis,
     analyze,
     context_of,
+    distance,
 )
 from vizlm.attribution import MAX_STEPS as ATTRIBUTION_MAX_STEPS  # noqa: F401 - read by the CLI from here
 from vizlm.attribution import METHODS as ATTRIBUTION_METHODS  # noqa: F401 - read by the CLI from here
 from vizlm.attribution import SAY_COST_S  # noqa: F401 - read by the CLI from here
+from vizlm.attribution import Attribution as _Attribution
 from vizlm.checkpoint import (
     MAX_META_BYTES,
     META,
@@ -71,7 +73,7 @@ from vizlm.serialize import AnalysisFileError, analysis_dict, analysis_from_dict
 from vizlm.text import MAX_TOKENS  # noqa: F401 - read by the front ends from here
 
 __all__ = [
-    "Analysis", "Comparison", "Model", "Positions", "View", "VizlmError",
+    "Analysis", "Attribution", "Comparison", "Model", "Positions", "View", "VizlmError",
     "checkpoints", "compare", "corpora", "corpus_card", "load", "positions", "prepare_corpus",
 ]
 
@@ -188,26 +190,33 @@ def corpora() -> pd.DataFrame:
     from vizlm import paths
     from vizlm.data import user_corpus_cards
 
+    def counts(path: Path) -> tuple[int | None, int | None]:  # (sentences, tokens) of a processed split: its lines
+        if not path.is_file():
+            return None, None
+        data = path.read_bytes()
+        return sum(1 for line in data.splitlines() if line.strip()), len(data.split())
+
     rows = []
     for corpus, splits in CORPORA.items():
         for split in splits:
             path = paths.data_dir() / corpus / f"{split}.txt"
-            sentences = tokens = None
-            if path.is_file():
-                data = path.read_bytes()
-                sentences, tokens = data.count(b"\n"), len(data.split())
+            sentences, tokens = counts(path)
             rows.append({"corpus": corpus, "split": split, "kind": "vizlm", "title": CORPUS_TITLES.get(corpus),
                          "language": CORPUS_LANGUAGE.get(corpus), "sentences": sentences, "tokens": tokens,
                          "path": str(path.parent)})
     for corpus, (folder, card) in user_corpus_cards().items():
         for split in card.get("splits", ()):
             st = (card.get("split_stats") or {}).get(split) or {}
+            if st.get("sentences") is None:  # an imported corpus's card has no statistics: count its files
+                st = dict(zip(("sentences", "tokens"), counts(Path(folder) / f"{split}.txt"))) | st
             rows.append({"corpus": corpus, "split": split, "kind": "yours", "title": corpus, "language": None,
                          "documents": st.get("documents"), "sentences": st.get("sentences"), "tokens": st.get("tokens"),
                          "vocab_size": card.get("vocab_size"), "oov_rate": st.get("oov_rate"),
                          "layout": (card.get("layout") or {}).get("name") or (card.get("source") or {}).get("kind"),
                          "path": str(folder)})
-    return pd.DataFrame(rows, columns=CORPUS_COLUMNS)
+    # counts are whole numbers, missing ones <NA> (a float column would write 1234.0 in JSON)
+    return pd.DataFrame(rows, columns=CORPUS_COLUMNS).astype(
+        {c: "Int64" for c in ("documents", "sentences", "tokens", "vocab_size")})
 
 
 def corpus_card(name: str) -> dict | None:
@@ -397,8 +406,8 @@ class Model:
             raise InputError(f"attribute() takes a text (str), not {type(text).__name__}")
         if method == "integrated-gradients":
             check_steps(n_steps)  # before the text is even read
-        return attribute(self.checkpoint, text, method=method, n_steps=n_steps, rows=rows, progress=progress,
-                         cancel=cancel)
+        return Attribution.of(attribute(self.checkpoint, text, method=method, n_steps=n_steps, rows=rows,
+                                        progress=progress, cancel=cancel))
 
     def attribute_seconds(self, text: str, method: str = "integrated-gradients", n_steps: int = 32,
                           rows=None) -> float:
@@ -470,20 +479,6 @@ class Analysis(SentenceAnalysis):
     def slot_tokens(self) -> list[int]:
         """[S] the index into ``tokens`` of the word each memory slot holds (-1: a ``<s>`` slot)."""
         return [self.slot_token(j) for j in range(len(self.targets))]
-
-    def target_index(self, target: int | str) -> int:
-        """The row of a predicted word: an index (negative counts from the end, as in a list) or the word
-        itself (its first occurrence among the tokens, then among the normalised words)."""
-        T = len(self.targets)
-        if isinstance(target, str):
-            for words in (self.tokens, self.norms, self.targets):
-                if target in words:
-                    return list(words).index(target)
-            shown = ", ".join(repr(t) for t in self.tokens[:12]) + (", ..." if len(self.tokens) > 12 else "")
-            raise InputError(f"{target!r} is not a word of this text ({shown})")
-        if isinstance(target, bool) or not isinstance(target, numbers.Integral) or not -T <= int(target) < T:
-            raise InputError(f"target must be a word of the text or a word number from 0 to {T - 1}, not {target!r}")
-        return int(target) % T
 
     def default_target(self, threshold: float | None = None, top_k: int | None = None) -> int:
         """The word a view opens on: the first with a labelled case, else the last word before ``</s>``."""
@@ -630,6 +625,37 @@ class Analysis(SentenceAnalysis):
         return self.html()
 
 
+@dataclass(repr=False)
+class Attribution(_Attribution):
+    """One attribution (:meth:`Model.attribute`): :class:`vizlm.attribution.Attribution` (``scores`` [T, T]
+    in nats, ``bits``, :meth:`row_frame`, :meth:`highlights`, :meth:`frame`, :meth:`agreement`, ...; a row is
+    a number or a predicted word) that shows itself in a notebook as the Explorer does."""
+
+    @classmethod
+    def of(cls, attr: _Attribution) -> Attribution:
+        """``attr`` as an :class:`Attribution` (its arrays shared, not copied)."""
+        return attr if isinstance(attr, cls) else cls(**{f: getattr(attr, f) for f in _Attribution.__dataclass_fields__})
+
+    def default_target(self) -> int:
+        """The word a view opens on: the last word before ``</s>``."""
+        return max(0, len(self.targets) - 2)
+
+    def html(self, target: int | str | None = None, threshold: float | None = None, top_k: int | None = None) -> str:
+        """The notebook view as a self-contained HTML string (no JavaScript): :meth:`show`'s."""
+        threshold, top_k = _setting(threshold, top_k, (None, None))
+        row = self.default_target() if target is None else self.row_of(target)
+        return notebook.attribution_html(self, row, threshold, top_k)
+
+    def show(self, target: int | str | None = None, threshold: float | None = None, top_k: int | None = None) -> View:
+        """The view of one predicted word (an index or the word; default: the last word of the text): the running
+        text with the words its prediction depended on highlighted (default: those with at least a fifth of the
+        largest |attribution|) and the words read, largest first. A notebook cell ending in it displays it."""
+        return View(self.html(target, threshold, top_k))
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+
 class View:
     """HTML that displays itself in Jupyter (``_repr_html_``); ``.html`` is the string, :meth:`save`
     writes it as a page."""
@@ -768,9 +794,12 @@ class Positions:
         self.result, self.corpus, self.split = result, corpus, split
 
     def frame(self) -> pd.DataFrame:
-        """One row per (model, offset): model, offset (1 = the most recent slot), mean weight, lo, hi (95%
-        band), count, effect (mean slot effect in bits), effect_lo, effect_hi."""
-        return self.result.frame.copy()
+        """One row per (model, offset): model, offset (1 = the most recent slot), distance (from the predicted
+        word, :func:`vizlm.analysis.distance`: 2 for the most recent slot, 1 being the word just read), mean
+        weight, lo, hi (95% band), count, effect (mean slot effect in bits), effect_lo, effect_hi."""
+        frame = self.result.frame.copy()
+        frame.insert(frame.columns.get_loc("offset") + 1, "distance", distance(frame["offset"].astype(int)))
+        return frame
 
     @property
     def entropy(self) -> dict[str, float]:

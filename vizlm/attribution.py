@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -58,7 +59,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vizlm.analysis import LN2, SentenceAnalysis, analyze, analyze_sentences, with_slot_effects
+from vizlm.analysis import LN2, SentenceAnalysis, distance, analyze, analyze_sentences, with_slot_effects
 from vizlm.cache import cached, checkpoint_digest
 from vizlm.checkpoint import Checkpoint
 from vizlm.data import Vocab, load_corpus
@@ -94,7 +95,12 @@ ROW_BLOCK = 64  # targets attributed in one batch: the block's copies of the tex
 IG_ROW_BLOCK = 8
 POSITION_BUDGET = 1 << 17  # text positions per forward pass (copies x length): bounds memory on long passages
 TOP_K = 3
-DEFAULT_SHARE = 0.2  # Attribution.highlights without a setting: a position with a fifth of the row's |attribution|
+# Attribution.highlights without a setting: the positions with at least a fifth of the row's largest |attribution|.
+# Relative to the largest, not to the row's total: the total spreads over every word read, so a share of it shrinks
+# with the length of the reading (in a 100-word passage no word holds a fifth of it and nothing was highlighted),
+# while a share of the largest means the same on a short sentence and a long passage and always shows the word
+# the prediction depended on most, with those that matter nearly as much.
+DEFAULT_SHARE = 0.2
 # corpus statistics
 ATTRIBUTION_VERSION = 1  # in the cache key: bump when the statistics change
 MAX_OFFSET = 30  # the most words back the position statistics keep (beyond: summed)
@@ -249,29 +255,48 @@ class Attribution:
         """[T, T] :attr:`scores` in bits of ``log2 P(target)`` (the unit the app and the pictures show)."""
         return self.scores / LN2
 
-    def highlights(self, row: int, threshold: float | None = None, top_k: int | None = None) -> list[int]:
+    def __repr__(self) -> str:
+        return (f"Attribution(model={self.model!r}, method={self.method!r}, targets={len(self.targets)}, "
+                f"context={self.context!r}, {'attention' if self.attention is not None else 'no attention'})")
+
+    def row_of(self, row: int | str) -> int:
+        """A row of this attribution: its number (0 .. T - 1), or a predicted word (its first occurrence, as
+        :meth:`vizlm.analysis.SentenceAnalysis.target_index` reads it). Raises for anything else."""
+        if isinstance(row, str):
+            if self.analysis is not None:
+                return self.analysis.target_index(row)
+            if row in self.targets:
+                return self.targets.index(row)
+            raise AttributionError(f"{row!r} is not a predicted word of this text")
+        if isinstance(row, bool) or not isinstance(row, numbers.Integral) or not 0 <= row < len(self.targets):
+            raise AttributionError(f"row {row!r} out of range: the text has {len(self.targets)} predicted words")
+        return int(row)
+
+    def highlights(self, row: int | str, threshold: float | None = None, top_k: int | None = None) -> list[int]:
         """The positions row ``row`` depended on most, by ``|attribution|``, largest first: the ``top_k``
-        largest, or those holding at least ``threshold`` of the row's total ``|attribution|`` (the share a
-        highlight needs, as a weight needs its share of the attention). Positions with no attribution at
-        all (exactly 0, e.g. a row reading only ``<s>``) are never highlighted."""
+        largest, or those with at least ``threshold`` (default :data:`DEFAULT_SHARE`) of the row's largest
+        ``|attribution|``, so that the largest is always among them, however long the reading. Positions with
+        no attribution at all (exactly 0, e.g. a row reading only ``<s>``) are never highlighted. ``row``: a
+        number or a predicted word (:meth:`row_of`)."""
+        row = self.row_of(row)
         self._check_row(row)
         size = np.abs(self.scores[row]) * self.covered[row]  # (T,)
         order = [int(p) for p in np.argsort(-size, kind="stable") if size[p] > 0]
         if top_k is not None:
             return order[:top_k]
-        total = size.sum()
         cut = DEFAULT_SHARE if threshold is None else threshold
-        return [p for p in order if size[p] >= cut * total]
+        return [p for p in order if size[p] >= cut * size.max()]
 
-    def row_frame(self, row: int) -> pd.DataFrame:
-        """Row ``row``'s reading, most important first: position, input, offset (words back), attribution
-        in bits, its share of the row's ``|attribution|``, and the attention weight on it (NaN without a slot;
-        no column for a model without attention)."""
+    def row_frame(self, row: int | str) -> pd.DataFrame:
+        """Row ``row``'s reading, most important first: position, input, distance (from the predicted word: 1
+        for the word just before it, the word just read; :meth:`distances`), attribution in bits, its share of the row's ``|attribution|``, and the attention weight on it (NaN without a slot;
+        no column for a model without attention). ``row``: a number or a predicted word (:meth:`row_of`)."""
+        row = self.row_of(row)
         self._check_row(row)
         positions = np.flatnonzero(self.covered[row])
         bits = self.bits[row, positions]
         total = np.abs(bits).sum()
-        out = {"position": positions, "input": [self.inputs[p] for p in positions], "offset": row - positions,
+        out = {"position": positions, "input": [self.inputs[p] for p in positions], "distance": distance(row - positions),
                "attribution_bits": bits, "share": np.abs(bits) / total if total > 0 else np.zeros(len(bits))}
         if self.attention is not None:
             out["attention"] = np.where(self.attended[row, positions], self.attention[row, positions], math.nan)
@@ -279,9 +304,16 @@ class Attribution:
         return frame.iloc[np.argsort(-np.abs(bits), kind="stable")].reset_index(drop=True)
 
     def offsets(self) -> np.ndarray:
-        """[T, T] words back from row r to position p: ``r - p`` (0: the current word, 1: the word before)."""
+        """[T, T] words back from the word row r just read to position p: ``r - p`` (0: that word; the
+        ``offset`` of :meth:`frame` and :meth:`to_dict`). :meth:`distances` counts from the predicted word."""
         T = len(self.targets)
         return np.arange(T)[:, None] - np.arange(T)[None, :]
+
+    def distances(self) -> np.ndarray:
+        """[T, T] the distance of position p from row r's predicted word, ``r + 1 - p``: 1 for the word just
+        before it (the word just read), 2 for the one before that (the attention's newest slot); the
+        distance every view of vizlm shows."""
+        return distance(self.offsets())
 
     def agreement(self, absolute: bool = True, k: int = TOP_K) -> pd.DataFrame:
         """Per target, :func:`agreement` of its attention and attribution over the positions both cover:
@@ -293,10 +325,11 @@ class Attribution:
         return pd.DataFrame.from_records(records, columns=["row", "target", "positions", "kendall_tau", "top1",
                                                            "top_k_overlap"])
 
-    def row_agreement(self, row: int, absolute: bool = True, k: int = TOP_K) -> dict:
+    def row_agreement(self, row: int | str, absolute: bool = True, k: int = TOP_K) -> dict:
         """:func:`agreement` of row ``row``'s attention and attribution over the positions both cover."""
         if self.attention is None:
             raise AttributionError(f"{self.model} has no attention: there is nothing to agree with")
+        row = self.row_of(row)
         self._check_row(row)
         both = np.flatnonzero(self.attended[row] & self.covered[row])
         return agreement(self.attention[row], self.scores[row], both, absolute, k)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -94,7 +95,8 @@ def _add_train(sub) -> None:
     p.add_argument("--eval-batches", type=whole(1), default=None,
                    help="score only the first N batches of valid and test (quick checks; not a result)")
     p.add_argument("--log-steps", action="store_true", help="write the NLL per token of every step to OUT/steps.jsonl")
-    p.add_argument("--dry-run", action="store_true", help="a few batches of one epoch, to check the pipeline")
+    p.add_argument("--dry-run", action="store_true", help="a few batches of one epoch, to check the pipeline (without --out: in "
+                   "a temporary folder, removed when it ends)")
 
 
 def _add_eval(sub) -> None:
@@ -141,7 +143,13 @@ def cmd_import(args) -> int:
 
     summary = import_pytorch_examples(args.model_file, args.source_data, args.corpus, args.out,
                                       nonlinearity=args.nonlinearity, force=args.force)
-    print(json.dumps(summary))
+    print(json.dumps(summary))  # for scripts; people read what follows, on stderr
+    corpora = f" --corpora {paths.corpora_dir()}" if getattr(args, "corpora", None) is not None else ""
+    print(f"wrote the checkpoint {summary['checkpoint']} and the corpus {summary['corpus']} "
+          f"({summary['corpus_folder']}). Next:\n"
+          f"  vizlm{corpora} eval --checkpoint {summary['checkpoint']} --corpus {summary['corpus']} --split test\n"
+          f"  streamlit run app.py -- --checkpoints {Path(summary['checkpoint']).parent}{corpora}"
+          "   # the app, the model beside the bundled ones", file=sys.stderr)
     return 0
 
 
@@ -367,13 +375,19 @@ def cmd_train(args) -> int:
     )
     with session(args.device) as ctx:
         out = args.out
+        scratch = out is None and args.dry_run  # a dry run without --out keeps nothing: its folder is removed
         if out is None:  # rank 0 chooses (a temp dir is different in every process)
             out = ctx.broadcast(Path(tempfile.mkdtemp(prefix="vizlm-dry-")) if args.dry_run and ctx.main
                                 else paths.runs_dir() / args.model)
-        ckpt = train(args.model, kwargs, args.corpus, out, tc, init=args.init_from, resume=args.resume,
-                     match=args.match_params, ctx=ctx, force=args.force)
+        try:
+            ckpt = train(args.model, kwargs, args.corpus, out, tc, init=args.init_from, resume=args.resume,
+                         match=args.match_params, ctx=ctx, force=args.force)
+        finally:
+            if scratch and ctx.main:
+                shutil.rmtree(out, ignore_errors=True)
         if ctx.main:
-            print(json.dumps({"checkpoint": str(out), "model": ckpt.name, "context": ckpt.model.config.context,
+            print(json.dumps({"checkpoint": None if scratch else str(out), "model": ckpt.name,
+                              "context": ckpt.model.config.context,
                               "hidden_dim": ckpt.model.config.hidden_dim, "parameters": ckpt.meta["parameters"],
                               "world_size": ctx.world_size, **ckpt.meta["metrics"]}))
     return 0

@@ -143,6 +143,10 @@ def scoring_progress(ckpts, sentences: list[list[str]] | None, desc: str, total:
     handles = [m.register_forward_hook(tick) for m in models]
     try:
         yield
+        # done: the bar ends full. A forward pass's rows are not always sentences (a document model reads chunks
+        # of running text, several sentences a row), so the count alone stopped short (422/491).
+        if bar is not None and bar.total and bar.n < bar.total:
+            bar.update(bar.total - bar.n)
     finally:
         for h in handles:
             h.remove()
@@ -262,7 +266,8 @@ def add_analysis_commands(sub) -> None:
     p.add_argument("--split", default="test", help="with --corpus: train / valid / test (default test)")
     p.add_argument("--sentence", metavar="ID", help="with --corpus: the sentence's id (the first column of "
                    "`vizlm compare --csv`; default: the split's first sentence)")
-    p.add_argument("--format", required=True, choices=["png", "svg", "html", "csv", "json"], help="output format")
+    p.add_argument("--format", choices=["png", "svg", "html", "csv", "json"],
+                   help="output format (default: the --out file's suffix, as the API's Analysis.export)")
     p.add_argument("--out", required=True, type=Path, help="output file")
     _force(p)
     _highlight_mode(p)
@@ -529,13 +534,15 @@ def cmd_attribute(args) -> int:
     if args.json:
         dump_json(doc)
         return 0
-    print(f"{doc['model']} ({doc['context']} level), {doc['method']}: attribution of log P(word) in nats to the "
+    # bits, as the app and the pictures show them (the JSON keeps the nats it says it holds)
+    print(f"{doc['model']} ({doc['context']} level), {doc['method']}: attribution of log2 P(word) in bits to the "
           "words read before it, the three largest |score| first")
     for t in doc["targets"]:
         top = sorted(t["attributions"], key=lambda a: -abs(a["score"]))[:3]
         agree = t.get("agreement")
         tail = "" if not agree or agree["kendall_tau"] is None else f"   tau {agree['kendall_tau']:+.2f}"
-        print(f"{t['index']:>3} {t['word']:<15} " + ", ".join(f"{a['input']}({a['score']:+.2f})" for a in top) + tail)
+        print(f"{t['index']:>3} {t['word']:<15} "
+              + ", ".join(f"{a['input']}({a['score'] / math.log(2):+.2f})" for a in top) + tail)
     if doc["agreement"]:
         s = doc["agreement"]
         print(f"agreement with the attention over {s['targets']} words: mean Kendall tau {s['kendall_tau']:+.2f}, "
@@ -570,6 +577,9 @@ def corpus_text(corpus: str, split: str, sentence: str | None, document: bool) -
 
 
 def cmd_export(args) -> int:
+    args.format = args.format or args.out.suffix.lstrip(".").lower()
+    if args.format not in ("png", "svg", "html", "csv", "json"):
+        raise ValueError(f"--out {args.out}: say --format (png, svg, html, csv, json); the suffix does not")
     check_outputs(args, "out")
     if args.sentence is not None and args.corpus is None:
         raise ValueError("--sentence chooses a sentence of --corpus; give --corpus NAME")

@@ -272,11 +272,16 @@ def user_examples(corpus: str, split: str, data_dir: Path | None = None) -> tupl
         return [], []
 
 
+def _is_heading(words: list[str]) -> bool:
+    """A WikiText title or section heading kept in a corpus's lines (``= = Section 1 = =``): not text."""
+    return len(words) >= 3 and words[0] == words[-1] == "="
+
+
 @functools.lru_cache(maxsize=16)
 def _user_examples(path: str, stamp: tuple[int, int]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     lines = Path(path).with_suffix(".orig").read_text(encoding="utf-8").splitlines()
     ids = Path(path).with_suffix(".ids").read_text(encoding="utf-8").splitlines()
-    words = [line.split() for line in lines]
+    words = [[] if _is_heading(w) else w for w in (line.split() for line in lines)]  # a heading is no example
     lo, hi = USER_EXAMPLE_LENGTH
     fitting = [i for i, w in enumerate(words) if lo <= len(w) <= hi]
     step = max(1, len(fitting) // USER_EXAMPLES)  # spread over the split, not its first paragraph alone

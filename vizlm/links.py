@@ -28,6 +28,8 @@ MEASURE_LABELS = {"weight": "attention weight", "effect": "attention effect", **
 # The Explorer's text when a link brings none: every word in the vocabulary of the models it opens with
 # (tests/test_app.py checks), so a newcomer's first sight is the attention, not an <unk> notice.
 DEFAULT_TEXT = "The dogs in the park are running because they saw a cat , so the owners are running too ."
+# The text the Explorer opens with for a model of each language (switching to a model of another language brings its own)
+DEFAULT_TEXTS = {"English": DEFAULT_TEXT, "Chinese": "今天天氣很好，我們去公園散步。他說這個問題很重要。"}
 
 
 @dataclass

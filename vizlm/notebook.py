@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from vizlm import plots
-from vizlm.analysis import ATTENTION_OFF, READINGS, SentenceAnalysis
+from vizlm.analysis import ATTENTION_OFF, DISTANCE_NOTE, READINGS, SentenceAnalysis, distance
+from vizlm.attribution import Attribution
 from vizlm.cases import LABEL_DESCRIPTIONS
 from vizlm.text import clean_text
 
@@ -85,7 +86,10 @@ def heatmap_html(sa: SentenceAnalysis, measure: str = "weight", threshold: float
     labels, inputs = sa.slot_labels, sa.input_labels
     starts = set(sa.start_slots)
     values = len(columns) <= MAX_VALUE_COLUMNS if values is None else values
-    width = "min-width:2.6em;" if values else f"width:{CELL_PX}px;min-width:{CELL_PX}px;height:{CELL_PX}px;"
+    # every cell the same size, empty or not: the font size is part of it (em counts in the cell's own font: a
+    # filled cell's smaller font made the first column, which every row fills, narrower; it cut its numbers)
+    width = ("font-size:0.8em;width:3.2em;min-width:3.2em;padding:0;" if values
+             else f"width:{CELL_PX}px;min-width:{CELL_PX}px;height:{CELL_PX}px;padding:0;")
     head_style = ("writing-mode:vertical-rl;transform:rotate(180deg);white-space:nowrap;font-weight:normal;"
                   "padding:2px 0;font-size:0.85em;max-height:9em;overflow:hidden;")
     head = "".join(f'<th style="{head_style}" title="{esc(xlab[j])}">{esc(xlab[j])}</th>' for j in columns)
@@ -109,8 +113,8 @@ def heatmap_html(sa: SentenceAnalysis, measure: str = "weight", threshold: float
                 tip += f" · effect {_bits(e)}"
             shown = "" if not values else (f"{e:+.2f}" if measure == "effect" and e is not None and abs(e) >= 0.005
                                            else "" if measure == "effect" else f"{w:.2f}")
-            cells.append(f'<td style="{width}{rule}background:{colour};color:{ink};{lit}text-align:center;'
-                         f'font-size:0.8em;padding:0" title="{esc(tip)}">{shown}</td>')
+            cells.append(f'<td style="{width}{rule}background:{colour};color:{ink};{lit}text-align:center" '
+                         f'title="{esc(tip)}">{shown}</td>')
         body.append(f"<tr>{''.join(cells)}</tr>")
     what = "effect of each memory slot on P(word), in bits" if measure == "effect" else "attention over memory"
     rule = f"top {top_k}" if top_k is not None else f"weight ≥ {threshold:g}" if threshold is not None else ""
@@ -214,6 +218,50 @@ def analysis_html(sa: SentenceAnalysis, target: int, threshold: float | None = N
     return f'<div class="vizlm-analysis" style="{_BOX}">{"".join(parts)}</div>'
 
 
+ATTRIBUTION_ROWS = 10  # the words of a row's reading listed in the notebook view, largest |attribution| first
+
+
+def attribution_html(attr: Attribution, target: int, threshold: float | None = None,
+                     top_k: int | None = None) -> str:
+    """One attribution as the Explorer shows it, for word ``target``: the running text with the words its
+    prediction depended on highlighted (:func:`vizlm.plots.attribution_html`), the colour key, and the
+    words it read, largest |attribution| first (bits, share, distance and, with attention, the weight).
+    Self-contained, no JavaScript."""
+    sa = attr.analysis
+    T = len(attr.targets)
+    if not 0 <= target < T:
+        raise IndexError(f"target {target} out of range: the text has {T} predicted words (0..{T - 1})")
+    method = plots.METHOD_LABELS.get(attr.method, attr.method)
+    parts = [(f'<div style="font-weight:600;font-size:1.05em">{esc(attr.model)} '
+              f'<span style="font-weight:normal;color:#555">· {esc(method)} · {T} predicted words</span></div>'),
+             f'<div style="{_NOTE}">{esc(attr.context)}-level checkpoint: {esc(READINGS.get(attr.context, ""))}</div>']
+    span = plots.text_span(sa, target) if sa is not None else None
+    parts.append(plots.attribution_html(attr, target, threshold=threshold, top_k=top_k, span=span))
+    parts.append(plots.attribution_key_html(plots.attribution_scale(attr, [target]), attr.method))
+    frame = attr.row_frame(target)
+    if frame.empty:
+        parts.append(f'<div style="{_NOTE}">no word of this text was read before this one: nothing to attribute</div>')
+    else:
+        shown = frame.head(ATTRIBUTION_ROWS)
+        header = ["word read", "distance", "attribution", "share"] + (["weight"] if "attention" in shown else [])
+        rows = []
+        for _, x in shown.iterrows():
+            row = [esc(f"{x.position + 1} {x.input}"), str(int(x.distance)), _bits(float(x.attribution_bits)),
+                   f"{x.share:.0%}"]
+            if "attention" in shown:
+                row.append("–" if math.isnan(x.attention) else f"{x.attention:.3f}")
+            rows.append(row)
+        more = f" (the first {ATTRIBUTION_ROWS} of {len(frame)})" if len(frame) > ATTRIBUTION_ROWS else ""
+        parts.append(f'<div style="{_NOTE}">the words read before it, largest |attribution| first{esc(more)}; '
+                     f"distance 1: the word just before the predicted word</div>")
+        parts.append(_row_table(header, rows))
+    if attr.convergence_delta is not None:
+        parts.append(f'<div style="{_NOTE}">integrated gradients, {int(attr.steps[target])} steps: convergence delta '
+                     f"{_bits(float(attr.convergence_delta[target]) / math.log(2))} "
+                     f"({float(attr.relative_delta[target]):.1%})</div>")
+    return f'<div class="vizlm-attribution" style="{_BOX}">{"".join(parts)}</div>'
+
+
 def frame_html(frame: pd.DataFrame, floats: str = "{:.3f}") -> str:
     """A data frame as a small escaped HTML table (no index)."""
     return frame.to_html(index=False, escape=True, border=0, float_format=floats.format, na_rep="–", justify="left")
@@ -256,10 +304,11 @@ def positions_html(frame: pd.DataFrame, entropy: dict, peak: dict, effects: dict
     """Attention by position (Daniluk et al. Fig. 3): the charts (``svgs``), the mean weight per
     position and model as a table, the entropy and the share of words the read moves by > 1 bit."""
     parts = ['<div style="font-weight:600">Mean attention by relative position</div>',
-             f'<div style="{_NOTE}">cf. Daniluk et al. (2017), Fig. 3; offset 1 = the most recent word in memory</div>']
+             f'<div style="{_NOTE}">cf. Daniluk et al. (2017), Fig. 3; {esc(DISTANCE_NOTE)}</div>']
     parts += [figure_html(s) for s in svgs]
     if not frame.empty:
-        wide = frame.pivot_table(index="offset", columns="model", values="mean", sort=False).reset_index()
+        wide = frame.assign(distance=distance(frame["offset"].astype(int))).pivot_table(
+            index="distance", columns="model", values="mean", sort=False).reset_index()
         parts.append(frame_html(wide, "{:.4f}"))
     rows = []
     for name, value in entropy.items():

@@ -30,7 +30,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from vizlm.analysis import BOUNDARY, DEFAULT_THRESHOLD, SentenceAnalysis
+from vizlm.analysis import BOUNDARY, DEFAULT_THRESHOLD, SentenceAnalysis, distance
 from vizlm.attribution import LABELS as METHOD_LABELS
 from vizlm.attribution import DEFAULT_SHARE, Attribution
 from vizlm.cases import LABELS
@@ -70,11 +70,21 @@ UNK_TITLE = "not in vocabulary (read as <unk>)"
 HIGHLIGHT_MIN_ALPHA = 0.3  # the faintest highlight in running text (weight 0) is 30% colour, 70% white
 _MAX_LABEL_PX = 140  # long tokens are cut with an ellipsis on axes
 WINDOW_ROWS = 40  # rows of a heat map window around the selected word (heatmap_rows): a long passage stays readable
+OUTLINE_COLOUR, OUTLINE_HALO = "#000000", "#ffffff"  # a highlighted cell of a heat map (_outlines)
 SELECTED_COLOUR = "#d55e00"  # the outline of the predicted word, in the running text and the heat map
 SCATTER_OPACITY = 0.35  # thousands of sentences overlap: where both groups lie, both colours show
 
 
 # --------------------------------------------------------------------------- colours
+
+
+def _distance_x(current: bool = True, ordinal: bool = False) -> alt.X:
+    """The x axis of every chart by position: the distance from the predicted word (:data:`vizlm.analysis.DISTANCE_NOTE`), the
+    nearest word on the right, where the text would go on."""
+    note = ("1 = the word just before it, the word just read; 2 = the newest memory slot" if current
+            else "2 = the newest memory slot")
+    return alt.X(f"distance:{'O' if ordinal else 'Q'}", title=f"distance from the predicted word ({note})",
+                 scale=alt.Scale(reverse=True), axis=alt.Axis(tickMinStep=1, format="d", labelAngle=0))
 
 
 def palette(value: float, vmin: float = WEIGHT_DOMAIN[0], vmax: float = WEIGHT_DOMAIN[1],
@@ -150,8 +160,10 @@ def slot_axis_labels(sa: SentenceAnalysis) -> list[str]:
 
 
 def target_axis_labels(sa: SentenceAnalysis) -> list[str]:
-    """[T] ``"k word"`` for each target row, ``k`` being the slot the word will occupy (``r + 2``)."""
-    return [f"{r + 2} {w}" for r, w in enumerate(sa.targets)]
+    """[T] ``"k word"`` for each target row, ``k`` being the slot the word will occupy (``r + 2``), the word as
+    read (:attr:`SentenceAnalysis.norms`, as the slot and position axes write it: an out-of-vocabulary word too,
+    not ``<unk>``)."""
+    return [f"{r + 2} {sa.norms[r] if r < len(sa.norms) else w}" for r, w in enumerate(sa.targets)]
 
 
 def _sizes(n: int) -> tuple[int, int, int]:
@@ -218,6 +230,16 @@ def _selected_row(ylab: list[str], row_domain: list[str], selected: int | None,
     return [alt.Chart(pd.DataFrame({"target": [ylab[selected]]})).mark_rect(
         filled=False, stroke=SELECTED_COLOUR, strokeWidth=2,
     ).encode(y=alt.Y("target:N", scale=alt.Scale(domain=row_domain)))]
+
+
+def _outlines(base: alt.Chart, cell: int, tooltip: list) -> list[alt.Chart]:
+    """The outline of a heat map's highlighted cells: a black line inside a white halo, the same on every
+    cell. One colour that shows on the whole scale: black on the light cells, the halo on the dark ones
+    and where a cell borders the blank (white) part of the map, where a white outline alone vanished."""
+    width = max(1.5, cell / 10)
+    marked = base.transform_filter(alt.datum.highlighted)
+    return [marked.mark_rect(filled=False, stroke=OUTLINE_HALO, strokeWidth=width + 2),
+            marked.mark_rect(filled=False, stroke=OUTLINE_COLOUR, strokeWidth=width).encode(tooltip=tooltip)]
 
 
 def _window_subtitle(sa: SentenceAnalysis, rows: tuple[int, int]) -> str:
@@ -352,15 +374,7 @@ def attention_heatmap(
     rect = base.mark_rect().encode(color=colour, tooltip=tooltip)
     layers: list[alt.Chart] = [rect]
     if marked:
-        # Outline in black on light cells, white on dark ones, so the mark shows on the whole scale.
-        layers.append(
-            base.transform_filter(alt.datum.highlighted)
-            .mark_rect(filled=False, strokeWidth=max(1.5, cell / 10))
-            .encode(
-                stroke=alt.condition(dark, alt.value("#ffffff"), alt.value("#000000")),
-                tooltip=tooltip,
-            )
-        )
+        layers += _outlines(base, cell, tooltip)
     if values:
         # effect mode: no "+0.00" in the cells that do not matter (|effect| < 0.005 bits), so the ones that do stand out
         texts = base.transform_filter(alt.expr.abs(alt.datum.effect) >= 0.005) if effect_mode else base
@@ -452,12 +466,12 @@ def attribution_heatmap(
         "position": [xlab[p] for p in cols],
         "predicting": [attr.targets[r] for r in rows_],
         "input": [attr.inputs[p] for p in cols],
-        "back": (rows_ - cols).astype(int),
+        "distance": distance(rows_ - cols).astype(int),
         "attribution": bits[rows_, cols],
         "highlighted": [(int(r), int(p)) in marked for r, p in zip(rows_, cols)],
     })
     tooltip = [alt.Tooltip("predicting:N", title="predicting"), alt.Tooltip("input:N", title="word read"),
-               alt.Tooltip("back:Q", title="words back"),
+               alt.Tooltip("distance:Q", title="distance"),
                alt.Tooltip("attribution:Q", title="attribution (bits)", format="+.3f")]
     if attr.attention is not None:
         df["weight"] = np.where(attr.attended[rows_, cols], attr.attention[rows_, cols], np.nan)  # NaN: no slot
@@ -476,8 +490,7 @@ def attribution_heatmap(
     dark = (alt.datum.attribution >= 0.6 * lim) | (alt.datum.attribution <= -0.6 * lim)
     layers: list[alt.Chart] = [base.mark_rect().encode(color=colour, tooltip=tooltip)]
     if marked:
-        layers.append(base.transform_filter(alt.datum.highlighted).mark_rect(filled=False, strokeWidth=max(1.5, cell / 10))
-                      .encode(stroke=alt.condition(dark, alt.value("#ffffff"), alt.value("#000000")), tooltip=tooltip))
+        layers += _outlines(base, cell, tooltip)
     if cell >= 28:
         layers.append(base.transform_filter(alt.expr.abs(alt.datum.attribution) >= 0.005)
                       .mark_text(fontSize=max(7, font - 3))
@@ -487,7 +500,7 @@ def attribution_heatmap(
     if top_k is not None:
         head += f" (outlined: top {top_k})"
     elif threshold is not None:
-        head += f" (outlined: ≥ {threshold:g} of the row's |attribution|)"
+        head += f" (outlined: ≥ {threshold:g} of the row's largest |attribution|)"
     # the same sentence lines as the attention's map: its slot j is this map's position j - 1, labelled alike
     slot_like = ["0 <s>"] + xlab
     layers += _boundary_rules(sa, ylab, slot_like, row_domain, col_domain)
@@ -504,9 +517,9 @@ def positions_chart(frame: pd.DataFrame, title: str | None = None, measure: str 
     with ``measure="effect"`` the mean slot effect (bits) at each position instead.
 
     ``frame`` columns: model, offset, mean, lo, hi, count (and effect, effect_lo, effect_hi
-    for effects); ``offset`` 1 is the most recent memory slot. The x axis shows
-    ``-offset``, so the most recent slot is rightmost (``-L ... -1``), and the band
-    spans the 95% confidence interval of the mean.
+    for effects); ``offset`` 1 is the most recent memory slot. The x axis shows the distance from the predicted
+    word (:func:`vizlm.analysis.distance`: the newest slot holds the word 2 before it), nearest on the right,
+    and the band spans the 95% confidence interval of the mean.
     """
     if measure not in MEASURES:
         raise ValueError(f"measure must be one of {', '.join(MEASURES)}, not {measure!r}")
@@ -518,15 +531,14 @@ def positions_chart(frame: pd.DataFrame, title: str | None = None, measure: str 
         df = df[np.isfinite(df["effect"].astype(float))]
         if df.empty:
             raise ValueError("positions_chart: no slot effects in this frame")
-    df["position"] = -df["offset"].astype(int)
+    df["distance"] = distance(df["offset"].astype(int))
     models = list(dict.fromkeys(df["model"].astype(str)))
     colour = alt.Color("model:N", title="model", scale=alt.Scale(domain=models, range=_categorical(len(models))))
-    x = alt.X("position:Q", title="position relative to the predicted word (−1 = most recent)",
-              axis=alt.Axis(tickMinStep=1, format="d"))
+    x = _distance_x(current=False)
     value, lo, hi = ("effect", "effect_lo", "effect_hi") if effect_mode else ("mean", "lo", "hi")
     tooltip = [
         alt.Tooltip("model:N"),
-        alt.Tooltip("offset:Q", title="words back"),
+        alt.Tooltip("distance:Q", title="distance"),
         alt.Tooltip("mean:Q", title="mean weight", format=".3f"),
         alt.Tooltip(f"{lo}:Q", title="band low", format=".3f"),
         alt.Tooltip(f"{hi}:Q", title="band high", format=".3f"),
@@ -595,8 +607,8 @@ def attribution_positions_chart(frame: pd.DataFrame, title: str | None = None, c
     one line per model with its 95% band, drawn like :func:`positions_chart` (same x axis, same colours in
     the same model order) so that where the attention looks sits beside where the prediction depends.
 
-    ``frame``: :func:`attribution_positions_frame`. With ``current`` the word just read (offset 0, at 0 on
-    the x axis, marked) is drawn too: the prediction depends on it most, and no attention slot holds it.
+    ``frame``: :func:`attribution_positions_frame`. With ``current`` the word just read (offset 0, at distance 1
+    on the x axis, marked) is drawn too: the prediction depends on it most, and no attention slot holds it.
     Positions no word reaches (NaN) are left out.
     """
     _require(frame, ["model", "offset", "mean", "lo", "hi", "count"], "attribution_positions_chart")
@@ -605,15 +617,13 @@ def attribution_positions_chart(frame: pd.DataFrame, title: str | None = None, c
         df = df[df["offset"].astype(int) >= 1]
     if df.empty:
         raise ValueError("attribution_positions_chart: no position in this frame has an attribution")
-    df["position"] = -df["offset"].astype(int)
+    df["distance"] = distance(df["offset"].astype(int))
     models = list(dict.fromkeys(df["model"].astype(str)))
     colour = alt.Color("model:N", title="model", scale=alt.Scale(domain=models, range=_categorical(len(models))))
-    x = alt.X("position:Q", axis=alt.Axis(tickMinStep=1, format="d"),
-              title="position relative to the predicted word (0 = the word just read, −1 = the one before)"
-              if current else "position relative to the predicted word (−1 = most recent)")
+    x = _distance_x(current=current)
     tooltip = [
         alt.Tooltip("model:N"),
-        alt.Tooltip("offset:Q", title="words back"),
+        alt.Tooltip("distance:Q", title="distance"),
         alt.Tooltip("mean:Q", title="share of |attribution|", format=".1%"),
         alt.Tooltip("lo:Q", title="band low", format=".1%"),
         alt.Tooltip("hi:Q", title="band high", format=".1%"),
@@ -629,11 +639,11 @@ def attribution_positions_chart(frame: pd.DataFrame, title: str | None = None, c
         tooltip=tooltip,
     )
     layers: list[alt.Chart] = [band, line]
-    if current:  # the word just read is no memory slot: a rule and a label say what 0 is
-        mark = alt.Chart(pd.DataFrame({"position": [0], "label": ["word just read"]}))
-        layers.insert(0, mark.mark_rule(color="#888", strokeDash=[4, 4]).encode(x="position:Q"))
+    if current:  # the word just read is no memory slot: a rule and a label say what distance 1 is
+        mark = alt.Chart(pd.DataFrame({"distance": [distance(0)], "label": ["word just read"]}))
+        layers.insert(0, mark.mark_rule(color="#888", strokeDash=[4, 4]).encode(x=alt.X("distance:Q")))
         layers.append(mark.mark_text(align="right", baseline="top", dx=-4, dy=4, color="#555")
-                      .encode(x="position:Q", y=alt.value(0), text="label:N"))
+                      .encode(x=alt.X("distance:Q"), y=alt.value(0), text="label:N"))
     methods = list(dict.fromkeys(frame["method"].dropna().astype(str))) if "method" in frame.columns else []
     method = METHOD_LABELS.get(methods[0], methods[0]) if len(methods) == 1 else "attribution"
     return alt.layer(*layers).properties(
@@ -1035,7 +1045,7 @@ def attribution_html(
         parts.append(f' <span style="{_MARKER}" title="later text left out">…</span>')
     head = ""
     if caption:
-        rule = f"top {top_k}" if top_k is not None else f"≥ {DEFAULT_SHARE if threshold is None else threshold:g} of |attribution|"
+        rule = f"top {top_k}" if top_k is not None else f"≥ {DEFAULT_SHARE if threshold is None else threshold:g} of the largest |attribution|"
         head = (f'<div style="font-size:0.85em;color:#555;margin-bottom:4px">predicting <b>{_esc(attr.targets[target])}</b> '
                 f"after “{_esc(sa.current_word(target))}” · {_esc(METHOD_LABELS.get(attr.method, attr.method))}, "
                 f"highlighted: {_esc(rule)} ({len(lit)} word{'s' if len(lit) != 1 else ''})</div>")
@@ -1164,21 +1174,22 @@ def case_counts_chart(frame: pd.DataFrame) -> alt.Chart:
 
 
 def sentence_positions_chart(frame: pd.DataFrame, name: str, text: str) -> alt.Chart:
-    """One sentence: attention weight at each offset back (x, most recent right) for every predicted word (y).
+    """One sentence: attention weight at each distance from the predicted word (x, nearest right) for every
+    predicted word (y).
 
     ``frame`` is :func:`vizlm.corpus.sentence_positions` (target, word, offset, weight, attended),
     coloured on the attention scale.
     """
     df = frame.copy()
-    df["position"] = -df["offset"].astype(int)
+    df["distance"] = distance(df["offset"].astype(int))
     df["row"] = [f"{t + 2} {w}" for t, w in zip(df["target"], df["word"])]
     rows = list(dict.fromkeys(df["row"]))
     return alt.Chart(df).mark_rect().encode(
-        x=alt.X("position:O", title="position relative to the predicted word (−1 = most recent)"),
+        x=_distance_x(current=False, ordinal=True),
         y=alt.Y("row:N", title="predicted word", sort=rows),
         color=alt.Color("weight:Q", title="attention", scale=alt.Scale(scheme=SCHEME, domain=list(WEIGHT_DOMAIN))),
         tooltip=[alt.Tooltip("word:N", title="predicting"), alt.Tooltip("attended:N", title="attended word"),
-                 alt.Tooltip("offset:Q", title="words back"), alt.Tooltip("weight:Q", format=".3f")],
+                 alt.Tooltip("distance:Q", title="distance"), alt.Tooltip("weight:Q", format=".3f")],
     ).properties(width=alt.Step(28), height=alt.Step(16),
                  title=alt.Title(f"{name}: attention by position, word by word", subtitle=_subtitle(text, 60), anchor="start"))
 

@@ -273,6 +273,21 @@ def passage_sentences(text: str) -> list[list[Token]]:
     return [s for d in passage_documents(text) for s in d]
 
 
+def token_row(text: str, start: int) -> int:
+    """The row of the analysis of ``text`` that predicts its first token at or after character ``start``:
+    that token's index in the reading, its sentences' tokens (:func:`passage_sentences`) with a ``</s>``
+    after each. Counted on the text as it is read, not on the words it was made from (a corpus sentence
+    written out and read again can have more tokens: ``Reps.`` is read as ``Reps`` ``.``)."""
+    row = 0
+    for sentence in passage_sentences(text):
+        for token in sentence:
+            if token.start >= start:
+                return row
+            row += 1
+        row += 1  # its </s>
+    return row
+
+
 def detokenize(words: list[str]) -> str:
     """A corpus sentence's original tokens as readable text that :func:`tokenize` reads back as
     the same tokens: space-separated, spaces inside a token written ``_`` in the corpus files

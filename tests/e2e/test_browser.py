@@ -233,6 +233,55 @@ def test_passage_view(page):
     shot(page, "explorer-passage-every-row")
 
 
+def test_compare_link_opens_the_chosen_sentence_in_the_explorer(page):
+    """Compare with a document model: the link to the Explorer selects the chosen sentence's first word (not the
+    </s> before it), after the sentences before it, and that word is not faded as not read yet."""
+    page.goto(page.base + f"/compare?a={DOC_MODEL}&b=lstm-doc&corpus=brown&split=test&n=200")
+    wait_idle(page)
+    grid = page.locator("[data-testid='stDataFrame']").first
+    link = page.locator("[data-testid='stPageLink'] a").filter(has_text="in the Explorer").first
+    for _ in range(4):  # the grid draws on a canvas: a click before it has laid out is lost
+        grid.scroll_into_view_if_needed()
+        time.sleep(1.0)
+        box = grid.bounding_box()
+        page.mouse.click(box["x"] + 12, box["y"] + 52)
+        wait_idle(page)
+        try:
+            link.wait_for(timeout=10_000)
+            break
+        except sync_api.TimeoutError:
+            continue
+    link.click()
+    page.wait_for_url(lambda url: "target=" in url)
+    wait_idle(page)
+    import vizlm
+    from vizlm.text import tokenize
+
+    q = query(page)
+    first = tokenize(q["text"].rsplit("\n", 1)[-1])[0].text  # the chosen sentence's first token
+    assert q["model"] == "lstm-doc" and vizlm.load("lstm-doc").analyze(q["text"]).tokens[int(q["target"])] == first
+    shot(page, "compare-link-explorer")
+
+
+def test_a_model_of_another_language_brings_its_text(page):
+    """Picking the Chinese model in the sidebar brings a Chinese text and a Chinese model to compare with: no
+    warning about unknown words."""
+    from vizlm.checkpoint import bundled_checkpoints
+
+    if "amsrn-sinica" not in bundled_checkpoints():
+        pytest.skip("no bundled Chinese checkpoint amsrn-sinica")
+    page.goto(page.base + "/?model=amsrn&compare=lstm&text=" + urllib.request.quote(SENTENCE))
+    wait_idle(page)
+    page.locator("[data-testid='stSidebar'] [data-testid='stSelectbox']").filter(has_text="Model").first.click()
+    page.get_by_role("option").filter(has_text="amsrn-sinica").first.click()
+    wait_idle(page)
+    q = query(page)
+    assert q["model"] == "amsrn-sinica" and "sinica" in q.get("compare", "")
+    assert "今天" in page.get_by_label("Sentence").input_value()
+    assert page.locator("[data-testid='stAlert']").filter(has_text="vocabulary").count() == 0
+    shot(page, "explorer-language-switch")
+
+
 def test_script_payload_is_shown_as_text(page):
     page.goto(page.base + "/?text=" + urllib.request.quote('<script>window.__pwned=1</script> <b>bold</b> end'))
     wait_idle(page)

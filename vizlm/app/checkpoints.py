@@ -312,10 +312,16 @@ def language(name: str) -> str | None:
     return CORPUS_LANGUAGE.get(meta_corpus(model_meta(name)))
 
 
+def text_language(tokens: list[str]) -> str:
+    """The language of ``tokens``: Chinese when most are Chinese characters (:func:`vizlm.text.han_share`), else
+    English."""
+    return "Chinese" if han_share(tokens) > 0.5 else "English"
+
+
 def readers_of(tokens: list[str], names: list[str]) -> list[str]:
     """Of ``names``, the models in the language of ``tokens`` (Chinese when most are Chinese characters,
     :func:`vizlm.text.han_share`, else English), the one to open with (:func:`preferred_model`) first."""
-    want = "Chinese" if han_share(tokens) > 0.5 else "English"
+    want = text_language(tokens)
     fits = [n for n in names if language(n) == want]
     return sorted(fits, key=lambda n: n != preferred_model(fits)) if fits else []
 

@@ -7,10 +7,11 @@
 from __future__ import annotations
 
 import hashlib
+import math
 
 import streamlit as st
 
-from vizlm.analysis import LN2
+from vizlm.analysis import DISTANCE_NOTE, LN2
 from vizlm.api import ATTENTION_OFF, MAX_TOKENS, READINGS, Analysis
 from vizlm.api import compare as compare_models
 from vizlm.app import checkpoints as ck
@@ -19,7 +20,7 @@ from vizlm.app import widgets as ui
 from vizlm.attribution import TEXT_METHODS
 from vizlm.checkpoint import meta_corpus
 from vizlm.data import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, example_passages, example_sentences, user_corpora
-from vizlm.links import DEFAULT_TEXT, EXPLORER_MEASURES, MAX_TOP_K, MEASURE_LABELS, parse_query
+from vizlm.links import DEFAULT_TEXT, DEFAULT_TEXTS, EXPLORER_MEASURES, MAX_TOP_K, MEASURE_LABELS, parse_query
 from vizlm.plots import (
     attention_key_html,
     attribution_html,
@@ -31,6 +32,7 @@ from vizlm.plots import (
     sentence_strip_html,
     text_span,
 )
+from vizlm.text import tokenize
 
 UNKNOWN_WARNING = 0.5  # share of out-of-vocabulary words above which a model is said not to read the text
 ATTRIBUTION_ROWS = 12  # words of the selected word's reading listed by attribution (the heat map shows them all)
@@ -67,6 +69,23 @@ def seed_from_url(names: list[str]) -> None:
     )
 
 
+def follow_language(names: list[str]) -> None:
+    """The model picked is of another language than the text or the model compared with: bring that language's
+    text (:data:`vizlm.links.DEFAULT_TEXTS`) and its comparison model (:func:`vizlm.app.checkpoints.baseline_model`),
+    so the view does not open on words the model cannot read."""
+    model = st.session_state["model"]
+    want = ck.language(model)
+    if want is None:  # a corpus of yours: its language is not known
+        return
+    compare = st.session_state.get("compare")
+    if compare and ck.language(compare) not in (None, want):
+        st.session_state["compare"] = ck.baseline_model(names, model) or ""
+    text = st.session_state.get("text") or ""
+    if want in DEFAULT_TEXTS and text.strip() and ck.text_language([t.text for t in tokenize(text)]) != want:
+        st.session_state["text"] = DEFAULT_TEXTS[want]
+        st.session_state["example"] = None
+
+
 def use_example() -> None:
     choice = st.session_state.get("example")
     if choice:
@@ -89,7 +108,7 @@ def example_options(model: str, compare: str) -> dict[str, str]:
     if own:
         opts = {f"{own} passage · {sid}": text for sid, text in example_passages(own, "test")}
         opts |= {f"{own} · {sid}": text for sid, text in example_sentences(own, "test")}
-    if not opts:
+    if not opts and ck.language(model) in (None, "English"):  # the shipped examples are English
         opts = {f"{name} passage · {sid}": text for corpus, name in (("brown", "Brown"), ("wsj", "WSJ"))
                 for sid, text in example_passages(corpus, "test")}
         opts |= {f"WSJ · {sid}": text for sid, text in example_sentences("wsj", "test")}
@@ -113,6 +132,16 @@ def example_label(key: str, text: str) -> str:
     return head + shown
 
 
+def example_labels(examples: dict[str, str]) -> dict[str, str]:
+    """:func:`example_label` of every example, the sentence id added where two would read the same (two Brown
+    passages of one document start alike)."""
+    labels = {k: example_label(k, text) for k, text in examples.items()}
+    counts: dict[str, int] = {}
+    for label in labels.values():
+        counts[label] = counts.get(label, 0) + 1
+    return {k: label if counts[label] == 1 else f"{label} ({k.split(' · ', 1)[-1]})" for k, label in labels.items()}
+
+
 def find_improved(model: str, compare: str) -> bool:
     """Rank the Brown test sentences by how much ``model`` improves on ``compare`` (:func:`vizlm.compare` in
     the background, the job the Compare page shares; progress bar; cached)."""
@@ -131,11 +160,15 @@ def find_improved(model: str, compare: str) -> bool:
     st.session_state.setdefault("_improved", {})[(compare, model)] = rows
     if not rows:
         st.session_state["_improved_none"] = (compare, model)  # said after the rerun that lists the examples
+    else:  # the rerun opens the most improved sentence, picked in the list, and says where the others are
+        st.session_state["_improved_pick"] = (f"improved by {model} · {rows[0][0]}", rows[0][1], len(rows))
     return True
 
 
 def warn_unknown(analyses: dict[str, Analysis], names: list[str]) -> None:
-    """A warning for each model that reads most of the text as ``<unk>`` (e.g. Chinese for an English model)."""
+    """One warning naming each model that reads most of the text as ``<unk>`` (e.g. Chinese for an English
+    model), and the models to choose instead."""
+    lines, instead = [], ""
     for name, a in analyses.items():
         unknown = sum(a.unk) / max(1, len(a.unk))
         if unknown <= UNKNOWN_WARNING:
@@ -143,10 +176,14 @@ def warn_unknown(analyses: dict[str, Analysis], names: list[str]) -> None:
         corpus = meta_corpus(ck.model_meta(name))
         trained = f" {CORPUS_LANGUAGE[corpus]}-only: it was trained on {CORPUS_TITLES[corpus]}" if corpus in CORPUS_LANGUAGE else ""
         readers = ck.readers_of(a.tokens, names)  # the models in this text's language
-        instead = (f" Choose a {ck.language(readers[0])} model instead: {', '.join(readers)}."
-                   if readers and name not in readers else "")
-        st.warning(f"{unknown:.0%} of these words are not in {name}'s vocabulary ({name} is{trained or ' not trained on text like this'}). "
-                   f"It reads them as <unk>, so its attention and probabilities say little about this text.{instead}",
+        if readers and name not in readers:
+            lang = ck.language(readers[0])
+            instead = f" Choose {'an' if lang[0] in 'AEIOU' else 'a'} {lang} model instead: {', '.join(readers)}."
+        lines.append(f"{unknown:.0%} of these words are not in {name}'s vocabulary ({name} is"
+                     f"{trained or ' not trained on text like this'}).")
+    if lines:
+        who = "It reads them as <unk>, so its" if len(lines) == 1 else "Each reads them as <unk>, so their"
+        st.warning(" ".join(lines) + f" {who} attention and probabilities say little about this text.{instead}",
                    icon=":material/translate:")
 
 
@@ -253,9 +290,9 @@ def _attribution_panel(name: str, sa: Analysis, r: int, threshold: float | None,
             st.caption("This word has fewer than two earlier words in its memory: its attention chooses nothing to agree with.")
     shown = frame.head(ATTRIBUTION_ROWS)
     table = {"word read": [f"{p + 1} {w}" for p, w in zip(shown.position, shown.input)],
-             "back": shown.offset, "bits": shown.attribution_bits, "share": 100 * shown.share}
+             "distance": shown.distance, "bits": shown.attribution_bits, "share": 100 * shown.share}
     config = {
-        "back": st.column_config.NumberColumn("back", width="small", help="words back (0: the word just read)"),
+        "distance": st.column_config.NumberColumn("distance", width="small", help=DISTANCE_NOTE),
         "bits": st.column_config.NumberColumn(
             "bits", format="%+.3f", width="small",
             help="this word's attribution: its part of log₂ P(word), in bits (+ it raised the probability, − it lowered it)"),
@@ -263,10 +300,11 @@ def _attribution_panel(name: str, sa: Analysis, r: int, threshold: float | None,
                                                  help="its share of the total |attribution| of this prediction"),
     }
     if attr.attention is not None:
-        table["weight"] = [None if w != w else float(w) for w in shown.attention]  # empty: no memory slot
-        config["weight"] = st.column_config.NumberColumn(
-            "weight", format="%.3f", width="small",
-            help="the attention weight on this word's memory slot (empty: not in memory, e.g. the word just read)")
+        # text, not numbers: a missing number would be written "None"; a dash where the word has no memory slot
+        table["weight"] = ["–" if math.isnan(w) else f"{w:.3f}" for w in shown.attention]
+        config["weight"] = st.column_config.TextColumn(
+            "weight", width="small",
+            help="the attention weight on this word's memory slot (–: not in memory, e.g. the word just read)")
     st.caption("The words read before this one, **largest |attribution| first**"
                + (f" (the first {ATTRIBUTION_ROWS} of {len(frame)})" if len(frame) > ATTRIBUTION_ROWS else "") + ".")
     st.dataframe(table, column_config=config, hide_index=True, width="stretch")
@@ -327,7 +365,8 @@ def sidebar() -> tuple[list[str], str, str, float | None, int | None, str]:
         if st.session_state.get("model") not in names:
             st.session_state["model"] = defaults(names)[0]
         listed = ck.by_kind(names)
-        model = st.selectbox("Model", listed, key="model", format_func=ck.model_label,
+        model = st.selectbox("Model", listed, key="model", format_func=ck.model_label, on_change=follow_language,
+                             args=(names,),
                              help=f"{ck.KINDS_HELP} {ck.model_help(st.session_state['model'])}")
         others = [""] + [n for n in listed if n != model]
         if st.session_state.get("compare") not in others:
@@ -349,12 +388,13 @@ def sidebar() -> tuple[list[str], str, str, float | None, int | None, str]:
         attributed = measure in TEXT_METHODS
         mode = st.segmented_control("Mode", ["Threshold", "Top-k"], key="mode", required=True,
                                     help="Highlight every earlier word with at least this share (of the attention, or of "
-                                         "the word's total |attribution|), or the k largest.")
+                                         "the largest |attribution| of the word's reading: the same on a sentence and a "
+                                         "long passage), or the k largest.")
         threshold, top_k = None, None
         if mode == "Top-k":
             top_k = st.slider("Words to highlight", 1, MAX_TOP_K, key="topk")
         else:
-            threshold = st.slider("Share of |attribution|" if attributed else "Attention threshold", 0.0, 1.0, step=0.01,
+            threshold = st.slider("Share of the largest |attribution|" if attributed else "Attention threshold", 0.0, 1.0, step=0.01,
                                   key="threshold")
     return names, model, compare, threshold, top_k, measure
 
@@ -368,14 +408,21 @@ def text_input(model: str, compare: str) -> str:
                "predicting it, how sure it was, and why the attention may have helped.")
     for note in st.session_state.pop("_url_notes", []):
         st.warning(note, icon=":material/link:")
+    pick = st.session_state.pop("_improved_pick", None)  # "Most improved" was clicked: show what it found
+    if pick is not None:
+        st.session_state["text"] = pick[1]
+        st.success(f"Added the {pick[2]} Brown test sentences whose perplexity {model} lowers most relative to {compare} "
+                   "to the examples (first in the list); showing the first.", icon=":material/trending_down:")
     left, right = st.columns([2, 1], vertical_alignment="bottom")
     with right:
         examples = example_options(model, compare)
+        if pick is not None and pick[0] in examples:
+            st.session_state["example"] = pick[0]
         if st.session_state.get("example") not in examples:  # another model's corpus: other examples
             st.session_state["example"] = None
         st.selectbox("Or pick an example", list(examples), key="example",
                      placeholder="Passages and sentences…", on_change=use_example,
-                     format_func=lambda k: example_label(k, examples[k]),
+                     format_func=example_labels(examples).__getitem__,
                      help="Passages and single sentences of the test split of the model's corpus when `vizlm "
                           "import` wrote it, else of Brown test documents and of the WSJ sample; and the "
                           "sentences the model improves most (after “Most improved”).")

@@ -30,7 +30,7 @@ from vizlm.data import Corpus, DataError, corpus_folder, load_corpus, passage_st
 from vizlm.errors import VizlmError
 from vizlm.export import chart_spec
 from vizlm.plots import attention_heatmap, attribution_heatmap
-from vizlm.text import detokenize
+from vizlm.text import MAX_TOKENS, detokenize, passage_sentences, token_row
 
 # Cache sizes bound the server's memory: a 400-word text's analysis is ~2 MB (with its dict ~4 MB),
 # its heat-map spec ~13 MB; a 40-word one about 1/100 of that.
@@ -190,11 +190,14 @@ def sentence_text(corpus: str, split: str, index: int) -> str:
 def passage_text(corpus: str, split: str, index: int) -> tuple[str, int]:
     """Sentence ``index`` of a split after the sentences before it in its document, as many as the
     Explorer reads (:func:`vizlm.data.passage_start`), a sentence a line; and the row that predicts
-    the sentence's first word there (each sentence before it: its words and its ``</s>``)."""
+    the sentence's first word there, counted on the text as the Explorer reads it (:func:`vizlm.text.token_row`)."""
     c = load_corpus_cached(corpus, split)
     start = passage_start(c.ids, [len(w) for w in c.sentences], index)
-    return "\n".join(detokenize(c.originals[k]) for k in range(start, index + 1)), \
-        sum(len(c.sentences[k]) + 1 for k in range(start, index))
+    before = [detokenize(c.originals[k]) + "\n" for k in range(start, index)]
+    text = "".join(before) + detokenize(c.originals[index])
+    while before and sum(map(len, passage_sentences(text))) > MAX_TOKENS:  # read as more tokens than the corpus's
+        text = text[len(before.pop(0)):]
+    return text, token_row(text, sum(map(len, before)))
 
 
 @st.cache_data(show_spinner=False, max_entries=8)  # a Brown document's analysis is ~100 MB

@@ -8,8 +8,8 @@ import math
 import pandas as pd
 import streamlit as st
 
-from vizlm.analysis import with_slot_effects
-from vizlm.app.checkpoints import get_checkpoint
+from vizlm.analysis import distance, with_slot_effects
+from vizlm.app.checkpoints import get_checkpoint, has_attention
 from vizlm.app.results import attribution, attribution_spec, heatmap_spec
 from vizlm.attribution import LABELS as METHOD_LABELS
 from vizlm.attribution import TEXT_METHODS
@@ -209,10 +209,25 @@ def _share(x) -> str:
     return "—" if x is None or not math.isfinite(x) else f"{max(0.0, x):.1%}"  # float noise must not print "-0.0%"
 
 
+# Attribution by distance, the first time (then the disk cache): seconds per 1,000 sentences per model on one core
+# (gradient x input; an attention model also runs Jain & Wallace's permutation test), as measured on the bundled models.
+ATTRIBUTION_SECONDS = {"attention": 120, "plain": 20}
+
+
+def attribution_estimate(models: list[str], sentences: int) -> str:
+    """What attributing ``models`` over ``sentences`` costs the first time, written for people: said before it
+    starts (the whole Brown test split with eight models took more than half an hour on two loaded cores)."""
+    seconds = sum(ATTRIBUTION_SECONDS["attention" if has_attention(m) else "plain"] for m in models) * sentences / 1000
+    when = f"about {seconds / 60:.0f} minutes" if seconds >= 90 else f"about {max(1, round(seconds))} seconds"
+    return (f"Attributing {len(models)} model{'s' if len(models) != 1 else ''} over {sentences:,} sentences takes "
+            f"{when} the first time on one core (then it comes from the disk cache); the Sentences picker in the "
+            "sidebar limits it.")
+
+
 def render_attribution_positions(results: list[dict], window: int, stem: str, key: str) -> None:
     """Attribution by distance (:func:`vizlm.attribution.corpus_attribution`'s ``positions`` per model, in
     the order of the attention plot's models so the colours match): the chart of the share of |attribution|
-    at 0..``window`` words back beside, per model, the share beyond its attention window; downloads."""
+    at distances 1..``window + 1`` (:func:`vizlm.analysis.distance`) beside, per model, the share beyond its attention window; downloads."""
     frame = attribution_positions_frame(results, window)
     left, right = st.columns(2, gap="large")
     with left:
@@ -228,19 +243,20 @@ def render_attribution_positions(results: list[dict], window: int, stem: str, ke
             last = max(p["offset"])
             name = md_escape(res["model"])
             if inside is None:  # no window: what lies past the furthest position kept instead
-                value, delta = "no window", f"{_share(beyond['value'])} past {last} words"
+                value, delta = "no window", f"{_share(beyond['value'])} past distance {distance(last)}"
                 info = (f"{name} attends to every earlier word of its reading (or has no attention): it has no "
-                        f"window to look beyond. The share of |attribution| more than {last} words back is "
+                        f"window to look beyond. The share of |attribution| at a distance of more than {distance(last)} is "
                         f"{_share(beyond['value'])} (95% interval {_share(beyond['lo'])}–{_share(beyond['hi'])}).")
             else:
                 value, delta = _share(inside["value"]), f"95% {_share(inside['lo'])}–{_share(inside['hi'])}"
-                info = (f"Mean share of a predicted word's |attribution| on words more than {p['window']} back, "
+                info = (f"Mean share of a predicted word's |attribution| on words at a distance of more than "
+                        f"{distance(p['window'])}, "
                         f"where {name}'s attention cannot look: what its prediction depends on that reaches it "
                         f"only through the recurrent state. 95% bootstrap interval over {res['resampled']}; "
                         f"{res['targets']:,} predicted words.")
             cols[i % len(cols)].metric(name, value, delta=delta, delta_color="off",
                                        delta_arrow="off", help=info)
-        st.caption("Left: the mean share of a predicted word's |attribution| (gradient × input) at each position "
-                   "back, 0 the word just read, 95% band. Read it beside the attention plot: mass at a position with "
+        st.caption("Left: the mean share of a predicted word's |attribution| (gradient × input) at each distance "
+                   "(1: the word just before it, the word just read), 95% band. Read it beside the attention plot: mass at a position with "
                    "little attention means the prediction depends on a word the attention does not pick; it "
                    "reaches the prediction through the recurrent state.")

@@ -295,14 +295,16 @@ def sample_picker(key: str = "sample", default: str = "whole split") -> int | No
 def attention_models_picker(title: str, key: str, none_message: str,
                             first: Callable[[list[str]], list[str]] | None = None) -> list[str]:
     """Sidebar header and a multiselect of the attention models; stops the page if there are none.
-    At first: those in the language of the first (one corpus scores them all), narrowed by ``first``,
-    as many as a chart has colours for (:data:`vizlm.plots.CATEGORICAL`)."""
+    At first: the models trained on a corpus of yours when there are some (those of the first such corpus: the
+    page opens on it), else those in the language of the first (one corpus scores them all), narrowed by
+    ``first``, as many as a chart has colours for (:data:`vizlm.plots.CATEGORICAL`)."""
     attn = by_kind(attention_model_names())
     st.header(title, anchor=False)
     if not attn:
         st.error(none_message, icon=":material/error:")
         st.stop()
-    start = one_language(attn)
+    yours = [n for n in attn if trained_corpus(n) is not None and trained_corpus(n) not in CORPORA]
+    start = [n for n in yours if trained_corpus(n) == trained_corpus(yours[0])] if yours else one_language(attn)
     keep_choices(key, attn, (first(start) if first else start)[: len(CATEGORICAL)])
     # chips show the bare name (a chip holds about 20 characters; "name · kind" was cut); the order and the help
     # say the kinds
