@@ -281,7 +281,7 @@ def test_corpus_pages_open_with_models_of_one_language_as_many_as_colours():
     assert {"kvp-doc", "attention-doc", "kv-doc"} <= set(first) and at.metric
     reading = next(c.value for c in at.caption if "reads the text as running text" in c.value)
     assert r"own window (attention\-doc 1, " in reading and r"kvp\-doc 5" in reading, reading  # one bracket
-    # Issue 31 item 8: a chip holds about 20 characters, so the chips are bare names (no "· kind" to cut)
+    # a chip holds about 20 characters, so the chips are bare names (no "· kind" to cut)
     options = at.multiselect(key="pos_models").options
     assert set(options) == set(attn) and all(len(o) <= 20 for o in options if o in bundled_checkpoints()), options
     sentence_only = [m for m in attn if ck.context(m) == "sentence"]
@@ -350,7 +350,7 @@ def test_models_page_has_a_card_per_checkpoint():
 
 
 def test_models_cards_say_the_epoch_cap_and_write_values_for_people():
-    """Issue 31: "6 epochs (best 4)" beside ``--epochs 20`` read as a contradiction, and cards showed raw Python
+    """"6 epochs (best 4)" beside ``--epochs 20`` read as a contradiction, and cards showed raw Python
     values ("memory None · start_slot True") and different fields for one family."""
     import re
 
@@ -545,7 +545,7 @@ CHINESE = "今天天氣很好，我們去公園散步。他說這個問題很重
 
 
 def test_chinese_text_names_the_chinese_model_to_choose():
-    """Issue 31: an English model on Chinese text names the Chinese model to choose instead, which reads the
+    """An English model on Chinese text names the Chinese model to choose instead, which reads the
     text as its two sentences without the warning."""
     if "amsrn-sinica" not in bundled_checkpoints():
         pytest.skip("no bundled Chinese checkpoint amsrn-sinica")
@@ -664,7 +664,7 @@ def test_panel_shows_the_read_effect_beside_the_weights():
 
 
 def test_small_probabilities_show_their_significant_digits():
-    """Issue 31: the panel's P(word) and "P(word) would be .. instead of .." keep two significant digits
+    """The panel's P(word) and "P(word) would be .. instead of .." keep two significant digits
     (not "0.0004 instead of 0.0004"), and the slot table says how it is sorted."""
     import numpy as np
 
@@ -712,7 +712,7 @@ def test_positions_page_shows_effects_beside_weights():
 
 
 def test_positions_metric_labels_fit_a_quarter_of_the_page():
-    """Issue 31: at 1440 px a metric of the four per row shows ~30 characters; "attention-doc-w10: words the
+    """At 1440 px a metric of the four per row shows ~30 characters; "attention-doc-w10: words the
     attention moves by > 1 bit" and "mean |effect| … over 121,444 words" were cut off. Details go in the help."""
     long_name = "attention-doc-w10"  # among the longest bundled names
     if long_name not in bundled_checkpoints():
@@ -857,7 +857,7 @@ def test_corpus_pages_read_document_checkpoints_in_context():
     assert at.metric and links and any("%0A" in q or "\n" in q for q in links), links[:2]
 
 
-# --------------------------------------------------------------------------- issue 31: cases, compare, first impressions
+# --------------------------------------------------------------------------- cases, compare, first impressions
 def query(at: AppTest) -> dict[str, str]:
     """The URL's query as plain strings (AppTest may hold a value as a one-element list)."""
     return {k: v[0] if isinstance(v, list) else v for k, v in at.query_params.items()}
@@ -875,7 +875,7 @@ def linked(path: str, **params) -> AppTest:
 
 
 def test_cases_gallery_ranks_a_choice_and_lets_the_models_take_turns():
-    """Issue 31: the default gallery was 30 examples of attention-doc, each at weight 1.00: its window holds one
+    """The default gallery was 30 examples of attention-doc, each at weight 1.00: its window holds one
     slot, so its weight is always 1 and chooses nothing. It ranks by the weight above an even spread over the
     word's slots (0 for attention-doc), the models take turns, the page says why, and the model filter (a
     multiselect: pills showed 2 of 8 models' buttons) reaches every model."""
@@ -899,7 +899,7 @@ def test_cases_gallery_ranks_a_choice_and_lets_the_models_take_turns():
 
 
 def test_compare_view_lives_in_the_url():
-    """Issue 31: Compare's model pair, corpus and split go to the URL, and a link opens the same view."""
+    """Compare's model pair, corpus and split go to the URL, and a link opens the same view."""
     at = page("compare.py", cmp_a="lstm", cmp_b=TINY, cmp_sample=SMALL, cmp_corpus="WSJ sample (out of domain)")
     no_exception(at)
     q = query(at)
@@ -933,7 +933,7 @@ def test_a_malformed_compare_link_gets_a_note(params, expect):
 
 
 def test_compare_scatter_shows_both_groups_across_the_page(monkeypatch):
-    """Issue 31: the points of the group drawn last covered the others (a 53% improvement looked mostly like the
+    """The points of the group drawn last covered the others (a 53% improvement looked mostly like the
     baseline's colour); both are translucent, the larger group drawn first, and the chart is as wide as the page."""
     import pandas as pd
 
@@ -962,7 +962,7 @@ def test_compare_scatter_shows_both_groups_across_the_page(monkeypatch):
 
 
 def test_the_default_text_has_no_unknown_word_for_the_default_models():
-    """Issue 31: a newcomer's first sight was an <unk> notice ("barking ?"): the default text's words are in the
+    """A newcomer's first sight was an <unk> notice ("barking ?"): the default text's words are in the
     vocabulary of the models the Explorer opens with."""
     from vizlm.analysis import analyze
     from vizlm.checkpoint import load_checkpoint
@@ -979,7 +979,7 @@ def test_the_default_text_has_no_unknown_word_for_the_default_models():
 
 
 def test_the_model_list_is_grouped_by_kind():
-    """Issue 31: one select box, its models grouped (sentence-level, running text, Chinese, extensions), each
+    """One select box, its models grouped (sentence-level, running text, Chinese, extensions), each
     label saying its group."""
     from vizlm.app import checkpoints as ck
 
@@ -991,7 +991,7 @@ def test_the_model_list_is_grouped_by_kind():
     by_name = {o.split(" · ")[0]: o for o in options}
     assert by_name["amsrn"] == "amsrn · sentences" and by_name["kvp-doc"] == "kvp-doc · running text"
     assert by_name["amsrn-sinica"] == "amsrn-sinica · Chinese" and by_name["amsrn-doc"] == "amsrn-doc · extension"
-    # Issue 31: a sidebar select box shows about 33 characters; the perplexity is in the help
+    # a sidebar select box shows about 33 characters; the perplexity is in the help
     assert all(len(o) <= 33 for o in options if o.split(" · ")[0] in bundled_checkpoints()), options
     help_text = at.selectbox(key="model").help
     assert "perplexity" in help_text and at.selectbox(key="model").value in help_text
@@ -1010,7 +1010,7 @@ def streamlit_shows(markdown: str) -> str:
 
 
 def test_a_dash_token_reads_the_same_everywhere():
-    """Issue 31: the Brown token "--" read "—" in the word picker (Streamlit's Markdown replaces a free-standing
+    """The Brown token "--" read "—" in the word picker (Streamlit's Markdown replaces a free-standing
     "--", escaped or not) and "--" in the running text and the heat map; md_escape keeps it for every Markdown."""
     from vizlm.app.widgets import md_escape
 
@@ -1025,7 +1025,7 @@ def test_a_dash_token_reads_the_same_everywhere():
 
 
 def test_cases_gallery_ranks_by_attribution():
-    """Issue 29: the rank selector offers attribution (its help says what it means and what it costs); the
+    """The rank selector offers attribution (its help says what it means and what it costs); the
     examples show their attribution in bits and come highest first."""
     at = page("cases.py", cases_models=[TINY], cases_sample=SMALL, cases_threshold=0.05)
     no_exception(at)
@@ -1042,7 +1042,7 @@ def test_cases_gallery_ranks_by_attribution():
 
 
 def test_positions_page_shows_attribution_by_distance_on_request(monkeypatch, tmp_path, doc_dirs):
-    """Issue 29: beside the attention by position, on request (off at first: it costs minutes), each model's
+    """Beside the attention by position, on request (off at first: it costs minutes), each model's
     share of |attribution| at 0..window words back, a model without attention too, and per model the share
     beyond its attention window with its interval, as vizlm computes it."""
     import pandas as pd

@@ -379,7 +379,7 @@ def test_bundled_tagger_accuracy_on_valid():
 
 # --------------------------------------------------------------------------- ranking examples
 def test_weight_above_uniform_is_zero_for_a_single_slot():
-    """Issue 31: a window of 1 puts weight 1 on its one slot, so its weight chooses nothing: 0 above an even spread."""
+    """A window of 1 puts weight 1 on its one slot, so its weight chooses nothing: 0 above an even spread."""
     (spread,) = label_cases(make_sa("a b c d e f", None, {5: 1}), collocations=COLLOCATIONS)
     assert spread.slots == 6 and spread.above_uniform == pytest.approx(0.8 - 1 / 6)  # row 5: slots 0..5
     (single,) = label_cases(make_sa("a b c d e f", None, {5: 3}, weight=1.0), collocations=COLLOCATIONS)
@@ -524,7 +524,7 @@ def test_a_corpus_report_is_cached_by_checkpoint_split_and_arguments(monkeypatch
     assert len(calls) == 4
 
 
-# --------------------------------------------------------------------------- issue 29: ranked by attribution
+# --------------------------------------------------------------------------- ranked by attribution
 def test_ranking_by_attribution_stores_gradient_x_input_of_the_attended_word(tiny_ckpt):
     """Each example's ``attribution_bits`` is attribute(..., "gradient-x-input").bits at (target row, slot - 1):
     memory slot j holds input position j - 1. Two computations of one number (the report's batched analysis,

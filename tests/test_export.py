@@ -236,7 +236,7 @@ def test_sentence_strip_html(sa):
 
 
 def test_small_probabilities_keep_significant_digits():
-    """Issue 31: "0.0004 instead of 0.0004" hid a 0.16-bit effect and "0.0000" a probability: below 0.01
+    """"0.0004 instead of 0.0004" hid a 0.16-bit effect and "0.0000" a probability: below 0.01
     two significant digits, never 0 for a nonzero probability."""
     assert [plots.format_prob(p) for p in (1.0, 0.1234, 0.0315, 0.01)] == ["1.000", "0.123", "0.032", "0.010"]
     assert [plots.format_prob(p) for p in (0.00041, 0.000358, 0.0012, 3e-6, 1e-300)] == [

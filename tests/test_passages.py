@@ -76,7 +76,7 @@ def test_sentences_end_at_line_breaks_and_sentence_punctuation():
 
 
 def test_chinese_sentences_end_at_chinese_sentence_punctuation():
-    """Issue 31: 。！？ end a sentence of Chinese text, where no space and no capital follow (a closing
+    """。！？ end a sentence of Chinese text, where no space and no capital follow (a closing
     quote stays with its sentence)."""
     text = "今天天氣很好，我們去公園散步。他說這個問題很重要。真的嗎？太好了！他問：「你來嗎？」我們走吧。 The end."
     assert split_sentences(text) == ["今天天氣很好，我們去公園散步。", "他說這個問題很重要。", "真的嗎？", "太好了！",
@@ -148,7 +148,7 @@ def sentence_blocks(sa) -> np.ndarray:
 @pytest.mark.parametrize("sentences", [2, 5])
 @pytest.mark.parametrize("name,kw", all_variants(ATTENTION_MODELS))
 def test_a_sentence_read_alone_rests_on_its_own_start_slot(name, kw, sentences):
-    """Issue 31: each sentence of a passage read alone puts its start weight on its own start slot (an
+    """Each sentence of a passage read alone puts its start weight on its own start slot (an
     ``<s>`` at the restart), never on the first sentence's: no row of the analysis, its dict, highlights,
     heat map or running text has weight outside its own sentence."""
     c = ckpt(name, "sentence", **kw)
@@ -184,7 +184,7 @@ def test_a_sentence_read_alone_rests_on_its_own_start_slot(name, kw, sentences):
 
 @pytest.mark.parametrize("name", ["amsrn", "kvp", "kvp-doc"])
 def test_bundled_passage_start_slots(name):
-    """Issue 31 with the bundled checkpoints: the sentence-level ones start the second sentence on its
+    """With the bundled checkpoints: the sentence-level ones start the second sentence on its
     own <s>; the document-level one reads through the boundary, its only start slot 0."""
     if name not in bundled_checkpoints():
         pytest.skip(f"no bundled checkpoint {name}")
@@ -279,7 +279,7 @@ def test_heatmap_window_boundaries_and_selected_row(passage_sa):
 
 
 def test_a_heat_map_window_shows_the_selected_row_s_recent_slots():
-    """Issue 31: in a 417-word passage the window of salton-doc (a memory of 100) opened on columns 278-378 for
+    """In a 417-word passage the window of salton-doc (a memory of 100) opened on columns 278-378 for
     row 408, the slots just before it out of view. The window is square and ends at the newest slot its rows may
     use: the selected row's most recent slots are in it."""
     sa = analyze_sentences(ckpt("amsrn", memory=100), [SENTENCES[i % 3] for i in range(12)])  # 59 rows

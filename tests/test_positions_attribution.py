@@ -1,4 +1,4 @@
-"""Attribution by distance beside the attention by position (issue 29): the frame built from
+"""Attribution by distance beside the attention by position: the frame built from
 :func:`vizlm.attribution.corpus_attribution` results and its chart (vizlm.plots), on a tiny corpus."""
 
 from __future__ import annotations

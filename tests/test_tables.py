@@ -36,7 +36,7 @@ def _trained(done: int, best: int, cap: int | None, patience: int = 2) -> dict:
 
 
 def test_epochs_say_the_cap_and_why_training_stopped():
-    """Issue 31: "6 epochs (best 4)" beside ``--epochs 20``: which is the cap?"""
+    """"6 epochs (best 4)" beside ``--epochs 20``: which is the cap?"""
     assert epochs_text(_trained(6, 4, 20)) == "6 epochs of at most 20 (best 4): early stopping, no better valid ppl for 2 epochs"
     assert epochs_text(_trained(20, 18, 20)) == "20 epochs (best 18)"  # ran them all
     assert epochs_text(_trained(4, 4, 20)) == "4 epochs of at most 20 (best 4)"  # saved mid-run: not stopped
