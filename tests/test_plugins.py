@@ -489,3 +489,23 @@ def test_nothing_is_read_until_a_name_is_unknown(monkeypatch):
     lookup("lstm")
     assert "nope" not in ATTENTION_MODELS
     assert calls == [1]  # read once
+
+
+def test_a_failing_plugin_model_is_named_and_the_others_go_on_in_positions(install, tmp_path, capsys):
+    """Attention by position over several models: the plugin model that breaks on longer input is named (API:
+    ``failed``; CLI: one line on stderr, exit 1) and the healthy model's statistics are there."""
+    install(EntryPoint("long", toy(LongFails)), EntryPoint("toy", toy()))
+    save_checkpoint(tmp_path / "long", build_model("long", **TINY), "long", vocab40())
+    save_checkpoint(tmp_path / "good", build_model("toy", **TINY), "toy", vocab40())
+    sentences = [LONG.split(), "w3 w4 w5".split()]
+    result = vizlm.positions([tmp_path / "long", tmp_path / "good"], sentences=sentences, ids=["d:0", "d:1"])
+    assert list(result.failed) == ["long"] and "the plugin 'long'" in result.failed["long"]
+    assert set(result.frame()["model"]) == {"good"}
+    with pytest.raises(PluginError, match="the plugin 'long'"):  # alone, it fails as before
+        vizlm.positions([tmp_path / "long"], sentences=sentences, ids=["d:0", "d:1"])
+    (tmp_path / "t.txt").write_text(LONG + "\nw3 w4 w5\n", encoding="utf-8")
+    code = cli.main(["positions", "--checkpoint", str(tmp_path / "long"), str(tmp_path / "good"),
+                     "--text-file", str(tmp_path / "t.txt"), "--no-effects"])
+    captured = capsys.readouterr()
+    assert code == 1 and "good" in captured.out
+    assert captured.err.strip().splitlines() == [captured.err.strip()] and "vizlm positions: long failed" in captured.err

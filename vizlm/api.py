@@ -67,7 +67,7 @@ from vizlm.checkpoint import (
 from vizlm.data import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, DataError, corpus_splits, load_corpus
 from vizlm.distributed import SINGLE, Context
 from vizlm.errors import InputError, VizlmError
-from vizlm.models import ATTENTION_MODELS
+from vizlm.models import ATTENTION_MODELS, PluginError
 from vizlm.render import RenderError
 from vizlm.serialize import AnalysisFileError, analysis_dict, analysis_from_dict, cases_by_target
 from vizlm.text import MAX_TOKENS  # noqa: F401 - read by the front ends from here
@@ -807,6 +807,11 @@ class Positions:
         return dict(self.result.entropy)
 
     @property
+    def failed(self) -> dict[str, str]:
+        """Models whose reading failed (a plugin's that breaks on longer input), and why; the others are here."""
+        return dict(self.result.failed)
+
+    @property
     def effects(self) -> dict[str, dict]:
         """Per model: tokens, mean_read_bits, mean_abs_read_bits, share_over_1_bit (words the read moves
         by more than 1 bit)."""
@@ -863,17 +868,39 @@ def positions(models: str | Model | Iterable[str | Model], corpus: str = "brown"
     window = _whole(window, "window")
     if sentences is not None:
         sents, names = _given(sentences, ids, "read")
-        result = stats.attention_by_position(ckpts, sents, window=window, effects=bool(effects), ids=names,
-                                             progress=progress)
-        return Positions(result, None, None)
+
+        def one(ckpt, tick):
+            return stats.attention_by_position([ckpt], sents, window=window, effects=bool(effects), ids=names,
+                                               progress=tick)
+        return Positions(_each_model(ckpts, one, progress), None, None)
     _check_split(corpus, split)
     if limit is None:
-        result = stats.positions_corpus(ckpts, corpus, split, window=window, effects=bool(effects), progress=progress,
-                                        ctx=context or SINGLE)
+        def one(ckpt, tick):
+            return stats.positions_corpus([ckpt], corpus, split, window=window, effects=bool(effects), progress=tick,
+                                          ctx=context or SINGLE)
     else:
         c = load_corpus(corpus, split)
         n = _whole(limit, "limit")
-        result = stats.attention_by_position(ckpts, c.sentences[:n], window=window, effects=bool(effects), ids=c.ids[:n],
-                                             progress=progress)
-    return Positions(result, corpus, split)
+
+        def one(ckpt, tick):
+            return stats.attention_by_position([ckpt], c.sentences[:n], window=window, effects=bool(effects),
+                                               ids=c.ids[:n], progress=tick)
+    return Positions(_each_model(ckpts, one, progress), corpus, split)
+
+
+def _each_model(ckpts: list[Checkpoint], one: Callable, progress: Callable[[float], None] | None) -> stats.PositionStats:
+    """``one(ckpt, progress)`` for each model apart, merged: a model that fails (a plugin's that breaks on
+    longer input: :class:`vizlm.models.PluginError`) is named in ``failed`` and the others go on; when every
+    one fails, the first error is raised."""
+    parts, failed, first = [], {}, None
+    for i, ckpt in enumerate(ckpts):
+        tick = None if progress is None else (lambda f, i=i: progress((i + f) / len(ckpts)))
+        try:
+            parts.append(one(ckpt, tick))
+        except PluginError as exc:
+            failed[ckpt.label] = str(exc)
+            first = first or exc
+    if not parts:
+        raise first
+    return stats.PositionStats.merge(parts, failed)
 

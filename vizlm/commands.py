@@ -443,7 +443,9 @@ def cmd_positions(args) -> int:
                   f"{e['mean_abs_read_bits']:.4f} bits)")
     for name in stats.skipped:
         print(f"{name}: no attention, left out")
-    return 0
+    for name, why in stats.failed.items():  # the others are above
+        print(f"vizlm positions: {name} failed: {why}", file=sys.stderr)
+    return 1 if stats.failed else 0
 
 
 def cmd_cases(args) -> int:

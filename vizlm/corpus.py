@@ -233,10 +233,21 @@ class PositionStats:
     skipped: list[str] = field(default_factory=list)  # models without attention
     # per model: tokens, mean_read_bits, mean_abs_read_bits, share_over_1_bit (|read effect| > 1 bit)
     effects: dict[str, dict] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)  # models whose reading failed (a plugin's), and why
 
     def to_dict(self) -> dict:
         return {"positions": self.frame.to_dict("records"), "entropy": self.entropy, "beyond_window": self.beyond,
-                "largest_weight": self.peak, "skipped": self.skipped, "effects": self.effects}
+                "largest_weight": self.peak, "skipped": self.skipped, "effects": self.effects, "failed": self.failed}
+
+    @classmethod
+    def merge(cls, parts: list[PositionStats], failed: dict[str, str] | None = None) -> PositionStats:
+        """The statistics of several models computed apart, as one (the models in the order of ``parts``)."""
+        frames = [p.frame for p in parts if not p.frame.empty]
+        return cls(pd.concat(frames, ignore_index=True) if frames else (parts[0].frame if parts else
+                                                                         pd.DataFrame(columns=POSITION_COLUMNS)),
+                   {k: v for p in parts for k, v in p.entropy.items()}, {k: v for p in parts for k, v in p.beyond.items()},
+                   {k: v for p in parts for k, v in p.peak.items()}, [n for p in parts for n in p.skipped],
+                   {k: v for p in parts for k, v in p.effects.items()}, dict(failed or {}))
 
 
 def offset_slots(T: int, window: int, carried: int = 1) -> tuple[torch.Tensor, torch.Tensor]:

@@ -13,7 +13,7 @@ from vizlm.app.checkpoints import get_checkpoint, has_attention
 from vizlm.app.results import attribution, attribution_spec, heatmap_spec
 from vizlm.attribution import LABELS as METHOD_LABELS
 from vizlm.attribution import TEXT_METHODS
-from vizlm.app.widgets import analysis_downloads, chart_downloads, download_row, md_escape, show_chart
+from vizlm.app.widgets import analysis_downloads, chart_downloads, download_row, md_escape, show_chart, show_error
 from vizlm.export import FORMATS, MIME, chart_html, export_attribution, safe_filename
 from vizlm.plots import (
     WINDOW_ROWS,
@@ -157,6 +157,8 @@ def render_position_stats(stats, chart_fn, stem: str, key: str) -> None:
     (mean slot effect by position beside the weight, share of words the read moves by > 1 bit), and downloads."""
     if stats.skipped:
         st.caption("Without attention, left out: " + ", ".join(md_escape(n) for n in stats.skipped))
+    for name, why in stats.failed.items():  # a model that failed alone: the others are shown
+        show_error(f"{name}: {why}")
     if stats.frame.empty:
         st.info("None of the chosen models has attention.", icon=":material/info:")
         return
