@@ -299,6 +299,8 @@ def match_parameters(name: str, kwargs: dict, reference: str = "lstm", tolerance
             "hidden_dim": best, "parameters": n, "ratio": n / target}
 
 
+plugins.use_rules(LIMITS, Limit, check_config)  # what a plugin's config is checked against (no import cycle)
+
 __all__ = [
     "ATTENTION_MODELS", "LIMITS", "REGISTRY", "LMOutput", "Limit", "Plugin", "PluginError",
     "build_model", "check_config", "count_parameters", "lookup", "make_config", "match_parameters",

@@ -139,6 +139,30 @@ def _skip(name: str, who: str, why: str) -> None:
     warnings.warn(f"vizlm skipped the {who}: {why}", PluginWarning, stacklevel=3)
 
 
+class Rules(typing.NamedTuple):
+    """What a plugin's config is checked against, given by :mod:`vizlm.models` (:func:`use_rules`): the limits
+    of the known config fields, the limit type, and the config check a ``config.json`` gets. Given, not
+    imported: the package imports this module, so this module never imports the package."""
+
+    limits: Mapping
+    limit_type: type
+    check_config: typing.Callable
+
+
+_RULES: list[Rules] = []
+
+
+def use_rules(limits: Mapping, limit_type: type, check_config: typing.Callable) -> None:
+    """Called once by :mod:`vizlm.models` when it is initialised, before any plugin is read."""
+    _RULES[:] = [Rules(limits, limit_type, check_config)]
+
+
+def _rules() -> Rules:
+    if not _RULES:
+        raise RuntimeError("vizlm.models has not given the plugin loader its rules (import vizlm.models first)")
+    return _RULES[0]
+
+
 def discover(reserved: typing.Collection[str]) -> None:
     """Read the entry points once (``reserved``: the built-in families' names, which no plugin may take)."""
     with _lock:
@@ -191,7 +215,7 @@ def _import_failure(exc: BaseException) -> str:
 def register(name: str, obj, reserved: typing.Collection[str], distribution: str | None = None,
              version: str | None = None, entry_point: str | None = None) -> Installed:
     """Check ``obj`` (a :class:`Plugin`) and add it as model ``name``; :class:`PluginError` says what is wrong."""
-    from vizlm.models import LIMITS, Limit, check_config  # the package is initialised by the time a plugin is read
+    limits, limit_type, check_config = _rules()
 
     inst = Installed(name, obj if isinstance(obj, Plugin) else Plugin(object, object), distribution, version, entry_point)
 
@@ -216,9 +240,9 @@ def register(name: str, obj, reserved: typing.Collection[str], distribution: str
                "vizlm.models.base.RecurrentLM (AttentionLM for a model with attention)")
     if model.has_attention and not issubclass(model, AttentionLM):
         refuse(f"{model.__name__} says has_attention but does not subclass vizlm.models.base.AttentionLM")
-    if not isinstance(obj.limits, Mapping) or not all(isinstance(v, Limit) for v in obj.limits.values()):
+    if not isinstance(obj.limits, Mapping) or not all(isinstance(v, limit_type) for v in obj.limits.values()):
         refuse("its limits must map config field names to vizlm.models.Limit")
-    if taken := sorted(set(obj.limits) & set(LIMITS)):
+    if taken := sorted(set(obj.limits) & set(limits)):
         refuse(f"it gives limits for {taken}, which vizlm defines (vizlm.models.LIMITS); leave those out")
     try:
         hints = typing.get_type_hints(cfg)
@@ -230,7 +254,7 @@ def register(name: str, obj, reserved: typing.Collection[str], distribution: str
         if kind not in FIELD_TYPES and not (type(None) in typing.get_args(kind) and len(args) == 1 and args[0] in FIELD_TYPES):
             refuse(f"config field {f.name!r} has type {kind}; a checkpoint's config.json can hold int, float, str, "
                    "bool (or one of them | None)")
-        if f.name not in LIMITS and f.name not in obj.limits:
+        if f.name not in limits and f.name not in obj.limits:
             refuse(f"config field {f.name!r} has no limit: give one in Plugin(limits={{{f.name!r}: Limit(...)}})")
     _loaded[name] = inst
     try:
