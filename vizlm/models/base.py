@@ -272,6 +272,11 @@ class LMOutput:
         return self.readout.token_nll(targets)
 
 
+def device_of(model: nn.Module) -> torch.device:
+    """Where a model's weights are: its inputs go there, and its outputs come back from there."""
+    return next(model.parameters()).device
+
+
 def slot_mask(
     T: int, window: int | None = None, device=None, carried: int = 1, valid: torch.Tensor | None = None,
     start: bool = True,
