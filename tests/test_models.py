@@ -177,7 +177,7 @@ def test_fused_output_loss_equals_cross_entropy(rows, bias, padding, host, monke
     from vizlm.models.base import Readout
 
     monkeypatch.setattr(base, "_host_checks", lambda x: host)
-
+    monkeypatch.setattr(base, "DEVICE_CHUNK_BYTES", 256 * 50 * 8)  # the GPU's chunks: 256 rows here too
     g = torch.Generator().manual_seed(rows)
     x = torch.randn(2, rows, 12, generator=g, dtype=torch.float64, requires_grad=True)
     w = (torch.randn(50, 12, generator=g, dtype=torch.float64) / 3).requires_grad_()

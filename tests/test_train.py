@@ -339,7 +339,7 @@ def test_gpu_speed_benchmark_runs_end_to_end_on_the_cpu(tmp_path):
     out = tmp_path / "gpu.json"
     run = subprocess.run([sys.executable, "-c", BLOCK_APP_IMPORTS, str(root / "benchmarks" / "gpu_train_speed.py"),
                           "--device", "cpu", "--tiny", "--shapes", "8x2", "--out", str(out)],
-                         capture_output=True, text=True, timeout=600, cwd=root)
+                         capture_output=True, text=True, timeout=600, cwd=root, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(out.read_text())
     (row,) = result["shapes"]

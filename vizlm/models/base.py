@@ -128,6 +128,7 @@ class State:
 
 
 LOSS_CHUNK = 256  # rows of logits the fused loss computes at once: 256 x 10k words (10 MB) stay in the CPU cache
+DEVICE_CHUNK_BYTES = 2**28  # on a GPU, chunks of up to 256 MB of logits: a 64 x 35 batch of 10k words is one chunk
 
 
 def _host_checks(x: torch.Tensor) -> bool:
@@ -149,7 +150,8 @@ class _LinearNLL(torch.autograd.Function):
     The bias is one more column of ``W`` against a column of ones in ``x``: a chunk's logits are
     one product with nothing to broadcast first, and ``b``'s gradient comes out of ``W``'s. The
     weight gradient is accumulated transposed, (F, V), the layout in which MKL's product is
-    fastest, and the two (chunk, V) buffers are allocated once. Where the host may look at the
+    fastest, and the two (chunk, V) buffers are allocated once (on a GPU a chunk is as large as
+    :data:`DEVICE_CHUNK_BYTES` allows: fewer, larger kernels). Where the host may look at the
     values (:func:`_host_checks`), a chunk takes one softmax pass (the NLL is ``-log p`` of the
     target, or ``logsumexp - logit`` where ``p`` underflows) instead of a log-softmax and an
     exponential, and padding rows are zeroed only if there are any.
@@ -167,13 +169,14 @@ class _LinearNLL(torch.autograd.Function):
         gw1 = w1.new_zeros(w1.shape[1], V) if need_w or need_b else None  # (F[+1], V): [W b]'s gradient, transposed
         host = _host_checks(x)
         padded = not host or bool((targets == 0).any())
-        rows = min(LOSS_CHUNK, N)
+        chunk = LOSS_CHUNK if host else max(LOSS_CHUNK, DEVICE_CHUNK_BYTES // (V * x.element_size()))
+        rows = min(chunk, N)
         logits, z = x.new_empty(rows, V), x.new_empty(rows, V)
         minus_one = x.new_full((rows, 1), -1.0)
         tiny = torch.finfo(x.dtype).tiny
         total = x.new_zeros((), dtype=torch.float64)
-        for s in range(0, N, LOSS_CHUNK):
-            xc, tc = x1[s : s + LOSS_CHUNK], targets[s : s + LOSS_CHUNK, None]  # (n, F[+1]), (n, 1)
+        for s in range(0, N, chunk):
+            xc, tc = x1[s : s + chunk], targets[s : s + chunk, None]  # (n, F[+1]), (n, 1)
             n = tc.shape[0]
             lg = torch.mm(xc, w1.t(), out=logits[:n])  # (n, V)
             if host:
@@ -197,7 +200,7 @@ class _LinearNLL(torch.autograd.Function):
             else:
                 zc.mul_(real).scatter_add_(1, tc, -real)
             if gx is not None:
-                torch.mm(zc, weight, out=gx[s : s + LOSS_CHUNK])
+                torch.mm(zc, weight, out=gx[s : s + chunk])
             if gw1 is not None:
                 gw1.addmm_(xc.t(), zc)
         gw = gw1[:F_].t().contiguous() if need_w else None
