@@ -50,8 +50,8 @@ def anchor_tokens_per_s(units: int, layers: int, warmup: int, batches: int, devi
         if device == "cuda":
             cmd.append("--accel")
         env = dict(os.environ)
-        if device == "cpu":
-            env["CUDA_VISIBLE_DEVICES"] = ""  # the anchor's --accel would take a GPU if it saw one
+        if device == "cpu":  # one thread, as vizlm's side here; no GPU for the anchor's --accel to take
+            env |= {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         run = subprocess.run(cmd, cwd=ANCHOR, env=env, capture_output=True, text=True, timeout=900, check=False)
     if run.returncode != 0:
         raise RuntimeError(f"the anchor failed ({units} x {layers}):\n{run.stderr[-2000:]}")
@@ -149,6 +149,8 @@ def main(argv=None) -> int:
         print(e, file=sys.stderr)
         return 2
     ctx = Context(device=device)
+    if device.type == "cpu":  # on a busy machine, threads of one small step wait for each other at every step
+        torch.set_num_threads(1)
     read_splits_once()
     card = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     result = {"device": card, "torch": torch.__version__, "date": datetime.date.today().isoformat(),
