@@ -162,22 +162,31 @@ def test_match_params_fails_clearly_when_no_size_is_close():
         match_parameters("lstm", {"vocab_size": 40, "emb_dim": 6, "hidden_dim": 1}, reference="kvp")
 
 
+@pytest.mark.parametrize("host", [True, False])
+@pytest.mark.parametrize("padding", [True, False])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("rows", [1, 7, 256, 600])
-def test_fused_output_loss_equals_cross_entropy(rows, bias):
+def test_fused_output_loss_equals_cross_entropy(rows, bias, padding, host, monkeypatch):
     """The chunked output-layer loss (training) and per-token NLL (evaluation) equal
     ``F.cross_entropy`` over the multiplied-out logits, padding ignored, gradients included,
-    across chunk boundaries (rows of 256)."""
+    across chunk boundaries (rows of 256), with padding rows and without (the CPU then skips
+    zeroing their gradient); ``host=False`` runs the GPU's path (no look at the values) here."""
     import torch.nn.functional as F
 
+    from vizlm.models import base
     from vizlm.models.base import Readout
 
+    monkeypatch.setattr(base, "_host_checks", lambda x: host)
+    monkeypatch.setattr(base, "DEVICE_CHUNK_BYTES", 256 * 50 * 8)  # the GPU's chunks: 256 rows here too
     g = torch.Generator().manual_seed(rows)
     x = torch.randn(2, rows, 12, generator=g, dtype=torch.float64, requires_grad=True)
     w = (torch.randn(50, 12, generator=g, dtype=torch.float64) / 3).requires_grad_()
     b = torch.randn(50, generator=g, dtype=torch.float64).requires_grad_() if bias else None
     t = torch.randint(0, 50, (2, rows), generator=g)
-    t[0, -1] = 0  # padding
+    if padding:
+        t[0, -1] = 0
+    else:
+        t[t == 0] = 1
     r = Readout(x, w, b)
     logits = r.logits()
     ref = F.cross_entropy(logits.flatten(0, 1), t.reshape(-1), ignore_index=0, reduction="sum")
@@ -191,8 +200,36 @@ def test_fused_output_loss_equals_cross_entropy(rows, bias):
     tok = F.cross_entropy(logits.flatten(0, 1), t.reshape(-1), ignore_index=0, reduction="none").view(t.shape)
     torch.testing.assert_close(r.token_nll(t), tok.detach())
     assert (r.token_nll(t)[t == 0] == 0).all()
+    gx = torch.autograd.grad(r.nll(t), x)[0]  # one input's gradient alone (frozen weights)
+    torch.testing.assert_close(gx, want[0])
     assert torch.autograd.gradcheck(lambda x_, w_: Readout(x_, w_, None).nll(t[:, :5]), (x[:, :5].detach().requires_grad_(),
                                                                                        w.detach().requires_grad_()))
+
+
+@pytest.mark.parametrize("host", [True, False])
+def test_fused_output_loss_where_the_target_probability_underflows(host, monkeypatch):
+    """A target ~200 logits below its row's best has probability 0 in float32; the fused loss still
+    gives its NLL (from the logits, not ``-log 0``), equal to ``F.cross_entropy``, gradients finite."""
+    import torch.nn.functional as F
+
+    from vizlm.models import base
+    from vizlm.models.base import Readout
+
+    monkeypatch.setattr(base, "_host_checks", lambda x: host)
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(1, 40, 8, generator=g) * 40).requires_grad_()
+    w = torch.randn(30, 8, generator=g).requires_grad_()
+    t = torch.randint(1, 30, (1, 40), generator=g)
+    t[0, :5] = F.linear(x, w)[0, :5].argmin(-1)  # the least likely words: probabilities far below 1e-38
+    logits = F.linear(x, w)
+    assert (logits.softmax(-1).gather(-1, t[..., None])[0, :5] == 0).all()
+    ref = F.cross_entropy(logits.flatten(0, 1), t.reshape(-1), ignore_index=0, reduction="sum")
+    want = torch.autograd.grad(ref, (x, w))
+    got_loss = Readout(x, w).nll(t)
+    got = torch.autograd.grad(got_loss, (x, w))
+    assert_same_math(got_loss, ref)
+    for a, e in zip(got, want):
+        assert_same_math(a, e)
 
 
 @pytest.mark.parametrize("name,kw", all_variants())

@@ -353,3 +353,41 @@ def test_a_dry_run_without_out_leaves_nothing_behind(tmp_path, monkeypatch, caps
     result = json.loads(capsys.readouterr().out)
     assert result["checkpoint"] is None and math.isfinite(result["valid_perplexity"])
     assert not list(tmp_path.iterdir())
+
+
+BLOCK_APP_IMPORTS = """
+import runpy, sys
+BLOCKED = ("streamlit", "altair", "captum", "platformdirs")
+
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{name} is not installed on the GPU machine")
+
+sys.meta_path.insert(0, Block())
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+def test_gpu_speed_benchmark_runs_end_to_end_on_the_cpu(tmp_path):
+    """benchmarks/gpu_train_speed.py, tiny and on the CPU, through the same code as on a GPU: the anchor
+    and every family train 2 layers deep through vizlm.train, and the ratio table is written. It runs
+    where streamlit, altair, captum and platformdirs cannot be imported (a GPU machine may lack them)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "gpu.json"
+    run = subprocess.run([sys.executable, "-c", BLOCK_APP_IMPORTS, str(root / "benchmarks" / "gpu_train_speed.py"),
+                          "--device", "cpu", "--tiny", "--shapes", "8x2", "--out", str(out)],
+                         capture_output=True, text=True, timeout=600, cwd=root, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(out.read_text())
+    (row,) = result["shapes"]
+    assert (row["units"], row["layers"]) == (8, 2) and row["anchor_tokens_per_s"] > 0
+    assert set(row["families"]) == {name for name in REGISTRY} and not result["failures"]
+    assert all(r["tokens_per_s"] > 0 and r["ratio"] > 0 for r in row["families"].values())
+    assert "| 8 x 2 |" in result["markdown"] and "| 8 x 2 |" in run.stdout

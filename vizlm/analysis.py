@@ -52,6 +52,7 @@ from vizlm.data import BOS, EOS, UNK, collate, iter_batches
 from vizlm.errors import InputError, VizlmError
 from vizlm.evaluate import OVERFLOW_NOTE, perplexity
 from vizlm.models import effects as fx
+from vizlm.models.base import device_of
 from vizlm.tagger import tag_sentences
 from vizlm.text import MAX_TOKENS, clean_text, cut_point, passage_documents
 
@@ -473,7 +474,7 @@ class _Reading:
 
     def scatter_rows(self, rows: Sequence[int], like: torch.Tensor) -> torch.Tensor:
         """(B, Tb, 1) bool: the pieces' rows that are the text's ``rows``."""
-        want = torch.zeros(like.shape[0], like.shape[1], 1, dtype=torch.bool)
+        want = torch.zeros(like.shape[0], like.shape[1], 1, dtype=torch.bool, device=like.device)
         for r in rows:
             b = int(np.searchsorted(self.first, r, side="right")) - 1
             want[b, r - self.first[b]] = True
@@ -492,7 +493,8 @@ def _reading(ckpt: Checkpoint, norms: list[str], restarts: list[int]) -> _Readin
     inputs, targets = collate([ckpt.vocab.encode(p) for p in pieces])  # (B, Tb) each
     rows = [len(p) + 1 for p in pieces]
     first = [sum(rows[:b]) for b in range(len(rows))]
-    return _Reading(inputs, targets, first, rows)
+    device = device_of(ckpt.model)  # the model's: the results come back to the CPU in _build
+    return _Reading(inputs.to(device), targets.to(device), first, rows)
 
 
 def _build(
@@ -512,7 +514,9 @@ def _build(
     context: str = "sentence",
     breaks: list[int] | None = None,
 ) -> SentenceAnalysis:
-    """One text's rows of a forward pass -> :class:`SentenceAnalysis`."""
+    """One text's rows of a forward pass (on the model's device) -> :class:`SentenceAnalysis` (on the CPU)."""
+    logp, attention, gates, read_effect, slot_effects = (
+        None if x is None else x.cpu() for x in (logp, attention, gates, read_effect, slot_effects))
     vocab = ckpt.vocab
     surfaces = list(surfaces or norms)
     offsets = offsets or _offsets(surfaces)
@@ -712,7 +716,7 @@ def slot_effect_rows(ckpt: Checkpoint, sa: SentenceAnalysis, rows: Sequence[int]
     out = ckpt.model.head(h)
     select = rd.scatter_rows(rows, out.attention)  # (B, Tb, 1)
     effects = fx.slot_effects(ckpt.model, h, rd.targets, out=out, select=select)  # (B, Tb, Sb)
-    part = rd.gather_slots(effects)[rows].double().numpy()  # (len(rows), last + 2): no later slot has weight
+    part = rd.gather_slots(effects)[rows].double().cpu().numpy()  # (len(rows), last + 2): no later slot has weight
     return np.pad(part, ((0, 0), (0, len(sa.targets) - part.shape[1])))
 
 
@@ -748,7 +752,9 @@ def analyze_batch(
         raise ValueError(f"effects must be 'none', 'read' or 'slots', not {effects!r}")
     keep = [i for i, s in enumerate(sentences) if s]
     seqs = [ckpt.vocab.encode(sentences[i][:MAX_TOKENS]) for i in keep]
+    device = device_of(ckpt.model)
     for idx, inputs, targets in iter_batches(seqs, batch_size):
+        inputs, targets = inputs.to(device), targets.to(device)
         out = ckpt.model(inputs)  # logits (B, T, V)
         gates = out.extras.get("gate1")  # (B, T, d) for AMSRN
         read = slots = None

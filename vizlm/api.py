@@ -65,7 +65,7 @@ from vizlm.checkpoint import (
     read_meta,
 )
 from vizlm.data import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, DataError, corpus_splits, load_corpus
-from vizlm.distributed import SINGLE, Context
+from vizlm.distributed import SINGLE, Context, resolve_device
 from vizlm.errors import InputError, VizlmError
 from vizlm.models import ATTENTION_MODELS, PluginError
 from vizlm.render import RenderError
@@ -260,15 +260,22 @@ def check_upload(weights_name: str, weights: bytes, config_name: str, config: by
         raise CheckpointError(f"the JSON file is {len(config) / 2**20:.0f} MB; it is limited to {MAX_META_BYTES // 2**20} MB")
 
 
-def load(name_or_path: str | os.PathLike) -> Model:
+def load(name_or_path: str | os.PathLike, device: str | None = None) -> Model:
     """A model ready to analyse text: a bundled checkpoint's name (``"amsrn"``, :func:`checkpoints`
     lists them), a checkpoint folder (``model.safetensors`` + ``config.json``), or a
     ``model.safetensors`` file with its ``config.json`` beside it.
 
+    ``device``: where the model runs, ``"cpu"``, ``"cuda"`` or ``"auto"`` (the GPU when CUDA is
+    available, else the CPU; :data:`vizlm.distributed.DEVICES`); None: the CPU, or where a given
+    :class:`Model` already is. Analyses move their inputs to the model and their results to the CPU.
+
     Checked as the app checks an upload (:func:`vizlm.checkpoint.load_checkpoint`: data, never
     unpickled code; every shape, size and weight validated before use). Raises
     :class:`~vizlm.checkpoint.CheckpointError` (a :class:`VizlmError`) saying what is wrong."""
+    where = None if device is None else check_device(device)  # a device this machine lacks: before reading
     if isinstance(name_or_path, Model):
+        if where is not None:
+            name_or_path.checkpoint.model.to(where)
         return name_or_path
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise CheckpointError(f"load() takes a bundled model's name, a checkpoint folder or a .safetensors file, "
@@ -292,7 +299,19 @@ def load(name_or_path: str | os.PathLike) -> Model:
         path = folder
     elif path.is_file() and path.suffix != ".safetensors":
         raise CheckpointError(f"{text} is not a .safetensors file; give a checkpoint folder or its model.safetensors")
-    return Model(load_checkpoint(path))
+    model = Model(load_checkpoint(path))
+    if where is not None:
+        model.checkpoint.model.to(where)
+    return model
+
+
+def check_device(device: str):
+    """``device`` (:data:`vizlm.distributed.DEVICES`) as a torch device; one that this machine lacks is an
+    :class:`InputError` saying so."""
+    try:
+        return resolve_device(device)
+    except ValueError as exc:
+        raise InputError(str(exc).replace("--device cuda", "device='cuda'")) from None
 
 
 def _model(x) -> Model:

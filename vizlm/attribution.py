@@ -65,7 +65,7 @@ from vizlm.checkpoint import Checkpoint
 from vizlm.data import Vocab, load_corpus
 from vizlm.errors import VizlmError
 from vizlm.models import REGISTRY
-from vizlm.models.base import memory_of
+from vizlm.models.base import device_of, memory_of
 from vizlm.text import MAX_TOKENS
 
 METHODS = {  # the interface's names -> what each measures
@@ -461,7 +461,7 @@ def attribute(
                     base[g], delta[g], steps[g] = bl[local], d[local], n[local]
             keep = np.zeros(b, dtype=bool)
             keep[local] = True
-            scores[span, span] = np.where(keep[:, None], part.double().numpy(), 0.0)
+            scores[span, span] = np.where(keep[:, None], part.double().cpu().numpy(), 0.0)
     covered &= want[:, None]  # rows not computed read nothing here
     scores[~covered] = 0.0  # never a later position, another sentence's or the reading's <s>: exactly zero
     if not np.isfinite(scores).all():  # finite outputs, but gradients that overflow: no number to show
@@ -506,7 +506,8 @@ def _pieces(ckpt: Checkpoint, sa: SentenceAnalysis):
     cuts = [-1, *sa.restarts, len(sa.norms)]
     for a, b in zip(cuts, cuts[1:]):
         ids = ckpt.vocab.encode(sa.norms[a + 1 : b])
-        yield a + 1, torch.tensor([Vocab.bos_id, *ids]), torch.tensor([*ids, Vocab.eos_id])
+        device = device_of(ckpt.model)  # read where the model is; results come back to the CPU
+        yield a + 1, torch.tensor([Vocab.bos_id, *ids], device=device), torch.tensor([*ids, Vocab.eos_id], device=device)
 
 
 def _slot_positions(sa: SentenceAnalysis) -> np.ndarray:
@@ -623,10 +624,11 @@ def _gradients(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, me
     ig = method == "integrated-gradients"
     base, delta, steps = (np.zeros(Tb), np.zeros(Tb), np.zeros(Tb, dtype=int)) if ig else (None, None, None)
 
-    def block(rows: torch.Tensor, n: int) -> None:  # attribute the targets of ``rows`` (ascending) with n steps
+    def block(rows: torch.Tensor, n: int) -> None:  # attribute the targets of ``rows`` (ascending, CPU) with n steps
         b = int(rows[-1]) + 1
         ids = inputs[:b].expand(len(rows), b).contiguous()  # (n, b): one copy per target, read up to the last row
-        extra = (ids, rows, targets[rows])
+        here = rows.to(inputs.device)  # the rows where the model reads
+        extra = (ids, here, targets[here])
         embs = tuple(t(ids).detach().requires_grad_() for t in tables)  # (n, b, d) each
         if not ig:
             attr = InputXGradient(forward).attribute(embs, additional_forward_args=extra)
@@ -638,9 +640,9 @@ def _gradients(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, me
                 internal_batch_size=per_pass, return_convergence_delta=True)
             idx = rows.numpy()
             with torch.no_grad():
-                base[idx] = forward(*zeros, *extra).double().numpy()
-            delta[idx], steps[idx] = d.detach().double().numpy(), n
-        scores[rows, :b] = sum(x.detach().double().sum(-1) for x in attr)  # (n, b): summed over d and tables
+                base[idx] = forward(*zeros, *extra).double().cpu().numpy()
+            delta[idx], steps[idx] = d.detach().double().cpu().numpy(), n
+        scores[rows, :b] = sum(x.detach().double().sum(-1) for x in attr).cpu()  # (n, b): summed over d and tables
         meter.add(len(rows) * b * (n if ig else 1))
 
     with torch.enable_grad():
@@ -675,10 +677,11 @@ def _occlusion(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, un
         return out
 
     per_pass = max(1, POSITION_BUDGET // Tb)
-    replace = torch.full((1, Tb), unk)
+    replace = torch.full((1, Tb), unk, device=inputs.device)
     replace[0, 0] = inputs[0]  # the <s> the reading starts with is not replaced: its column stays 0
     attr = FeatureAblation(forward).attribute(
-        inputs[None], baselines=replace, feature_mask=torch.arange(Tb)[None], perturbations_per_eval=min(Tb, per_pass))
+        inputs[None], baselines=replace, feature_mask=torch.arange(Tb, device=inputs.device)[None],
+        perturbations_per_eval=min(Tb, per_pass))
     return attr.reshape(Tb, Tb).double()  # (outputs = rows, positions)
 
 
@@ -766,16 +769,17 @@ def permutation_shift(ckpt: Checkpoint, sa: SentenceAnalysis, permutations: int 
         shuffle = [r for r in range(Tb) if mask[r].sum() >= 2]
         if not shuffle:
             continue
-        m = torch.tensor(np.asarray(mask, dtype=bool))  # (Tb, Tb), a copy: the mask may be read only
-        keys = torch.from_numpy(rng.random((permutations, Tb, Tb))).masked_fill(~m, math.inf)  # (K, Tb, Tb)
+        dev = att.device  # the model's; the results come back to the CPU
+        m = torch.tensor(np.asarray(mask, dtype=bool), device=dev)  # (Tb, Tb), a copy: the mask may be read only
+        keys = torch.from_numpy(rng.random((permutations, Tb, Tb))).to(dev).masked_fill(~m, math.inf)  # (K, Tb, Tb)
         order = keys.argsort(-1)  # (K, Tb, Tb): a random order of each row's allowed slots first
-        span = torch.arange(Tb)
+        span = torch.arange(Tb, device=dev)
         allowed_first = torch.where(m, span, span + Tb).argsort(-1)  # (Tb, Tb): the allowed slots in order first
         src = att.expand(permutations, Tb, Tb).gather(-1, order)  # (K, Tb, Tb) the weights in shuffled order
         # slot allowed_first[r, i] gets the weight of slot order[q, r, i]: a permutation over the allowed slots;
         # beyond them both index slots with weight 0
         weights = torch.zeros_like(src).scatter(-1, allowed_first.expand(permutations, Tb, Tb), src)
-        rows = torch.tensor(shuffle)  # (R,)
+        rows = torch.tensor(shuffle, device=dev)  # (R,)
         tgt = targets[rows]
         own = out.readout
         logp = F.linear(own.features[0, rows], own.weight, own.bias).log_softmax(-1)  # (R, V) as computed
@@ -789,8 +793,8 @@ def permutation_shift(ckpt: Checkpoint, sa: SentenceAnalysis, permutations: int 
             moved = F.linear(feats[k : k + per_call], own.weight, own.bias).log_softmax(-1)  # (k, R, V)
             d[k : k + per_call] = moved.gather(-1, tgt[None, :, None].expand(len(moved), -1, 1))[..., 0] - base
             t[k : k + per_call] = 0.5 * moved.exp_().sub_(p).abs_().sum(-1)
-        dlogp[first + rows.numpy()] = d.abs().T.double().numpy()
-        tvd[first + rows.numpy()] = t.T.double().numpy()
+        dlogp[first + np.array(shuffle)] = d.abs().T.double().cpu().numpy()
+        tvd[first + np.array(shuffle)] = t.T.double().cpu().numpy()
     return dlogp, tvd
 
 

@@ -172,6 +172,11 @@ def _device(p) -> None:
                         "under torchrun every process scores its share of a --corpus split and rank 0 prints")
 
 
+def _model_device(p) -> None:
+    p.add_argument("--device", choices=DEVICES, default="auto",
+                   help="where the model runs: auto (the GPU when CUDA is available, else the CPU), cpu or cuda")
+
+
 def _highlight_mode(p) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--threshold", type=fraction, default=None,
@@ -187,6 +192,7 @@ def add_analysis_commands(sub) -> None:
     _highlight_mode(p)
     p.add_argument("--json", action="store_true",
                    help="print JSON instead of a table (with the read and slot effects of every word, in bits)")
+    _model_device(p)
 
     p = sub.add_parser("compare", help="per-sentence perplexity of two models (b = the attention model)")
     p.add_argument("--a", required=True, help="baseline checkpoint")
@@ -223,6 +229,7 @@ def add_analysis_commands(sub) -> None:
                         "attended word the prediction depended on most (attribution: gradient x input of log2 P(word) "
                         "to the attended word, in bits, signed: > 0 raised P(word); costs one more batched gradient "
                         "pass per sentence, or per 64 words of a document for a document-level model)")
+    _model_device(p)
 
     p = sub.add_parser("attribute", help="which earlier words each prediction of a text depended on (attribution), "
                                          "and whether the attention agrees")
@@ -255,6 +262,7 @@ def add_analysis_commands(sub) -> None:
                       help="with --out: outline the words holding at least this share of a word's |attribution|")
     mode.add_argument("--top-k", type=whole(1, TOP_K_MAX), default=None,
                       help="with --out: outline each word's k largest |attribution| instead")
+    _model_device(p)
 
     p = sub.add_parser("export", help="attention heatmap and data of one sentence (or a corpus sentence) to a file")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or bundled name")
@@ -327,7 +335,7 @@ def dump_json(obj) -> None:
 
 
 def cmd_analyze(args) -> int:
-    sa = load(args.checkpoint).analyze(args.text, threshold=args.threshold, top_k=args.top_k)
+    sa = load(args.checkpoint, device=args.device).analyze(args.text, threshold=args.threshold, top_k=args.top_k)
     doc = sa.to_dict()
     if args.json:
         dump_json(doc)
@@ -451,7 +459,7 @@ def cmd_positions(args) -> int:
 def cmd_cases(args) -> int:
     from vizlm.cases import corpus_cases
 
-    model = load(args.checkpoint)
+    model = load(args.checkpoint, device=args.device)
     warn_off_corpus([model], args)
     ckpt = model.checkpoint
     attending = [ckpt] if ckpt.has_attention else []
@@ -503,7 +511,7 @@ def cmd_attribute(args) -> int:
         if args.format not in FORMATS:
             raise ValueError(f"--out {args.out}: say --format ({', '.join(FORMATS)}); the extension does not")
         check_outputs(args, "out")
-    model = load(args.checkpoint)
+    model = load(args.checkpoint, device=args.device)
     warn_off_corpus([model], args)
     if args.corpus:
         with tqdm(total=100, desc="attribute", unit="%", file=sys.stderr, delay=2) as bar:  # shown past 2 s only

@@ -29,8 +29,6 @@ from collections.abc import Iterator
 from importlib.resources import files
 from pathlib import Path
 
-import platformdirs
-
 ASSETS = Path(str(files("vizlm") / "assets"))
 TAGGER_FILE = "tagger.json"  # bigram HMM tagger counts, built from Brown train (vizlm.tagger)
 COLLOCATIONS_FILE = "collocations.tsv"  # word pairs with PMI, built from Brown train (vizlm.resources)
@@ -104,9 +102,21 @@ def data_dir() -> Path:
     return _location("data", home() / "data")
 
 
+def _user_dir(kind: str) -> Path:
+    """vizlm's user ``data`` or ``cache`` folder (``platformdirs``). Imported here, not with the module:
+    a machine with PyTorch alone (a GPU node running training) lacks it and gets the XDG folders
+    that ``platformdirs`` gives on Linux."""
+    try:
+        import platformdirs
+    except ImportError:
+        env, default = ("XDG_DATA_HOME", ".local/share") if kind == "data" else ("XDG_CACHE_HOME", ".cache")
+        return Path(os.environ.get(env) or Path.home() / default) / "vizlm"
+    return Path(platformdirs.user_data_dir("vizlm") if kind == "data" else platformdirs.user_cache_dir("vizlm"))
+
+
 def corpora_dir() -> Path:
     """Your prepared corpora, one folder each with its card (``vizlm prepare --corpus NAME --from FOLDER``)."""
-    return _location("corpora", Path(platformdirs.user_data_dir("vizlm")) / "corpora")
+    return _location("corpora", _user_dir("data") / "corpora")
 
 
 def checkpoints_dir() -> Path:
@@ -160,7 +170,7 @@ def evidence_dir() -> Path:
 
 def cache_dir() -> Path:
     """On-disk cache of corpus statistics (safe to delete)."""
-    return _location("cache", Path(platformdirs.user_cache_dir("vizlm")))
+    return _location("cache", _user_dir("cache"))
 
 
 def asset(name: str) -> Path:

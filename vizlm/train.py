@@ -76,6 +76,7 @@ class TrainConfig:
     save_every: int | None = 1000  # steps between resume states within an epoch (None: at epoch ends only)
     log_steps: bool = False  # write every step's NLL per token to steps.jsonl
     freeze: bool = False  # keep what --init-from copied fixed; train only the rest
+    warmup_steps: int = 10  # steps of an epoch before its steady speed is timed (train_log's steady_tokens_per_s)
     extra: dict = field(default_factory=dict)  # stored in the checkpoint (command line, ...)
 
 
@@ -88,7 +89,7 @@ def lm_loss(
 
 def output_loss(
     model: nn.Module, out: LMOutput, targets: torch.Tensor, state: State | None = None,
-    denominator: float | None = None,
+    denominator: float | None = None, tokens: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """(loss to minimise, summed NLL, token count) of an output for ``targets`` (B, T),
     read after ``state``. Adds AMSRN's entropy term.
@@ -96,10 +97,11 @@ def output_loss(
     The entropy regulariser (Liu & Lee) is lambda * sum_t H(alpha_t); we divide it
     by the token count like the cross-entropy so lambda does not depend on batch size.
     ``denominator`` replaces that count: data-parallel training passes the step's tokens over
-    all ranks divided by the world size (module docstring).
+    all ranks divided by the world size (module docstring). ``tokens``: the count of non-padding
+    targets when the caller knows it (counting them on a GPU would wait for the device).
     """
     nll = out.nll(targets)  # fused with the output layer: the (B, T, V) logits are never stored
-    n = int((targets != 0).sum())
+    n = int((targets != 0).sum()) if tokens is None else tokens
     d = max(n, 1) if denominator is None else denominator
     loss = nll / d
     weight = getattr(model.config, "entropy_weight", 0.0)
@@ -275,6 +277,12 @@ def _truncate_logs(out: Path, state: dict) -> None:
         if path.exists():
             lines = [line for line in path.read_text().splitlines() if line.strip()]
             path.write_text("".join(line + "\n" for line in lines if keep(json.loads(line))))
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait until ``device`` has done its queued work (CUDA); nothing on the CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def hardware(device: torch.device) -> dict:
@@ -466,12 +474,21 @@ def _train(name: str, model_kwargs: dict, corpus: str, out: Path, tc: TrainConfi
         carried = _scatter_carried(saved_carried, ctx, ctx.device, core.start_slots()) if begun else None
         saved_carried = None
         steps = itertools.islice(plan.steps(ctx.rank, ctx.world_size, start=begun), max(0, total - begun))
+        # the NLL summed on the device: reading it every step would make the host wait for a GPU
+        running = torch.zeros((), dtype=torch.float64, device=ctx.device)
+        host = ctx.device.type == "cpu"
+        warm = None  # (time, this rank's tokens) when the steady timing began, after warmup_steps
         for k, step in enumerate(steps, start=begun):
+            if k == begun + tc.warmup_steps:
+                synchronize(ctx.device)
+                warm = (time.time(), tot_n)
             idle = step.inputs is None
             if idle:  # within a chunk a rank's streams only end, so it has none to carry any more
                 inputs, targets, before = _idle(core, document, ctx.device)
                 carried = None
+                real = 0
             else:
+                real = int((step.targets != 0).sum())  # counted on the host, where the batch was made
                 inputs, targets = step.inputs.to(ctx.device), step.targets.to(ctx.device)
                 before = None
                 if document:  # truncated BPTT: carry the state, detached, and reset it where documents start
@@ -479,9 +496,11 @@ def _train(name: str, model_kwargs: dict, corpus: str, out: Path, tc: TrainConfi
                         carried = core.initial_state(inputs.shape[0])
                     before = carried.narrow(inputs.shape[0]).reset(step.starts)
             result = model(inputs, before)
-            loss, nll, n = output_loss(core, result, targets, before, denominator=step.tokens / ctx.world_size)
-            nll = float(nll)
-            if not math.isfinite(nll) and not ctx.distributed:  # (ranks decide together at the epoch's end)
+            loss, nll, n = output_loss(core, result, targets, before, denominator=step.tokens / ctx.world_size,
+                                       tokens=real)
+            # on the CPU reading the loss costs nothing: a diverged run stops at its step; on a GPU it would wait
+            # for the device every step, and data-parallel ranks decide together: both at the epoch's end
+            if host and not ctx.distributed and not math.isfinite(float(nll)):
                 raise _diverged(epoch, k + 1, state["lr"])
             if document and not idle:
                 carried = result.state.detach()
@@ -489,26 +508,31 @@ def _train(name: str, model_kwargs: dict, corpus: str, out: Path, tc: TrainConfi
             loss.backward()
             nn.utils.clip_grad_norm_(core.parameters(), tc.clip)
             opt.step()
-            tot_nll += nll
+            running += nll
             tot_n += n
             seen += step.tokens
             bar.update(1)
-            bar.set_postfix(ppl=f"{perplexity(tot_nll, tot_n):.1f}", tok_s=f"{seen / (time.time() - t0):.0f}")
+            if host or k % 50 == 0:  # on a GPU the perplexity shown waits for the device: every 50 steps
+                bar.set_postfix(ppl=f"{perplexity(tot_nll + float(running), tot_n):.1f}",
+                                tok_s=f"{seen / (time.time() - t0):.0f}")
             if tc.log_steps:
                 step_nll, step_n = ctx.sum([nll, n])
                 if ctx.main:
                     with steps_path.open("a") as f:
                         f.write(json.dumps({"epoch": epoch, "step": k, "nll": step_nll / step_n, "tokens": int(step_n)}) + "\n")
             if tc.save_every and (k + 1) % tc.save_every == 0 and k + 1 < total:
-                sums = ctx.sum([tot_nll, tot_n])
+                sums = ctx.sum([tot_nll + float(running), tot_n])
                 everyone = _gather_carried(carried, ctx) if document else None
                 if ctx.main:
                     _save_resume(out / "resume", core, opt, {
                         **state, "step": k + 1, "epoch_nll": sums[0], "epoch_tokens": int(sums[1]),
                         "epoch_seconds": time.time() - t0}, everyone)
         bar.close()
-        seconds = time.time() - t0
-        tot_nll, tot_n = ctx.sum([tot_nll, tot_n])
+        synchronize(ctx.device)
+        done = time.time()
+        seconds = done - t0
+        steady = tot_n - warm[1] if warm else 0  # this rank's tokens after the warm-up steps
+        tot_nll, tot_n, steady = ctx.sum([tot_nll + float(running), tot_n, steady])
         v = score_split(core, splits["valid"], ctx.rank, ctx.world_size)
         v_nll, v_tokens = ctx.sum([v.nll, v.tokens])
         valid = ctx.broadcast(perplexity(v_nll, v_tokens))  # every rank takes the same decisions below
@@ -522,6 +546,8 @@ def _train(name: str, model_kwargs: dict, corpus: str, out: Path, tc: TrainConfi
             "epoch": epoch, "train_perplexity": perplexity(tot_nll, tot_n), "valid_perplexity": valid,
             "lr": state["lr"], "seconds": round(seconds, 1), "tokens_per_s": round(tot_n / seconds),
         }
+        if warm and steady:  # tokens/s after the first warmup_steps steps (allocations, kernel choices)
+            record["steady_tokens_per_s"] = round(steady / (done - warm[0]))
         improved = valid < state["best_valid"]
         if improved:
             state["best_valid"], state["bad_epochs"], state["best_epoch"] = valid, 0, epoch

@@ -413,14 +413,33 @@ def corpus_overlap(name: str, corpus: str, split: str) -> Overlap:
     return vocab_overlap(get_checkpoint(name).vocab, corpus, split)
 
 
+_device = ["cpu"]  # where the server's models run: the app's --device (set_device), for every session
+
+
+def set_device(device: str) -> None:
+    """Run the server's models on ``device`` (``cpu``, ``cuda`` or ``auto``: :data:`vizlm.distributed.DEVICES`);
+    :class:`vizlm.errors.InputError` when this machine lacks it. Models load there from now on (the
+    loaders' caches key on the device)."""
+    _device[0] = str(api.check_device(device))
+
+
+def device() -> str:
+    """Where the server's models run (:func:`set_device`): ``cpu`` or ``cuda:N``."""
+    return _device[0]
+
+
 @st.cache_resource(show_spinner="Loading model…", max_entries=12)
-def _load_folder(folder: str, version: int) -> Checkpoint:
-    return api.load(Path(folder)).checkpoint  # eval mode; never mutated per request
+def _load_folder(folder: str, version: int, device: str = "cpu") -> Checkpoint:
+    ckpt = api.load(Path(folder)).checkpoint  # eval mode; never mutated per request
+    ckpt.model.to(device)
+    return ckpt
 
 
 @st.cache_resource(show_spinner="Loading uploaded model…", max_entries=4)
-def _load_upload(digest: str, _weights: bytes, _meta: bytes) -> Checkpoint:
-    return checkpoint_from_bytes(_weights, _meta)
+def _load_upload(digest: str, _weights: bytes, _meta: bytes, device: str = "cpu") -> Checkpoint:
+    ckpt = checkpoint_from_bytes(_weights, _meta)
+    ckpt.model.to(device)
+    return ckpt
 
 
 def get_checkpoint(name: str) -> Checkpoint:
@@ -428,12 +447,12 @@ def get_checkpoint(name: str) -> Checkpoint:
     uploads = _uploads()
     if name in uploads:
         up = uploads[name]
-        return _load_upload(up["digest"], up["weights"], up["meta_raw"])
+        return _load_upload(up["digest"], up["weights"], up["meta_raw"], device())
     folder = checkpoint_folders().get(name)
     if folder is None:
         raise UserError(f"there is no model called {name!r}; available: {', '.join(model_names()) or 'none'}")
     try:
-        return _load_folder(str(folder), _version(folder))
+        return _load_folder(str(folder), _version(folder), device())
     except CheckpointError as exc:
         raise UserError(f"the {name} checkpoint cannot be loaded: {exc} (if it is being retrained, try again in a minute)") from None
 
@@ -449,7 +468,7 @@ def register_upload(weights_name: str, weights: bytes, meta_name: str, meta_raw:
         raise UserError(str(exc)) from None
     digest = hashlib.sha256(weights + b"\0" + meta_raw).hexdigest()[:16]
     try:
-        ckpt = _load_upload(digest, weights, meta_raw)
+        ckpt = _load_upload(digest, weights, meta_raw, device())
     except CheckpointError as exc:
         raise UserError(f"this upload is not a usable vizlm checkpoint: {exc}") from None
     label = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(ckpt.meta.get("label") or ckpt.name))[:40]

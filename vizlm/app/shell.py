@@ -10,8 +10,8 @@ Only public Streamlit API is used.
 
 The app takes its own arguments after ``--`` on the Streamlit command line (:func:`app_parser`):
 ``streamlit run app.py -- --checkpoints DIR --corpora DIR --runs DIR`` sets the folders of
-:mod:`vizlm.paths` for the server, as ``$VIZLM_CHECKPOINTS``, ``$VIZLM_DATA`` and ``$VIZLM_RUNS`` do; a
-bad one is a message on the page, never a traceback.
+:mod:`vizlm.paths` for the server, as ``$VIZLM_CHECKPOINTS``, ``$VIZLM_DATA`` and ``$VIZLM_RUNS`` do, and
+``--device cuda`` runs the models on the GPU; a bad one is a message on the page, never a traceback.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import torch
 from vizlm import paths
 from vizlm.app import checkpoints
 from vizlm.app.widgets import md_escape
+from vizlm.distributed import DEVICES
 from vizlm.errors import VizlmError
 from vizlm.models import REGISTRY, plugins
 
@@ -94,6 +95,8 @@ def app_parser() -> argparse.ArgumentParser:
                    help="vizlm's own processed corpora (Brown, WSJ, Sinica); as $VIZLM_DATA and the CLI's --data")
     p.add_argument("--runs", type=Path, metavar="DIR", help="the folder of training runs: its finished runs are listed; "
                                                             "as $VIZLM_RUNS")
+    p.add_argument("--device", choices=DEVICES, default="cpu",
+                   help="where the models run: cpu (the default), cuda, or auto (the GPU when CUDA is available)")
     p.add_argument("-h", "--help", action="store_true", help="show this message on the page")
     return p
 
@@ -115,6 +118,10 @@ def apply_arguments(argv: list[str]) -> None:
         folder = getattr(args, flag)
         if folder is not None and not folder.expanduser().is_dir():
             raise AppArgumentError(f"--{flag} {folder}: not a folder\n\n{parser.format_usage()}")
+    try:
+        checkpoints.set_device(args.device)
+    except VizlmError as exc:
+        raise AppArgumentError(f"--device {args.device}: {str(exc).split(': ', 1)[-1]}\n\n{parser.format_usage()}") from None
     paths.set_overrides(data=args.data, corpora=args.corpora, checkpoints=args.checkpoints, runs=args.runs)
 
 

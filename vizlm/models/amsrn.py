@@ -75,8 +75,8 @@ class AMSRN(StateMemoryLM):
     def gates(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Selection gates g1, g2 for every step: (B, T, d) each."""
         sel = self.config.selection
-        ones = torch.ones_like(h)
         if sel == "none":
+            ones = torch.ones_like(h)
             return ones, ones
         if sel == "shared":
             g = torch.sigmoid(self.gate1(h))
