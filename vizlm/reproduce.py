@@ -989,7 +989,9 @@ def decide(claim: Claim, runs: dict[str, Run], spreads: Spreads | None = None) -
     pairs = seed_pairs(run, against, runs)
     iv = verdicts.claim_interval([seed_pair(r, a) for r, a in pairs], spreads.pair_variance(run, against))
     parts = verdicts.verdict(claim.kind, iv.low, iv.high, claim.paper_ratio, claim.tolerance)
-    ppl, ppl_against = _metrics(run)["test_perplexity"], _metrics(against)["test_perplexity"]
+    # the seeds' mean test perplexities, as the ratio is their mean (one seed: the runs' own)
+    ppl = statistics.mean(_metrics(r)["test_perplexity"] for r, _ in pairs)
+    ppl_against = statistics.mean(_metrics(a)["test_perplexity"] for _, a in pairs)
     seeds = (f"{iv.seeds} seed{'s' if iv.seeds > 1 else ''}"
              + (f": {', '.join(f'{x:.3f}' for x in iv.per_seed)}" if iv.seeds > 1 else ""))
     ours = (f"{ppl:.1f} vs {ppl_against:.1f}: {_pct(iv.ratio)} (95% CI {_pct(iv.low)} to {_pct(iv.high)}; "
