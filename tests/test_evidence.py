@@ -140,7 +140,8 @@ def test_results_md_is_what_the_evidence_in_the_repository_gives(monkeypatch, tm
     claims = reproduce.load_claims(ROOT / reproduce.MANIFEST, runs)
     monkeypatch.setattr(evidence, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
     start = time.perf_counter()
-    text = reproduce.report(runs, claims, reproduce.load_attribution(ROOT / reproduce.MANIFEST))
+    text = reproduce.report(runs, claims, reproduce.load_attribution(ROOT / reproduce.MANIFEST),
+                            cases=reproduce.load_cases_plan(ROOT / reproduce.MANIFEST))
     assert time.perf_counter() - start < 60
     stored = (ROOT / "docs" / "RESULTS.md").read_text(encoding="utf-8")
     begin, end = stored.index(reproduce.REPORT_BEGIN), stored.index(reproduce.REPORT_END) + len(reproduce.REPORT_END)
@@ -151,7 +152,8 @@ def test_every_finished_run_in_the_repository_has_whole_evidence(monkeypatch):
     root = ROOT / "evidence"
     monkeypatch.setenv("VIZLM_EVIDENCE", str(root))
     runs = reproduce.load_manifest(ROOT / reproduce.MANIFEST)
-    folders = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name != evidence.ATTRIBUTION]
+    folders = [p for p in root.iterdir()
+               if p.is_dir() and not p.name.startswith(".") and p.name not in (evidence.ATTRIBUTION, evidence.CASES)]
     assert {p.name for p in folders} <= set(runs), "evidence of a run the manifest does not name"
     plan = reproduce.load_attribution(ROOT / reproduce.MANIFEST)
     assert set(evidence.attribution_names()) <= set(plan.checkpoints), "attribution evidence the manifest does not name"
@@ -162,6 +164,12 @@ def test_every_finished_run_in_the_repository_has_whole_evidence(monkeypatch):
             plan.corpus, plan.split, plan.method, plan.limit), name
         assert ev.config["checkpoint_sha256"] == checkpoint_digest(load_checkpoint(ROOT / "checkpoints" / name)), name
         assert all(len(s) == ev.config["units"] == len(c) for s, c in ev.sums.values()), name
+    cases = reproduce.load_cases_plan(ROOT / reproduce.MANIFEST)
+    for name in cases.checkpoints:  # the case evidence of the bundled weights, with its command and commit
+        doc = evidence.read_cases(name)
+        assert doc is not None and doc["commit"] and "+dirty" not in doc["commit"] and doc["written_by"], name
+        assert (doc["corpus"], doc["split"], doc["limit"]) == (cases.corpus, cases.split, cases.limit), name
+        assert doc["checkpoint_sha256"] == checkpoint_digest(load_checkpoint(ROOT / "checkpoints" / name)), name
     assert (root / "README.md").is_file()
     for p in folders:
         assert all((p / f).is_file() for f in evidence.FILES), p
