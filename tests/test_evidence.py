@@ -263,3 +263,9 @@ def test_case_labels_against_chance_are_evidence_and_a_table(trained, tmp_path):
     manifest.write_text(manifest.read_text() + '\n[cases]\ncheckpoints = ["../x"]\n')
     with pytest.raises(ValueError, match="checkpoint"):
         reproduce.load_cases_plan(manifest)
+
+
+def test_reproduce_cases_without_a_cases_table_says_so(trained, capsys):
+    manifest, _ = trained
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--cases"]) == 2
+    assert "the manifest has no [cases] table" in capsys.readouterr().err

@@ -257,25 +257,20 @@ def cmd_reproduce(args) -> int:
             if not names:
                 print("reproduce: every finished run here has its evidence", file=sys.stderr)
             return 0
-        if args.attribution is not None:
-            plan = reproduce.load_attribution(args.manifest)
+        for asked, load_plan, write, table in ((args.attribution, reproduce.load_attribution,
+                                                reproduce.write_attribution_evidence, "attribution"),
+                                               (args.cases, reproduce.load_cases_plan, reproduce.write_cases_evidence,
+                                                "cases")):
+            if asked is None:
+                continue
+            plan = load_plan(args.manifest)
             if plan is None:
-                raise ValueError("the manifest has no [attribution] table")
+                raise ValueError(f"the manifest has no [{table}] table")
             if args.threads:
                 import torch
 
                 torch.set_num_threads(args.threads)
-            reproduce.write_attribution_evidence(plan, args.attribution, force=args.force)
-            return 0
-        if args.cases is not None:
-            plan = reproduce.load_cases_plan(args.manifest)
-            if plan is None:
-                raise ValueError("the manifest has no [cases] table")
-            if args.threads:
-                import torch
-
-                torch.set_num_threads(args.threads)
-            reproduce.write_cases_evidence(plan, args.cases, force=args.force)
+            write(plan, asked, force=args.force)
             return 0
         if args.bundle:
             if args.bundle not in runs:

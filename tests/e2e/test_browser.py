@@ -100,6 +100,25 @@ def query(pg) -> dict[str, str]:
     return {k: v[0] for k, v in parse_qs(urlparse(pg.url).query).items()}
 
 
+def select_first_improved(pg):
+    """Select the first row of Compare's "most improved" table; the link that opens it in the Explorer. The grid
+    draws on a canvas: a click that lands before it has laid out is lost, so the click is retried."""
+    grid = pg.locator("[data-testid='stDataFrame']").first
+    link = pg.locator("[data-testid='stPageLink'] a").filter(has_text="in the Explorer").first
+    for _ in range(4):
+        grid.scroll_into_view_if_needed()
+        time.sleep(1.0)
+        box = grid.bounding_box()
+        pg.mouse.click(box["x"] + 12, box["y"] + 52)
+        wait_idle(pg)
+        try:
+            link.wait_for(timeout=10_000)
+            break
+        except sync_api.TimeoutError:
+            continue
+    return link
+
+
 def shot(pg, name: str) -> Path:
     """Save the whole page: Streamlit scrolls inside its main pane, so grow the window to fit it first."""
     ARTIFACTS.mkdir(exist_ok=True)
@@ -238,19 +257,7 @@ def test_compare_link_opens_the_chosen_sentence_in_the_explorer(page):
     </s> before it), after the sentences before it, and that word is not faded as not read yet."""
     page.goto(page.base + f"/compare?a={DOC_MODEL}&b=lstm-doc&corpus=brown&split=test&n=200")
     wait_idle(page)
-    grid = page.locator("[data-testid='stDataFrame']").first
-    link = page.locator("[data-testid='stPageLink'] a").filter(has_text="in the Explorer").first
-    for _ in range(4):  # the grid draws on a canvas: a click before it has laid out is lost
-        grid.scroll_into_view_if_needed()
-        time.sleep(1.0)
-        box = grid.bounding_box()
-        page.mouse.click(box["x"] + 12, box["y"] + 52)
-        wait_idle(page)
-        try:
-            link.wait_for(timeout=10_000)
-            break
-        except sync_api.TimeoutError:
-            continue
+    link = select_first_improved(page)
     link.click()
     page.wait_for_url(lambda url: "target=" in url)
     wait_idle(page)
@@ -327,21 +334,7 @@ def test_each_page_opens(page, nav, heading, name, extra):
     wait_idle(page)
     assert page.get_by_role("heading", name=heading).first.is_visible()
     if name == "compare":
-        # select the first row of the "most improved" table, then open it in the Explorer
-        # (the grid draws on a canvas: a click that lands before it has laid out is lost, so retry)
-        grid = page.locator("[data-testid='stDataFrame']").first
-        link = page.locator("[data-testid='stPageLink'] a").filter(has_text="in the Explorer").first
-        for _ in range(4):
-            grid.scroll_into_view_if_needed()
-            time.sleep(1.0)
-            box = grid.bounding_box()
-            page.mouse.click(box["x"] + 12, box["y"] + 52)
-            wait_idle(page)
-            try:
-                link.wait_for(timeout=10_000)
-                break
-            except sync_api.TimeoutError:
-                continue
+        link = select_first_improved(page)  # the "most improved" table's first row
         link.wait_for(timeout=20_000)
         shot(page, name)
         link.click()
