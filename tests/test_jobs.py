@@ -147,3 +147,26 @@ def test_a_cancelled_job_stops_at_its_next_progress_report():
         threading.Event().wait(0.01)
     jobs.stop(timeout=5)
     assert job.finished.is_set() and isinstance(job.error, Cancelled) and len(reports) < 1000
+
+
+def test_the_cancel_button_goes_once_the_result_is_there():
+    """A cancellable computation shows a Cancel button while it runs; the page that then shows the result
+    shows no Cancel button any more."""
+    from streamlit.testing.v1 import AppTest
+
+    def page():
+        import time
+
+        import streamlit as st
+
+        from vizlm.app import jobs
+
+        def slow(cancel=None):
+            time.sleep(jobs.QUICK_S + 0.5)
+            return 42
+
+        st.write(f"result {jobs.result(('cancel-button-test', time.time()), slow, text='computing', cancellable=True)}")
+
+    at = AppTest.from_function(page, default_timeout=60).run()
+    assert not at.exception and at.markdown[0].value == "result 42"
+    assert [b.label for b in at.button] == []

@@ -153,14 +153,17 @@ def result(key: Hashable, fn: Callable, *args, text: str, cancellable: bool = Fa
     job = registry().submit(key, fn, *args, **kwargs)
     if not job.finished.wait(QUICK_S):
         bar = st.progress(job.fraction, text=_label(job, text))
-        if cancellable and st.button("Cancel", key=f"cancel-{abs(hash(key))}", icon=":material/cancel:"):
+        button = st.empty()  # a slot, so that the button goes with the bar once the result is there
+        if cancellable and button.button("Cancel", key=f"cancel-{abs(hash(key))}", icon=":material/cancel:"):
             job.cancel.set()  # the computation stops at its next batch
             registry().forget(job)
             bar.empty()
+            button.empty()
             raise Cancelled(text)
         while not job.finished.wait(POLL_S):
             bar.progress(job.fraction, text=_label(job, text))
         bar.empty()
+        button.empty()
     if job.error is not None:
         raise job.error
     return job.result
