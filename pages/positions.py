@@ -19,6 +19,7 @@ from vizlm.app import checkpoints as ck
 from vizlm.app import jobs, results, views
 from vizlm.app import widgets as ui
 from vizlm.app.shell import EXPLORER, page_setup
+from vizlm.attribution import BY_DISTANCE
 from vizlm.data import example_sentences
 from vizlm.export import safe_filename
 from vizlm.links import explorer_query
@@ -27,7 +28,6 @@ from vizlm.plots import positions_chart, sentence_positions_chart
 page_setup()
 
 DEFAULT_WINDOW = 10  # the window slider's, when the models have no window of their own up to vc.MAX_WINDOW
-ATTRIBUTION = "gradient-x-input"  # the cheap method: one backward pass per block of predicted words
 
 
 def corpus_positions(models: tuple[str, ...], keys: tuple[str, ...], corpus: str, split: str, window: int, limit: int | None):
@@ -44,9 +44,9 @@ def corpus_attributions(models: list[str], corpus: str, split: str, limit: int |
     session (vizlm.app.jobs): one job per model, so a model in two sessions' choices is attributed once, and
     the window changes nothing (the result keeps every offset the attribution statistics keep)."""
     version = results.corpus_version(corpus, split)
-    return [jobs.result(("attribution", ck.model_key(m), corpus, split, version, ATTRIBUTION, limit),
-                        vizlm.Model(ck.get_checkpoint(m)).corpus_attribution, corpus, split, method=ATTRIBUTION,
-                        limit=limit, text=f"Attributing {m}'s predictions over {corpus}/{split} (gradient × input)")
+    return [jobs.result(("attribution", ck.model_key(m), corpus, split, version, limit),
+                        vizlm.Model(ck.get_checkpoint(m)).corpus_attribution, corpus, split, limit=limit,
+                        **BY_DISTANCE, text=f"Attributing {m}'s predictions over {corpus}/{split} (gradient × input)")
             for m in models]
 
 
@@ -120,10 +120,9 @@ def attribution_view() -> None:
     if not st.toggle("Attribution by distance", key="pos_attribution",
                      help="Where each prediction's dependence actually is: the mean share of a predicted word's "
                           "|attribution| (gradient × input) at each position back, and the share beyond the model's "
-                          "attention window. It costs minutes: the split is read again with gradients, the first time "
-                          "about 20 seconds (an LSTM) to 2 minutes (an attention model, which also runs Jain & "
-                          "Wallace's permutation test) per model per 1,000 sentences on one CPU core, up to about 15 "
-                          "minutes per model for the whole Brown test split; then it comes from the disk cache. The "
+                          "attention window. The bundled models' are shipped for their own corpus's test split, so "
+                          "they show at once; any other model or split is read again with gradients the first time "
+                          "(the estimate is said before it starts), then it comes from the disk cache. The "
                           "Sentences picker in the sidebar limits it."):
         return
     lang = ck.language(models[0])
@@ -135,7 +134,8 @@ def attribution_view() -> None:
                                 "controls: the same training without attention, else the LSTM): does a plain "
                                 "recurrent model depend on words further back than the attention's window?")
     size = len(results.load_corpus_cached(corpus, split).sentences)
-    st.caption(views.attribution_estimate([*models, *extra], min(size, limit or size)))  # said before it starts
+    if estimate := views.attribution_estimate([*models, *extra], corpus, split, limit, min(size, limit or size)):
+        st.caption(estimate)  # said before it starts
     try:
         attributed = corpus_attributions([*models, *extra], corpus, split, limit)
     except (ValueError, ck.UserError) as exc:

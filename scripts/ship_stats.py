@@ -6,7 +6,8 @@ per-sentence NLLs that Compare pairs and, for an attention model, its Cases repo
 page's defaults; and on the split the pages open with (the test split of the model's own
 corpus) its attention by position at ``vizlm.corpus.MAX_WINDOW`` (any narrower window is read
 from it; the slot effects of 30 positions cost minutes a split, so the others are computed
-when first asked). Each is the cache entry the library would write (``vizlm.cache``), gzipped;
+when first asked) and, for every model, its attribution by distance over that whole split
+(:data:`vizlm.attribution.BY_DISTANCE`, what the page's "Attribution by distance" shows). Each is the cache entry the library would write (``vizlm.cache``), gzipped;
 the app reads it when the user's cache has none. Run it again when a bundled checkpoint or a
 corpus changes (a changed file has a new checksum, so an old entry is never used for it):
 
@@ -32,6 +33,7 @@ import torch
 
 from vizlm import paths
 from vizlm.analysis import DEFAULT_THRESHOLD
+from vizlm.attribution import BY_DISTANCE, corpus_attribution
 from vizlm.cache import SHIPPED_SUFFIX
 from vizlm.cases import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, corpus_cases
 from vizlm.checkpoint import bundled_checkpoints, bundled_dir, load_checkpoint, meta_corpus
@@ -74,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
             for corpus, split in splits_of(CORPUS_LANGUAGE.get(meta_corpus(ckpt.meta)), args.corpora, args.splits):
                 t = time.perf_counter()
                 split_scores(ckpt, corpus, split)
+                if (corpus, split) == first_view(ckpt):
+                    a = time.perf_counter()
+                    sentences = corpus_attribution(ckpt, corpus, split, **BY_DISTANCE)["units"]
+                    print(f"{name} {corpus}/{split}: attribution by distance {time.perf_counter() - a:.0f} s "
+                          f"({sentences} units)", flush=True)
                 if ckpt.has_attention:
                     if (corpus, split) == first_view(ckpt):
                         positions_corpus([ckpt], corpus, split, window=MAX_WINDOW, effects=True)

@@ -9,8 +9,9 @@ import pytest
 import torch
 from conftest import TOLERANCE
 
-from vizlm import cases, corpus
+from vizlm import attribution, cases, corpus
 from vizlm.analysis import DEFAULT_THRESHOLD
+from vizlm.attribution import BY_DISTANCE, corpus_attribution
 from vizlm.cases import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, corpus_cases
 from vizlm.checkpoint import bundled_checkpoints, bundled_dir, load_checkpoint, meta_corpus
 from vizlm.corpus import MAX_WINDOW, positions_corpus, split_scores
@@ -27,7 +28,8 @@ def held_out_splits(ckpt) -> list[tuple[str, str]]:
 def test_the_corpus_pages_first_views_of_bundled_models_are_shipped(monkeypatch, tmp_path):
     """With an empty cache and every computation refused: Compare's per-sentence NLLs and the Cases
     report at the page's defaults for every bundled checkpoint on every held-out split of its
-    language; Positions at its widest window and a narrower one on the split the pages open with."""
+    language; Positions at its widest window and a narrower one on the split the pages open with, and
+    its attribution by distance there (every model, attention or not)."""
     monkeypatch.setenv("VIZLM_CACHE", str(tmp_path))
 
     def refuse(*args, **kwargs):
@@ -36,12 +38,16 @@ def test_the_corpus_pages_first_views_of_bundled_models_are_shipped(monkeypatch,
     monkeypatch.setattr(corpus, "_nll", refuse)
     monkeypatch.setattr(corpus, "_position_sums", refuse)
     monkeypatch.setattr(cases, "_case_report", refuse)
+    monkeypatch.setattr(attribution, "collect", refuse)
     where = ""
     for name in bundled_checkpoints():
         ckpt = load_checkpoint(bundled_dir() / name)
         for corpus_name, split in held_out_splits(ckpt):
             where = f"{name} on {corpus_name}/{split}"
             assert len(split_scores(ckpt, corpus_name, split)["nll"]) > 0, where
+            if (corpus_name, split) == (meta_corpus(ckpt.meta), HELD_OUT[0]):
+                by_distance = corpus_attribution(ckpt, corpus_name, split, **BY_DISTANCE)
+                assert by_distance["model"] == name and by_distance["positions"]["count"][1] > 0, where
             if ckpt.has_attention:
                 if (corpus_name, split) == (meta_corpus(ckpt.meta), HELD_OUT[0]):  # the split the pages open with
                     for window in (MAX_WINDOW, 10):

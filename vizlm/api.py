@@ -106,6 +106,16 @@ def _whole(value, name: str, low: int = 1) -> int:
     return int(value)
 
 
+def _permutations(value) -> int:
+    """A permutation count: 0 (no permutation test) up to :data:`vizlm.attribution.MAX_PERMUTATIONS`."""
+    from vizlm.attribution import MAX_PERMUTATIONS
+
+    n = _whole(value, "permutations", low=0)
+    if n > MAX_PERMUTATIONS:
+        raise InputError(f"permutations must be at most {MAX_PERMUTATIONS:,}, not {n:,}")
+    return n
+
+
 def _setting(threshold, top_k, default: tuple[float | None, int | None]) -> tuple[float | None, int | None]:
     """(threshold, top_k) as asked: top_k when given, else the threshold, else ``default``."""
     if threshold is not None and top_k is not None:
@@ -443,19 +453,21 @@ class Model:
         return estimate_seconds(self.checkpoint, sa, method, n_steps, rows)
 
     def corpus_attribution(self, corpus: str = "brown", split: str = "test", method: str = "gradient-x-input",
-                           limit: int | None = None, n_steps: int = 32,
+                           limit: int | None = None, n_steps: int = 32, permutations: int = 10,
                            progress: Callable[[float], None] | None = None) -> dict:
         """:meth:`attribute` over a corpus split (its first ``limit`` sentences), cached on disk
         (:func:`vizlm.attribution.corpus_attribution`): attribution by distance beside the attention's
         (Daniluk et al.'s Fig. 3) and, for attention models, the agreement and Jain & Wallace's permutation
-        test, each with a 95% bootstrap interval over sentences (a document model's: passages)."""
+        test (``permutations`` shuffles of each row; 0: none, as the Positions page's attribution by distance,
+        :data:`vizlm.attribution.BY_DISTANCE`), each with a 95% bootstrap interval over sentences (a document
+        model's: passages)."""
         from vizlm.attribution import corpus_attribution
 
         _check_split(corpus, split)
         if limit is not None:
             limit = _whole(limit, "limit")
         return corpus_attribution(self.checkpoint, corpus, split, method=method, limit=limit, n_steps=n_steps,
-                                  progress=progress)
+                                  permutations=_permutations(permutations), progress=progress)
 
 
 # --------------------------------------------------------------------------- one analysis

@@ -60,7 +60,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vizlm.analysis import LN2, SentenceAnalysis, distance, analyze, analyze_sentences, with_slot_effects
-from vizlm.cache import cached, checkpoint_digest
+from vizlm.cache import cached, checkpoint_digest, stored
 from vizlm.checkpoint import Checkpoint
 from vizlm.data import Vocab, load_corpus
 from vizlm.errors import VizlmError
@@ -106,6 +106,12 @@ ATTRIBUTION_VERSION = 1  # in the cache key: bump when the statistics change
 MAX_OFFSET = 30  # the most words back the position statistics keep (beyond: summed)
 PASSAGE_TOKENS = 100  # a document model reads a document in passages of whole sentences up to this many tokens
 PERMUTATIONS = 10  # shuffles of each row's attention in the permutation test
+MAX_PERMUTATIONS = 1000  # the most any door accepts (Jain & Wallace used 100)
+# Attribution by distance as the Positions page shows it (and data/stats/ ships it for the bundled models):
+# gradient x input, one backward pass per block of predicted words, and no permutation test (the page does not
+# show it; it doubles an attention model's time). One dict, so the page, the shipping script and the tests ask
+# for the same cache entry.
+BY_DISTANCE = {"method": "gradient-x-input", "permutations": 0}
 PERMUTATION_ROWS = 64  # shuffled rows per output-layer call: 64 x 10k logits (2.5 MB) stay in the CPU cache
 # The families whose head reads a carried memory exactly as its own slots (_row_head): vizlm's own.
 _ROW_HEAD_FAMILIES = frozenset(cls for _, cls, _ in REGISTRY.values())
@@ -853,29 +859,47 @@ def corpus_attribution(
     every interval a 95% bootstrap over units (sentences, or a document model's passages: targets of one
     unit are not independent), ``n_boot`` resamples from ``seed``.
     """
-    if method not in METHODS:
-        raise AttributionError(f"unknown attribution method {method!r}; valid: {', '.join(METHODS)}")
     if method == "integrated-gradients":
         n_steps = check_steps(n_steps)
-    data = load_corpus(corpus, split)
-    document = getattr(ckpt.model.config, "context", "sentence") == "document"
-    parts = {"kind": "attribution", "version": ATTRIBUTION_VERSION, "checkpoint": checkpoint_digest(ckpt),
-             "corpus": data.checksum, "method": method, "limit": limit, "permutations": permutations,
-             "max_offset": max_offset, "absolute": absolute, "n_boot": n_boot, "seed": seed,
-             "context": "document" if document else "sentence"}
-    if method == "integrated-gradients":
-        parts["n_steps"] = n_steps
-    if document:
-        parts["passage_tokens"] = passage_tokens
+    parts = _cache_parts(ckpt, corpus, split, method, limit, n_steps, permutations, max_offset, passage_tokens,
+                         absolute, n_boot, seed)
 
     def compute() -> dict:
         rows, units = collect(ckpt, corpus, split, method, limit, n_steps, permutations, max_offset, passage_tokens,
                               absolute, seed, progress)
         return {"model": ckpt.label, "method": method, "corpus": corpus, "split": split, "context": parts["context"],
-                "units": units, "resampled": "passages" if document else "sentences",
+                "units": units, "resampled": "passages" if parts["context"] == "document" else "sentences",
                 **_statistics(rows, units, model_window(ckpt), max_offset, n_boot, seed)}
 
     return cached(parts, compute, use_cache)
+
+
+def _cache_parts(ckpt: Checkpoint, corpus: str, split: str, method: str, limit: int | None, n_steps: int,
+                 permutations: int, max_offset: int, passage_tokens: int, absolute: bool, n_boot: int,
+                 seed: int) -> dict:
+    """:func:`corpus_attribution`'s cache key: the checkpoint's and the split's checksums and every parameter."""
+    if method not in METHODS:
+        raise AttributionError(f"unknown attribution method {method!r}; valid: {', '.join(METHODS)}")
+    document = getattr(ckpt.model.config, "context", "sentence") == "document"
+    parts = {"kind": "attribution", "version": ATTRIBUTION_VERSION, "checkpoint": checkpoint_digest(ckpt),
+             "corpus": load_corpus(corpus, split).checksum, "method": method, "limit": limit,
+             "permutations": permutations, "max_offset": max_offset, "absolute": absolute, "n_boot": n_boot,
+             "seed": seed, "context": "document" if document else "sentence"}
+    if method == "integrated-gradients":
+        parts["n_steps"] = n_steps
+    if document:
+        parts["passage_tokens"] = passage_tokens
+    return parts
+
+
+def is_stored(ckpt: Checkpoint, corpus: str, split: str, method: str = "gradient-x-input", limit: int | None = None,
+              n_steps: int = DEFAULT_STEPS, permutations: int = PERMUTATIONS, max_offset: int = MAX_OFFSET,
+              passage_tokens: int = PASSAGE_TOKENS, absolute: bool = True, n_boot: int = N_BOOT,
+              seed: int = 0) -> bool:
+    """Whether :func:`corpus_attribution` with these arguments is read from the disk cache or the shipped
+    statistics (``data/stats/``) rather than computed: the cost is said only for what will be computed."""
+    return stored(_cache_parts(ckpt, corpus, split, method, limit, n_steps, permutations, max_offset, passage_tokens,
+                               absolute, n_boot, seed))
 
 
 def corpus_agreement(ckpt: Checkpoint, corpus: str, split: str, method: str = "gradient-x-input",

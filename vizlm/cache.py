@@ -62,6 +62,13 @@ def lookup(parts: dict) -> dict | None:
     return value
 
 
+def stored(parts: dict) -> bool:
+    """Whether :func:`lookup` finds an entry for ``parts`` without reading it (the user's cache or the shipped
+    entries): what a caller asks before saying how long computing it would take."""
+    key = key_of(parts)
+    return (paths.cache_dir() / f"{key}.json").is_file() or (paths.shipped_stats_dir() / f"{key}{SHIPPED_SUFFIX}").is_file()
+
+
 def store(parts: dict, value: dict) -> None:
     """Write ``value`` as the entry of ``parts`` in the user's cache (atomically)."""
     folder = paths.cache_dir()

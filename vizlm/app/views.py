@@ -12,7 +12,7 @@ from vizlm.analysis import distance, with_slot_effects
 from vizlm.app.checkpoints import get_checkpoint, has_attention
 from vizlm.app.results import attribution, attribution_spec, heatmap_spec
 from vizlm.attribution import LABELS as METHOD_LABELS
-from vizlm.attribution import TEXT_METHODS
+from vizlm.attribution import BY_DISTANCE, TEXT_METHODS, is_stored
 from vizlm.app.widgets import analysis_downloads, chart_downloads, download_row, md_escape, show_chart, show_error
 from vizlm.export import FORMATS, MIME, chart_html, export_attribution, safe_filename
 from vizlm.plots import (
@@ -211,19 +211,26 @@ def _share(x) -> str:
     return "—" if x is None or not math.isfinite(x) else f"{max(0.0, x):.1%}"  # float noise must not print "-0.0%"
 
 
-# Attribution by distance, the first time (then the disk cache): seconds per 1,000 sentences per model on one core
-# (gradient x input; an attention model also runs Jain & Wallace's permutation test), as measured on the bundled models.
-ATTRIBUTION_SECONDS = {"attention": 120, "plain": 20}
+# Attribution by distance (BY_DISTANCE: gradient x input, no permutation test), the first time (then the disk cache):
+# seconds per 1,000 sentences per model on one core, as measured on the bundled models over the whole Brown test
+# split (scripts/ship_stats.py's log) with a margin for a core shared with other work.
+ATTRIBUTION_SECONDS = {"attention": 30, "plain": 12}
 
 
-def attribution_estimate(models: list[str], sentences: int) -> str:
-    """What attributing ``models`` over ``sentences`` costs the first time, written for people: said before it
-    starts (the whole Brown test split with eight models took more than half an hour on two loaded cores)."""
-    seconds = sum(ATTRIBUTION_SECONDS["attention" if has_attention(m) else "plain"] for m in models) * sentences / 1000
+def attribution_estimate(models: list[str], corpus: str, split: str, limit: int | None, sentences: int) -> str | None:
+    """What attributing ``models`` over the first ``limit`` sentences (``sentences`` of them) of ``corpus``/``split``
+    costs, written for people and said before it starts: only the models whose result is neither in the disk cache
+    nor shipped count; None when every one of them is."""
+    todo = [m for m in models if not is_stored(get_checkpoint(m), corpus, split, limit=limit, **BY_DISTANCE)]
+    if not todo:
+        return None
+    seconds = sum(ATTRIBUTION_SECONDS["attention" if has_attention(m) else "plain"] for m in todo) * sentences / 1000
     when = f"about {seconds / 60:.0f} minutes" if seconds >= 90 else f"about {max(1, round(seconds))} seconds"
-    return (f"Attributing {len(models)} model{'s' if len(models) != 1 else ''} over {sentences:,} sentences takes "
-            f"{when} the first time on one core (then it comes from the disk cache); the Sentences picker in the "
-            "sidebar limits it.")
+    kept = len(models) - len(todo)
+    return (f"Attributing {len(todo)} model{'s' if len(todo) != 1 else ''} over {sentences:,} sentences takes "
+            f"{when} the first time on one core (then it comes from the disk cache)"
+            + (f"; {kept} more {'is' if kept == 1 else 'are'} read from the cache" if kept else "")
+            + "; the Sentences picker in the sidebar limits it.")
 
 
 def render_attribution_positions(results: list[dict], window: int, stem: str, key: str) -> None:
