@@ -1290,7 +1290,7 @@ def test_bad_app_arguments_give_a_message(app_argv, args, expect):
 
 
 def test_the_readme_s_app_commands_list_an_imported_model_and_its_corpus(imported, monkeypatch, tmp_path):
-    """Every `streamlit run app.py -- ...` the README shows, run in the folder of its "Your own model" recipe (the
+    """Every `streamlit run app.py -- ...` the README and the users' docs show, run in the folder of the "Your own model" recipe (the
     model imported into runs/, its corpus where `vizlm import` writes it by default: the corpora folder), lists
     the corpus, and the model when it names --checkpoints (`--corpora data` hid the corpus)."""
     import re
@@ -1302,7 +1302,8 @@ def test_the_readme_s_app_commands_list_an_imported_model_and_its_corpus(importe
     from vizlm.app.shell import apply_arguments
     from vizlm.data import user_corpora
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    pages = [ROOT / "README.md", *(ROOT / "docs" / f for f in ("APP.md", "CLI.md", "YOUR_MODEL.md", "YOUR_CORPUS.md"))]
+    readme = "\n".join(p.read_text(encoding="utf-8") for p in pages)  # the users' pages
     commands = [shlex.split(c) for c in re.findall(r"streamlit run app\.py -- ([^`\n#…]+)", readme)]
     assert any("--checkpoints" in c for c in commands), commands
     clone = tmp_path / "clone"

@@ -479,7 +479,7 @@ class Analysis(SentenceAnalysis):
     ``attention`` [T, S] (row ``r`` over slots ``0..r``, None without attention) with ``slot_labels``
     [S] and :attr:`slot_tokens` [S] (index into ``tokens``, -1 for ``<s>``); ``read_effect_bits`` [T]
     and ``slot_effect_bits`` [T, S] (NaN: not computed); ``gates`` [T, d] (AMSRN); ``top_words``
-    [T][k] and ``top_probs`` [T, k]. Lists: ``tokens`` / ``norms`` / ``offsets`` / ``unk`` [n],
+    (T lists of k words) and ``top_probs`` [T, k]. Lists: ``tokens`` / ``norms`` / ``offsets`` / ``unk`` [n],
     ``targets`` [T]. The same as tidy frames: :meth:`frame`, :meth:`attention_frame`, :meth:`cases`.
 
     ``threshold`` / ``top_k``: the highlight setting that :meth:`highlights`, :meth:`cases`,

@@ -429,7 +429,7 @@ def cases_report(plan: CasesPlan) -> list[str]:
     lines = ["### Beyond the papers: case labels against chance", "",
              (f"Highlighted pairs (weight >= the Cases page's threshold) of each bundled attention model over "
               f"{plan.corpus} {plan.split}{f' (its first {plan.limit:,} sentences)' if plan.limit else ''}, labelled by "
-              "vizlm's rules (README: how cases are labelled), beside the *distance-matched chance rate*: the same rule "
+              "vizlm's rules ([CASES.md](CASES.md)), beside the *distance-matched chance rate*: the same rule "
               "on every pair at the same distances, chosen by no attention. The difference, in points, with its 95% "
               "interval over documents: a label attention finds more often than its distances alone would is "
               "enriched; an interval across 0 is no evidence that it is."), "",
