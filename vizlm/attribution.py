@@ -107,7 +107,7 @@ MAX_OFFSET = 30  # the most words back the position statistics keep (beyond: sum
 PASSAGE_TOKENS = 100  # a document model reads a document in passages of whole sentences up to this many tokens
 PERMUTATIONS = 10  # shuffles of each row's attention in the permutation test
 PERMUTATION_ROWS = 64  # shuffled rows per output-layer call: 64 x 10k logits (2.5 MB) stay in the CPU cache
-# The families whose head reads a carried memory exactly as its own slots (_row_head): vizlm's own.
+# The families whose head reads a carried memory exactly as its own slots (row_head): vizlm's own.
 _ROW_HEAD_FAMILIES = frozenset(cls for _, cls, _ in REGISTRY.values())
 N_BOOT = 1000
 
@@ -182,7 +182,7 @@ def estimate_seconds(ckpt: Checkpoint, sa: SentenceAnalysis, method: str = "inte
     n_steps = check_steps(n_steps)
     want = _rows_wanted(rows, len(sa.targets))
     units = sum(_work(first, len(inputs), np.flatnonzero(want[first : first + len(inputs)]), method, n_steps)
-                for first, inputs, _ in _pieces(ckpt, sa))
+                for first, inputs, _ in reading_pieces(ckpt, sa))
     millions = sum(p.numel() for p in ckpt.model.parameters()) / 1e6
     return units * SECONDS_PER_UNIT * millions * (OCCLUSION_FACTOR if method == "occlusion" else 1.0)
 
@@ -437,14 +437,14 @@ def attribute(
     logprobs = sa.logprobs
     base = delta = steps = None
     if method == "slot-effect":
-        positions = _slot_positions(sa)  # (T, T): the slot of each position (-1: none)
+        positions = slot_positions(sa)  # (T, T): the slot of each position (-1: none)
         has = positions >= 0
         scores[has] = sa.slot_effects[np.nonzero(has)[0], positions[has]]
     else:
         ig = method == "integrated-gradients"
         base, delta, steps = (np.full(T, np.nan), np.full(T, np.nan), np.zeros(T, dtype=int)) if ig else (None, None, None)
         pieces = [(first, inputs, targets, np.flatnonzero(want[first : first + len(inputs)]))
-                  for first, inputs, targets in _pieces(ckpt, sa)]
+                  for first, inputs, targets in reading_pieces(ckpt, sa)]
         meter = _Meter(sum(_work(f, len(i), loc, method, n_steps) for f, i, _, loc in pieces), progress, cancel)
         for first, inputs, targets, local in pieces:
             if not len(local):
@@ -470,7 +470,7 @@ def attribute(
                                f"{len(rows):,} of {T:,} words, the first {sa.targets[rows[0]]!r}; vizlm cannot show it")
     attention = attended = None
     if sa.attention is not None:
-        positions = _slot_positions(sa)
+        positions = slot_positions(sa)
         attended = (positions >= 0) & sa.allowed()[np.arange(T)[:, None], positions.clip(0)]
         attention = np.where(attended, sa.attention[np.arange(T)[:, None], positions.clip(0)], 0.0)
     return Attribution(
@@ -499,7 +499,7 @@ def _analysis(ckpt: Checkpoint, text, documents: list[int] | None, max_tokens: i
                              documents=documents)
 
 
-def _pieces(ckpt: Checkpoint, sa: SentenceAnalysis):
+def reading_pieces(ckpt: Checkpoint, sa: SentenceAnalysis):
     """``(first row, inputs (Tb,), targets (Tb,))`` of each piece the model reads from a zero state: the
     text cut after its restarts (:attr:`~vizlm.analysis.SentenceAnalysis.restarts`), ``<s>`` first, as
     :func:`vizlm.analysis.analyze_sentences` reads it."""
@@ -510,7 +510,7 @@ def _pieces(ckpt: Checkpoint, sa: SentenceAnalysis):
         yield a + 1, torch.tensor([Vocab.bos_id, *ids], device=device), torch.tensor([*ids, Vocab.eos_id], device=device)
 
 
-def _slot_positions(sa: SentenceAnalysis) -> np.ndarray:
+def slot_positions(sa: SentenceAnalysis) -> np.ndarray:
     """[T, T] the memory slot holding position p for row r (``p + 1``), -1 where there is none: the
     current word and later, positions outside the row's reading (a reading's start slot holds nothing)."""
     T = len(sa.targets)
@@ -566,16 +566,18 @@ def _target_logprob(clone: nn.Module, feeds: list[_Fed], n: int, check: Callable
         finally:
             for feed in feeds:
                 feed.value = None
-        ro = _row_head(clone, h, rows).readout  # features (N, 1, F), logits not multiplied out
+        ro = row_head(clone, h, rows).readout  # features (N, 1, F), logits not multiplied out
         logp = F.linear(ro.features[:, 0], ro.weight, ro.bias).log_softmax(-1)  # (N, V)
         return logp.gather(1, targets[:, None])[:, 0]  # (N,)
 
     return forward
 
 
-def _row_head(model: nn.Module, h: torch.Tensor, rows: torch.Tensor):
+def row_head(model: nn.Module, h: torch.Tensor, rows: torch.Tensor, memory_h: torch.Tensor | None = None):
     """The head of row ``rows[i]`` of copy ``i`` alone: an :class:`~vizlm.models.base.LMOutput` of one step
     per copy (readout features (N, 1, F)), from the outputs ``h`` (N, T, D) of copies read from a zero state.
+    ``memory_h`` (N, T, D): other outputs to build the memory slots from (the row's own output, the query,
+    still from ``h``), the two paths of :mod:`vizlm.faithfulness`; built-in families only.
 
     A row depends only on its own output and the memory slots before it (:mod:`vizlm.models.base`), and a
     model's head reads those as a document's carried memory (``head(h, memory, valid)``, the interface a
@@ -586,6 +588,8 @@ def _row_head(model: nn.Module, h: torch.Tensor, rows: torch.Tensor):
     N, T = h.shape[:2]
     copy_idx = torch.arange(N, device=h.device)
     if type(model) not in _ROW_HEAD_FAMILIES:
+        if memory_h is not None:
+            raise AttributionError(f"{type(model).__name__} is not a built-in family: its memory cannot be read apart")
         out = model.head(h)
         out.readout.features = out.readout.features[copy_idx, rows][:, None]  # (N, 1, F)
         return out
@@ -596,7 +600,7 @@ def _row_head(model: nn.Module, h: torch.Tensor, rows: torch.Tensor):
         M = T
     if not M:
         return model.head(now)
-    slots = memory_of(model.to_slots(h))  # (N, T, slot): slot j holds step j - 1's outputs, slot 0 zero
+    slots = memory_of(model.to_slots(h if memory_h is None else memory_h))  # (N, T, slot): slot j holds step j - 1's outputs, slot 0 zero
     src = rows[:, None] + torch.arange(1 - M, 1, device=h.device)  # (N, M): the slot at each memory position
     mem = slots.gather(1, src.clamp_min(0)[..., None].expand(-1, -1, slots.shape[-1]))  # (N, M, slot)
     mem = mem * (src >= 0)[..., None].to(mem.dtype)  # zero before slot 0, as a document starts
@@ -760,7 +764,7 @@ def permutation_shift(ckpt: Checkpoint, sa: SentenceAnalysis, permutations: int 
     allowed = sa.allowed()
     dlogp = np.full((T, permutations), math.nan)
     tvd = np.full((T, permutations), math.nan)
-    for first, inputs, targets in _pieces(ckpt, sa):
+    for first, inputs, targets in reading_pieces(ckpt, sa):
         Tb = len(inputs)
         h = model.encode(inputs[None])  # (1, Tb, D)
         out = model.head(h)
@@ -799,7 +803,7 @@ def permutation_shift(ckpt: Checkpoint, sa: SentenceAnalysis, permutations: int 
 
 
 # --------------------------------------------------------------------------- corpus statistics
-def _units(sentences: list[list[str]], ids: list[str], document: bool, passage_tokens: int) -> list[list[int]]:
+def reading_units(sentences: list[list[str]], ids: list[str], document: bool, passage_tokens: int) -> list[list[int]]:
     """The sentence indices each unit reads: every sentence alone (a sentence model), or passages of
     consecutive whole sentences of one document up to ``passage_tokens`` tokens (a document model; a
     longer sentence alone), each read as running text from a zero state as an analysed passage is."""
@@ -1068,7 +1072,7 @@ def collect(ckpt: Checkpoint, corpus: str, split: str, method: str = "gradient-x
     data = load_corpus(corpus, split)
     document = getattr(ckpt.model.config, "context", "sentence") == "document"
     sentences = data.sentences[:limit] if limit is not None else data.sentences
-    units = _units(sentences, data.ids, document, passage_tokens)
+    units = reading_units(sentences, data.ids, document, passage_tokens)
     rows = _collect(ckpt, sentences, data.ids, units, method, n_steps, permutations, max_offset, absolute, seed,
                     progress)
     return rows, len(units)
