@@ -345,3 +345,52 @@ def test_model_is_not_changed():
     assert all(torch.equal(before[k], v) for k, v in ckpt.model.state_dict().items())
     assert all(p.grad is None for p in ckpt.model.parameters())
 
+
+
+# --------------------------------------------------------------------------- over a split
+@pytest.mark.parametrize("context", ["sentence", "document"])
+def test_corpus_statistics_on_a_tiny_corpus(monkeypatch, tmp_path, context):
+    """The corpus statistics are the per-text tests over the units (a document model's passages), their intervals
+    bootstrap over units, and the result is cached with every parameter in its key."""
+    from corpora import make_corpus
+
+    data = make_corpus(tmp_path / "data", train=5, valid=5, test=8, doc_sentences=4, mean_length=5)
+    monkeypatch.setenv("VIZLM_DATA", str(data))
+    monkeypatch.setenv("VIZLM_CACHE", str(tmp_path / "cache"))
+    vocab = Vocab.for_corpus("brown", data)
+    ckpt = tiny("amsrn", vocab=vocab, context=context)
+    other = tiny("amsrn", seed=1, vocab=vocab, context=context)
+    kw = {"limit": 6, "permutations_n": 5, "adversary_steps": 10, "methods": ["gradient-x-input", "occlusion"],
+          "passage_tokens": 15, "other": other, "n_boot": 50}
+    res = fa.corpus_faithfulness(ckpt, "brown", "test", **kw)
+    frames, units = fa.collect(ckpt, "brown", "test", 6, 5, fa.EPSILON, 10, ["gradient-x-input", "occlusion"],
+                               passage_tokens=15, other=other)
+    assert res["units"] == units and res["resampled"] == ("passages" if context == "document" else "sentences")
+    if context == "document":
+        assert units < 6
+    # by hand from the per-text frames
+    a = frames["agreement"]
+    chosen = a[a.positions >= 2]
+    tau = res["agreement"]["kendall_tau"]["attention~slot-effect"]
+    assert tau["value"] == pytest.approx(np.nanmean(chosen["attention~slot-effect"]), rel=1e-12)
+    assert tau["lo"] <= tau["value"] <= tau["hi"]
+    assert "gradient-x-input~occlusion" in res["agreement"]["ceiling"]
+    perm = res["permutations"]
+    assert sum(b["rows"] for b in perm["bins"]) == perm["rows"] == int((frames["permutations"].word_slots >= 2).sum())
+    u = frames["uniform"]
+    assert res["uniform"]["uniform_minus_own"]["value"] == pytest.approx((u.logprob - u.uniform_logprob).mean())
+    assert "frozen_nll" in res["uniform"]
+    assert set(res["erasure"]) == {"attention", "gradient", "random", "gradient-x-input", "occlusion"}
+    assert res["erasure"]["attention"]["k"] == list(fa.ERASE_K)
+    assert set(res["aopc"]) == {"attention", "gradient", "gradient-x-input", "occlusion", "random"}
+    paths = res["paths"]
+    assert paths["distance"][0] == "1" and paths["read_share"][0]["value"] == 0.0  # the current word has no slot
+    t = frames["paths"]
+    near = t[t.distance == 2]
+    assert paths["read_share"][1]["value"] == pytest.approx(near.read.abs().sum() / (near.read.abs().sum()
+                                                                                     + near.state.abs().sum()))
+    # cached: served again without computing; another parameter is another entry
+    monkeypatch.setattr(fa, "collect", lambda *a, **k: pytest.fail("recomputed"))
+    assert fa.corpus_faithfulness(ckpt, "brown", "test", **kw)["units"] == units
+    with pytest.raises(BaseException, match="recomputed"):
+        fa.corpus_faithfulness(ckpt, "brown", "test", **{**kw, "epsilon": 0.02})

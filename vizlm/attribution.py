@@ -957,7 +957,7 @@ def _cat(xs: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(xs) if xs else np.zeros(0)
 
 
-def _draws(n_units: int, n_boot: int, seed: int) -> np.ndarray:
+def bootstrap_draws(n_units: int, n_boot: int, seed: int) -> np.ndarray:
     """(n_boot, n_units): how often each unit is drawn in each bootstrap resample (with replacement)."""
     rng = np.random.default_rng(seed)
     return rng.multinomial(n_units, np.full(n_units, 1 / n_units), size=n_boot)
@@ -980,7 +980,7 @@ def cluster_mean(sums: np.ndarray, counts: np.ndarray, n_boot: int = N_BOOT, see
     n = int(counts.sum())
     if not n:
         return {"value": math.nan, "lo": math.nan, "hi": math.nan, "n": 0}
-    draws = _draws(len(sums), n_boot, seed)
+    draws = bootstrap_draws(len(sums), n_boot, seed)
     with np.errstate(invalid="ignore", divide="ignore"):
         boot = (draws @ sums) / (draws @ counts)
     return {"value": float(sums.sum() / counts.sum()), **_percentiles(boot), "n": n}
@@ -998,7 +998,7 @@ def cluster_interval(values: np.ndarray, units: np.ndarray, n_units: int, stat: 
     if stat == "mean":
         return cluster_mean(np.bincount(units, weights=values, minlength=n_units),
                             np.bincount(units, minlength=n_units).astype(float), n_boot, seed)
-    draws = _draws(n_units, n_boot, seed)
+    draws = bootstrap_draws(n_units, n_boot, seed)
     if stat == "median":
         order = np.argsort(values, kind="stable")
         v, u = values[order], units[order]
@@ -1130,4 +1130,5 @@ __all__ = [
     "METHODS", "DEFAULT_STEPS", "Attribution", "AttributionError", "agreement", "attribute",
     "cluster_interval", "cluster_mean", "collect", "corpus_agreement", "corpus_attribution", "kendall_tau",
     "model_window", "permutation_shift", "unit_sums",
+    "bootstrap_draws", "reading_pieces", "reading_units", "row_head", "slot_positions",
 ]

@@ -50,26 +50,34 @@ or a document model's passages, :func:`vizlm.attribution.reading_units`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import combinations
+from itertools import combinations, pairwise
 
 import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from vizlm.analysis import SentenceAnalysis, distance
+from vizlm.analysis import SentenceAnalysis, analyze_sentences, distance
 from vizlm.attribution import (
     DEFAULT_STEPS,
     METHODS,
+    N_BOOT,
+    PASSAGE_TOKENS,
     TEXT_METHODS,
     attribute,
+    bootstrap_draws,
+    check_steps,
+    cluster_interval,
     kendall_tau,
     reading_pieces,
+    reading_units,
     row_head,
 )
+from vizlm.cache import cached, checkpoint_digest
 from vizlm.checkpoint import Checkpoint
+from vizlm.data import load_corpus
 from vizlm.errors import VizlmError
 from vizlm.models.base import AttentionLM, LMOutput
 from vizlm.models.effects import drop_slots
@@ -546,3 +554,172 @@ def two_paths(ckpt: Checkpoint, sa: SentenceAnalysis) -> pd.DataFrame:
         columns=["row", "position", "distance", "total", "read", "state", "interaction"])
     frame.insert(1, "target", [sa.targets[r] for r in frame.row])
     return frame
+
+
+# --------------------------------------------------------------------------- over a split
+TESTS = ("agreement", "permutations", "adversarial", "uniform", "erasure", "aopc", "paths")
+
+
+def collect(ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None, permutations_n: int = PERMUTATIONS,
+            epsilon: float = EPSILON, adversary_steps: int = ADVERSARY_STEPS, methods: Sequence[str] = TEXT_METHODS,
+            n_steps: int = DEFAULT_STEPS, passage_tokens: int = PASSAGE_TOKENS, other: Checkpoint | None = None,
+            seed: int = 0, progress: Callable[[float], None] | None = None) -> tuple[dict[str, pd.DataFrame], int]:
+    """``(frames, units)``: every test's frame over the first ``limit`` sentences of a processed split, each with
+    a ``unit`` column (the sentence, or a document model's passage, :func:`vizlm.attribution.reading_units`, each
+    read from a zero state), not cached; and the number of units."""
+    if not ckpt.has_attention:
+        raise FaithfulnessError(f"{ckpt.label} has no attention: there is nothing to test")
+    methods = list(methods)
+    data = load_corpus(corpus, split)
+    document = getattr(ckpt.model.config, "context", "sentence") == "document"
+    sentences = data.sentences[:limit] if limit is not None else data.sentences
+    units = reading_units(sentences, data.ids, document, passage_tokens)
+    parts: dict[str, list[pd.DataFrame]] = {t: [] for t in TESTS}
+    for k, unit in enumerate(units):
+        sa = analyze_sentences(ckpt, [sentences[i] for i in unit], top_k=0, effects=True, max_effect_pairs=0,
+                               max_tokens=None)
+        atts = {m: attribute(ckpt, sa, m, n_steps) for m in ["slot-effect", *methods]}
+        frames = {
+            "agreement": agreement_table(ckpt, sa, methods, n_steps, atts),
+            "permutations": permutations(ckpt, sa, permutations_n, seed + k),
+            "adversarial": adversarial(ckpt, sa, epsilon, adversary_steps, seed=seed + k),
+            "uniform": uniform_baseline(ckpt, sa, other),
+            "erasure": erasure_curves(ckpt, sa, rankings=[*RANKINGS, *methods], seed=seed + k, attributions=atts),
+            "aopc": aopc(ckpt, sa, rankings=["attention", "gradient", *methods, "random"], seed=seed + k,
+                         attributions=atts),
+            "paths": two_paths(ckpt, sa),
+        }
+        for name, frame in frames.items():
+            parts[name].append(frame.assign(unit=k))
+        if progress:
+            progress((k + 1) / len(units))
+    return {name: pd.concat(xs, ignore_index=True) if xs else pd.DataFrame() for name, xs in parts.items()}, len(units)
+
+
+def statistics(frames: dict[str, pd.DataFrame], n_units: int, n_boot: int = N_BOOT, seed: int = 0) -> dict:
+    """The corpus statistics of :func:`collect`'s frames (JSON-able), every interval a 95% bootstrap over units."""
+
+    def ci(values, units, stat="mean"):
+        return cluster_interval(np.asarray(values, float), np.asarray(units, int), n_units, stat, n_boot, seed)
+
+    out: dict = {}
+    a = frames["agreement"]
+    if len(a):
+        chosen = a[a.positions >= 2]  # a row with one position ranks nothing
+        pairs = [c for c in a.columns if "~" in c]
+        out["agreement"] = {"rows": len(chosen), "kendall_tau": {c: ci(chosen[c], chosen.unit) for c in pairs},
+                            "ceiling": [c for c in pairs if not c.startswith("attention~")]}
+    p = frames["permutations"]
+    if len(p):
+        shuffled = p[p.word_slots >= 2]
+        bins = []
+        for lo, hi in pairwise(WEIGHT_BINS):
+            top = hi == WEIGHT_BINS[-1]
+            sel = shuffled[(shuffled.max_weight >= lo) & ((shuffled.max_weight <= hi) if top else (shuffled.max_weight < hi))]
+            bins.append({"lo": lo, "hi": hi, "rows": len(sel),
+                         **{c: ci(sel[c], sel.unit, "median") for c in ("median_tvd", "median_jsd", "median_abs_dlogp")}})
+        out["permutations"] = {
+            "rows": len(shuffled), "binned_by": "the row's largest weight on a word slot", "bins": bins,
+            "all": {c: ci(shuffled[c], shuffled.unit, "median") for c in ("median_tvd", "median_jsd", "median_abs_dlogp")},
+            "fixed_weight": ci(shuffled.fixed_weight, shuffled.unit)}
+    v = frames["adversarial"]
+    if len(v):
+        moved = v[v.slots >= 2]
+        out["adversarial"] = {"rows": len(moved), "mean_jsd": ci(moved.jsd, moved.unit),
+                              "median_jsd": ci(moved.jsd, moved.unit, "median"),
+                              "share_over_half_ln2": ci((moved.jsd > 0.5 * math.log(2)).astype(float), moved.unit),
+                              "mean_abs_dlogp": ci(moved.dlogp.abs(), moved.unit)}
+    u = frames["uniform"]
+    if len(u):
+        out["uniform"] = {"tokens": len(u), "nll": ci(-u.logprob, u.unit), "uniform_nll": ci(-u.uniform_logprob, u.unit),
+                          "uniform_minus_own": ci(u.logprob - u.uniform_logprob, u.unit)}
+        if "frozen_logprob" in u:
+            out["uniform"] |= {"frozen_nll": ci(-u.frozen_logprob, u.unit),
+                               "frozen_minus_own": ci(u.logprob - u.frozen_logprob, u.unit)}
+    e = frames["erasure"]
+    if len(e):
+        out["erasure"] = {r: {"k": [int(k) for k in sorted(g.k.unique())],
+                              "dlogp": [ci(gk.dlogp, gk.unit) for _, gk in g.groupby("k")],
+                              "flip": [ci(gk.flip, gk.unit) for _, gk in g.groupby("k")]}
+                          for r, g in e.groupby("ranking", sort=False)}
+    o = frames["aopc"]
+    if len(o):
+        out["aopc"] = {}
+        for r, g in o.groupby("ranking", sort=False):
+            rows = g.groupby(["unit", "row"])[["comprehensiveness", "sufficiency"]].mean().reset_index()
+            out["aopc"][r] = {
+                "comprehensiveness": ci(rows.comprehensiveness, rows.unit), "sufficiency": ci(rows.sufficiency, rows.unit),
+                "by_fraction": {str(f): {c: ci(gf[c], gf.unit) for c in ("comprehensiveness", "sufficiency")}
+                                for f, gf in g.groupby("fraction")}}
+    t = frames["paths"]
+    if len(t):
+        by = {"distance": [], "read": [], "state": [], "total": [], "read_share": []}
+        for lo, hi in [(d, d) for d in range(1, MAX_DISTANCE + 1)] + [(MAX_DISTANCE + 1, None)]:
+            sel = t[(t.distance >= lo) & ((t.distance <= hi) if hi is not None else True)]
+            by["distance"].append(str(lo) if hi is not None else f">{MAX_DISTANCE}")
+            for c in ("read", "state", "total"):
+                by[c].append(ci(sel[c].abs(), sel.unit))
+            units = sel.unit.to_numpy(int)
+            read = np.bincount(units, weights=sel.read.abs().to_numpy(), minlength=n_units)
+            both = read + np.bincount(units, weights=sel.state.abs().to_numpy(), minlength=n_units)
+            by["read_share"].append(_ratio(read, both, n_boot, seed))
+        out["paths"] = by
+    return out
+
+
+def _ratio(num: np.ndarray, den: np.ndarray, n_boot: int, seed: int) -> dict:
+    """``{"value", "lo", "hi"}``: ``sum(num) / sum(den)`` of per-unit sums, with a 95% bootstrap interval over the
+    units (the same draws as :func:`vizlm.attribution.cluster_interval`'s)."""
+    total = float(den.sum())
+    if not len(den) or total <= 0:
+        return {"value": math.nan, "lo": math.nan, "hi": math.nan}
+    draws = bootstrap_draws(len(den), n_boot, seed)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        boot = (draws @ num) / (draws @ den)
+    boot = boot[np.isfinite(boot)]
+    return {"value": float(num.sum()) / total, "lo": float(np.quantile(boot, 0.025)),
+            "hi": float(np.quantile(boot, 0.975))}
+
+
+def corpus_faithfulness(
+    ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None, permutations_n: int = PERMUTATIONS,
+    epsilon: float = EPSILON, adversary_steps: int = ADVERSARY_STEPS, methods: Sequence[str] = TEXT_METHODS,
+    n_steps: int = DEFAULT_STEPS, passage_tokens: int = PASSAGE_TOKENS, other: Checkpoint | None = None,
+    n_boot: int = N_BOOT, seed: int = 0, use_cache: bool = True, progress: Callable[[float], None] | None = None,
+) -> dict:
+    """Every test over a processed split (its first ``limit`` sentences), cached (:mod:`vizlm.cache`, keyed by the
+    checkpoints' and the split's checksums and every parameter): :func:`statistics` of :func:`collect`.
+
+    ``agreement`` (mean tau-b per pair, the ``ceiling`` pairs named), ``permutations`` (binned by the row's largest
+    word-slot weight, :data:`WEIGHT_BINS`: per bin the median over rows of each row's median TVD, JSD and
+    ``|delta log P|``), ``adversarial`` (JSD found within ``epsilon``), ``uniform`` (per-token NLL as read, with
+    uniform and with ``other``'s attention), ``erasure`` (per ranking and k: mean delta log P, flip rate), ``aopc``
+    (per ranking: comprehensiveness and sufficiency, their AOPC and per fraction), ``paths`` (per distance: mean
+    ``|read|``, ``|state|``, ``|total|`` and the read's share of ``|read| + |state|``); ``masking``: how slots are
+    dropped. Every interval a 95% bootstrap over units (sentences, or a document model's passages), ``n_boot``
+    resamples from ``seed``."""
+    if not ckpt.has_attention:
+        raise FaithfulnessError(f"{ckpt.label} has no attention: there is nothing to test")
+    for m in methods:
+        if m not in TEXT_METHODS:
+            raise FaithfulnessError(f"unknown word-level method {m!r}; valid: {', '.join(TEXT_METHODS)}")
+    n_steps = check_steps(n_steps)
+    data = load_corpus(corpus, split)
+    document = getattr(ckpt.model.config, "context", "sentence") == "document"
+    parts = {"kind": "faithfulness", "version": FAITHFULNESS_VERSION, "checkpoint": checkpoint_digest(ckpt),
+             "corpus": data.checksum, "split": split, "limit": limit, "permutations": permutations_n,
+             "epsilon": epsilon, "adversary_steps": adversary_steps, "adversary_lr": ADVERSARY_LR,
+             "methods": list(methods), "n_steps": n_steps, "ks": list(ERASE_K), "fractions": list(FRACTIONS),
+             "n_boot": n_boot, "seed": seed, "context": "document" if document else "sentence",
+             "passage_tokens": passage_tokens if document else None,
+             "other": None if other is None else checkpoint_digest(other)}
+
+    def compute() -> dict:
+        frames, units = collect(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods, n_steps,
+                                passage_tokens, other, seed, progress)
+        return {"model": ckpt.label, "corpus": corpus, "split": split, "context": parts["context"], "units": units,
+                "resampled": "passages" if document else "sentences", "masking": MASKING, "unit": "nats",
+                "permutations_per_row": permutations_n, "epsilon": epsilon,
+                "other": None if other is None else other.label, **statistics(frames, units, n_boot, seed)}
+
+    return cached(parts, compute, use_cache)
