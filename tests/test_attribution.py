@@ -359,7 +359,7 @@ def test_text_agreement_uses_the_positions_both_cover():
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("name,kw", all_variants())
 def test_row_head_equals_the_whole_head(name, kw, dtype):
-    """The gradient methods read each copy's own row alone (``_row_head``: the slots before it as a carried
+    """The gradient methods read each copy's own row alone (``row_head``: the slots before it as a carried
     memory); its readout features equal the whole head's at that row, for every family and variant, in either
     context, within the dtype's tolerance (tests/conftest.py)."""
     for context in ("sentence", "document"):
@@ -373,7 +373,7 @@ def test_row_head_equals_the_whole_head(name, kw, dtype):
         with torch.no_grad():
             h = model.encode(ids)
             whole = model.head(h).readout.features[torch.arange(7), rows]  # (N, F)
-            alone = at._row_head(model, h, rows).readout.features[:, 0]  # (N, F)
+            alone = at.row_head(model, h, rows).readout.features[:, 0]  # (N, F)
         assert_same_math(alone, whole)
 
 
@@ -406,7 +406,7 @@ def _permutation_reference(ckpt, sa, permutations, seed):
     rng = np.random.default_rng(seed)
     model, T, allowed = ckpt.model, len(sa.targets), sa.allowed()
     dlogp, tvd = np.full((T, permutations), math.nan), np.full((T, permutations), math.nan)
-    for first, inputs, targets in at._pieces(ckpt, sa):
+    for first, inputs, targets in at.reading_pieces(ckpt, sa):
         Tb = len(inputs)
         with torch.no_grad():
             h = model.encode(inputs[None])
@@ -478,7 +478,7 @@ def test_corpus_statistics_on_a_tiny_corpus(monkeypatch, tmp_path, context):
     # brute force: the units' attributions one by one
     from vizlm.data import load_corpus
     corpus = load_corpus("brown", "test")
-    units = at._units(corpus.sentences[:10], corpus.ids, context == "document", 20)
+    units = at.reading_units(corpus.sentences[:10], corpus.ids, context == "document", 20)
     assert res["units"] == len(units)
     if context == "document":
         assert any(len(u) > 1 for u in units)

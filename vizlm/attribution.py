@@ -113,7 +113,7 @@ MAX_PERMUTATIONS = 1000  # the most any door accepts (Jain & Wallace used 100)
 # for the same cache entry.
 BY_DISTANCE = {"method": "gradient-x-input", "permutations": 0}
 PERMUTATION_ROWS = 64  # shuffled rows per output-layer call: 64 x 10k logits (2.5 MB) stay in the CPU cache
-# The families whose head reads a carried memory exactly as its own slots (_row_head): vizlm's own.
+# The families whose head reads a carried memory exactly as its own slots (row_head): vizlm's own.
 _ROW_HEAD_FAMILIES = frozenset(cls for _, cls, _ in REGISTRY.values())
 N_BOOT = 1000
 
@@ -188,7 +188,7 @@ def estimate_seconds(ckpt: Checkpoint, sa: SentenceAnalysis, method: str = "inte
     n_steps = check_steps(n_steps)
     want = _rows_wanted(rows, len(sa.targets))
     units = sum(_work(first, len(inputs), np.flatnonzero(want[first : first + len(inputs)]), method, n_steps)
-                for first, inputs, _ in _pieces(ckpt, sa))
+                for first, inputs, _ in reading_pieces(ckpt, sa))
     millions = sum(p.numel() for p in ckpt.model.parameters()) / 1e6
     return units * SECONDS_PER_UNIT * millions * (OCCLUSION_FACTOR if method == "occlusion" else 1.0)
 
@@ -443,14 +443,14 @@ def attribute(
     logprobs = sa.logprobs
     base = delta = steps = None
     if method == "slot-effect":
-        positions = _slot_positions(sa)  # (T, T): the slot of each position (-1: none)
+        positions = slot_positions(sa)  # (T, T): the slot of each position (-1: none)
         has = positions >= 0
         scores[has] = sa.slot_effects[np.nonzero(has)[0], positions[has]]
     else:
         ig = method == "integrated-gradients"
         base, delta, steps = (np.full(T, np.nan), np.full(T, np.nan), np.zeros(T, dtype=int)) if ig else (None, None, None)
         pieces = [(first, inputs, targets, np.flatnonzero(want[first : first + len(inputs)]))
-                  for first, inputs, targets in _pieces(ckpt, sa)]
+                  for first, inputs, targets in reading_pieces(ckpt, sa)]
         meter = _Meter(sum(_work(f, len(i), loc, method, n_steps) for f, i, _, loc in pieces), progress, cancel)
         for first, inputs, targets, local in pieces:
             if not len(local):
@@ -476,7 +476,7 @@ def attribute(
                                f"{len(rows):,} of {T:,} words, the first {sa.targets[rows[0]]!r}; vizlm cannot show it")
     attention = attended = None
     if sa.attention is not None:
-        positions = _slot_positions(sa)
+        positions = slot_positions(sa)
         attended = (positions >= 0) & sa.allowed()[np.arange(T)[:, None], positions.clip(0)]
         attention = np.where(attended, sa.attention[np.arange(T)[:, None], positions.clip(0)], 0.0)
     return Attribution(
@@ -505,7 +505,7 @@ def _analysis(ckpt: Checkpoint, text, documents: list[int] | None, max_tokens: i
                              documents=documents)
 
 
-def _pieces(ckpt: Checkpoint, sa: SentenceAnalysis):
+def reading_pieces(ckpt: Checkpoint, sa: SentenceAnalysis):
     """``(first row, inputs (Tb,), targets (Tb,))`` of each piece the model reads from a zero state: the
     text cut after its restarts (:attr:`~vizlm.analysis.SentenceAnalysis.restarts`), ``<s>`` first, as
     :func:`vizlm.analysis.analyze_sentences` reads it."""
@@ -516,7 +516,7 @@ def _pieces(ckpt: Checkpoint, sa: SentenceAnalysis):
         yield a + 1, torch.tensor([Vocab.bos_id, *ids], device=device), torch.tensor([*ids, Vocab.eos_id], device=device)
 
 
-def _slot_positions(sa: SentenceAnalysis) -> np.ndarray:
+def slot_positions(sa: SentenceAnalysis) -> np.ndarray:
     """[T, T] the memory slot holding position p for row r (``p + 1``), -1 where there is none: the
     current word and later, positions outside the row's reading (a reading's start slot holds nothing)."""
     T = len(sa.targets)
@@ -572,16 +572,18 @@ def _target_logprob(clone: nn.Module, feeds: list[_Fed], n: int, check: Callable
         finally:
             for feed in feeds:
                 feed.value = None
-        ro = _row_head(clone, h, rows).readout  # features (N, 1, F), logits not multiplied out
+        ro = row_head(clone, h, rows).readout  # features (N, 1, F), logits not multiplied out
         logp = F.linear(ro.features[:, 0], ro.weight, ro.bias).log_softmax(-1)  # (N, V)
         return logp.gather(1, targets[:, None])[:, 0]  # (N,)
 
     return forward
 
 
-def _row_head(model: nn.Module, h: torch.Tensor, rows: torch.Tensor):
+def row_head(model: nn.Module, h: torch.Tensor, rows: torch.Tensor, memory_h: torch.Tensor | None = None):
     """The head of row ``rows[i]`` of copy ``i`` alone: an :class:`~vizlm.models.base.LMOutput` of one step
     per copy (readout features (N, 1, F)), from the outputs ``h`` (N, T, D) of copies read from a zero state.
+    ``memory_h`` (N, T, D): other outputs to build the memory slots from (the row's own output, the query,
+    still from ``h``), the two paths of :mod:`vizlm.faithfulness`; built-in families only.
 
     A row depends only on its own output and the memory slots before it (:mod:`vizlm.models.base`), and a
     model's head reads those as a document's carried memory (``head(h, memory, valid)``, the interface a
@@ -592,6 +594,8 @@ def _row_head(model: nn.Module, h: torch.Tensor, rows: torch.Tensor):
     N, T = h.shape[:2]
     copy_idx = torch.arange(N, device=h.device)
     if type(model) not in _ROW_HEAD_FAMILIES:
+        if memory_h is not None:
+            raise AttributionError(f"{type(model).__name__} is not a built-in family: its memory cannot be read apart")
         out = model.head(h)
         out.readout.features = out.readout.features[copy_idx, rows][:, None]  # (N, 1, F)
         return out
@@ -602,7 +606,7 @@ def _row_head(model: nn.Module, h: torch.Tensor, rows: torch.Tensor):
         M = T
     if not M:
         return model.head(now)
-    slots = memory_of(model.to_slots(h))  # (N, T, slot): slot j holds step j - 1's outputs, slot 0 zero
+    slots = memory_of(model.to_slots(h if memory_h is None else memory_h))  # (N, T, slot): slot j holds step j - 1's outputs, slot 0 zero
     src = rows[:, None] + torch.arange(1 - M, 1, device=h.device)  # (N, M): the slot at each memory position
     mem = slots.gather(1, src.clamp_min(0)[..., None].expand(-1, -1, slots.shape[-1]))  # (N, M, slot)
     mem = mem * (src >= 0)[..., None].to(mem.dtype)  # zero before slot 0, as a document starts
@@ -766,7 +770,7 @@ def permutation_shift(ckpt: Checkpoint, sa: SentenceAnalysis, permutations: int 
     allowed = sa.allowed()
     dlogp = np.full((T, permutations), math.nan)
     tvd = np.full((T, permutations), math.nan)
-    for first, inputs, targets in _pieces(ckpt, sa):
+    for first, inputs, targets in reading_pieces(ckpt, sa):
         Tb = len(inputs)
         h = model.encode(inputs[None])  # (1, Tb, D)
         out = model.head(h)
@@ -805,7 +809,7 @@ def permutation_shift(ckpt: Checkpoint, sa: SentenceAnalysis, permutations: int 
 
 
 # --------------------------------------------------------------------------- corpus statistics
-def _units(sentences: list[list[str]], ids: list[str], document: bool, passage_tokens: int) -> list[list[int]]:
+def reading_units(sentences: list[list[str]], ids: list[str], document: bool, passage_tokens: int) -> list[list[int]]:
     """The sentence indices each unit reads: every sentence alone (a sentence model), or passages of
     consecutive whole sentences of one document up to ``passage_tokens`` tokens (a document model; a
     longer sentence alone), each read as running text from a zero state as an analysed passage is."""
@@ -977,7 +981,7 @@ def _cat(xs: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(xs) if xs else np.zeros(0)
 
 
-def _draws(n_units: int, n_boot: int, seed: int) -> np.ndarray:
+def bootstrap_draws(n_units: int, n_boot: int, seed: int) -> np.ndarray:
     """(n_boot, n_units): how often each unit is drawn in each bootstrap resample (with replacement)."""
     rng = np.random.default_rng(seed)
     return rng.multinomial(n_units, np.full(n_units, 1 / n_units), size=n_boot)
@@ -1000,7 +1004,7 @@ def cluster_mean(sums: np.ndarray, counts: np.ndarray, n_boot: int = N_BOOT, see
     n = int(counts.sum())
     if not n:
         return {"value": math.nan, "lo": math.nan, "hi": math.nan, "n": 0}
-    draws = _draws(len(sums), n_boot, seed)
+    draws = bootstrap_draws(len(sums), n_boot, seed)
     with np.errstate(invalid="ignore", divide="ignore"):
         boot = (draws @ sums) / (draws @ counts)
     return {"value": float(sums.sum() / counts.sum()), **_percentiles(boot), "n": n}
@@ -1018,7 +1022,7 @@ def cluster_interval(values: np.ndarray, units: np.ndarray, n_units: int, stat: 
     if stat == "mean":
         return cluster_mean(np.bincount(units, weights=values, minlength=n_units),
                             np.bincount(units, minlength=n_units).astype(float), n_boot, seed)
-    draws = _draws(n_units, n_boot, seed)
+    draws = bootstrap_draws(n_units, n_boot, seed)
     if stat == "median":
         order = np.argsort(values, kind="stable")
         v, u = values[order], units[order]
@@ -1092,7 +1096,7 @@ def collect(ckpt: Checkpoint, corpus: str, split: str, method: str = "gradient-x
     data = load_corpus(corpus, split)
     document = getattr(ckpt.model.config, "context", "sentence") == "document"
     sentences = data.sentences[:limit] if limit is not None else data.sentences
-    units = _units(sentences, data.ids, document, passage_tokens)
+    units = reading_units(sentences, data.ids, document, passage_tokens)
     rows = _collect(ckpt, sentences, data.ids, units, method, n_steps, permutations, max_offset, absolute, seed,
                     progress)
     return rows, len(units)
@@ -1150,4 +1154,5 @@ __all__ = [
     "METHODS", "DEFAULT_STEPS", "Attribution", "AttributionError", "agreement", "attribute",
     "cluster_interval", "cluster_mean", "collect", "corpus_agreement", "corpus_attribution", "kendall_tau",
     "model_window", "permutation_shift", "unit_sums",
+    "bootstrap_draws", "reading_pieces", "reading_units", "row_head", "slot_positions",
 ]

@@ -45,7 +45,16 @@ def target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
 def drop_slot(weights: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
     """Weights (..., S) with ``slot`` (...) set to zero and the rest renormalised to sum to 1;
     a row with no weight left becomes all zero (nothing is read)."""
-    kept = weights.scatter(-1, slot[..., None], 0.0)  # (..., S)
+    return _renormalised(weights.scatter(-1, slot[..., None], 0.0))  # (..., S)
+
+
+def drop_slots(weights: torch.Tensor, dropped: torch.Tensor) -> torch.Tensor:
+    """:func:`drop_slot` of several slots at once: weights (..., S) with the slots where ``dropped`` (..., S)
+    is True set to zero and the rest renormalised to sum to 1 (all zero where no weight is left)."""
+    return _renormalised(weights.masked_fill(dropped, 0.0))  # (..., S)
+
+
+def _renormalised(kept: torch.Tensor) -> torch.Tensor:
     rest = kept.sum(-1, keepdim=True)  # (..., 1)
     return torch.where(rest > 0, kept / rest.clamp_min(torch.finfo(kept.dtype).tiny), torch.zeros_like(kept))
 
