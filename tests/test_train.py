@@ -325,11 +325,27 @@ def test_no_lr_decay_and_no_patience_spent_on_the_initial_plateau(plateau, tmp_p
         assert lrs == [1e-3, 1e-3, 5e-4, 5e-4, 2.5e-4, 2.5e-4, 1.25e-4]
 
 
-def test_the_cli_plateau_default_is_the_train_config_default():
-    from vizlm.train import TrainConfig
+def test_the_train_options_are_the_train_config_s_fields():
+    """`vizlm train`'s training options come from TrainConfig (one place for a default, its help and its check):
+    no option given is TrainConfig(); each field with a help is an option; 0 means a field's None where it says so;
+    --dry-run is TrainConfig.dry_run (as `reproduce`'s)."""
+    import dataclasses
 
-    args = cli.build_parser().parse_args(["train", "--model", "lstm", "--out", "x"])
-    assert args.plateau == TrainConfig.plateau
+    from vizlm.train import TrainConfig, options
+
+    parser = cli.build_parser()
+
+    def config(*flags: str) -> TrainConfig:
+        return dataclasses.replace(cli.train_config(parser.parse_args(["train", "--model", "lstm", *flags])), extra={})
+
+    assert config() == TrainConfig()
+    assert {f.name for f in options()} == {f.name for f in dataclasses.fields(TrainConfig)} - {"extra"}
+    assert config("--plateau", "0").plateau is None and config("--save-every", "0").save_every is None
+    assert config("--epochs", "7", "--lr", "0.01", "--freeze", "--warmup-steps", "0") == TrainConfig(
+        epochs=7, lr=0.01, freeze=True, warmup_steps=0)
+    assert config("--dry-run") == TrainConfig().dry_run() == TrainConfig(epochs=1, max_batches=3, eval_batches=1)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["train", "--model", "lstm", "--epochs", "0"])  # each option keeps its check
 
 
 def test_unigram_perplexity_is_the_add_one_unigram_model():

@@ -15,6 +15,11 @@ from vizlm.data import CORPORA, SPECIALS, TRAINABLE, VOCAB_SIZE
 from vizlm.distributed import DEVICES
 from vizlm.ingest import LAYOUT_HELP, LAYOUTS
 from vizlm.models import REGISTRY
+from vizlm.train import TrainConfig
+from vizlm.train import options as train_options
+
+# how the command line checks a TrainConfig option (its field's metadata["check"])
+CHECKS = {"whole>=1": whole(1), "whole>=0": whole(0), "number>0": positive_number, "fraction": fraction, "int": int}
 
 MODEL_OPTIONS = {  # flag -> (config field, type, help)
     "--emb-dim": ("emb_dim", whole(1), "embedding size (default 50)"),
@@ -61,40 +66,24 @@ def _add_train(sub) -> None:
             p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=hlp)
         else:
             p.add_argument(flag, type=typ, default=None, help=hlp)
-    p.add_argument("--epochs", type=whole(1), default=30, help="maximum epochs")
-    p.add_argument("--batch-size", type=whole(1), default=64, help="sentences per batch (sentence context)")
-    p.add_argument("--bptt", type=whole(1), default=20, help="tokens per truncated-BPTT segment (document context)")
-    p.add_argument("--streams", type=whole(1), default=64, help="parallel document streams (document context)")
     p.add_argument("--match-params", nargs="?", const="lstm", default=None, choices=list(REGISTRY), metavar="MODEL",
                    help="choose --hidden-dim (the part size for kv/kvp/ngram) so the total parameter count is within "
                         "2%% of MODEL's (default lstm) built with the given --hidden-dim (default 50) and --emb-dim; "
                         "e.g. --model kvp --match-params, or --model lstm --match-params amsrn (the AMSRN-sized LSTM)")
-    p.add_argument("--lr", type=positive_number, default=1e-3, help="Adam learning rate")
-    p.add_argument("--clip", type=positive_number, default=5.0, help="gradient-norm clip")
-    p.add_argument("--patience", type=whole(0), default=2, help="stop after this many epochs without improvement")
-    p.add_argument("--lr-decay", type=fraction, default=0.5, help="lr factor after an epoch without improvement (0 to 1)")
-    p.add_argument("--plateau", type=fraction, default=0.9,  # TrainConfig.plateau (tests/test_train.py checks)
-                   help="until the best valid perplexity falls below this fraction of the unigram model's (the initial "
-                        "plateau), an epoch without improvement neither decays the lr nor counts towards --patience "
-                        "(0: every such epoch counts)")
-    p.add_argument("--seed", type=int, default=1234, help="random seed")
+    for f in train_options():  # TrainConfig's fields: their defaults, help and checks are kept there
+        flag, meta = "--" + f.name.replace("_", "-"), f.metadata
+        if meta["check"] == "switch":
+            p.add_argument(flag, action="store_true", help=meta["help"])
+        else:
+            p.add_argument(flag, type=CHECKS[meta["check"]], default=f.default, metavar=meta["metavar"],
+                           help=meta["help"].replace("%", "%%"))
     p.add_argument("--threads", type=whole(1), default=None, help="torch CPU threads")
     p.add_argument("--init-from", default=None, help="start from a trained checkpoint: AMSRN copies the LSTM; attention/kv/kvp/ngram take a trained LSTM as their predict part")
-    p.add_argument("--freeze", action="store_true",
-                   help="with --init-from: keep what it copied fixed and train only the rest (AMSRN from an LSTM: "
-                        "the embedding, LSTM and output layer stay the LSTM's; key, gates and read projection train)")
     p.add_argument("--resume", action="store_true",
                    help="continue from OUT/resume (the last epoch end or --save-every step; any number of processes)")
-    p.add_argument("--save-every", type=whole(0), default=1000, metavar="STEPS",
-                   help="also write OUT/resume every STEPS steps within an epoch, so a killed run loses at most "
-                        "that many (0: at epoch ends only; default 1000)")
     p.add_argument("--device", choices=DEVICES, default="auto",
                    help="auto: this process's GPU (cuda:LOCAL_RANK) when CUDA is available, else the CPU; "
                         "under torchrun the process group uses NCCL on GPUs, gloo on CPUs")
-    p.add_argument("--max-batches", type=whole(1), default=None, help="train on the first N batches of each epoch only")
-    p.add_argument("--eval-batches", type=whole(1), default=None,
-                   help="score only the first N batches of valid and test (quick checks; not a result)")
-    p.add_argument("--log-steps", action="store_true", help="write the NLL per token of every step to OUT/steps.jsonl")
     p.add_argument("--dry-run", action="store_true", help="a few batches of one epoch, to check the pipeline (without --out: in "
                    "a temporary folder, removed when it ends)")
 
@@ -346,9 +335,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def train_config(args) -> TrainConfig:
+    """The TrainConfig ``vizlm train``'s options say (0 where a field's None is meant: its ``zero``)."""
+    values = {f.name: getattr(args, f.name) for f in train_options()}
+    values = {k: None if f.metadata["zero"] and values[k] == 0 else values[k]
+              for f in train_options() for k in [f.name]}
+    tc = TrainConfig(**values, extra={"command": "vizlm " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["train"]
+                                      else None})
+    return tc.dry_run() if args.dry_run else tc
+
+
 def cmd_train(args) -> int:
     from vizlm.distributed import session
-    from vizlm.train import TrainConfig, train
+    from vizlm.train import train
 
     if args.threads:
         import torch
@@ -360,14 +359,7 @@ def cmd_train(args) -> int:
         raise ValueError(f"corpus {args.corpus!r} has no train split; trainable: {', '.join(TRAINABLE)}")
     kwargs = {field: getattr(args, flag[2:].replace("-", "_")) for flag, (field, _, _) in MODEL_OPTIONS.items()}
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
-    tc = TrainConfig(
-        epochs=1 if args.dry_run else args.epochs, batch_size=args.batch_size, bptt=args.bptt, streams=args.streams,
-        lr=args.lr, clip=args.clip,
-        patience=args.patience, lr_decay=args.lr_decay, plateau=args.plateau or None, seed=args.seed,
-        max_batches=3 if args.dry_run else args.max_batches, eval_batches=1 if args.dry_run else args.eval_batches,
-        save_every=args.save_every or None, log_steps=args.log_steps, freeze=args.freeze,
-        extra={"command": "vizlm " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["train"] else None},
-    )
+    tc = train_config(args)
     with session(args.device) as ctx:
         out = args.out
         scratch = out is None and args.dry_run  # a dry run without --out keeps nothing: its folder is removed

@@ -672,9 +672,9 @@ def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run:
 
         torch.set_num_threads(threads)
     print(f"reproduce: {'resuming' if status == 'partial' else 'training'} {run.name} -> {run.folder}", file=log)
-    tc = TrainConfig(epochs=1 if dry_run else run.epochs, seed=run.seed, max_batches=3 if dry_run else None,
-                     eval_batches=1 if dry_run else None, freeze=run.freeze,
+    tc = TrainConfig(epochs=run.epochs, seed=run.seed, freeze=run.freeze,
                      extra={"command": run.command(), "run": run.name, "commit": paths.commit()})
+    tc = tc.dry_run() if dry_run else tc
     train(run.model, run.model_kwargs(runs), run.corpus, run.folder, tc,
           init=str(runs[run.init].folder) if run.init else None, resume=status == "partial", match=run.match,
           ctx=Context(device=dev))  # one process: a run is not split across a torchrun group
