@@ -89,21 +89,29 @@ for name, rep in reports.items():
     rows.append({"model": name, "label": "unlabelled", "count": unlabelled, "share": unlabelled / rep["pairs"] if rep["pairs"] else 0.0})
 counts = pd.DataFrame(rows)
 
+# a heading and the model's name as each metric's label: a label of a quarter page holds about 30 characters
+st.markdown("**Highlighted pairs with a label**")
 cols = st.columns(min(4, len(reports)))  # four to a row: a name and its count stay readable
 for i, (name, rep) in enumerate(reports.items()):
-    cols[i % len(cols)].metric(f"{name}: pairs labelled", f"{rep['labelled']:,} / {rep['pairs']:,}",
-               help=f"highlighted (word, earlier word) pairs over {rep['sentences']:,} sentences with at least one label")
-left, right = st.columns([3, 2], gap="large")
+    cols[i % len(cols)].metric(ui.md_escape(name), f"{rep['labelled']:,} / {rep['pairs']:,}",
+               help=f"highlighted (word, earlier word) pairs of {name} over {rep['sentences']:,} sentences with at "
+                    "least one label")
+left, right = st.columns([2, 3], gap="large")
 with left:
     chart = case_counts_chart(counts)
     ui.show_chart(chart)
     ui.chart_downloads(chart, f"cases-{corpus}-{split}", "cases_counts", counts)
 with right:
-    st.dataframe(counts.pivot(index="label", columns="model", values="count").reset_index(), hide_index=True, width="stretch")
-    effects = pd.DataFrame({"label": list(LABEL_DESCRIPTIONS)} | {
-        name: [rep.get("mean_effect", {}).get(lab) for lab in LABEL_DESCRIPTIONS] for name, rep in reports.items()})
+    # a row per model, a column per label: the labels are few and short, the models many (a column per model
+    # scrolled sideways with eight); the unlabelled pairs are the metrics' pairs less the labelled ones
+    label_columns = {lab: st.column_config.NumberColumn(lab, width="small") for lab in LABEL_DESCRIPTIONS}
+    st.dataframe(counts.pivot(index="model", columns="label", values="count").reindex(index=list(reports),
+                 columns=list(label_columns)).reset_index(), hide_index=True, width="stretch", column_config=label_columns)
+    effects = pd.DataFrame([{"model": name} | {lab: rep.get("mean_effect", {}).get(lab) for lab in LABEL_DESCRIPTIONS}
+                            for name, rep in reports.items()])
     st.dataframe(effects, hide_index=True, width="stretch",
-                 column_config={name: st.column_config.NumberColumn(name, format="%+.3f") for name in reports})
+                 column_config={lab: st.column_config.NumberColumn(lab, format="%+.3f", width="small")
+                                for lab in LABEL_DESCRIPTIONS})
     st.caption("Above: pairs per label. Below: their mean slot effect in bits (log₂ P(word) minus the same with the "
                "attended word's slot dropped): does the attention on these pairs matter?")
     for lab, text in LABEL_DESCRIPTIONS.items():

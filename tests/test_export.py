@@ -149,9 +149,34 @@ def test_every_model_of_a_chart_has_its_own_colour_and_the_legend_agrees(n):
     frame = pd.DataFrame([{"model": f"m{i}", "offset": d, "mean": 0.5, "lo": 0.4, "hi": 0.6, "count": 3}
                           for i in range(n) for d in (1, 2)])
     spec = plots.positions_chart(frame).to_dict()
-    scale = spec["layer"][0]["encoding"]["color"]["scale"]
+    scale = spec.get("spec", spec)["layer"][0]["encoding"]["color"]["scale"]  # small multiples beyond a few models
     assert scale["domain"] == [f"m{i}" for i in range(n)] and len(set(scale["range"])) == n
     assert re.findall(r"background:(#[0-9a-fA-F]{6})", plots.legend_html(scale["domain"])) == scale["range"]
+
+
+@pytest.mark.parametrize("measure", plots.MEASURES)
+def test_eight_models_by_position_are_small_multiples(measure):
+    """Eight models' lines in one panel crowded it, and two that sit on 0 hid each other: beyond
+    OVERLAY_MODELS each model gets its own panel (one y scale, so they compare), in the page's width at
+    1440 px; up to OVERLAY_MODELS they share one panel, as in Daniluk et al.'s figure."""
+    from vizlm.export import chart_spec
+
+    def frame(n):  # two models on 0 at every position, as a window-1 model beyond its slot
+        return pd.DataFrame([{"model": f"model-{i}", "offset": d, "mean": 0.0 if i < 2 else 1 / (d + i), "lo": 0.0,
+                              "hi": 0.5, "count": 3, "effect": 0.0 if i < 2 else 0.1, "effect_lo": 0.0,
+                              "effect_hi": 0.2} for i in range(n) for d in range(1, 11)])
+
+    spec = chart_spec(plots.positions_chart(frame(8), measure=measure))  # validates against the Vega-Lite schema
+    assert spec["facet"]["field"] == "model" and spec["facet"]["sort"] == [f"model-{i}" for i in range(8)]
+    assert spec["columns"] == plots.FACET_COLUMNS and "resolve" not in spec  # one y scale for every panel
+    layers = spec["spec"]["layer"]
+    line = next(layer for layer in layers if layer["mark"]["type"] == "line")
+    assert line["encoding"]["y"]["field"] == ("effect" if measure == "effect" else "mean")
+    # the panels and their y axis fit the main column at 1440 px beside the sidebar (about 900 px)
+    assert plots.FACET_COLUMNS * (spec["spec"]["width"] + 30) + 80 <= 900
+    assert len(line["encoding"]["x"]["title"]) * 6 <= spec["spec"]["width"] + 30  # a panel's axis title fits it
+    few = chart_spec(plots.positions_chart(frame(plots.OVERLAY_MODELS), measure=measure))
+    assert "facet" not in few and any(layer["mark"]["type"] == "line" for layer in few["layer"])
 
 
 def test_heatmap_cells_axes_and_scale(sa):

@@ -90,6 +90,7 @@ def test_the_app_lists_yours_the_bundled_ones_and_finished_runs(tmp_path, monkey
 
     mine, runs = tmp_path / "mine", tmp_path / "runs"
     _checkpoint(mine / "mylm")
+    _checkpoint(mine / "wikimini-kvp-continued-running")  # its "name · yours · sentences" is cut in a select box
     _checkpoint(mine / "amsrn")  # a name the bundled ones have: yours keeps it, the bundled one is bundled:amsrn
     (mine / "broken").mkdir()
     (mine / "broken" / "config.json").write_text("{}", encoding="utf-8")
@@ -115,6 +116,10 @@ def test_the_app_lists_yours_the_bundled_ones_and_finished_runs(tmp_path, monkey
     assert names.index("lstm") < names.index("mylm") < names.index("done")  # bundled, yours, runs
     assert ck.model_label("mylm") == "mylm · yours · sentences" and ck.model_label("done") == "done · run · sentences"
     assert ck.model_label("bundled:amsrn") == "bundled:amsrn · sentences"
+    # a label longer than a sidebar select box shows is the name alone; its help says the rest
+    long = "wikimini-kvp-continued-running"
+    assert ck.model_label(long) == long and "sentences (yours" in ck.model_help(long)
+    assert all(len(ck.model_label(n)) <= ck.LABEL_CHARS or ck.model_label(n) == n for n in names)
     assert ck.model_group("amsrn") == ck.OTHER_GROUP != ck.model_group("bundled:amsrn")  # the manifest's is bundled
     assert ck.baseline_model(names, "bundled:amsrn") == "lstm-continued"  # its run's control, bundled
 

@@ -853,7 +853,7 @@ class Positions:
         """Models left out: they have no attention."""
         return list(self.result.skipped)
 
-    def chart(self, measure: str = "weight") -> alt.LayerChart:
+    def chart(self, measure: str = "weight") -> alt.LayerChart | alt.FacetChart:
         """The app's chart: the mean weight (``measure="effect"``: the mean slot effect) by position, one
         line per model, the 95% band."""
         measure = _measure(measure)

@@ -78,12 +78,14 @@ SCATTER_OPACITY = 0.35  # thousands of sentences overlap: where both groups lie,
 # --------------------------------------------------------------------------- colours
 
 
-def _distance_x(current: bool = True, ordinal: bool = False) -> alt.X:
+def _distance_x(current: bool = True, ordinal: bool = False, short: bool = False) -> alt.X:
     """The x axis of every chart by position: the distance from the predicted word (:data:`vizlm.analysis.DISTANCE_NOTE`), the
-    nearest word on the right, where the text would go on."""
+    nearest word on the right, where the text would go on. ``short``: a title for a small panel."""
     note = ("1 = the word just before it, the word just read; 2 = the newest memory slot" if current
             else "2 = the newest memory slot")
-    return alt.X(f"distance:{'O' if ordinal else 'Q'}", title=f"distance from the predicted word ({note})",
+    title = (f"distance ({'1 = the word just read' if current else '2 = the newest slot'})" if short
+             else f"distance from the predicted word ({note})")
+    return alt.X(f"distance:{'O' if ordinal else 'Q'}", title=title,
                  scale=alt.Scale(reverse=True), axis=alt.Axis(tickMinStep=1, format="d", labelAngle=0))
 
 
@@ -512,7 +514,12 @@ def attribution_heatmap(
                                          title=alt.Title(head, subtitle=subtitle, anchor="start"))
 
 
-def positions_chart(frame: pd.DataFrame, title: str | None = None, measure: str = "weight") -> alt.LayerChart:
+OVERLAY_MODELS = 3  # positions_chart draws up to this many models in one panel, more as small multiples
+FACET_COLUMNS = 4  # small multiples a row: eight models are two rows of a page's width at 1440 px
+
+
+def positions_chart(frame: pd.DataFrame, title: str | None = None,
+                    measure: str = "weight") -> alt.LayerChart | alt.FacetChart:
     """Mean attention weight by relative position, one line per model (Daniluk et al. 2017, Fig. 3);
     with ``measure="effect"`` the mean slot effect (bits) at each position instead.
 
@@ -520,6 +527,10 @@ def positions_chart(frame: pd.DataFrame, title: str | None = None, measure: str 
     for effects); ``offset`` 1 is the most recent memory slot. The x axis shows the distance from the predicted
     word (:func:`vizlm.analysis.distance`: the newest slot holds the word 2 before it), nearest on the right,
     and the band spans the 95% confidence interval of the mean.
+
+    Up to :data:`OVERLAY_MODELS` models share one panel, as in the paper; more get a panel each (small
+    multiples, :data:`FACET_COLUMNS` a row, one y scale, each titled with its model and drawn in its colour):
+    eight lines in one panel crowd it, and lines that sit on 0 hide one another.
     """
     if measure not in MEASURES:
         raise ValueError(f"measure must be one of {', '.join(MEASURES)}, not {measure!r}")
@@ -533,8 +544,10 @@ def positions_chart(frame: pd.DataFrame, title: str | None = None, measure: str 
             raise ValueError("positions_chart: no slot effects in this frame")
     df["distance"] = distance(df["offset"].astype(int))
     models = list(dict.fromkeys(df["model"].astype(str)))
-    colour = alt.Color("model:N", title="model", scale=alt.Scale(domain=models, range=_categorical(len(models))))
-    x = _distance_x(current=False)
+    facets = len(models) > OVERLAY_MODELS
+    colour = alt.Color("model:N", title="model", scale=alt.Scale(domain=models, range=_categorical(len(models))),
+                       legend=None if facets else alt.Legend())
+    x = _distance_x(current=False, short=facets)
     value, lo, hi = ("effect", "effect_lo", "effect_hi") if effect_mode else ("mean", "lo", "hi")
     tooltip = [
         alt.Tooltip("model:N"),
@@ -546,7 +559,7 @@ def positions_chart(frame: pd.DataFrame, title: str | None = None, measure: str 
     ]
     if "effect" in df.columns:
         tooltip.insert(3, alt.Tooltip("effect:Q", title="mean effect (bits)", format="+.4f"))
-    base = alt.Chart(df).encode(x=x, color=colour)
+    base = (alt.Chart() if facets else alt.Chart(df)).encode(x=x, color=colour)
     band = base.mark_area(opacity=0.2).encode(y=f"{lo}:Q", y2=f"{hi}:Q")
     y_title = "mean slot effect (bits)" if effect_mode else "mean attention weight"
     line = base.mark_line(point=True, strokeWidth=2).encode(
@@ -556,17 +569,20 @@ def positions_chart(frame: pd.DataFrame, title: str | None = None, measure: str 
     )
     layers = [band, line]
     if effect_mode:  # no effect: the line the means sit on when the attention does nothing
-        layers.insert(0, alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color="#888", strokeDash=[4, 4]).encode(y="y:Q"))
+        rule = alt.Chart() if facets else alt.Chart(pd.DataFrame({"y": [0.0]}))
+        layers.insert(0, rule.mark_rule(color="#888", strokeDash=[4, 4]).encode(y=alt.datum(0.0) if facets else "y:Q"))
     if effect_mode:
         head = title or "Mean slot effect by relative position"
         sub = "log₂ P(word) minus the same without that slot"  # half a page wide: the caption says more
     else:
         head, sub = title or "Mean attention by relative position", "cf. Daniluk et al. (2017), Fig. 3"
-    return alt.layer(*layers).properties(
-        width=480,
-        height=300,
-        title=alt.Title(head, subtitle=sub, anchor="start"),
-    )
+    heading = alt.Title(head, subtitle=sub, anchor="start")
+    if not facets:
+        return alt.layer(*layers).properties(width=480, height=300, title=heading)
+    # one y scale, so the panels compare; the axes' titles once, on the left column and the bottom row
+    header = alt.Header(title=None, labelFontWeight="bold", labelFontSize=12, labelAnchor="start")
+    return alt.layer(*layers, data=df).properties(width=170, height=110).facet(
+        facet=alt.Facet("model:N", sort=models, header=header), columns=FACET_COLUMNS, title=heading)
 
 
 ATTRIBUTION_POSITION_COLUMNS = ["model", "method", "offset", "mean", "lo", "hi", "count", "attention"]
@@ -1150,6 +1166,9 @@ def training_curve_chart(name: str, log: list[dict]) -> alt.LayerChart | alt.Cha
                             title=alt.Title(f"{name}: training curve", anchor="start"))
 
 
+CASES_CHART_PX = 260  # the case counts' plot: with its axis, two fifths of the Cases page at 1440 px, beside the tables
+
+
 def case_counts_chart(frame: pd.DataFrame) -> alt.Chart:
     """Grouped horizontal bars: share of highlighted pairs per case label, one colour per model (more
     models make the chart taller, never wider than its column).
@@ -1166,9 +1185,9 @@ def case_counts_chart(frame: pd.DataFrame) -> alt.Chart:
                         legend=alt.Legend(orient="bottom", columns=2)),
         tooltip=["model:N", "label:N", alt.Tooltip("count:Q", format=",", title="pairs"),
                  alt.Tooltip("share:Q", format=".1%", title="share of pairs")],
-    ).properties(width=340, height=alt.Step(max(40, 12 * len(models)), **{"for": "position"}),
-                 # the plot is 340 px wide and the axes and key come on top, in the app as in the downloads
-                 # (Streamlit's default, "fit", would squeeze all of it into 340 px)
+    ).properties(width=CASES_CHART_PX, height=alt.Step(max(40, 12 * len(models)), **{"for": "position"}),
+                 # the plot is CASES_CHART_PX wide and the axes and key come on top, in the app as in the downloads
+                 # (Streamlit's default, "fit", would squeeze all of it into that width)
                  autosize=alt.AutoSizeParams(type="pad", contains="padding"),
                  title=alt.Title("Case labels per model", subtitle="share of each model's highlighted pairs", anchor="start"))
 

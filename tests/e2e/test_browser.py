@@ -136,6 +136,53 @@ def shot(pg, name: str) -> Path:
     return path
 
 
+# What is cut at the page's width: a select box's value or a metric's label ending in "…", a multiselect's chip
+# cut or out of sight in its box, a table that scrolls sideways; with ``charts``, a chart that does.
+CUT_OFF = """(charts) => {
+    const out = [];
+    const texts = "[data-testid='stSelectbox'] *, [data-testid='stMultiSelect'] *, [data-testid='stMetricLabel'] *";
+    for (const e of document.querySelectorAll(texts)) {
+        const text = (e.value || e.textContent || '').trim();
+        if ((e.children.length === 0 || e.tagName === 'INPUT') && text && e.scrollWidth > e.clientWidth + 1)
+            out.push(`cut (${e.scrollWidth} > ${e.clientWidth} px): ${text}`);
+    }
+    for (const e of document.querySelectorAll("[data-testid='stMultiSelectTagsContainer']"))
+        if (e.scrollHeight > e.clientHeight + 1) out.push(`chips out of sight: ${e.textContent}`);
+    for (const grid of document.querySelectorAll("[data-testid='stDataFrame']")) {
+        const s = grid.querySelector('.dvn-scroller');
+        if (s && s.scrollWidth > s.clientWidth + 1)
+            out.push(`table scrolls sideways (${s.scrollWidth} > ${s.clientWidth} px): ${grid.textContent.slice(0, 60)}`);
+    }
+    for (const chart of charts ? document.querySelectorAll("[data-testid='stVegaLiteChart']") : []) {
+        const box = chart.parentElement;
+        if (box.scrollWidth > box.clientWidth + 1)
+            out.push(`chart scrolls sideways (${box.scrollWidth} > ${box.clientWidth} px): ${chart.textContent.slice(0, 60)}`);
+    }
+    return out;
+}"""
+
+
+def cut_off(pg, charts: bool = False) -> list[str]:
+    """What :data:`CUT_OFF` finds on the page."""
+    return pg.evaluate(CUT_OFF, charts)
+
+
+def assert_nothing_cut(pg, where: str) -> None:
+    time.sleep(1.0)  # the page lays out again at its new size
+    cut = cut_off(pg, charts=True)
+    assert not cut, f"{where}: {cut}"
+
+
+def with_viewport(pg, size: dict, check) -> None:
+    """Run ``check()`` at the viewport ``size`` (the reviewer's 1440 x 900), then go back to the page's."""
+    before = pg.viewport_size
+    pg.set_viewport_size(size)
+    try:
+        check()
+    finally:
+        pg.set_viewport_size(before)
+
+
 def pill(pg, word: str):
     return pg.locator("[data-testid='stButtonGroup'] button").filter(has_text=word).first
 
@@ -227,6 +274,7 @@ def test_passage_view(page):
     assert main.get_by_text("document-level checkpoint").first.is_visible()
     assert main.get_by_text("sentence-level checkpoint").first.is_visible()
     assert main.get_by_text("A passage of 18 sentences").first.is_visible()
+    assert not cut_off(page), cut_off(page)  # the sidebar's "e2e_kvp_doc · yours · running text" whole
     assert page.locator(".vizlm-highlight .vz-boundary").count() >= 2
     assert page.locator(".vizlm-highlight .vz-target").first.inner_text().lower() == "the"
     slider = page.locator("[data-testid='stSidebar'] [data-testid='stSlider'] input[type='range']").first
@@ -333,6 +381,8 @@ def test_each_page_opens(page, nav, heading, name, extra):
         page.goto(page.url.split("?")[0] + extra)
     wait_idle(page)
     assert page.get_by_role("heading", name=heading).first.is_visible()
+    # at 1440 px, nothing cut: the sidebar's labels, eight models' chips and metric labels, the tables' columns
+    with_viewport(page, {"width": 1440, "height": 900}, lambda: assert_nothing_cut(page, name))
     if name == "compare":
         link = select_first_improved(page)  # the "most improved" table's first row
         link.wait_for(timeout=20_000)

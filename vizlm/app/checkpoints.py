@@ -361,7 +361,7 @@ KINDS = ("sentences", "running text", "Chinese", "extension")
 KINDS_HELP = ("Grouped by kind: sentences (reads each sentence alone), running text (reads documents across "
               "sentence boundaries), Chinese, extension (runs beyond the papers; the Models page says how each reads). "
               "A model that is not bundled says where it comes from: yours (your checkpoints folder) or run (a "
-              "finished run in runs/).")
+              "finished run in runs/). A long name is shown alone: this help says its kind and source.")
 
 
 def model_kind(name: str) -> str:
@@ -379,16 +379,22 @@ def by_kind(names: list[str]) -> list[str]:
     return sorted(names, key=lambda n: KINDS.index(model_kind(n)))
 
 
+# The characters a sidebar select box shows at the app's sidebar width (shell.SIDEBAR_PX): an option label
+# longer than this is cut ("wikimini-kvp · yours · running te").
+LABEL_CHARS = 38
+
+
 def model_label(name: str) -> str:
     """``amsrn · sentences`` for select boxes: the name first, then its kind; a model that is not bundled says
     where it comes from between them (``wt2 · yours · running text``, ``· run ·``; an upload's name says it).
-    A sidebar select box shows about 33 characters, so nothing else fits (the perplexity is in
-    :func:`model_help`); a multiselect chip holds about 20, so the multiselects show bare names (grouped in
-    the same order)."""
+    When that is longer than a sidebar select box shows (:data:`LABEL_CHARS`), the name alone: its kind and
+    source are in :func:`model_help` (with the perplexity), and the list keeps its grouping by kind. A
+    multiselect chip shows the bare name (grouped in the same order)."""
     if not name:
         return "— none —"
     where = source(name)
-    return f"{name} · {where} · {model_kind(name)}" if where in SOURCES[1:] else f"{name} · {model_kind(name)}"
+    label = " · ".join([name, *([where] if where in SOURCES[1:] else []), model_kind(name)])
+    return label if len(label) <= LABEL_CHARS else name
 
 
 def model_help(name: str) -> str:

@@ -53,9 +53,21 @@ EXPLORER = PAGES[0].path  # for st.page_link / st.switch_page
 
 FAVICON = Path(__file__).with_name("favicon.png")  # a small lower-triangular attention map
 _inside_app = contextvars.ContextVar("vizlm_inside_app", default=False)
+# The sidebar's narrowest width in pixels on a screen wide enough to show it beside the page (Streamlit's default
+# is 300): a model's label in a select box, "name · kind", fits at this width up to checkpoints.LABEL_CHARS
+# characters. A minimum, so that a user can still drag it wider. (set_page_config's initial_sidebar_state=<px>
+# comes after the sidebar is drawn and leaves it at 300.)
+SIDEBAR_PX = 360
 # A chart wider than its column (a long text's heat map, a narrow window) scrolls sideways
-# inside the column instead of being cut off at the page's edge.
-STYLE = "<style>div:has(> [data-testid='stVegaLiteChart']) { overflow-x: auto; }</style>"
+# inside the column instead of being cut off at the page's edge. A multiselect shows every chosen model, whole:
+# its box grows with its chips (Streamlit's stops at about five rows and scrolls, hiding the last ones), and a
+# name wider than the box wraps inside its chip instead of ending in "…".
+STYLE = ("<style>div:has(> [data-testid='stVegaLiteChart']) { overflow-x: auto; }"
+         f"@media (min-width: 1024px) {{ [data-testid='stSidebar'][data-collapsed='false'] {{ min-width: {SIDEBAR_PX}px; }} }}"
+         "[data-testid='stMultiSelect'] div:has(> [data-testid='stMultiSelectTagsContainer']) { max-height: none; }"
+         "[data-testid='stMultiSelectTagsContainer'] { overflow-y: visible; }"
+         "[data-testid='stMultiSelect'] [data-tag], [data-testid='stMultiSelect'] [data-tag] > span "
+         "{ height: auto; white-space: normal; overflow-wrap: anywhere; text-overflow: clip; }</style>")
 # One intra-op thread per computation: a server runs a page's analysis, background jobs and other sessions at
 # once, and a recurrence over one text (batch 1, a few hundred units) gains nothing from a second thread but
 # waits on it at every step when the other core is busy (a 2,400-word document: 0.05 s on one thread, up to

@@ -16,6 +16,7 @@ from vizlm.attribution import BY_DISTANCE, TEXT_METHODS, is_stored
 from vizlm.app.widgets import analysis_downloads, chart_downloads, download_row, md_escape, show_chart, show_error
 from vizlm.export import FORMATS, MIME, chart_html, export_attribution, safe_filename
 from vizlm.plots import (
+    OVERLAY_MODELS,
     WINDOW_ROWS,
     attention_heatmap,
     attribution_positions_chart,
@@ -190,8 +191,10 @@ def render_position_stats(stats, chart_fn, stem: str, key: str) -> None:
                  f"{e['tokens']:,} predicted words.")
     st.html(legend_html(list(dict.fromkeys(stats.frame["model"].astype(str)))))
     effects = bool(stats.effects) and stats.frame["effect"].notna().any()
-    left, right = st.columns(2, gap="large") if effects else (st.container(), None)
-    width = "stretch" if right is not None else "content"  # half a page: fit the column, axes included
+    # side by side while each is one panel; small multiples (more models than OVERLAY_MODELS) one under the other
+    beside = effects and stats.frame["model"].nunique() <= OVERLAY_MODELS
+    left, right = st.columns(2, gap="large") if beside else (st.container(), st.container() if effects else None)
+    width = "stretch" if beside else "content"  # half a page: fit the column, axes included
     with left:
         chart = chart_fn(stats.frame)
         show_chart(chart, width)
@@ -201,7 +204,7 @@ def render_position_stats(stats, chart_fn, stem: str, key: str) -> None:
             chart = chart_fn(stats.frame, measure="effect")
             show_chart(chart, width)
             chart_downloads(chart, stem + "-effect", key + "_effect", stats.frame)
-        st.caption("Right: the mean effect of the slot at each position, in bits — how much log₂ P(word) drops when that "
+        st.caption(f"{'Right' if beside else 'Below'}: the mean effect of the slot at each position, in bits — how much log₂ P(word) drops when that "
                    "slot is dropped from the memory (the other weights renormalised). A position can carry much weight "
                    "and little effect.")
 
