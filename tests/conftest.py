@@ -125,3 +125,13 @@ def vega_colours(values: list[float], scale) -> list[tuple[int, int, int]]:
     drawn = [tuple(map(int, m)) for m in re.findall(r'fill="rgb\((\d+), (\d+), (\d+)\)"', svg)]
     assert len(drawn) == len(values)
     return drawn
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny matrices: one thread is faster than several, and far faster on a busy machine (a module's tests ask
+    for it with ``pytestmark = pytest.mark.usefixtures("one_thread")``)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -26,13 +26,7 @@ PASSAGE = [["w4", "w9", "w9", "w20"], ["w7", "w30", "w4"], ["w11", "w5"]]  # thr
 GRADIENTS = ["gradient-x-input", "integrated-gradients"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matrices: one thread is faster than several, and far faster on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny matrices, one thread
 
 
 def tiny(name, seed=0, vocab=VOCAB, **kw):

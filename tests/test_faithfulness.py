@@ -26,12 +26,7 @@ ATTENTION_VARIANTS = [("amsrn", {}), ("amsrn", {"start_slot": False}), ("attenti
 ATOL = TOLERANCE[torch.float64]["atol"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny matrices, one thread
 
 
 def close(a, b, atol=1e-9):

@@ -32,6 +32,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -400,31 +401,98 @@ def _check_out(out: Path, resume: bool, force: bool) -> None:
             "or choose another --out")
 
 
+@dataclass
+class _Run:
+    """One training in progress: what its steps share (:func:`_train`)."""
+
+    name: str
+    out: Path
+    tc: TrainConfig
+    ctx: Context
+    vocab: Vocab
+    splits: dict[str, TokenSplit]
+    core: nn.Module  # the model itself
+    model: nn.Module  # what the steps call: ``core``, or its DistributedDataParallel wrapper
+    opt: torch.optim.Optimizer
+    meta: dict  # what every checkpoint of the run records besides its metrics
+    state: dict  # what a resume restores: epoch, best valid perplexity, bad epochs, lr, wall time ...
+    plateau: float | None  # valid perplexity of the initial plateau (TrainConfig.plateau)
+    say: Callable[[str], None]
+
+    @property
+    def document(self) -> bool:
+        return self.core.config.context == "document"
+
+    @property
+    def log_path(self) -> Path:
+        return self.out / "train_log.jsonl"
+
+    @property
+    def steps_path(self) -> Path:
+        return self.out / "steps.jsonl"
+
+
 def _train(name: str, model_kwargs: dict, corpus: str, out: Path, tc: TrainConfig, init: str | None, resume: bool,
            match: str | None, ctx: Context) -> Checkpoint:
-    """:func:`train`'s work, the folder's training lock held and the folder checked."""
+    """:func:`train`'s work, the folder's training lock held and the folder checked: set up, then epochs until
+    the cap or the patience runs out, then the test scores."""
     say = _log if ctx.main else _quiet
     torch.manual_seed(tc.seed)
     vocab = Vocab.for_corpus(corpus)
+    splits = _open_splits(corpus, vocab, tc)
+    model_kwargs, matched = _match(name, model_kwargs, len(vocab), match, say)
+    core = _build(name, model_kwargs, len(vocab), ctx)
+    opt = torch.optim.Adam(core.parameters(), lr=tc.lr, fused=True)
+    meta = _meta(corpus, splits, core, tc, ctx, matched)
+    plateau = _plateau(tc, splits, len(vocab), meta)
+    resuming = resume and (out / "resume" / "state.safetensors").exists()
+    state, saved_carried = _start(name, core, opt, out, tc, init, resuming, vocab, meta, ctx, say)
+    # the parameters are rank 0's from here on: DDP broadcasts them when it wraps the model
+    model = (DistributedDataParallel(core, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+                                     broadcast_buffers=False) if ctx.distributed else core)
+    run = _Run(name, out, tc, ctx, vocab, splits, core, model, opt, meta, state, plateau, say)
+    _open_logs(run, resuming)
+    while state["epoch"] < tc.epochs and state["bad_epochs"] < tc.patience:
+        sums = _train_epoch(run, saved_carried)
+        saved_carried = None
+        _end_epoch(run, *sums)
+    ctx.barrier()  # the checkpoint is written before any rank reads it
+    return finalize(out, corpus, tc.eval_batches, state, ctx)
+
+
+def _open_splits(corpus: str, vocab: Vocab, tc: TrainConfig) -> dict[str, TokenSplit]:
+    """train, valid and test of ``corpus`` (valid and test cut to ``tc.eval_batches`` batches)."""
     splits = {s: open_split(corpus, s, vocab) for s in ("train", "valid", "test")}
     if tc.eval_batches is not None:
         for s in ("valid", "test"):
             splits[s] = splits[s].head(tc.eval_batches * tc.batch_size)
-    matched = None
-    if match:
-        matched = match_parameters(name, {**model_kwargs, "vocab_size": len(vocab)}, match)
-        model_kwargs = {**model_kwargs, "hidden_dim": matched["hidden_dim"]}
-        say(f"{name}: hidden_dim {matched['hidden_dim']} has {matched['parameters']:,} parameters, "
-            f"{matched['ratio'] - 1:+.2%} of {match}'s at hidden_dim {matched['reference_hidden_dim']} "
-            f"({matched['reference_parameters']:,})")
-    # What the loader would refuse must not train for hours first: its limits, before anything is built.
-    config = check_config(name, {"vocab_size": len(vocab), **model_kwargs})
+    return splits
+
+
+def _match(name: str, model_kwargs: dict, vocab_size: int, match: str | None, say) -> tuple[dict, dict | None]:
+    """``model_kwargs`` with the ``hidden_dim`` that gives ``match``'s parameter count (``--match-params``)."""
+    if not match:
+        return model_kwargs, None
+    matched = match_parameters(name, {**model_kwargs, "vocab_size": vocab_size}, match)
+    say(f"{name}: hidden_dim {matched['hidden_dim']} has {matched['parameters']:,} parameters, "
+        f"{matched['ratio'] - 1:+.2%} of {match}'s at hidden_dim {matched['reference_hidden_dim']} "
+        f"({matched['reference_parameters']:,})")
+    return {**model_kwargs, "hidden_dim": matched["hidden_dim"]}, matched
+
+
+def _build(name: str, model_kwargs: dict, vocab_size: int, ctx: Context) -> nn.Module:
+    """The model on ``ctx.device``; what the loader would refuse must not train for hours first: its limits, and
+    the memory training needs, are checked before anything is built."""
+    config = check_config(name, {"vocab_size": vocab_size, **model_kwargs})
     n = parameter_count(name, **dataclasses.asdict(config))
     if ctx.device.type == "cpu":  # weights, gradients and Adam's two moments, in float32
         check_memory(16 * n, f"training {name} with these sizes ({n:,} parameters)", ValueError)
-    core = build_model(name, config).to(ctx.device)
-    document = core.config.context == "document"
-    opt = torch.optim.Adam(core.parameters(), lr=tc.lr, fused=True)
+    return build_model(name, config).to(ctx.device)
+
+
+def _meta(corpus: str, splits: dict[str, TokenSplit], core: nn.Module, tc: TrainConfig, ctx: Context,
+          matched: dict | None) -> dict:
+    """What every checkpoint of the run records besides its metrics: the corpus, the sizes, the training."""
     card = corpus_card(corpus) or {}  # a prepared corpus: how typed text is read for models trained on it
     reading = {"reading": card["reading"]} if isinstance(card.get("reading"), dict) else {}
     meta = {
@@ -435,14 +503,25 @@ def _train(name: str, model_kwargs: dict, corpus: str, out: Path, tc: TrainConfi
     }
     if matched:
         meta["match_params"] = matched
-    plateau = None
-    if tc.plateau:
-        unigram = unigram_perplexity(splits["train"], splits["valid"], len(vocab))
-        plateau = tc.plateau * unigram
-        meta["train"] |= {"unigram_valid_perplexity": round(unigram, 2), "plateau_perplexity": round(plateau, 2)}
+    return meta
+
+
+def _plateau(tc: TrainConfig, splits: dict[str, TokenSplit], vocab_size: int, meta: dict) -> float | None:
+    """The valid perplexity of the initial plateau (``tc.plateau`` x the unigram model's), recorded in ``meta``."""
+    if not tc.plateau:
+        return None
+    unigram = unigram_perplexity(splits["train"], splits["valid"], vocab_size)
+    plateau = tc.plateau * unigram
+    meta["train"] |= {"unigram_valid_perplexity": round(unigram, 2), "plateau_perplexity": round(plateau, 2)}
+    return plateau
+
+
+def _start(name: str, core: nn.Module, opt, out: Path, tc: TrainConfig, init: str | None, resuming: bool,
+           vocab: Vocab, meta: dict, ctx: Context, say) -> tuple[dict, list | None]:
+    """The state the first epoch starts from: fresh, copied from ``init``, or resumed (then with the carried
+    document state of the step it stopped at); ``--freeze`` applied. Says what it did."""
     state = {"epoch": 0, "best_valid": math.inf, "bad_epochs": 0, "lr": tc.lr, "wall_time": 0.0}
     saved_carried = None
-    resuming = resume and (out / "resume" / "state.safetensors").exists()
     if init and (tc.freeze or not resuming):  # a frozen run resumed needs to know what was copied
         src = load_checkpoint(init)
         copied = init_from(core, src, vocab)
@@ -466,140 +545,152 @@ def _train(name: str, model_kwargs: dict, corpus: str, out: Path, tc: TrainConfi
         fixed = freeze(core, copied)
         say(f"--freeze: {fixed:,} copied parameters stay fixed, {count_parameters(core) - fixed:,} train")
     state["world_size"] = ctx.world_size
-    train_split: TokenSplit = splits["train"]
-    say(f"{name}: {count_parameters(core):,} parameters, {len(train_split):,} training sentences"
-        + (f" in {train_split.n_documents:,} documents, {tc.streams} streams, bptt {tc.bptt}" if document else "")
-        + (f"; {ctx.world_size} processes ({ctx.backend}, {ctx.device.type})" if ctx.distributed else ""))
+    return state, saved_carried
+
+
+def _open_logs(run: _Run, resuming: bool) -> None:
+    """Say what trains; start the logs afresh, or cut them back to the resumed state's epoch."""
+    train_split, tc, ctx, document = run.splits["train"], run.tc, run.ctx, run.document
+    run.say(f"{run.name}: {count_parameters(run.core):,} parameters, {len(train_split):,} training sentences"
+            + (f" in {train_split.n_documents:,} documents, {tc.streams} streams, bptt {tc.bptt}" if document else "")
+            + (f"; {ctx.world_size} processes ({ctx.backend}, {ctx.device.type})" if ctx.distributed else ""))
     if document and train_split.n_documents < tc.streams:
-        say(f"warning: {corpus} has {train_split.n_documents} training documents (sentence ids document:index) "
-            f"for {tc.streams} streams; the streams cannot all be busy")
-    # the parameters are rank 0's from here on: DDP broadcasts them when it wraps the model
-    model = (DistributedDataParallel(core, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
-                                     broadcast_buffers=False) if ctx.distributed else core)
-    log_path, steps_path = out / "train_log.jsonl", out / "steps.jsonl"
+        run.say(f"warning: {run.meta['corpus']['name']} has {train_split.n_documents} training documents (sentence "
+                f"ids document:index) for {tc.streams} streams; the streams cannot all be busy")
     if ctx.main:
-        out.mkdir(parents=True, exist_ok=True)
+        run.out.mkdir(parents=True, exist_ok=True)
         if resuming:
-            _truncate_logs(out, state)
+            _truncate_logs(run.out, run.state)
         else:
-            log_path.unlink(missing_ok=True)
-            steps_path.unlink(missing_ok=True)
-    while state["epoch"] < tc.epochs and state["bad_epochs"] < tc.patience:
-        epoch = state["epoch"] + 1
-        begun = state.get("step", 0)  # global steps of this epoch already done (a resumed epoch)
-        core.train()
-        torch.manual_seed(_step_seed(tc.seed, epoch, begun, ctx.rank))
-        if document:
-            plan = DocumentEpoch(train_split, tc.streams, tc.bptt, seed=tc.seed + epoch)
+            run.log_path.unlink(missing_ok=True)
+            run.steps_path.unlink(missing_ok=True)
+
+
+def _train_epoch(run: _Run, saved_carried: list | None) -> tuple[float, int, int, float, float, tuple | None]:
+    """One epoch's steps (the rest of a resumed one), with resume states every ``save_every`` steps:
+    ``(summed NLL, tokens, tokens after the warm-up, start time, end time, (warm-up end time, tokens then))``,
+    this rank's, the NLL and tokens of a resumed epoch's earlier steps included on rank 0."""
+    tc, ctx, core, state, document = run.tc, run.ctx, run.core, run.state, run.document
+    epoch = state["epoch"] + 1
+    begun = state.get("step", 0)  # global steps of this epoch already done (a resumed epoch)
+    core.train()
+    torch.manual_seed(_step_seed(tc.seed, epoch, begun, ctx.rank))
+    train_split = run.splits["train"]
+    if document:
+        plan = DocumentEpoch(train_split, tc.streams, tc.bptt, seed=tc.seed + epoch)
+    else:
+        plan = SentenceEpoch(train_split, tc.batch_size, seed=tc.seed + epoch)
+    total = len(plan) if tc.max_batches is None else min(len(plan), tc.max_batches)
+    t0 = time.time() - state.get("epoch_seconds", 0.0)
+    # the epoch's summed NLL and tokens so far: a resumed run's (all ranks') go to rank 0
+    tot_nll, tot_n = (state.get("epoch_nll", 0.0), state.get("epoch_tokens", 0)) if ctx.main else (0.0, 0)
+    seen = state.get("epoch_tokens", 0)  # tokens of all ranks, for the progress bar
+    bar = tqdm(total=total, initial=begun, desc=f"{run.name} epoch {epoch}", unit="batch", file=sys.stderr,
+               mininterval=1.0 if sys.stderr.isatty() else 60.0, disable=None if ctx.main else True)
+    carried = _scatter_carried(saved_carried, ctx, ctx.device, core.start_slots()) if begun else None
+    steps = itertools.islice(plan.steps(ctx.rank, ctx.world_size, start=begun), max(0, total - begun))
+    # the NLL summed on the device: reading it every step would make the host wait for a GPU
+    running = torch.zeros((), dtype=torch.float64, device=ctx.device)
+    host = ctx.device.type == "cpu"
+    warm = None  # (time, this rank's tokens) when the steady timing began, after warmup_steps
+    for k, step in enumerate(steps, start=begun):
+        if k == begun + tc.warmup_steps:
+            synchronize(ctx.device)
+            warm = (time.time(), tot_n)
+        idle = step.inputs is None
+        if idle:  # within a chunk a rank's streams only end, so it has none to carry any more
+            inputs, targets, before = _idle(core, document, ctx.device)
+            carried = None
+            real = 0
         else:
-            plan = SentenceEpoch(train_split, tc.batch_size, seed=tc.seed + epoch)
-        total = len(plan) if tc.max_batches is None else min(len(plan), tc.max_batches)
-        t0 = time.time() - state.get("epoch_seconds", 0.0)
-        # the epoch's summed NLL and tokens so far: a resumed run's (all ranks') go to rank 0
-        tot_nll, tot_n = (state.get("epoch_nll", 0.0), state.get("epoch_tokens", 0)) if ctx.main else (0.0, 0)
-        seen = state.get("epoch_tokens", 0)  # tokens of all ranks, for the progress bar
-        bar = tqdm(total=total, initial=begun, desc=f"{name} epoch {epoch}", unit="batch", file=sys.stderr,
-                   mininterval=1.0 if sys.stderr.isatty() else 60.0, disable=None if ctx.main else True)
-        carried = _scatter_carried(saved_carried, ctx, ctx.device, core.start_slots()) if begun else None
-        saved_carried = None
-        steps = itertools.islice(plan.steps(ctx.rank, ctx.world_size, start=begun), max(0, total - begun))
-        # the NLL summed on the device: reading it every step would make the host wait for a GPU
-        running = torch.zeros((), dtype=torch.float64, device=ctx.device)
-        host = ctx.device.type == "cpu"
-        warm = None  # (time, this rank's tokens) when the steady timing began, after warmup_steps
-        for k, step in enumerate(steps, start=begun):
-            if k == begun + tc.warmup_steps:
-                synchronize(ctx.device)
-                warm = (time.time(), tot_n)
-            idle = step.inputs is None
-            if idle:  # within a chunk a rank's streams only end, so it has none to carry any more
-                inputs, targets, before = _idle(core, document, ctx.device)
-                carried = None
-                real = 0
-            else:
-                real = int((step.targets != 0).sum())  # counted on the host, where the batch was made
-                inputs, targets = step.inputs.to(ctx.device), step.targets.to(ctx.device)
-                before = None
-                if document:  # truncated BPTT: carry the state, detached, and reset it where documents start
-                    if carried is None or step.fresh:
-                        carried = core.initial_state(inputs.shape[0])
-                    before = carried.narrow(inputs.shape[0]).reset(step.starts)
-            result = model(inputs, before)
-            loss, nll, n = output_loss(core, result, targets, before, denominator=step.tokens / ctx.world_size,
-                                       tokens=real)
-            # on the CPU reading the loss costs nothing: a diverged run stops at its step; on a GPU it would wait
-            # for the device every step, and data-parallel ranks decide together: both at the epoch's end
-            if host and not ctx.distributed and not math.isfinite(float(nll)):
-                raise _diverged(epoch, k + 1, state["lr"])
-            if document and not idle:
-                carried = result.state.detach()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            nn.utils.clip_grad_norm_(core.parameters(), tc.clip)
-            opt.step()
-            running += nll
-            tot_n += n
-            seen += step.tokens
-            bar.update(1)
-            if host or k % 50 == 0:  # on a GPU the perplexity shown waits for the device: every 50 steps
-                bar.set_postfix(ppl=f"{perplexity(tot_nll + float(running), tot_n):.1f}",
-                                tok_s=f"{seen / (time.time() - t0):.0f}")
-            if tc.log_steps:
-                step_nll, step_n = ctx.sum([nll, n])
-                if ctx.main:
-                    with steps_path.open("a") as f:
-                        f.write(json.dumps({"epoch": epoch, "step": k, "nll": step_nll / step_n, "tokens": int(step_n)}) + "\n")
-            if tc.save_every and (k + 1) % tc.save_every == 0 and k + 1 < total:
-                sums = ctx.sum([tot_nll + float(running), tot_n])
-                everyone = _gather_carried(carried, ctx) if document else None
-                if ctx.main:
-                    _save_resume(out / "resume", core, opt, {
-                        **state, "step": k + 1, "epoch_nll": sums[0], "epoch_tokens": int(sums[1]),
-                        "epoch_seconds": time.time() - t0}, everyone)
-        bar.close()
-        synchronize(ctx.device)
-        done = time.time()
-        seconds = done - t0
-        steady = tot_n - warm[1] if warm else 0  # this rank's tokens after the warm-up steps
-        tot_nll, tot_n, steady = ctx.sum([tot_nll + float(running), tot_n, steady])
-        v = score_split(core, splits["valid"], ctx.rank, ctx.world_size)
-        v_nll, v_tokens = ctx.sum([v.nll, v.tokens])
-        valid = ctx.broadcast(perplexity(v_nll, v_tokens))  # every rank takes the same decisions below
-        train_ppl = perplexity(tot_nll, tot_n)  # exp of the mean NLL: infinite past ~709 nats a word, far past chance
-        if not (math.isfinite(train_ppl) and math.isfinite(valid)):  # every rank has the same sums: all stop
-            raise _diverged(epoch, None, state["lr"], (train_ppl, valid))
-        for key in ("step", "epoch_nll", "epoch_tokens", "epoch_seconds"):
-            state.pop(key, None)
-        state["wall_time"] += time.time() - t0
-        record = {
-            "epoch": epoch, "train_perplexity": perplexity(tot_nll, tot_n), "valid_perplexity": valid,
-            "lr": state["lr"], "seconds": round(seconds, 1), "tokens_per_s": round(tot_n / seconds),
-        }
-        if warm and steady:  # tokens/s after the first warmup_steps steps (allocations, kernel choices)
-            record["steady_tokens_per_s"] = round(steady / (done - warm[0]))
-        improved = valid < state["best_valid"]
-        if improved:
-            state["best_valid"], state["bad_epochs"], state["best_epoch"] = valid, 0, epoch
-            metrics = {"valid_perplexity": valid, "best_epoch": epoch, "epochs_trained": epoch,
-                       "wall_time_s": round(state["wall_time"], 1)}
+            real = int((step.targets != 0).sum())  # counted on the host, where the batch was made
+            inputs, targets = step.inputs.to(ctx.device), step.targets.to(ctx.device)
+            before = None
+            if document:  # truncated BPTT: carry the state, detached, and reset it where documents start
+                if carried is None or step.fresh:
+                    carried = core.initial_state(inputs.shape[0])
+                before = carried.narrow(inputs.shape[0]).reset(step.starts)
+        result = run.model(inputs, before)
+        loss, nll, n = output_loss(core, result, targets, before, denominator=step.tokens / ctx.world_size,
+                                   tokens=real)
+        # on the CPU reading the loss costs nothing: a diverged run stops at its step; on a GPU it would wait
+        # for the device every step, and data-parallel ranks decide together: both at the epoch's end
+        if host and not ctx.distributed and not math.isfinite(float(nll)):
+            raise _diverged(epoch, k + 1, state["lr"])
+        if document and not idle:
+            carried = result.state.detach()
+        run.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(core.parameters(), tc.clip)
+        run.opt.step()
+        running += nll
+        tot_n += n
+        seen += step.tokens
+        bar.update(1)
+        if host or k % 50 == 0:  # on a GPU the perplexity shown waits for the device: every 50 steps
+            bar.set_postfix(ppl=f"{perplexity(tot_nll + float(running), tot_n):.1f}",
+                            tok_s=f"{seen / (time.time() - t0):.0f}")
+        if tc.log_steps:
+            step_nll, step_n = ctx.sum([nll, n])
             if ctx.main:
-                save_checkpoint(out, core, name, vocab, metrics=metrics, **meta)
-        elif plateau is not None and state["best_valid"] >= plateau:
-            record["plateau"] = True  # still on the initial plateau: the lr stays, patience is not spent
-        else:
-            state["bad_epochs"] += 1
-            state["lr"] *= tc.lr_decay
-            for g in opt.param_groups:
-                g["lr"] = state["lr"]
-        state["epoch"] = epoch
+                with run.steps_path.open("a") as f:
+                    f.write(json.dumps({"epoch": epoch, "step": k, "nll": step_nll / step_n, "tokens": int(step_n)}) + "\n")
+        if tc.save_every and (k + 1) % tc.save_every == 0 and k + 1 < total:
+            sums = ctx.sum([tot_nll + float(running), tot_n])
+            everyone = _gather_carried(carried, ctx) if document else None
+            if ctx.main:
+                _save_resume(run.out / "resume", core, run.opt, {
+                    **state, "step": k + 1, "epoch_nll": sums[0], "epoch_tokens": int(sums[1]),
+                    "epoch_seconds": time.time() - t0}, everyone)
+    bar.close()
+    synchronize(ctx.device)
+    steady = tot_n - warm[1] if warm else 0  # this rank's tokens after the warm-up steps
+    return tot_nll + float(running), tot_n, steady, t0, time.time(), warm
+
+
+def _end_epoch(run: _Run, nll: float, tokens: int, steady: int, t0: float, done: float, warm: tuple | None) -> None:
+    """Score valid, keep the checkpoint if it improved, else spend patience and decay the lr (not on the initial
+    plateau); log the epoch and write the resume state. Every rank takes the same decisions."""
+    tc, ctx, state = run.tc, run.ctx, run.state
+    epoch = state["epoch"] + 1
+    seconds = done - t0
+    tot_nll, tot_n, steady = ctx.sum([nll, tokens, steady])
+    v = score_split(run.core, run.splits["valid"], ctx.rank, ctx.world_size)
+    v_nll, v_tokens = ctx.sum([v.nll, v.tokens])
+    valid = ctx.broadcast(perplexity(v_nll, v_tokens))  # every rank takes the same decisions below
+    train_ppl = perplexity(tot_nll, tot_n)  # exp of the mean NLL: infinite past ~709 nats a word, far past chance
+    if not (math.isfinite(train_ppl) and math.isfinite(valid)):  # every rank has the same sums: all stop
+        raise _diverged(epoch, None, state["lr"], (train_ppl, valid))
+    for key in ("step", "epoch_nll", "epoch_tokens", "epoch_seconds"):
+        state.pop(key, None)
+    state["wall_time"] += time.time() - t0
+    record = {
+        "epoch": epoch, "train_perplexity": train_ppl, "valid_perplexity": valid,
+        "lr": state["lr"], "seconds": round(seconds, 1), "tokens_per_s": round(tot_n / seconds),
+    }
+    if warm and steady:  # tokens/s after the first warmup_steps steps (allocations, kernel choices)
+        record["steady_tokens_per_s"] = round(steady / (done - warm[0]))
+    improved = valid < state["best_valid"]
+    if improved:
+        state["best_valid"], state["bad_epochs"], state["best_epoch"] = valid, 0, epoch
+        metrics = {"valid_perplexity": valid, "best_epoch": epoch, "epochs_trained": epoch,
+                   "wall_time_s": round(state["wall_time"], 1)}
         if ctx.main:
-            with log_path.open("a") as f:
-                f.write(json.dumps(record) + "\n")
-            _save_resume(out / "resume", core, opt, state)
-        say(f"epoch {epoch}: train ppl {record['train_perplexity']:.2f}  valid ppl {valid:.2f}"
+            save_checkpoint(run.out, run.core, run.name, run.vocab, metrics=metrics, **run.meta)
+    elif run.plateau is not None and state["best_valid"] >= run.plateau:
+        record["plateau"] = True  # still on the initial plateau: the lr stays, patience is not spent
+    else:
+        state["bad_epochs"] += 1
+        state["lr"] *= tc.lr_decay
+        for g in run.opt.param_groups:
+            g["lr"] = state["lr"]
+    state["epoch"] = epoch
+    if ctx.main:
+        with run.log_path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        _save_resume(run.out / "resume", run.core, run.opt, state)
+    run.say(f"epoch {epoch}: train ppl {record['train_perplexity']:.2f}  valid ppl {valid:.2f}"
             f"  {record['tokens_per_s']} tok/s  {seconds:.0f}s{'  *best*' if improved else ''}")
-    ctx.barrier()  # the checkpoint is written before any rank reads it
-    return finalize(out, corpus, tc.eval_batches, state, ctx)
 
 
 def finalize(out: Path, corpus: str, eval_batches: int | None, state: dict, ctx: Context = SINGLE) -> Checkpoint:
