@@ -1595,7 +1595,7 @@ def test_faithfulness_page_says_the_cost_then_runs_the_tests_on_request(mine):
     no_exception(at)
     assert not at.error, [e.value for e in at.error]
     titles = {json.loads(c.proto.spec)["title"]["text"] for c in charts(at)}
-    assert titles == {"Erasure curves", "Comprehensiveness and sufficiency (AOPC)", "Shuffled attention (Jain & Wallace)",
+    assert titles == {"Erasure curves", "Comprehensiveness and sufficiency (AOPC)", "Shuffled attention",
                       "Agreement of the rankings", "The two paths by distance"}
     expected = lm.corpus_faithfulness(PREPARED, "test", limit=5)  # read from the page's cache entry
     assert lm.faithfulness_seconds(PREPARED, "test", limit=5) is None

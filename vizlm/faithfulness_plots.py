@@ -43,9 +43,9 @@ def _label(ranking: str) -> str:
     return RANKING_LABELS.get(ranking, ranking)
 
 
-def _ranking_colour(rankings: list[str]) -> alt.Color:
+def _ranking_colour(rankings: list[str], legend: bool = True) -> alt.Color:
     labels = [_label(r) for r in rankings]
-    return alt.Color("label:N", title="ranking", sort=labels,
+    return alt.Color("label:N", title="ranking", sort=labels, legend=alt.Legend(symbolOpacity=1) if legend else None,
                      scale=alt.Scale(domain=labels, range=[RANKING_COLOURS.get(r, "#000000") for r in rankings]))
 
 
@@ -121,7 +121,8 @@ def aopc_chart(frame: pd.DataFrame) -> alt.FacetChart:
         raise ValueError("aopc_chart: no AOPC statistics in this frame")
     rankings = list(dict.fromkeys(frame["ranking"]))
     labels = [_label(r) for r in rankings]
-    base = alt.Chart().encode(y=alt.Y("label:N", title=None, sort=labels), color=_ranking_colour(rankings))
+    base = alt.Chart().encode(y=alt.Y("label:N", title=None, sort=labels),
+                              color=_ranking_colour(rankings, legend=False))  # the axis names the rankings
     rule = base.mark_rule(strokeWidth=2).encode(x=alt.X("lo:Q", title="AOPC (nats)"), x2="hi:Q")
     point = base.mark_point(filled=True, size=70).encode(
         x="value:Q", tooltip=[alt.Tooltip("label:N", title="ranking"), alt.Tooltip("measure:N"),
@@ -129,10 +130,12 @@ def aopc_chart(frame: pd.DataFrame) -> alt.FacetChart:
                               alt.Tooltip("lo:Q", title="95% low", format=".3f"),
                               alt.Tooltip("hi:Q", title="95% high", format=".3f")])
     zero = alt.Chart().mark_rule(color="#888", strokeDash=[4, 4]).encode(x=alt.datum(0))
-    return alt.layer(zero, rule, point, data=frame).properties(width=WIDTH // 2 - 20, height=26 * len(rankings)).facet(
-        column=alt.Column("measure:N", title=None, sort=["comprehensiveness", "sufficiency"],
-                          header=alt.Header(labelFontSize=12, labelFontWeight="bold")),
-    ).properties(title=_title("Comprehensiveness and sufficiency (AOPC)",
+    # one panel under the other: two side by side do not fit half a page beside the rankings' names
+    return alt.layer(zero, rule, point, data=frame).properties(width=WIDTH - 170, height=22 * len(rankings)).facet(
+        row=alt.Row("measure:N", title=None, sort=["comprehensiveness", "sufficiency"],
+                    header=alt.Header(labelFontSize=12, labelFontWeight="bold", labelAngle=0, labelAlign="left",
+                                      labelOrient="top", labelAnchor="start")),
+    ).resolve_scale(x="independent").properties(title=_title("Comprehensiveness and sufficiency (AOPC)",
                               "mean over 1–50% of a row's word slots; 95% interval"))
 
 
@@ -171,7 +174,7 @@ def permutation_chart(frame: pd.DataFrame) -> alt.LayerChart:
                  alt.Tooltip("rows:Q", title="rows", format=",")])
     err = base.mark_rule(color="#333", strokeWidth=1.5).encode(y="lo:Q", y2="hi:Q")
     return alt.layer(bar, err).properties(width=WIDTH, height=HEIGHT, title=_title(
-        "Shuffled attention (Jain & Wallace)", "median TVD / JSD (nats) per row over 100 shuffles; 95% interval"))
+        "Shuffled attention", "Jain and Wallace: median TVD / JSD (nats) per row over 100 shuffles; 95% interval"))
 
 
 # --------------------------------------------------------------------------- agreement and its ceiling
@@ -196,9 +199,11 @@ def agreement_chart(frame: pd.DataFrame) -> alt.LayerChart:
     if frame.empty:
         raise ValueError("agreement_chart: no agreement statistics in this frame")
     df = frame.assign(kind=frame["ceiling"].map({False: "attention vs a method", True: "ceiling: method vs method"}))
-    colour = alt.Color("kind:N", title=None, scale=alt.Scale(domain=["attention vs a method", "ceiling: method vs method"],
-                                                             range=[CATEGORICAL[0], "#888888"]))
-    base = alt.Chart(df).encode(y=alt.Y("pair:N", title=None, sort=list(df["pair"])), color=colour)
+    colour = alt.Color("kind:N", title=None, legend=alt.Legend(orient="bottom"),
+                       scale=alt.Scale(domain=["attention vs a method", "ceiling: method vs method"],
+                                       range=[CATEGORICAL[0], "#888888"]))
+    base = alt.Chart(df).encode(y=alt.Y("pair:N", title=None, sort=list(df["pair"]), axis=alt.Axis(labelLimit=240)),
+                                color=colour)
     rule = base.mark_rule(strokeWidth=2).encode(x=alt.X("lo:Q", title="mean Kendall τ-b", scale=alt.Scale(domain=[-1, 1])),
                                                 x2="hi:Q")
     point = base.mark_point(filled=True, size=70).encode(
@@ -206,7 +211,7 @@ def agreement_chart(frame: pd.DataFrame) -> alt.LayerChart:
                               alt.Tooltip("lo:Q", title="95% low", format="+.3f"),
                               alt.Tooltip("hi:Q", title="95% high", format="+.3f")])
     zero = alt.Chart(pd.DataFrame({"x": [0.0]})).mark_rule(color="#888", strokeDash=[4, 4]).encode(x="x:Q")
-    return alt.layer(zero, rule, point).properties(width=WIDTH, height=24 * len(df), title=_title(
+    return alt.layer(zero, rule, point).properties(width=WIDTH - 220, height=22 * len(df), title=_title(
         "Agreement of the rankings", "per row over the words both cover; 95% interval"))
 
 
