@@ -1570,3 +1570,67 @@ def test_a_compare_link_selects_the_sentence_s_first_word(doc_dirs):
         read = [t for t in a.tokens[row:] if t != "</s>"]  # the Explorer may end a sentence at "Reps. Edith"
         assert a.tokens[row] == last[0] and read[:len(last)] == last, index
         assert row == 0 or a.tokens[row - 1] == "</s>"
+
+
+# --------------------------------------------------------------------------- Faithfulness
+def test_faithfulness_page_says_the_cost_then_runs_the_tests_on_request(mine):
+    """The page opens on the models of your corpus with a small sample, says what the tests cost and computes
+    nothing until asked; then each test is drawn with its interval and downloads, the numbers those of
+    Model.corpus_faithfulness (the page's computation is the API's cache entry); cached, it shows at once."""
+    import vizlm
+
+    cache = Path(os.environ["VIZLM_CACHE"])  # the fixture's, empty
+    at = page("faithfulness.py")
+    no_exception(at)
+    assert at.title[0].value == "Is attention an explanation?"
+    assert at.multiselect(key="faith_models").value == [MINE[1]] and at.selectbox(key="faith_corpus").value == MINE_TEST
+    assert at.select_slider(key="faith_sample").value == 10
+    lm = vizlm.load(str(mine["checkpoints"] / MINE[1]))
+    seconds = lm.faithfulness_seconds(PREPARED, "test", limit=5)
+    assert seconds is not None  # not computed yet
+    captions = " ".join(c.value for c in at.caption)
+    assert "Testing 1 model over 10 sentences takes about" in captions and "the first time" in captions
+    assert at.toggle(key="faith_run").value is False and not charts(at) and not cache.exists()
+    at.select_slider(key="faith_sample").set_value(5)
+    at.toggle(key="faith_run").set_value(True)
+    at.run()
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    titles = {json.loads(c.proto.spec)["title"]["text"] for c in charts(at)}
+    assert titles == {"Erasure curves", "Comprehensiveness and sufficiency (AOPC)", "Shuffled attention",
+                      "Agreement of the rankings", "The two paths by distance"}
+    expected = lm.corpus_faithfulness(PREPARED, "test", limit=5)  # read from the page's cache entry
+    assert lm.faithfulness_seconds(PREPARED, "test", limit=5) is None
+    metrics = {m.label: m for m in at.metric}
+    own = math.exp(expected["uniform"]["nll"]["value"])
+    assert metrics["perplexity, own attention"].value == f"{own:.1f}"
+    assert metrics["mean JSD found"].value == f"{expected['adversarial']['mean_jsd']['value']:.3f} nats"
+    (erasure,) = [c for c in charts(at) if json.loads(c.proto.spec)["title"]["text"] == "Erasure curves"]
+    spec = json.loads(erasure.proto.spec)
+    assert any(layer["mark"]["type"] == "area" for layer in spec["layer"])  # the 95% band
+    assert len([b for b in at.get("download_button") if "dl_faith_" in b.proto.id]) == 5 * 5 + 2  # + the uniform table
+    at = page("faithfulness.py", faith_sample=5)  # cached: no cost said, shown without asking
+    no_exception(at)
+    assert not [c for c in at.caption if "Testing" in c.value] and len(charts(at)) == 5
+
+
+def test_the_explorer_tests_one_word_s_attention_on_request(monkeypatch):
+    """An attention model's panel offers the faithfulness of the selected word, off at first (nothing computed);
+    on, the adversarial weights beside the model's own and the two paths of that word."""
+    import vizlm.app.faithfulness as fv
+
+    calls = []
+    real = fv.adversarial_row
+    monkeypatch.setattr(fv, "adversarial_row", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
+    at = explorer(model=TINY, compare="lstm", text="the jury said the city had spent too much money .", target="5")
+    no_exception(at)
+    toggle = at.toggle(key=f"faith_word_{TINY}")
+    assert toggle.value is False and not calls
+    assert not [t for t in at.toggle if t.key == "faith_word_lstm"]  # no attention: nothing to test
+    toggle.set_value(True)
+    at.run()
+    no_exception(at)
+    assert calls == [5]  # this word only
+    titles = [json.loads(c.proto.spec)["title"]["text"] for c in charts(at)]
+    assert "Own and adversarial attention" in titles and "The two paths of this word" in titles
+    assert any("Jensen-Shannon divergence" in c.value for c in at.caption)

@@ -5,6 +5,7 @@ ignored), and each metric recomputed one row at a time with the whole head."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -389,3 +390,123 @@ def test_corpus_statistics_on_a_tiny_corpus(monkeypatch, tmp_path, context):
     assert fa.corpus_faithfulness(ckpt, "brown", "test", **kw)["units"] == units
     with pytest.raises(BaseException, match="recomputed"):
         fa.corpus_faithfulness(ckpt, "brown", "test", **{**kw, "epsilon": 0.02})
+
+
+# --------------------------------------------------------------------------- one predicted word (the Explorer's panel)
+@pytest.mark.parametrize("name,kw,context", [("amsrn", {}, "sentence"), ("kvp", {"window": 3}, "document")])
+def test_one_row_adversary_and_paths(name, kw, context):
+    """adversarial_row's weights are a distribution over the row's slots that keeps |delta log P| < epsilon, its
+    JSD and delta are those of the weights it returns (the whole head recomputed), the other rows are untouched;
+    two_paths of some rows is the whole text's frame at those rows, the reading computed only up to them."""
+    ckpt = tiny(name, context=context, **kw)
+    sa = analyze_sentences(ckpt, PASSAGE)
+    row = len(sa.targets) - 3 if context == "document" else 7  # the second sentence's third word (sentence model)
+    adv = fa.adversarial_row(ckpt, sa, row, epsilon=0.05, steps=60)
+    assert adv.attrs["row"] == row and list(adv.slot) == list(np.flatnonzero(sa.allowed()[row]))
+    assert adv.adversarial.sum() == pytest.approx(1.0) and (adv.adversarial >= 0).all()
+    close(adv.weight, sa.attention[row, adv.slot])
+    (first, ids, targets), = [p for p in _pieces(ckpt, sa) if p[0] <= row < p[0] + len(p[1])]
+    logp, att, _ = _whole(ckpt.model, ids)
+    w = att.clone()
+    w[row - first, adv.slot.to_numpy() - first] = torch.tensor(adv.adversarial.to_numpy(), dtype=w.dtype)
+    moved = _whole(ckpt.model, ids, w)[0]
+    r = row - first
+    close(adv.attrs["dlogp"], float(logp[r, targets[r]] - moved[r, targets[r]]))
+    assert abs(adv.attrs["dlogp"]) < 0.05 and 0.0 <= adv.attrs["jsd"] <= math.log(2)
+    own = torch.tensor(adv.weight.to_numpy())[None]
+    close(adv.attrs["jsd"], float(fa._jsd_rows(own, torch.tensor(adv.adversarial.to_numpy())[None])[0]))
+    whole = fa.two_paths(ckpt, sa)
+    some = fa.two_paths(ckpt, sa, rows=[row, 1])
+    ref = whole[whole.row.isin([row, 1])].sort_values(["row", "position"], ignore_index=True)
+    got = some.sort_values(["row", "position"], ignore_index=True)
+    assert list(got.position) == list(ref.position) and list(got.distance) == list(ref.distance)
+    for col in ("total", "read", "state", "interaction"):
+        close(got[col], ref[col])
+    with pytest.raises(fa.FaithfulnessError, match="row must be"):
+        fa.adversarial_row(ckpt, sa, len(sa.targets))
+    with pytest.raises(fa.FaithfulnessError, match="row must be"):
+        fa.two_paths(ckpt, sa, rows=[-1])
+
+
+# --------------------------------------------------------------------------- the Python API and the figures
+@pytest.fixture(scope="module")
+def split_result(tmp_path_factory):
+    """Model.corpus_faithfulness of a tiny AMSRN over 4 sentences of a generated corpus (cheap parameters)."""
+    from corpora import make_corpus
+
+    import vizlm
+
+    root = tmp_path_factory.mktemp("faith")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("VIZLM_DATA", str(make_corpus(root / "data", train=5, valid=5, test=6, mean_length=5)))
+    mp.setenv("VIZLM_CACHE", str(root / "cache"))
+    ckpt = tiny("amsrn", vocab=Vocab.for_corpus("brown", root / "data"))
+    lm = vizlm.Model(ckpt)
+    kw = {"limit": 4, "permutations": 5, "adversary_steps": 10, "methods": ["gradient-x-input", "occlusion"]}
+    yield lm, kw, lm.corpus_faithfulness("brown", "test", **kw)
+    mp.undo()
+
+
+def test_the_api_door_checks_its_arguments_and_caches(split_result):
+    import vizlm
+    from vizlm.errors import VizlmError
+
+    lm, _, res = split_result
+    assert res["units"] == 4 and res["model"] == lm.checkpoint.label
+    direct = fa.corpus_faithfulness(lm.checkpoint, "brown", "test", limit=4, permutations_n=5, adversary_steps=10,
+                                    methods=["gradient-x-input", "occlusion"])
+    assert json.dumps(direct, sort_keys=True) == json.dumps(res, sort_keys=True)  # one cache entry (NaN != NaN)
+    assert lm.faithfulness_seconds("brown", "test", limit=4) is not None  # the default tests are not cached
+    assert fa.is_stored(lm.checkpoint, "brown", "test", limit=4, permutations_n=5, adversary_steps=10,
+                        methods=["gradient-x-input", "occlusion"])
+    for bad, match in (({"limit": 0}, "limit"), ({"permutations": 0}, "permutations"), ({"epsilon": -1}, "epsilon"),
+                       ({"epsilon": True}, "epsilon"), ({"adversary_steps": 1.5}, "adversary_steps"),
+                       ({"methods": ["saliency"]}, "saliency"), ({"split": "nope"}, "no split"),
+                       ({"other": 3}, "other")):
+        with pytest.raises(VizlmError, match=match):
+            lm.corpus_faithfulness(**{"corpus": "brown", "split": "test", **bad})
+    with pytest.raises(VizlmError, match="no attention"):
+        vizlm.Model(tiny("lstm", vocab=lm.checkpoint.vocab)).corpus_faithfulness("brown", "test", limit=1)
+
+
+def test_the_figures_draw_every_statistic_with_its_interval(split_result):
+    from vizlm import faithfulness_plots as fp
+    from vizlm.export import chart_spec
+
+    _, _, res = split_result
+    er = fp.erasure_frame(res)
+    assert set(er.ranking) == set(res["erasure"]) and list(er[er.ranking == "attention"].k) == list(fa.ERASE_K)
+    first = er[(er.ranking == "random") & (er.k == 1)].iloc[0]
+    assert first.dlogp == res["erasure"]["random"]["dlogp"][0]["value"]
+    assert first.flip_hi == res["erasure"]["random"]["flip"][0]["hi"]
+    ao = fp.aopc_frame(res)
+    got = ao[(ao.ranking == "attention") & (ao.measure == "sufficiency")].iloc[0]
+    assert got.value == res["aopc"]["attention"]["sufficiency"]["value"]
+    pe = fp.permutation_frame(res)
+    assert len(pe) == 2 * len(res["permutations"]["bins"]) and pe.rows.sum() == 2 * res["permutations"]["rows"]
+    ag = fp.agreement_frame(res)
+    assert set(ag[ag.ceiling].pair) == {"slot effect ~ gradient × input", "slot effect ~ occlusion",
+                                        "gradient × input ~ occlusion"}
+    assert not ag.ceiling.iloc[0]  # attention's pairs first
+    un = fp.uniform_frame(res)
+    assert list(un.attention) == ["own", "uniform"]
+    assert un.perplexity[1] == pytest.approx(math.exp(res["uniform"]["uniform_nll"]["value"]))
+    pa = fp.paths_frame(res)
+    assert list(pa.distance) == res["paths"]["distance"] and pa.read_share[0] == 0.0
+    charts = [fp.erasure_chart(er), fp.erasure_chart(er, "flip"), fp.aopc_chart(ao), fp.permutation_chart(pe),
+              fp.agreement_chart(ag), fp.paths_chart(pa)]
+    for chart in charts:
+        spec = chart_spec(chart)  # a valid Vega-Lite spec
+        text = str(spec)
+        assert "lo" in text and "hi" in text  # every chart draws its interval
+    with pytest.raises(ValueError, match="measure"):
+        fp.erasure_chart(er, "tau")
+    with pytest.raises(ValueError, match="no erasure"):
+        fp.erasure_chart(fp.erasure_frame({}))
+    # one word: own and adversarial weights, the two paths
+    ckpt = tiny("amsrn")
+    sa = analyze_sentences(ckpt, PASSAGE[:1])
+    adv = fa.adversarial_row(ckpt, sa, 3, steps=5)
+    paths = fa.two_paths(ckpt, sa, rows=[3])
+    for chart in (fp.adversarial_row_chart(adv), fp.row_paths_chart(paths)):
+        chart_spec(chart)

@@ -38,6 +38,7 @@ import pandas as pd
 
 from vizlm import corpus as stats
 from vizlm import export, files, notebook, plots
+from vizlm import faithfulness as faith
 from vizlm.analysis import (  # noqa: F401 - ATTENTION_OFF, READINGS: facts the front ends read from here
     ATTENTION_OFF,
     DEFAULT_THRESHOLD,
@@ -50,6 +51,7 @@ from vizlm.analysis import (  # noqa: F401 - ATTENTION_OFF, READINGS: facts the 
 from vizlm.attribution import MAX_STEPS as ATTRIBUTION_MAX_STEPS  # noqa: F401 - read by the CLI from here
 from vizlm.attribution import METHODS as ATTRIBUTION_METHODS  # noqa: F401 - read by the CLI from here
 from vizlm.attribution import SAY_COST_S  # noqa: F401 - read by the CLI from here
+from vizlm.attribution import TEXT_METHODS as ATTRIBUTION_TEXT_METHODS
 from vizlm.attribution import Attribution as _Attribution
 from vizlm.checkpoint import (
     MAX_META_BYTES,
@@ -468,6 +470,66 @@ class Model:
             limit = _whole(limit, "limit")
         return corpus_attribution(self.checkpoint, corpus, split, method=method, limit=limit, n_steps=n_steps,
                                   permutations=_permutations(permutations), progress=progress)
+
+
+    def corpus_faithfulness(self, corpus: str = "brown", split: str = "test", limit: int | None = None,
+                            permutations: int = faith.PERMUTATIONS, epsilon: float = faith.EPSILON,
+                            adversary_steps: int = faith.ADVERSARY_STEPS, methods: Iterable[str] = ATTRIBUTION_TEXT_METHODS,
+                            n_steps: int = 32, other: Model | str | None = None, seed: int = 0,
+                            progress: Callable[[float], None] | None = None) -> dict:
+        """Is this model's attention an explanation? The literature's tests over a corpus split (its first
+        ``limit`` sentences), cached on disk (:func:`vizlm.faithfulness.corpus_faithfulness`): the agreement of
+        attention with slot effects and word-level attribution (``methods``, of
+        :data:`vizlm.attribution.TEXT_METHODS`) beside the methods' agreement with each other (the ceiling), Jain &
+        Wallace's ``permutations`` shuffles of each row binned by its largest weight and their adversarial
+        attention (``|delta log P| < epsilon`` nats, ``adversary_steps`` steps), the uniform baseline (and
+        ``other``'s attention: another seed of the same family, a :class:`Model` or a name), Serrano & Smith's
+        erasure curves, ERASER's comprehensiveness and sufficiency, and the two paths (the attention read vs the
+        recurrent state) by distance; each with a 95% bootstrap interval over sentences (a document model's:
+        passages). Costly: :meth:`faithfulness_seconds` says how long beforehand; ``progress(fraction)`` is
+        called after each sentence or passage. A model without attention, or a bad argument: a
+        :class:`~vizlm.errors.VizlmError`."""
+        from vizlm.attribution import check_steps
+
+        if not self.checkpoint.has_attention:
+            raise faith.FaithfulnessError(f"{self.name} has no attention: there is nothing to test")
+        _check_split(corpus, split)
+        if limit is not None:
+            limit = _whole(limit, "limit")
+        if _permutations(permutations) < 1:
+            raise InputError("permutations must be a whole number of at least 1, not 0")
+        if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not 0 < epsilon < math.inf:
+            raise InputError(f"epsilon must be a positive number of nats, not {epsilon!r}")
+        adversary_steps = _whole(adversary_steps, "adversary_steps")
+        if isinstance(methods, str):
+            methods = [methods]
+        methods = list(methods)
+        for m in methods:
+            if m not in ATTRIBUTION_TEXT_METHODS:
+                raise InputError(f"unknown word-level method {m!r}; valid: {', '.join(ATTRIBUTION_TEXT_METHODS)}")
+        n_steps = check_steps(n_steps)
+        seed = _whole(seed, "seed", low=0)
+        if isinstance(other, str):
+            other = load(other)
+        if other is not None and not isinstance(other, Model):
+            raise InputError(f"other must be a Model, a name or None, not {type(other).__name__}")
+        return faith.corpus_faithfulness(
+            self.checkpoint, corpus, split, limit=limit, permutations_n=permutations, epsilon=float(epsilon),
+            adversary_steps=adversary_steps, methods=methods, n_steps=n_steps,
+            other=None if other is None else other.checkpoint, seed=seed, progress=progress)
+
+    def faithfulness_seconds(self, corpus: str = "brown", split: str = "test", limit: int | None = None) -> float | None:
+        """The expected time of :meth:`corpus_faithfulness` with its default tests over the first ``limit``
+        sentences, in seconds (:func:`vizlm.faithfulness.estimate_seconds`, an order of magnitude); None when
+        the result is already in the disk cache."""
+        _check_split(corpus, split)
+        if limit is not None:
+            limit = _whole(limit, "limit")
+        if not self.checkpoint.has_attention:
+            raise faith.FaithfulnessError(f"{self.name} has no attention: there is nothing to test")
+        if faith.is_stored(self.checkpoint, corpus, split, limit=limit):
+            return None
+        return faith.estimate_seconds(self.checkpoint, corpus, split, limit)
 
 
 # --------------------------------------------------------------------------- one analysis

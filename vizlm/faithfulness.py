@@ -75,7 +75,7 @@ from vizlm.attribution import (
     reading_units,
     row_head,
 )
-from vizlm.cache import cached, checkpoint_digest
+from vizlm.cache import cached, checkpoint_digest, stored
 from vizlm.checkpoint import Checkpoint
 from vizlm.data import load_corpus
 from vizlm.errors import VizlmError
@@ -134,11 +134,18 @@ def _check(ckpt: Checkpoint, sa: SentenceAnalysis) -> None:
 
 
 @torch.no_grad()
-def _read(ckpt: Checkpoint, sa: SentenceAnalysis) -> list[_Piece]:
+def _read(ckpt: Checkpoint, sa: SentenceAnalysis, wanted: np.ndarray | None = None) -> list[_Piece]:
+    """The pieces of ``sa`` as read; with ``wanted`` ([T] bool), only the pieces holding a wanted row, each cut
+    after its last (a row depends on nothing after it: its own output and the slots before it)."""
     _check(ckpt, sa)
     model = ckpt.model
     out = []
     for first, inputs, targets in reading_pieces(ckpt, sa):
+        if wanted is not None:
+            mine = np.flatnonzero(wanted[first : first + len(inputs)])
+            if not len(mine):
+                continue
+            inputs, targets = inputs[: mine[-1] + 1], targets[: mine[-1] + 1]
         Tb = len(inputs)
         h = model.encode(inputs[None])  # (1, Tb, D)
         head = model.head(h)
@@ -275,44 +282,91 @@ def adversarial(ckpt: Checkpoint, sa: SentenceAnalysis, epsilon: float = EPSILON
     gen = torch.Generator().manual_seed(seed)
     for piece in _read(ckpt, sa):
         Tb, f = len(piece.inputs), piece.first
-        att, allowed = piece.attention.detach(), piece.allowed
-        count = allowed.sum(1)
+        count = piece.allowed.sum(1)
         cols["slots"][f : f + Tb] = count.cpu().numpy()
         movable = count >= 2  # (Tb,)
         if not bool(movable.any()):
             continue
-        log_att = att.clamp_min(torch.finfo(att.dtype).tiny).log()
-        noise = torch.randn(att.shape, generator=gen, dtype=att.dtype).to(att.device)
-        z = (log_att + noise).masked_fill(~allowed, 0.0).requires_grad_()
-        opt = torch.optim.Adam([z], lr=lr)
-        best_jsd = torch.zeros(Tb, dtype=att.dtype, device=att.device)
-        best_w = att.clone()
-        base = piece.base
-        ro = piece.out.readout
-        for _ in range(steps + 1):
-            with torch.enable_grad():
-                w = torch.where(movable[:, None], z.masked_fill(~allowed, -math.inf), 0.0).softmax(-1)  # (Tb, Tb)
-                w = torch.where(movable[:, None], w, att)  # a row with one slot or none keeps its own
-                feats = model.head(piece.h, weights=w[None]).readout.features[0]  # (Tb, F)
-                logp = F.linear(feats, ro.weight, ro.bias).log_softmax(-1).gather(1, piece.targets[:, None])[:, 0]
-                delta = (base - logp).abs()  # (Tb,)
-                div = _jsd_rows(att, w)  # (Tb,)
-                with torch.no_grad():  # the farthest weights met that satisfy the bound
-                    better = movable & (delta < epsilon) & (div > best_jsd)
-                    best_jsd = torch.where(better, div, best_jsd)
-                    best_w = torch.where(better[:, None], w, best_w)
-                loss = (-div + ((delta - epsilon / 2).clamp_min(0.0) / epsilon) ** 2)[movable].sum()
-                (grad,) = torch.autograd.grad(loss, [z])  # the model's parameters get no gradient
-            opt.zero_grad()
-            z.grad = grad
-            opt.step()
+        best_w, best_jsd = _adversary(model, piece, movable, epsilon, steps, lr, gen)
         with torch.no_grad():
             res = _outputs(model, piece, best_w[None])
         ok = movable.cpu().numpy()
         cols["jsd"][f : f + Tb] = np.where(ok, best_jsd.double().cpu().numpy(), math.nan)
-        cols["dlogp"][f : f + Tb] = np.where(ok, (base - res["logp"][0]).double().cpu().numpy(), math.nan)
+        cols["dlogp"][f : f + Tb] = np.where(ok, (piece.base - res["logp"][0]).double().cpu().numpy(), math.nan)
         cols["tvd"][f : f + Tb] = np.where(ok, res["tvd"][0].double().cpu().numpy(), math.nan)
     return _frame(sa, cols)
+
+
+def _check_row(sa: SentenceAnalysis, row) -> int:
+    if isinstance(row, bool) or not isinstance(row, (int, np.integer)) or not 0 <= row < len(sa.targets):
+        raise FaithfulnessError(f"row must be a predicted word of the text, 0 to {len(sa.targets) - 1}, not {row!r}")
+    return int(row)
+
+
+def adversarial_row(ckpt: Checkpoint, sa: SentenceAnalysis, row: int, epsilon: float = EPSILON,
+                    steps: int = ADVERSARY_STEPS, lr: float = ADVERSARY_LR, seed: int = 0) -> pd.DataFrame:
+    """:func:`adversarial` for one predicted word, with the weights it found: per slot the row could attend to,
+    ``slot`` (the text's, as :attr:`~vizlm.analysis.SentenceAnalysis.attention` numbers them), ``word``
+    (:attr:`~vizlm.analysis.SentenceAnalysis.slot_labels`), ``weight`` (the model's own) and
+    ``adversarial`` (the farthest weights met with ``|delta log P(target)| < epsilon``; the model's own for a
+    row with fewer than two slots). ``frame.attrs``: ``jsd`` (nats) between them, ``dlogp`` (log P(target) as
+    read minus with the adversarial weights), ``tvd`` of the next-word distributions, ``epsilon``. Only the
+    reading up to the row is computed (the Explorer's panel: one word, on request)."""
+    if not (isinstance(epsilon, (int, float)) and epsilon > 0 and math.isfinite(epsilon)):
+        raise FaithfulnessError(f"epsilon must be a positive number of nats, not {epsilon!r}")
+    _check(ckpt, sa)
+    row = _check_row(sa, row)
+    wanted = np.zeros(len(sa.targets), dtype=bool)
+    wanted[row] = True
+    (piece,) = _read(ckpt, sa, wanted)
+    local = row - piece.first
+    movable = torch.zeros(len(piece.inputs), dtype=torch.bool, device=piece.h.device)
+    movable[local] = int(piece.allowed[local].sum()) >= 2
+    weights, jsd = _adversary(ckpt.model, piece, movable, epsilon, steps, lr, torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        res = _outputs(ckpt.model, piece, weights[None])
+    slots = torch.nonzero(piece.allowed[local])[:, 0].cpu().numpy()  # the piece's; the text's are piece.first on
+    labels = sa.slot_labels
+    frame = pd.DataFrame({"slot": piece.first + slots, "word": [labels[piece.first + j] for j in slots],
+                          "weight": piece.attention[local, slots].double().cpu().numpy(),
+                          "adversarial": weights[local, slots].detach().double().cpu().numpy()})
+    frame.attrs.update(row=row, target=sa.targets[row], epsilon=float(epsilon), jsd=float(jsd[local]),
+                       dlogp=float(piece.base[local] - res["logp"][0, local]), tvd=float(res["tvd"][0, local]))
+    return frame
+
+
+def _adversary(model, piece: _Piece, movable: torch.Tensor, epsilon: float, steps: int, lr: float,
+               gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(weights (Tb, Tb), jsd (Tb,))``: the farthest weights from the piece's own met that keep every
+    ``movable`` row's ``|delta log P(target)| < epsilon`` (:func:`adversarial`); other rows keep their own."""
+    att, allowed = piece.attention.detach(), piece.allowed
+    Tb = len(piece.inputs)
+    log_att = att.clamp_min(torch.finfo(att.dtype).tiny).log()
+    noise = torch.randn(att.shape, generator=gen, dtype=att.dtype).to(att.device)
+    z = (log_att + noise).masked_fill(~allowed, 0.0).requires_grad_()
+    opt = torch.optim.Adam([z], lr=lr)
+    best_jsd = torch.zeros(Tb, dtype=att.dtype, device=att.device)
+    best_w = att.clone()
+    base = piece.base
+    ro = piece.out.readout
+    for _ in range(steps + 1):
+        with torch.enable_grad():
+            w = torch.where(movable[:, None], z.masked_fill(~allowed, -math.inf), 0.0).softmax(-1)  # (Tb, Tb)
+            w = torch.where(movable[:, None], w, att)  # a row with one slot or none keeps its own
+            feats = model.head(piece.h, weights=w[None]).readout.features[0]  # (Tb, F)
+            logp = F.linear(feats, ro.weight, ro.bias).log_softmax(-1).gather(1, piece.targets[:, None])[:, 0]
+            delta = (base - logp).abs()  # (Tb,)
+            div = _jsd_rows(att, w)  # (Tb,)
+            with torch.no_grad():  # the farthest weights met that satisfy the bound
+                better = movable & (delta < epsilon) & (div > best_jsd)
+                best_jsd = torch.where(better, div, best_jsd)
+                best_w = torch.where(better[:, None], w, best_w)
+            loss = (-div + ((delta - epsilon / 2).clamp_min(0.0) / epsilon) ** 2)[movable].sum()
+            (grad,) = torch.autograd.grad(loss, [z])  # the model's parameters get no gradient
+        opt.zero_grad()
+        z.grad = grad
+        opt.step()
+    return best_w, best_jsd
 
 
 def _jsd_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -499,7 +553,7 @@ def aopc_summary(frame: pd.DataFrame) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- (g) two paths
 @torch.no_grad()
-def two_paths(ckpt: Checkpoint, sa: SentenceAnalysis) -> pd.DataFrame:
+def two_paths(ckpt: Checkpoint, sa: SentenceAnalysis, rows: Sequence[int] | None = None) -> pd.DataFrame:
     """How much of a prediction's dependence on an earlier word travels through the attention read, and how much
     through the recurrent state.
 
@@ -519,10 +573,15 @@ def two_paths(ckpt: Checkpoint, sa: SentenceAnalysis) -> pd.DataFrame:
     Defined alike for every built-in attention family, which reads its memory as a carried one
     (:func:`vizlm.attribution.row_head`); the current word (``distance`` 1) has no slot, so its ``read`` is 0.
     Long frame ``row, target, position, distance`` (vizlm's: 1 = the word just read) and the four changes, over
-    the positions attribution covers (not a reading's ``<s>``)."""
+    the positions attribution covers (not a reading's ``<s>``). ``rows``: only those predicted words (each as in
+    the whole text's frame; the reading is computed up to the last of them)."""
     model = ckpt.model
+    wanted = None if rows is None else np.zeros(len(sa.targets), dtype=bool)
+    if rows is not None:
+        for r in rows:
+            wanted[_check_row(sa, r)] = True
     records = []
-    for piece in _read(ckpt, sa):
+    for piece in _read(ckpt, sa, wanted):
         Tb, f = len(piece.inputs), piece.first
         if Tb < 2:
             continue
@@ -531,6 +590,9 @@ def two_paths(ckpt: Checkpoint, sa: SentenceAnalysis) -> pd.DataFrame:
         occluded[torch.arange(Tb - 1), torch.arange(1, Tb)] = ckpt.vocab.unk_id
         h_all = torch.cat([piece.h, model.encode(occluded)])  # (P + 1, Tb, D): the reading as read, then copies
         pos, rows = np.nonzero(np.arange(Tb)[None, :] >= np.arange(1, Tb)[:, None])  # pairs: copy, row >= position
+        if wanted is not None:
+            keep = wanted[f + rows]
+            pos, rows = pos[keep], rows[keep]
         copy_, rows_t = torch.from_numpy(pos + 1).to(dev), torch.from_numpy(rows).to(dev)
         zero = torch.zeros_like(copy_)
         tgt = piece.targets[rows_t]
@@ -681,6 +743,53 @@ def _ratio(num: np.ndarray, den: np.ndarray, n_boot: int, seed: int) -> dict:
             "hi": float(np.quantile(boot, 0.975))}
 
 
+def _cache_parts(ckpt: Checkpoint, corpus: str, split: str, limit: int | None, permutations_n: int, epsilon: float,
+                 adversary_steps: int, methods: Sequence[str], n_steps: int, passage_tokens: int,
+                 other: Checkpoint | None, n_boot: int, seed: int) -> dict:
+    """The cache key of :func:`corpus_faithfulness` (every parameter), its arguments checked."""
+    if not ckpt.has_attention:
+        raise FaithfulnessError(f"{ckpt.label} has no attention: there is nothing to test")
+    for m in methods:
+        if m not in TEXT_METHODS:
+            raise FaithfulnessError(f"unknown word-level method {m!r}; valid: {', '.join(TEXT_METHODS)}")
+    n_steps = check_steps(n_steps)
+    data = load_corpus(corpus, split)
+    document = getattr(ckpt.model.config, "context", "sentence") == "document"
+    return {"kind": "faithfulness", "version": FAITHFULNESS_VERSION, "checkpoint": checkpoint_digest(ckpt),
+            "corpus": data.checksum, "split": split, "limit": limit, "permutations": permutations_n,
+            "epsilon": epsilon, "adversary_steps": adversary_steps, "adversary_lr": ADVERSARY_LR,
+            "methods": list(methods), "n_steps": n_steps, "ks": list(ERASE_K), "fractions": list(FRACTIONS),
+            "n_boot": n_boot, "seed": seed, "context": "document" if document else "sentence",
+            "passage_tokens": passage_tokens if document else None,
+            "other": None if other is None else checkpoint_digest(other)}
+
+
+def is_stored(ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None, permutations_n: int = PERMUTATIONS,
+              epsilon: float = EPSILON, adversary_steps: int = ADVERSARY_STEPS, methods: Sequence[str] = TEXT_METHODS,
+              n_steps: int = DEFAULT_STEPS, passage_tokens: int = PASSAGE_TOKENS, other: Checkpoint | None = None,
+              n_boot: int = N_BOOT, seed: int = 0) -> bool:
+    """Whether :func:`corpus_faithfulness` with these arguments is read from the disk cache rather than computed:
+    the cost is said only for what will be computed."""
+    return stored(_cache_parts(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods, n_steps,
+                               passage_tokens, other, n_boot, seed))
+
+
+# Every test over a split, the first time: seconds per token of the split, measured with the default parameters
+# (100 permutations, 200 adversary steps, the three word-level methods) on a busy 2-core machine: the output layer
+# over the vocabulary dominates (the bundled AMSRN and an 8-unit one with its 10,000 words cost alike, ~1.5 s).
+SECONDS_PER_TOKEN = 0.05
+SECONDS_PER_TOKEN_WORD = 1.5e-4  # per token and word of the vocabulary
+
+
+def estimate_seconds(ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None) -> float:
+    """The expected time of :func:`corpus_faithfulness` of ``ckpt`` over the first ``limit`` sentences of a split
+    with the default parameters, from their tokens and the vocabulary: an order of magnitude, said before it
+    starts."""
+    sentences = load_corpus(corpus, split).sentences
+    tokens = sum(len(x) + 1 for x in (sentences[:limit] if limit is not None else sentences))  # with </s>
+    return tokens * (SECONDS_PER_TOKEN + SECONDS_PER_TOKEN_WORD * len(ckpt.vocab))
+
+
 def corpus_faithfulness(
     ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None, permutations_n: int = PERMUTATIONS,
     epsilon: float = EPSILON, adversary_steps: int = ADVERSARY_STEPS, methods: Sequence[str] = TEXT_METHODS,
@@ -698,21 +807,9 @@ def corpus_faithfulness(
     ``|read|``, ``|state|``, ``|total|`` and the read's share of ``|read| + |state|``); ``masking``: how slots are
     dropped. Every interval a 95% bootstrap over units (sentences, or a document model's passages), ``n_boot``
     resamples from ``seed``."""
-    if not ckpt.has_attention:
-        raise FaithfulnessError(f"{ckpt.label} has no attention: there is nothing to test")
-    for m in methods:
-        if m not in TEXT_METHODS:
-            raise FaithfulnessError(f"unknown word-level method {m!r}; valid: {', '.join(TEXT_METHODS)}")
-    n_steps = check_steps(n_steps)
-    data = load_corpus(corpus, split)
-    document = getattr(ckpt.model.config, "context", "sentence") == "document"
-    parts = {"kind": "faithfulness", "version": FAITHFULNESS_VERSION, "checkpoint": checkpoint_digest(ckpt),
-             "corpus": data.checksum, "split": split, "limit": limit, "permutations": permutations_n,
-             "epsilon": epsilon, "adversary_steps": adversary_steps, "adversary_lr": ADVERSARY_LR,
-             "methods": list(methods), "n_steps": n_steps, "ks": list(ERASE_K), "fractions": list(FRACTIONS),
-             "n_boot": n_boot, "seed": seed, "context": "document" if document else "sentence",
-             "passage_tokens": passage_tokens if document else None,
-             "other": None if other is None else checkpoint_digest(other)}
+    parts = _cache_parts(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods, n_steps,
+                         passage_tokens, other, n_boot, seed)
+    methods, n_steps, document = parts["methods"], parts["n_steps"], parts["context"] == "document"
 
     def compute() -> dict:
         frames, units = collect(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods, n_steps,

@@ -368,6 +368,7 @@ PAGES = [  # nav title, heading, screenshot, extra query (small samples keep fir
     ("Compare perplexity", "Compare perplexity", "compare", "?n=200"),
     ("Attention by position", "Attention by position", "positions", "?n=200"),
     ("Cases", "Cases", "cases", "?n=200"),
+    ("Faithfulness", "Is attention an explanation?", "faithfulness", ""),  # says the cost; runs on request
 ]
 
 
@@ -394,6 +395,57 @@ def test_each_page_opens(page, nav, heading, name, extra):
         assert q.get("text") and q.get("compare")
         return
     shot(page, name)
+
+
+FAITH_CORPUS = "faithcorpus"
+
+
+def _faithfulness_folders(root: Path) -> dict[str, str]:
+    """A corpus prepared from a folder of text and two untrained attention checkpoints of its small vocabulary
+    (AMSRN reading sentences, KVP reading documents): the tests cost seconds over its first sentences."""
+    import torch
+
+    from vizlm.checkpoint import save_checkpoint
+    from vizlm.data import Vocab
+    from vizlm.ingest import prepare_corpus
+    from vizlm.models import build_model
+
+    words = ["the", "man", "saw", "a", "dog", "and", "woman", "heard", "cat", "old", "small", "it", "ran", "home"]
+    source = root / "source"
+    source.mkdir()
+    for split, (seed, docs) in {"train": (0, 4), "valid": (1, 2), "test": (2, 4)}.items():
+        rng = torch.Generator().manual_seed(seed)
+        text = "\n\n".join("\n".join(" ".join(words[int(i)] for i in torch.randint(len(words), (7,), generator=rng)) + " ."
+                                      for _ in range(5)) for _ in range(docs))
+        (source / f"{split}.txt").write_text(text + "\n", encoding="utf-8")
+    card = prepare_corpus(FAITH_CORPUS, source, corpora_dir=root / "corpora")
+    vocab = Vocab((root / "corpora" / FAITH_CORPUS / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1])
+    for name, family, kw in (("faith-amsrn", "amsrn", {}), ("faith-kvp-doc", "kvp", {"window": 3, "context": "document"})):
+        torch.manual_seed(0)
+        model = build_model(family, vocab_size=len(vocab), emb_dim=8, hidden_dim=8, **kw).eval()
+        save_checkpoint(root / "checkpoints" / name, model, family, vocab,
+                        corpus={"name": FAITH_CORPUS, "checksums": card["checksums"], "reading": card["reading"]})
+    return {"VIZLM_CORPORA": str(root / "corpora"), "VIZLM_CHECKPOINTS": str(root / "checkpoints"),
+            "VIZLM_CACHE": str(root / "cache")}
+
+
+def test_faithfulness_page_runs_the_tests(browser, tmp_path):
+    """The Faithfulness page on two small models of a corpus of yours: the cost said, the run switched on, every
+    test drawn per model (screenshot ``faithfulness-run``)."""
+    with serve(tmp_path / "server.log", _faithfulness_folders(tmp_path)) as (base, _):
+        context = browser.new_context(viewport={"width": 1440, "height": 1800})
+        pg = context.new_page()
+        pg.set_default_timeout(60_000)
+        try:
+            pg.goto(base + "/faithfulness")
+            wait_idle(pg)
+            assert pg.get_by_text("the first time on one core").first.is_visible()
+            pg.get_by_text("Run the tests").first.click()
+            wait_idle(pg)
+            assert pg.locator("[data-testid='stVegaLiteChart']").count() == 2 * 5
+            shot(pg, "faithfulness-run")
+        finally:
+            context.close()
 
 
 def test_deep_link_is_the_first_request_of_a_fresh_server(browser, tmp_path):

@@ -15,7 +15,7 @@ from vizlm.analysis import DISTANCE_NOTE, LN2
 from vizlm.api import ATTENTION_OFF, MAX_TOKENS, READINGS, Analysis
 from vizlm.api import compare as compare_models
 from vizlm.app import checkpoints as ck
-from vizlm.app import jobs, results
+from vizlm.app import faithfulness, jobs, results
 from vizlm.app import widgets as ui
 from vizlm.attribution import TEXT_METHODS
 from vizlm.checkpoint import meta_corpus
@@ -254,6 +254,8 @@ def model_panel(name: str, sa: Analysis, doc: dict, r: int, threshold: float | N
                        "probability": st.column_config.TextColumn("probability", width="small")},
         hide_index=True, width="stretch", height=213,
     )
+    if sa.attention is not None:
+        faithfulness.word_panel(name, text, r)  # on request: one word's adversary and two paths
 
 
 def _attribution_panel(name: str, sa: Analysis, r: int, threshold: float | None, top_k: int | None, text: str,

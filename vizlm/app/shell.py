@@ -46,6 +46,7 @@ PAGES = (
     PageSpec("pages/explorer.py", "Explorer", ":material/search:", "explorer", default=True),
     PageSpec("pages/compare.py", "Compare perplexity", ":material/scatter_plot:", "compare"),
     PageSpec("pages/positions.py", "Attention by position", ":material/timeline:", "positions"),
+    PageSpec("pages/faithfulness.py", "Faithfulness", ":material/fact_check:", "faithfulness"),
     PageSpec("pages/cases.py", "Cases", ":material/label:", "cases"),
     PageSpec("pages/models.py", "Models", ":material/model_training:", "models"),
 )

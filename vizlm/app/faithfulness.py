@@ -1,0 +1,227 @@
+"""Is attention an explanation? The Faithfulness page's glue and the Explorer's panel of one word.
+
+Over a split: :meth:`vizlm.api.Model.corpus_faithfulness` of each chosen model, in the background for every
+session (:mod:`vizlm.app.jobs`, a Cancel button, then the disk cache), its cost said first
+(:meth:`vizlm.api.Model.faithfulness_seconds`), and each test drawn with its 95% interval
+(:mod:`vizlm.faithfulness_plots`). For one predicted word of the Explorer, on request only: the adversarial
+weights beside the model's own (:func:`vizlm.faithfulness.adversarial_row`) and the two paths
+(:func:`vizlm.faithfulness.two_paths` of that row), cached per (model, text, word).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import streamlit as st
+
+from vizlm.api import Model
+from vizlm.app import checkpoints as ck
+from vizlm.app import jobs, results
+from vizlm.app.widgets import chart_downloads, download_row, md_escape, show_chart, show_error
+from vizlm.export import MIME, export_frame, safe_filename
+from vizlm.faithfulness import EPSILON, MASKING, FaithfulnessError, adversarial_row, two_paths
+from vizlm.faithfulness_plots import (
+    adversarial_row_chart,
+    agreement_chart,
+    agreement_frame,
+    aopc_chart,
+    aopc_frame,
+    erasure_chart,
+    erasure_frame,
+    paths_chart,
+    paths_frame,
+    permutation_chart,
+    permutation_frame,
+    row_paths_chart,
+    uniform_frame,
+)
+
+SAMPLES = (5, 10, 25, 50, 100, 200)  # sentences of the split: every test costs about a second per word
+DEFAULT_SAMPLE = 10
+DEFAULT_MODELS = 2  # models chosen at first: each costs minutes
+
+
+def _when(seconds: float) -> str:
+    return f"about {seconds / 60:.0f} minutes" if seconds >= 90 else f"about {max(1, round(seconds))} seconds"
+
+
+def estimate(models: list[str], corpus: str, split: str, limit: int) -> str | None:
+    """What running the tests over the first ``limit`` sentences costs, for the models not in the disk cache,
+    written for people; None when every one is cached."""
+    costs = {m: Model(ck.get_checkpoint(m)).faithfulness_seconds(corpus, split, limit) for m in models}
+    todo = {m: s for m, s in costs.items() if s is not None}
+    if not todo:
+        return None
+    kept = len(models) - len(todo)
+    return (f"Testing {len(todo)} model{'s' if len(todo) != 1 else ''} over {limit:,} sentences takes "
+            f"{_when(sum(todo.values()))} the first time on one core (then it comes from the disk cache)"
+            + (f"; {kept} more {'is' if kept == 1 else 'are'} read from the cache" if kept else "") + ".")
+
+
+def corpus_result(model: str, corpus: str, split: str, limit: int) -> dict:
+    """:meth:`vizlm.api.Model.corpus_faithfulness` of one model, in the background for every session, with a
+    progress bar and a Cancel button; :class:`~vizlm.app.checkpoints.UserError` when cancelled."""
+    version = results.corpus_version(corpus, split)  # a corpus prepared again is read again
+    try:
+        return jobs.result(("faithfulness", ck.model_key(model), corpus, split, version, limit),
+                           Model(ck.get_checkpoint(model)).corpus_faithfulness, corpus, split, limit=limit,
+                           text=f"Testing {model}'s attention over {limit:,} sentences of {corpus}/{split}",
+                           cancellable=True)
+    except jobs.Cancelled:
+        raise ck.UserError(f"The tests of {model} were cancelled: switch the run off and on to start again.") from None
+
+
+def _interval(d: dict | None, fmt: str = ".3f") -> str:
+    d = d or {}
+    lo, hi = d.get("lo"), d.get("hi")
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return "no interval"
+    return f"95% {lo:{fmt}} to {hi:{fmt}}"
+
+
+def _chart(chart, frame: pd.DataFrame, stem: str, key: str, width: str = "content") -> None:
+    show_chart(chart, width)
+    chart_downloads(chart, stem, key, frame)
+
+
+def render_result(res: dict, key: str) -> None:
+    """Every test of one model's :meth:`~vizlm.api.Model.corpus_faithfulness` result, each chart with its 95%
+    interval, its downloads and a caption saying what the test asks and how to read it."""
+    stem = safe_filename(f"faithfulness-{res['model']}-{res['corpus']}-{res['split']}")
+    st.caption(f"{res['units']:,} {res['resampled']} of {md_escape(res['corpus'])}/{md_escape(res['split'])}, read in "
+               f"{res['context']} context; every interval is a 95% bootstrap over the {res['resampled']}. Changes are "
+               f"in nats (log P(word) as read minus as changed). Masking: {md_escape(MASKING)}.")
+
+    left, right = st.columns(2, gap="large")
+    with left:
+        frame = erasure_frame(res)
+        if not frame.empty:
+            _chart(erasure_chart(frame), frame, f"{stem}-erasure", f"{key}_erasure", "stretch")
+            st.caption("**Erasure** (Serrano & Smith 2019): drop the k most important memory slots by each ranking. "
+                       "If attention explains the prediction, dropping its top slots should hurt it more than dropping "
+                       "random ones, and about as much as dropping the gradient's.")
+    with right:
+        frame = aopc_frame(res)
+        if not frame.empty:
+            _chart(aopc_chart(frame), frame, f"{stem}-aopc", f"{key}_aopc")
+            st.caption("**Comprehensiveness / sufficiency** (ERASER, DeYoung et al. 2020): drop a ranking's top 1–50% of "
+                       "a word's slots (comprehensiveness: higher means it found what mattered) or keep only them "
+                       "(sufficiency: lower means they suffice). Compare attention with random.")
+
+    left, right = st.columns(2, gap="large")
+    with left:
+        frame = permutation_frame(res)
+        if not frame.empty and (frame["rows"] > 0).any():
+            _chart(permutation_chart(frame), frame, f"{stem}-permutations", f"{key}_perm", "stretch")
+            st.caption("**Shuffled attention** (Jain & Wallace 2019): each word's weights shuffled over its word slots "
+                       f"{res.get('permutations_per_row', 100)} times, by the word's largest weight. Small changes "
+                       "where the weight is peaked mean the model does not need its attention's choice.")
+    with right:
+        frame = agreement_frame(res)
+        if not frame.empty:
+            _chart(agreement_chart(frame), frame, f"{stem}-agreement", f"{key}_agreement", "stretch")
+            st.caption("**Agreement** (Jain & Wallace 2019): Kendall τ-b between attention and each explanation "
+                       "(slot effects: the same memory slots; word-level attribution), and, in grey, between the "
+                       "explanations themselves: the ceiling. Attention below the ceiling ranks the words unlike them.")
+
+    left, right = st.columns(2, gap="large")
+    with left:
+        frame = paths_frame(res)
+        if not frame.empty and frame["read_share"].notna().any():
+            _chart(paths_chart(frame), frame, f"{stem}-paths", f"{key}_paths", "stretch")
+            st.caption("**The two paths**: a word occluded changes the prediction through the attention read and "
+                       "through the recurrent state. The share through the read, by distance: where it is small, "
+                       "the attention is not how the word reaches the prediction, whatever its weight.")
+    with right:
+        _uniform_and_adversary(res, stem, key)
+
+
+def _uniform_and_adversary(res: dict, stem: str, key: str) -> None:
+    frame = uniform_frame(res)
+    if not frame.empty:
+        st.markdown("**Uniform attention** (Wiegreffe & Pinter 2019)")
+        own = frame.iloc[0]
+        with st.container(horizontal=True, wrap=True, gap="medium"):
+            for _, row in frame.iterrows():
+                delta = None if row["attention"] == "own" else (
+                    f"{row['change']:+.3f} nats/word ({_interval({'lo': row['change_lo'], 'hi': row['change_hi']}, '+.3f')})")
+                st.metric(f"perplexity, {row['attention']} attention", f"{row['perplexity']:.1f}", delta=delta,
+                          delta_color="inverse", delta_arrow="off" if delta is None else "auto", width="content",
+                          help=f"exp of the mean NLL per word ({row['nll']:.3f} nats, "
+                               f"{_interval({'lo': row['nll_lo'], 'hi': row['nll_hi']})}); the change is the NLL "
+                               "minus the model's own")
+        st.caption(f"Every word's weights replaced by uniform ones over its slots: if the perplexity barely moves from "
+                   f"{own['perplexity']:.1f}, the model does not need what its attention chooses.")
+        chart_downloads_frame(frame, f"{stem}-uniform", f"{key}_uniform")
+    adv = res.get("adversarial")
+    if adv:
+        st.markdown("**Adversarial attention** (Jain & Wallace 2019)")
+        with st.container(horizontal=True, wrap=True, gap="medium"):
+            st.metric("mean JSD found", f"{adv['mean_jsd']['value']:.3f} nats", width="content",
+                      delta=_interval(adv["mean_jsd"]), delta_color="off", delta_arrow="off",
+                      help=f"the Jensen-Shannon divergence (at most ln 2 = 0.693) of the farthest weights found from "
+                           f"the model's own with |Δ log P(word)| < {res.get('epsilon', EPSILON)} nats, over "
+                           f"{adv['rows']:,} words with two slots or more")
+            share = adv["share_over_half_ln2"]
+            st.metric("words moved > ½ ln 2", f"{share['value']:.0%}", width="content",
+                      delta=_interval(share, ".0%"), delta_color="off", delta_arrow="off",
+                      help="share of the words whose attention could be moved more than half the largest divergence "
+                           "while the prediction stays put")
+        st.caption("Weights as far as possible from the model's own that leave the prediction where it is: a large "
+                   "divergence means other attention explains the prediction as well. The Explorer shows them for "
+                   "one word.")
+
+
+def chart_downloads_frame(frame: pd.DataFrame, stem: str, key: str) -> None:
+    """CSV / JSON of a table without a chart (the uniform baseline's metrics)."""
+    download_row([(fmt.upper(), (lambda f=fmt: export_frame(frame, f)), f"{stem}.{fmt}", MIME[fmt])
+                  for fmt in ("csv", "json")], key)
+
+
+# --------------------------------------------------------------------------- one word (the Explorer)
+@st.cache_data(show_spinner=False, max_entries=256)
+def _adversarial_row(name: str, key: str, text: str, row: int) -> pd.DataFrame:
+    return adversarial_row(ck.get_checkpoint(name), results.analyze_text(name, text), row)
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _row_paths(name: str, key: str, text: str, row: int) -> pd.DataFrame:
+    return two_paths(ck.get_checkpoint(name), results.analyze_text(name, text), rows=[row])
+
+
+def word_panel(name: str, text: str, row: int) -> None:
+    """On request (a toggle, off at first): for the selected word of an attention model, the adversarial weights
+    beside its own and the two paths by distance, computed for that word alone."""
+    if not st.toggle("Is this attention an explanation?", key=f"faith_word_{name}",
+                     help="For the selected word, computed on request: the attention weights farthest from the model's "
+                          "own that leave P(word) within 0.01 nats (Jain & Wallace's adversary), and how much each "
+                          "earlier word reaches the prediction through the attention read and through the recurrent "
+                          "state. The Faithfulness page runs these tests over a corpus."):
+        return
+    try:
+        with st.spinner(f"Testing {name}'s attention for this word…", show_time=True):
+            adv = _adversarial_row(name, ck.model_key(name), text, row)
+            paths = _row_paths(name, ck.model_key(name), text, row)
+    except (FaithfulnessError, ck.UserError) as exc:
+        show_error(exc)
+        return
+    a = adv.attrs
+    stem = safe_filename(f"{name}-word{row}-{text[:20]}")
+    if len(adv) >= 2:
+        chart = adversarial_row_chart(adv)
+        show_chart(chart)
+        chart_downloads(chart, f"{stem}-adversarial", f"faith_adv_{name}", adv)
+        st.caption(f"Own (blue) and adversarial (red) weights: Jensen-Shannon divergence {a['jsd']:.3f} nats (at most "
+                   f"0.693), log P(word) changed by {a['dlogp']:+.4f} nats (bound ±{a['epsilon']}). A large divergence "
+                   "with the prediction kept: other attention would explain it as well.")
+    else:
+        st.caption("This word has fewer than two memory slots: there is no other attention to find.")
+    if not paths.empty:
+        chart = row_paths_chart(paths)
+        show_chart(chart)
+        chart_downloads(chart, f"{stem}-paths", f"faith_paths_{name}", paths)
+        read, state = paths["read"].abs().sum(), paths["state"].abs().sum()
+        share = f"{read / (read + state):.0%}" if read + state > 0 else "none"
+        st.caption(f"Each earlier word replaced by <unk>: the change of log P(word) through the attention read "
+                   f"(blue) and through the recurrent state (orange); the read's share of both: {share}.")
