@@ -1578,6 +1578,7 @@ def test_faithfulness_page_says_the_cost_then_runs_the_tests_on_request(mine):
     nothing until asked; then each test is drawn with its interval and downloads, the numbers those of
     Model.corpus_faithfulness (the page's computation is the API's cache entry); cached, it shows at once."""
     import vizlm
+    from vizlm.faithfulness_plots import agreement_frame
 
     cache = Path(os.environ["VIZLM_CACHE"])  # the fixture's, empty
     at = page("faithfulness.py")
@@ -1598,7 +1599,9 @@ def test_faithfulness_page_says_the_cost_then_runs_the_tests_on_request(mine):
     assert not at.error, [e.value for e in at.error]
     titles = {json.loads(c.proto.spec)["title"]["text"] for c in charts(at)}
     assert titles == {"Erasure curves", "Comprehensiveness and sufficiency (AOPC)", "Shuffled attention",
-                      "Agreement of the rankings", "The two paths by distance"}
+                      "The two paths by distance"}
+    (table,) = [d.value for d in at.dataframe if "pair" in d.value.columns]  # agreement: a table, its chart a download
+    assert list(table["pair"]) == list(agreement_frame(lm.corpus_faithfulness(PREPARED, "test", limit=5))["pair"])
     expected = lm.corpus_faithfulness(PREPARED, "test", limit=5)  # read from the page's cache entry
     assert lm.faithfulness_seconds(PREPARED, "test", limit=5) is None
     metrics = {m.label: m for m in at.metric}
@@ -1611,7 +1614,7 @@ def test_faithfulness_page_says_the_cost_then_runs_the_tests_on_request(mine):
     assert len([b for b in at.get("download_button") if "dl_faith_" in b.proto.id]) == 5 * 5 + 2  # + the uniform table
     at = page("faithfulness.py", faith_sample=5)  # cached: no cost said, shown without asking
     no_exception(at)
-    assert not [c for c in at.caption if "Testing" in c.value] and len(charts(at)) == 5
+    assert not [c for c in at.caption if "Testing" in c.value] and len(charts(at)) == 4
 
 
 def test_the_explorer_tests_one_word_s_attention_on_request(monkeypatch):

@@ -113,14 +113,25 @@ def render_result(res: dict, key: str) -> None:
     with left:
         frame = permutation_frame(res)
         if not frame.empty and (frame["rows"] > 0).any():
-            _chart(permutation_chart(frame), frame, f"{stem}-permutations", f"{key}_perm", "stretch")
+            _chart(permutation_chart(frame), frame, f"{stem}-permutations", f"{key}_perm")
             st.caption("**Shuffled attention** (Jain & Wallace 2019): each word's weights shuffled over its word slots "
                        f"{res.get('permutations_per_row', 100)} times, by the word's largest weight. Small changes "
                        "where the weight is peaked mean the model does not need its attention's choice.")
     with right:
         frame = agreement_frame(res)
         if not frame.empty:
-            _chart(agreement_chart(frame), frame, f"{stem}-agreement", f"{key}_agreement", "stretch")
+            # ten long pair names read better as a table than as a chart's axis; the chart is in the downloads
+            st.markdown("**Agreement of the rankings**: mean Kendall τ-b per word over the words both cover")
+            shown = frame.assign(kind=frame["ceiling"].map({False: "attention", True: "ceiling"}))
+            st.dataframe(shown[["pair", "kind", "value", "lo", "hi"]], hide_index=True, width="stretch",
+                         column_config={"pair": st.column_config.TextColumn("rankings compared", width="large"),
+                                        "kind": st.column_config.TextColumn(
+                                            "", help="attention: attention against a method; ceiling: two methods "
+                                                     "against each other"),
+                                        "value": st.column_config.NumberColumn("τ-b", format="%+.3f"),
+                                        "lo": st.column_config.NumberColumn("95% low", format="%+.3f"),
+                                        "hi": st.column_config.NumberColumn("95% high", format="%+.3f")})
+            chart_downloads(agreement_chart(frame), f"{stem}-agreement", f"{key}_agreement", frame)
             st.caption("**Agreement** (Jain & Wallace 2019): Kendall τ-b between attention and each explanation "
                        "(slot effects: the same memory slots; word-level attribution), and, in grey, between the "
                        "explanations themselves: the ceiling. Attention below the ceiling ranks the words unlike them.")
