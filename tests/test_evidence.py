@@ -295,13 +295,16 @@ def test_faithfulness_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pa
     documents; existing evidence is kept unless --force."""
     import torch
 
-    from vizlm import faithfulness
+    from vizlm import attribution, faithfulness
     from vizlm.checkpoint import save_checkpoint
     from vizlm.data import Vocab
     from vizlm.models import build_model
 
     for key, sub in (("VIZLM_CACHE", "cache"), ("VIZLM_EVIDENCE", "evidence"), ("VIZLM_CHECKPOINTS", "checkpoints")):
         monkeypatch.setenv(key, str(tmp_path / sub))
+    # integrated gradients doubles its steps until it converges, which a tiny untrained model's never does: the
+    # doubling stops at the 2 steps asked for (both computations alike), so the test takes seconds, not a minute
+    monkeypatch.setattr(attribution, "MAX_STEPS", 2)
     vocab = Vocab.for_corpus("brown")
     torch.manual_seed(0)
     model = build_model("kvp", vocab_size=len(vocab), emb_dim=8, hidden_dim=8, window=3).eval()
