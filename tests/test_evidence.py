@@ -155,7 +155,8 @@ def test_every_finished_run_in_the_repository_has_whole_evidence(monkeypatch):
     monkeypatch.setenv("VIZLM_EVIDENCE", str(root))
     runs = reproduce.load_manifest(ROOT / reproduce.MANIFEST)
     folders = [p for p in root.iterdir()
-               if p.is_dir() and not p.name.startswith(".") and p.name not in (evidence.ATTRIBUTION, evidence.CASES)]
+               if p.is_dir() and not p.name.startswith(".")
+               and p.name not in (evidence.ATTRIBUTION, evidence.CASES, evidence.FAITHFULNESS)]
     assert {p.name for p in folders} <= set(runs), "evidence of a run the manifest does not name"
     plan = reproduce.load_attribution(ROOT / reproduce.MANIFEST)
     assert set(evidence.attribution_names()) <= set(plan.checkpoints), "attribution evidence the manifest does not name"
@@ -166,6 +167,18 @@ def test_every_finished_run_in_the_repository_has_whole_evidence(monkeypatch):
             plan.corpus, plan.split, plan.method, plan.limit), name
         assert ev.config["checkpoint_sha256"] == checkpoint_digest(load_checkpoint(ROOT / "checkpoints" / name)), name
         assert all(len(s) == ev.config["units"] == len(c) for s, c in ev.sums.values()), name
+    faith = reproduce.load_faithfulness_plan(ROOT / reproduce.MANIFEST)
+    assert set(evidence.faithfulness_names()) <= set(faith.checkpoints), "faithfulness evidence the manifest does not name"
+    for name in evidence.faithfulness_names():  # whole, with its command and commit, of the bundled weights
+        ev = evidence.read_faithfulness(name)
+        c = ev.config
+        assert c["commit"] and "+dirty" not in c["commit"] and c["written_by"], name
+        assert [c[k] for k in ("corpus", "split", "per_document", "limit", "permutations", "n_steps", "adversary_steps")] == [
+            getattr(faith, k) for k in ("corpus", "split", "per_document", "limit", "permutations", "n_steps",
+                                        "adversary_steps")], name
+        assert c["checkpoint_sha256"] == checkpoint_digest(load_checkpoint(ROOT / "checkpoints" / name)), name
+        per_unit = [a for k, a in ev.arrays.items() if k.endswith((".sum", ".count")) or k == "unit.document"]
+        assert per_unit and all(len(a) == c["units"] for a in per_unit), name
     cases = reproduce.load_cases_plan(ROOT / reproduce.MANIFEST)
     for name in cases.checkpoints:  # the case evidence of the bundled weights, with its command and commit
         doc = evidence.read_cases(name)

@@ -595,13 +595,14 @@ def _sign(d: dict | None) -> int:
     return 1 if d["lo"] > 0 else -1 if d["hi"] < 0 else 0
 
 
-def _range(items: list[tuple[str, float]], spec: str, scale: float = 1.0) -> str:
-    """"a (model) to b (model)" of finite values; "—" when none."""
+def _range(items: list[tuple[str, float]], spec: str, scale: float = 1.0, unit: str = "") -> str:
+    """"a (model) to b (model)" of finite values (one: "a (model)"); "—" when none."""
     items = [(n, v) for n, v in items if v is not None and math.isfinite(v)]
     if not items:
         return "—"
     lo, hi = min(items, key=lambda x: x[1]), max(items, key=lambda x: x[1])
-    return f"{lo[1] * scale:{spec}} ({lo[0]}) to {hi[1] * scale:{spec}} ({hi[0]})"
+    one = f"{lo[1] * scale:{spec}}{unit} ({lo[0]})"
+    return one if lo[0] == hi[0] else f"{one} to {hi[1] * scale:{spec}}{unit} ({hi[0]})"
 
 
 def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
@@ -701,8 +702,8 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
             top_tvd.append((n, filled[-1]["median_tvd"]["value"]))
         low_share.append((n, counts[0] / max(1, sum(counts))))
     lines += ["", (f"Reading: the share of predictions whose largest word-slot weight is below "
-                   f"{bins[0]['hi'] if bins else '—'} ranges {_range(low_share, '.0f', 100)} %. A shuffle moves the "
-                   f"prediction more where the attention is peaked: the median TVD of the highest bin with predictions "
+                   f"{bins[0]['hi'] if bins else '—'} ranges {_range(low_share, '.0f', 100, '%')}. Does a shuffle move the "
+                   f"prediction more where the attention is peaked? The median TVD of the highest bin with predictions "
                    f"lies above the lowest bin's in {rises} of {n_models} models; in the highest bin it ranges "
                    f"{_range(top_tvd, '.3f')}.")]
 
@@ -723,7 +724,7 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
                      f"{_interval(a['mean_abs_dlogp'], spec='.4f')} |")
         far.append((n, a["share_over_half_ln2"]["value"]))
     lines += ["", (f"Reading: attention at least half the largest possible divergence from the model's own, with the "
-                   f"word's probability all but unchanged, was found for {_range(far, '.0f', 100)} % of the predictions.")]
+                   f"word's probability all but unchanged, was found for {_range(far, '.0f', 100, '%')} of the predictions.")]
 
     # (d) uniform
     lines += ["", ("**Uniform attention** (Wiegreffe & Pinter, Sec. 3): every prediction's weights replaced by uniform "
@@ -731,20 +732,24 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
                    "mean change in NLL per word."), "",
               "| model | perplexity as read | with uniform attention | Δ NLL, uniform − own (nats/word) | frozen from another seed |",
               "|---|---:|---:|---:|---|"]
-    worse, same_ = [], []
+    worse, better, same_ = [], [], []
     for n, st in stats.items():
         u = st.get("uniform")
         if not u:
             continue
         d = u["uniform_minus_own"]
-        lines.append(f"| {n} | {_interval(u['nll'] and _exp(u['nll']), spec='.1f')} | "
-                     f"{_interval(_exp(u['uniform_nll']), spec='.1f')} | {_interval(d, spec='+.4f')} | "
-                     f"{'—' if 'frozen_nll' not in u else _interval(_exp(u['frozen_nll']), spec='.1f')} no second seed bundled |")
-        (worse if _sign(d) > 0 else same_).append((n, math.expm1(d["value"])))
-    lines += ["", (f"Reading: uniform attention raises perplexity beyond the interval in {len(worse)} of {n_models} "
-                   f"models (by {_range(worse, '.1f', 100)} %)"
-                   + (f"; in {', '.join(n for n, _ in same_)} the interval of the change includes 0 or lies below it."
-                      if same_ else "."))]
+        frozen = ("not run: no second seed bundled" if "frozen_nll" not in u
+                  else _interval(_exp(u["frozen_nll"]), spec=".1f"))
+        lines.append(f"| {n} | {_interval(_exp(u['nll']), spec='.1f')} | {_interval(_exp(u['uniform_nll']), spec='.1f')} | "
+                     f"{_interval(d, spec='+.4f')} | {frozen} |")
+        {1: worse, -1: better, 0: same_}[_sign(d)].append((n, math.expm1(d["value"])))
+    said = [f"raises perplexity in {len(worse)} of {n_models} models"
+            + (f" (by {_range(worse, '.1f', 100, '%')})" if worse else "")]
+    if better:
+        said.append(f"lowers it in {len(better)} (by {_range([(n, -v) for n, v in better], '.1f', 100, '%')})")
+    if same_:
+        said.append(f"in {', '.join(n for n, _ in same_)} the interval of the change includes 0")
+    lines += ["", f"Reading: uniform attention {'; '.join(said)} (the intervals of the change in NLL per word)."]
 
     # (e) erasure
     rank3 = [r for r in ("attention", "gradient", "random") if any(r in st.get("erasure", {}) for st in stats.values())]
@@ -776,9 +781,11 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
     lines += ["", (f"**Comprehensiveness and sufficiency** (DeYoung et al. 2020, ERASER): the top {fr} % of a "
                    "prediction's word slots by each ranking dropped (comprehensiveness: large where the ranking found "
                    "what mattered) or alone kept (sufficiency: small where they suffice); the AOPC is the mean over "
-                   "the fractions, in nats, then over predictions. Masking as above."), "",
-              "| model | measure | " + " | ".join(LABELS.get(r, short.get(r, r)) if r in LABELS else short.get(r, r)
-                                               for r in ranks) + " |", "|---|---|" + "---:|" * len(ranks)]
+                   "the fractions, in nats, then over predictions. Rankings: the attention weight, the gradient of "
+                   f"log P(word) with respect to the weight, each attribution method ({', '.join(LABELS[m] for m in c0.get('methods', ()))}) "
+                   "and random. Masking as above."), "",
+              "| model | measure | " + " | ".join(short.get(r, r) for r in ranks) + " |",
+              "|---|---|" + "---:|" * len(ranks)]
     comp_random, best = 0, []
     for n, st in stats.items():
         o = st.get("aopc")
@@ -815,7 +822,7 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
             if g == groups[-1][0] and r is not None:
                 far_share.append((n, r["value"]))
         lines.append(f"| {n} | " + " | ".join(cells) + " |")
-    lines += ["", f"Reading: beyond {md} words back, the read carries {_range(far_share, '.0f', 100)} % of the dependence."]
+    lines += ["", f"Reading: beyond {md} words back, the read carries {_range(far_share, '.0f', 100, '%')} of the dependence."]
     if plan.note:
         lines += ["", plan.note]
     return lines + [""]
