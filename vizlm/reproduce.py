@@ -633,7 +633,11 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
               f"over the split's documents (the Brown splits sample documents; {c0.get('n_boot', '—')} resamples). "
               f"Log-probability changes are in nats, log P(word) as read minus as changed. Masking (erasure, AOPC): "
               f"{c0.get('masking', '—')}. Frozen attention from another seed (Wiegreffe & Pinter) needs a second "
-              f"seed's checkpoint of the same model: none is bundled, so it is not run."), ""]
+              f"seed's checkpoint of the same model: none is bundled, so it is not run."
+              + (" A document's first sentence is read by a document model with nothing before it, as it reads it "
+                 "in running text: these tests see its attention within the sentence, none across sentences "
+                 "(`per_document` above 1 in `experiments.toml`'s `[faithfulness]` adds the sentences after it)."
+                 if plan.per_document == 1 else "")), ""]
     if missing:
         lines += [f"Not run yet: {', '.join(missing)} (`vizlm reproduce --faithfulness {' '.join(missing)}`).", ""]
     if not have:
@@ -749,7 +753,7 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
         said.append(f"lowers it in {len(better)} (by {_range([(n, -v) for n, v in better], '.1f', 100, '%')})")
     if same_:
         said.append(f"in {', '.join(n for n, _ in same_)} the interval of the change includes 0")
-    lines += ["", f"Reading: uniform attention {'; '.join(said)} (the intervals of the change in NLL per word)."]
+    lines += ["", f"Reading (the intervals of the change in NLL per word): uniform attention {'; '.join(said)}."]
 
     # (e) erasure
     rank3 = [r for r in ("attention", "gradient", "random") if any(r in st.get("erasure", {}) for st in stats.values())]
