@@ -4,6 +4,7 @@ report reads; docs/RESULTS.md is what the repository's evidence gives."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import time
 
@@ -141,7 +142,8 @@ def test_results_md_is_what_the_evidence_in_the_repository_gives(monkeypatch, tm
     monkeypatch.setattr(evidence, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
     start = time.perf_counter()
     text = reproduce.report(runs, claims, reproduce.load_attribution(ROOT / reproduce.MANIFEST),
-                            cases=reproduce.load_cases_plan(ROOT / reproduce.MANIFEST))
+                            cases=reproduce.load_cases_plan(ROOT / reproduce.MANIFEST),
+                            faithfulness=reproduce.load_faithfulness_plan(ROOT / reproduce.MANIFEST))
     assert time.perf_counter() - start < 60
     stored = (ROOT / "docs" / "RESULTS.md").read_text(encoding="utf-8")
     begin, end = stored.index(reproduce.REPORT_BEGIN), stored.index(reproduce.REPORT_END) + len(reproduce.REPORT_END)
@@ -153,7 +155,8 @@ def test_every_finished_run_in_the_repository_has_whole_evidence(monkeypatch):
     monkeypatch.setenv("VIZLM_EVIDENCE", str(root))
     runs = reproduce.load_manifest(ROOT / reproduce.MANIFEST)
     folders = [p for p in root.iterdir()
-               if p.is_dir() and not p.name.startswith(".") and p.name not in (evidence.ATTRIBUTION, evidence.CASES)]
+               if p.is_dir() and not p.name.startswith(".")
+               and p.name not in (evidence.ATTRIBUTION, evidence.CASES, evidence.FAITHFULNESS)]
     assert {p.name for p in folders} <= set(runs), "evidence of a run the manifest does not name"
     plan = reproduce.load_attribution(ROOT / reproduce.MANIFEST)
     assert set(evidence.attribution_names()) <= set(plan.checkpoints), "attribution evidence the manifest does not name"
@@ -164,6 +167,18 @@ def test_every_finished_run_in_the_repository_has_whole_evidence(monkeypatch):
             plan.corpus, plan.split, plan.method, plan.limit), name
         assert ev.config["checkpoint_sha256"] == checkpoint_digest(load_checkpoint(ROOT / "checkpoints" / name)), name
         assert all(len(s) == ev.config["units"] == len(c) for s, c in ev.sums.values()), name
+    faith = reproduce.load_faithfulness_plan(ROOT / reproduce.MANIFEST)
+    assert set(evidence.faithfulness_names()) <= set(faith.checkpoints), "faithfulness evidence the manifest does not name"
+    for name in evidence.faithfulness_names():  # whole, with its command and commit, of the bundled weights
+        ev = evidence.read_faithfulness(name)
+        c = ev.config
+        assert c["commit"] and "+dirty" not in c["commit"] and c["written_by"], name
+        assert [c[k] for k in ("corpus", "split", "per_document", "limit", "permutations", "n_steps", "adversary_steps")] == [
+            getattr(faith, k) for k in ("corpus", "split", "per_document", "limit", "permutations", "n_steps",
+                                        "adversary_steps")], name
+        assert c["checkpoint_sha256"] == checkpoint_digest(load_checkpoint(ROOT / "checkpoints" / name)), name
+        per_unit = [a for k, a in ev.arrays.items() if k.endswith((".sum", ".count")) or k == "unit.document"]
+        assert per_unit and all(len(a) == c["units"] for a in per_unit), name
     cases = reproduce.load_cases_plan(ROOT / reproduce.MANIFEST)
     for name in cases.checkpoints:  # the case evidence of the bundled weights, with its command and commit
         doc = evidence.read_cases(name)
@@ -269,3 +284,82 @@ def test_reproduce_cases_without_a_cases_table_says_so(trained, capsys):
     manifest, _ = trained
     assert cli.main(["reproduce", "--manifest", str(manifest), "--cases"]) == 2
     assert "the manifest has no [cases] table" in capsys.readouterr().err
+
+
+def _same(got, want, where=""):
+    """``got`` (from the evidence) holds ``want``'s numbers (the library's) wherever it has a key."""
+    if isinstance(got, dict):
+        for k, v in got.items():
+            _same(v, want[k], f"{where}.{k}")
+    elif isinstance(got, list):
+        assert len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            _same(g, w, f"{where}[{i}]")
+    elif isinstance(got, float):
+        # float64 per-unit sums of the same values, the same bootstrap draws: equal up to rounding
+        assert got == pytest.approx(want, rel=1e-12, abs=1e-15, nan_ok=True), where
+    else:
+        assert got == want, where
+
+
+def test_faithfulness_evidence_gives_the_librarys_statistics(monkeypatch, tmp_path, capsys):
+    """`vizlm reproduce --faithfulness` keeps what corpus_faithfulness's every number and interval are computed
+    from: resampling the same units, the evidence gives them exactly; the report's tables read it alone, resampling
+    documents; existing evidence is kept unless --force."""
+    import torch
+
+    from vizlm import attribution, faithfulness
+    from vizlm.checkpoint import save_checkpoint
+    from vizlm.data import Vocab
+    from vizlm.models import build_model
+
+    for key, sub in (("VIZLM_CACHE", "cache"), ("VIZLM_EVIDENCE", "evidence"), ("VIZLM_CHECKPOINTS", "checkpoints")):
+        monkeypatch.setenv(key, str(tmp_path / sub))
+    # integrated gradients doubles its steps until it converges, which a tiny untrained model's never does: the
+    # doubling stops at the 2 steps asked for (both computations alike), so the test takes seconds, not a minute
+    monkeypatch.setattr(attribution, "MAX_STEPS", 2)
+    vocab = Vocab.for_corpus("brown")
+    torch.manual_seed(0)
+    model = build_model("kvp", vocab_size=len(vocab), emb_dim=8, hidden_dim=8, window=3).eval()
+    save_checkpoint(tmp_path / "checkpoints" / "tiny-kvp", model, "kvp", vocab, metrics={}, corpus={"name": "brown"})
+    manifest = tmp_path / "experiments.toml"
+    manifest.write_text(TINY + '\n[faithfulness]\nlimit = 3\npermutations = 4\nn_steps = 2\nadversary_steps = 3\n'
+                        'checkpoints = ["tiny-kvp", "never"]\n')
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--faithfulness", "tiny-kvp", "--threads", "1"]) == 0
+    ev = evidence.read_faithfulness("tiny-kvp")
+    c = ev.config
+    assert (c["limit"], c["permutations"], c["n_steps"], c["units"], c["unit"]) == (3, 4, 2, 3, "sentences")
+    assert c["commit"] is not None and c["written_by"] == "vizlm reproduce --faithfulness tiny-kvp" and c["wall_s"] >= 0
+    ckpt = load_checkpoint(tmp_path / "checkpoints" / "tiny-kvp")
+    lib = faithfulness.corpus_faithfulness(ckpt, "brown", "test", limit=3, permutations_n=4, n_steps=2, adversary_steps=3)
+    got = ev.statistics("units")
+    assert set(got) == set(faithfulness.TESTS) and got["erasure"].keys() == lib["erasure"].keys()
+    _same(got, lib)
+    assert np.isfinite(got["adversarial"]["mean_jsd"]["value"]) and got["paths"]["read_share"][1]["value"] > 0
+    by_doc = ev.statistics()  # the report's: the same numbers, the documents resampled (one: the first 3 sentences)
+    assert c["documents"] == 1 and by_doc["uniform"]["nll"]["value"] == got["uniform"]["nll"]["value"]
+    plan = reproduce.load_faithfulness_plan(manifest)
+    monkeypatch.setattr(evidence, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
+    text = "\n".join(reproduce.faithfulness_report(plan))
+    u = by_doc["uniform"]
+    assert f"| tiny-kvp | {math.exp(u['nll']['value']):.1f} (" in text and "Not run yet: never" in text
+    capsys.readouterr()
+    before = (evidence.faithfulness_folder("tiny-kvp") / "sums.safetensors").read_bytes()
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--faithfulness", "tiny-kvp"]) == 0
+    assert "has faithfulness evidence" in capsys.readouterr().err
+    with pytest.raises(evidence.EvidenceError, match="--force"):
+        evidence.write_faithfulness("tiny-kvp", tmp_path / "checkpoints" / "tiny-kvp", "brown", "test", limit=3)
+    assert (evidence.faithfulness_folder("tiny-kvp") / "sums.safetensors").read_bytes() == before
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--faithfulness", "other"]) == 2
+    assert "not in the manifest's [faithfulness] checkpoints" in capsys.readouterr().err
+
+
+def test_faithfulness_samples_every_document(monkeypatch):
+    """per_document: the first sentences of every document of the split, so the documents can be resampled."""
+    from vizlm.data import load_corpus
+
+    ids = load_corpus("brown", "test").ids
+    docs = {sid.rpartition(":")[0] for sid in ids}
+    picked = evidence.first_of_each_document("brown", "test", 2)
+    assert picked == sorted(picked) and {ids[i].rpartition(":")[0] for i in picked} == docs
+    assert len(picked) == 2 * len(docs) and all(ids[i].rpartition(":")[2] in ("0", "1") for i in picked)

@@ -329,6 +329,11 @@ def test_bad_input_is_refused():
         fa.adversarial(ckpt, sa, epsilon=0)
     with pytest.raises(fa.FaithfulnessError, match="permutations"):
         fa.permutations(ckpt, sa, n=0)
+    for select in ([5, 2], [3, 3], [-1], [10**9]):  # refused before any sentence is read
+        with pytest.raises(fa.FaithfulnessError, match="ascending order"):
+            fa.collect(ckpt, "brown", "test", select=select)
+    with pytest.raises(fa.FaithfulnessError, match="ascending order"):
+        fa.corpus_faithfulness(ckpt, "brown", "test", select=[2, 1], use_cache=False)
     assert issubclass(fa.FaithfulnessError, ValueError)
 
 

@@ -167,6 +167,9 @@ def _add_reproduce(sub) -> None:
     what.add_argument("--attribution", nargs="*", metavar="CHECKPOINT", help="attribute the predictions of the "
                       "manifest's [attribution] checkpoints (these only, if named) over its split and write their evidence "
                       "(evidence/attribution/; beyond the papers: is attention an explanation?)")
+    what.add_argument("--faithfulness", nargs="*", metavar="CHECKPOINT", help="put the attention of the manifest's "
+                      "[faithfulness] checkpoints (these only, if named) through the literature's tests over its split "
+                      "and write their evidence (evidence/faithfulness/; beyond the papers: is attention an explanation?)")
     what.add_argument("--bundle", metavar="NAME", help="copy a finished run into checkpoints/ (float16 where test "
                       "perplexity changes < 0.1%%) and mark it bundled in the manifest")
     p.add_argument("--as", dest="bundle_as", metavar="FOLDER", default=None, help="with --bundle: the folder name in "
@@ -182,7 +185,7 @@ def _add_reproduce(sub) -> None:
     where.add_argument("--report-out", type=Path, metavar="FILE", default=None, help="the file --report writes its "
                        "part of (default: docs/RESULTS.md of the vizlm home for experiments.toml, PATH/NAME/RESULTS.md "
                        "for yours)")
-    p.add_argument("--threads", type=whole(1), default=None, help="torch CPU threads for training")
+    p.add_argument("--threads", type=whole(1), default=None, help="torch CPU threads for training and for the evidence commands")
     p.add_argument("--jobs", type=whole(1), default=1, metavar="N", help="with --only/--all: train N runs at once, each "
                    "in a process of its own with its output in RUNS/NAME.log (a run starts once the run it starts from "
                    "has finished); --threads defaults to the CPUs shared out. 2 on a 2-core machine; several on a GPU")
@@ -191,7 +194,8 @@ def _add_reproduce(sub) -> None:
                    "of device; cuda trains several times faster and records it, train.device; evidence is scored on "
                    "the CPU)")
     p.add_argument("--json", action="store_true", help="with --list: print JSON")
-    p.add_argument("--force", action="store_true", help="with --evidence / --attribution / --cases: rewrite evidence that exists")
+    p.add_argument("--force", action="store_true", help="with --evidence / --attribution / --faithfulness / --cases: "
+                   "rewrite evidence that exists")
     p.add_argument("--dry-run", action="store_true", help="a few batches per run, to check the pipeline (not results)")
 
 
@@ -248,6 +252,8 @@ def cmd_reproduce(args) -> int:
             return 0
         for asked, load_plan, write, table in ((args.attribution, reproduce.load_attribution,
                                                 reproduce.write_attribution_evidence, "attribution"),
+                                               (args.faithfulness, reproduce.load_faithfulness_plan,
+                                                reproduce.write_faithfulness_evidence, "faithfulness"),
                                                (args.cases, reproduce.load_cases_plan, reproduce.write_cases_evidence,
                                                 "cases")):
             if asked is None:
@@ -269,7 +275,8 @@ def cmd_reproduce(args) -> int:
         if args.report:
             claims = reproduce.load_claims(args.manifest, runs)
             path = reproduce.write_report(runs, where.report, claims, reproduce.load_attribution(args.manifest), where,
-                                          reproduce.load_cases_plan(args.manifest))
+                                          reproduce.load_cases_plan(args.manifest),
+                                          reproduce.load_faithfulness_plan(args.manifest))
             print(f"wrote {path}", file=sys.stderr)
             return 0
         names = list(runs) if args.all else args.only

@@ -625,17 +625,20 @@ TESTS = ("agreement", "permutations", "adversarial", "uniform", "erasure", "aopc
 def collect(ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None, permutations_n: int = PERMUTATIONS,
             epsilon: float = EPSILON, adversary_steps: int = ADVERSARY_STEPS, methods: Sequence[str] = TEXT_METHODS,
             n_steps: int = DEFAULT_STEPS, passage_tokens: int = PASSAGE_TOKENS, other: Checkpoint | None = None,
-            seed: int = 0, progress: Callable[[float], None] | None = None) -> tuple[dict[str, pd.DataFrame], int]:
-    """``(frames, units)``: every test's frame over the first ``limit`` sentences of a processed split, each with
-    a ``unit`` column (the sentence, or a document model's passage, :func:`vizlm.attribution.reading_units`, each
-    read from a zero state), not cached; and the number of units."""
+            seed: int = 0, progress: Callable[[float], None] | None = None,
+            select: Sequence[int] | None = None) -> tuple[dict[str, pd.DataFrame], int]:
+    """``(frames, units)``: every test's frame over the first ``limit`` sentences of a processed split (or the
+    sentences ``select`` names, by their index in the split, ascending), each with a ``unit`` column (the
+    sentence, or a document model's passage, :func:`vizlm.attribution.reading_units`, each read from a zero
+    state), not cached; and the number of units."""
     if not ckpt.has_attention:
         raise FaithfulnessError(f"{ckpt.label} has no attention: there is nothing to test")
     methods = list(methods)
     data = load_corpus(corpus, split)
     document = getattr(ckpt.model.config, "context", "sentence") == "document"
-    sentences = data.sentences[:limit] if limit is not None else data.sentences
-    units = reading_units(sentences, data.ids, document, passage_tokens)
+    index = _selected(len(data.sentences), limit, select)
+    sentences = [data.sentences[i] for i in index]
+    units = reading_units(sentences, [data.ids[i] for i in index], document, passage_tokens)
     parts: dict[str, list[pd.DataFrame]] = {t: [] for t in TESTS}
     for k, unit in enumerate(units):
         sa = analyze_sentences(ckpt, [sentences[i] for i in unit], top_k=0, effects=True, max_effect_pairs=0,
@@ -656,6 +659,16 @@ def collect(ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None,
         if progress:
             progress((k + 1) / len(units))
     return {name: pd.concat(xs, ignore_index=True) if xs else pd.DataFrame() for name, xs in parts.items()}, len(units)
+
+
+def _selected(n: int, limit: int | None, select: Sequence[int] | None) -> list[int]:
+    """The split's sentences a corpus run reads: ``select`` (indices, ascending, checked) or the first ``limit``."""
+    if select is None:
+        return list(range(n))[:limit]
+    index = [int(i) for i in select]
+    if any(b <= a for a, b in pairwise(index)) or (index and not 0 <= index[0] <= index[-1] < n):
+        raise FaithfulnessError(f"select must name sentences of the split (0..{n - 1}) in ascending order")
+    return index
 
 
 def statistics(frames: dict[str, pd.DataFrame], n_units: int, n_boot: int = N_BOOT, seed: int = 0) -> dict:
@@ -795,9 +808,11 @@ def corpus_faithfulness(
     epsilon: float = EPSILON, adversary_steps: int = ADVERSARY_STEPS, methods: Sequence[str] = TEXT_METHODS,
     n_steps: int = DEFAULT_STEPS, passage_tokens: int = PASSAGE_TOKENS, other: Checkpoint | None = None,
     n_boot: int = N_BOOT, seed: int = 0, use_cache: bool = True, progress: Callable[[float], None] | None = None,
+    select: Sequence[int] | None = None,
 ) -> dict:
-    """Every test over a processed split (its first ``limit`` sentences), cached (:mod:`vizlm.cache`, keyed by the
-    checkpoints' and the split's checksums and every parameter): :func:`statistics` of :func:`collect`.
+    """Every test over a processed split (its first ``limit`` sentences, or those ``select`` names), cached
+    (:mod:`vizlm.cache`, keyed by the checkpoints' and the split's checksums and every parameter): :func:`statistics`
+    of :func:`collect`.
 
     ``agreement`` (mean tau-b per pair, the ``ceiling`` pairs named), ``permutations`` (binned by the row's largest
     word-slot weight, :data:`WEIGHT_BINS`: per bin the median over rows of each row's median TVD, JSD and
@@ -810,10 +825,12 @@ def corpus_faithfulness(
     parts = _cache_parts(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods, n_steps,
                          passage_tokens, other, n_boot, seed)
     methods, n_steps, document = parts["methods"], parts["n_steps"], parts["context"] == "document"
+    if select is not None:  # only when given: the keys of runs without it stay as they were
+        parts["select"] = _selected(len(load_corpus(corpus, split).sentences), limit, select)
 
     def compute() -> dict:
         frames, units = collect(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods, n_steps,
-                                passage_tokens, other, seed, progress)
+                                passage_tokens, other, seed, progress, select)
         return {"model": ckpt.label, "corpus": corpus, "split": split, "context": parts["context"], "units": units,
                 "resampled": "passages" if document else "sentences", "masking": MASKING, "unit": "nats",
                 "permutations_per_row": permutations_n, "epsilon": epsilon,

@@ -213,9 +213,9 @@ def _read(path: Path | None) -> tuple[Path, dict]:
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path} is not TOML: {exc}") from None
     # a file's content, not an argument's type: a ValueError, as every other manifest error (the CLI says it in a line)
-    for key in ("defaults", "run", "claim", "attribution"):
+    for key in ("defaults", "run", "claim", "attribution", "faithfulness"):
         if not isinstance(doc.get(key, {}), dict):
-            table = key if key in ("defaults", "attribution") else f"{key}.NAME"
+            table = key if key in ("defaults", "attribution", "faithfulness") else f"{key}.NAME"
             raise ValueError(f"{path}: `{key}` must be a table ([{table}]), "  # noqa: TRY004
                              f"not {type(doc[key]).__name__} {str(doc[key])[:40]!r}")
     for key in ("run", "claim"):
@@ -373,6 +373,73 @@ def write_attribution_evidence(plan: AttributionPlan, names: list[str] | None = 
 
 
 @dataclass
+class FaithfulnessPlan:
+    """The manifest's ``[faithfulness]``: the bundled attention checkpoints whose attention is put through the
+    literature's tests (:mod:`vizlm.faithfulness`) over one split, on how many of its sentences and with what
+    budget, and the evidence each leaves (:func:`vizlm.evidence.write_faithfulness`)."""
+
+    checkpoints: list[str]
+    corpus: str = "brown"
+    split: str = "test"
+    per_document: int | None = None  # the first sentences of every document of the split ...
+    limit: int | None = None  # ... or the split's first sentences
+    permutations: int = 100  # Jain & Wallace's shuffles per row
+    n_steps: int = 32  # integrated gradients' steps
+    adversary_steps: int = 200  # Adam steps of the adversarial attention
+    note: str | None = None
+
+
+def load_faithfulness_plan(path: Path | None = None) -> FaithfulnessPlan | None:
+    """The ``[faithfulness]`` table of ``experiments.toml``, checked; None when it has none."""
+    from vizlm.attribution import MAX_PERMUTATIONS, MAX_STEPS
+
+    path, doc = _read(path)
+    spec = doc.get("faithfulness")
+    if spec is None:
+        return None
+    fields = set(FaithfulnessPlan.__dataclass_fields__)
+    if not isinstance(spec, dict) or set(spec) - fields or not isinstance(spec.get("checkpoints"), list):
+        raise ValueError(f"{path}: [faithfulness] needs a list of checkpoints and knows only {', '.join(sorted(fields))}")
+    plan = FaithfulnessPlan(**spec)
+    for key, top in (("per_document", None), ("limit", None), ("permutations", MAX_PERMUTATIONS), ("n_steps", MAX_STEPS),
+                     ("adversary_steps", None)):
+        value = getattr(plan, key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1
+                                  or (top is not None and value > top)):
+            raise ValueError(f"{path}: [faithfulness]: {key} must be a whole number from 1"
+                             f"{f' to {top}' if top else ''}, not {value!r}")
+    for name in plan.checkpoints:
+        try:
+            check_folder_name(name, "[faithfulness] checkpoint")
+        except DataError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+    return plan
+
+
+def write_faithfulness_evidence(plan: FaithfulnessPlan, names: list[str] | None = None, force: bool = False,
+                                log=None) -> list[Path]:
+    """Run the faithfulness tests of the plan's bundled checkpoints (``names``: these only) and write their
+    evidence, one checkpoint after the other (each folder whole when it is written); a checkpoint with evidence
+    is skipped unless ``force``."""
+    from vizlm.checkpoint import bundled_dir
+
+    log = log or sys.stderr
+    names = names or plan.checkpoints
+    if unknown := [n for n in names if n not in plan.checkpoints]:
+        raise ValueError(f"{', '.join(unknown)}: not in the manifest's [faithfulness] checkpoints "
+                         f"({', '.join(plan.checkpoints)})")
+    written = []
+    for name in names:
+        if evidence.faithfulness_folder(name).exists() and not force:
+            print(f"reproduce: {name} has faithfulness evidence (--force to rewrite it)", file=log)
+            continue
+        written.append(evidence.write_faithfulness(name, bundled_dir() / name, plan.corpus, plan.split, plan.limit,
+                                                   plan.per_document, plan.permutations, plan.n_steps,
+                                                   plan.adversary_steps, force, log))
+    return written
+
+
+@dataclass
 class CasesPlan:
     """The manifest's ``[cases]``: the bundled attention checkpoints whose highlighted pairs are labelled over one
     split and held against chance (the same rules on pairs at the same distances; :mod:`vizlm.cases`)."""
@@ -513,6 +580,265 @@ def attribution_report(plan: AttributionPlan) -> list[str]:
         lines += ["", plan.note]
     return lines + [""]
 
+
+def _apart(a: dict | None, b: dict | None) -> int:
+    """+1 when ``a``'s 95% interval lies wholly above ``b``'s, -1 wholly below, 0 when they overlap (or are absent)."""
+    if not a or not b or not all(math.isfinite(x) for x in (a["lo"], a["hi"], b["lo"], b["hi"])):
+        return 0
+    return 1 if a["lo"] > b["hi"] else -1 if a["hi"] < b["lo"] else 0
+
+
+def _sign(d: dict | None) -> int:
+    """+1 / -1 when a difference's 95% interval lies wholly above / below 0, else 0."""
+    if not d or not d.get("n") or not (math.isfinite(d["lo"]) and math.isfinite(d["hi"])):
+        return 0
+    return 1 if d["lo"] > 0 else -1 if d["hi"] < 0 else 0
+
+
+def _range(items: list[tuple[str, float]], spec: str, scale: float = 1.0, unit: str = "") -> str:
+    """"a (model) to b (model)" of finite values (one: "a (model)"); "—" when none."""
+    items = [(n, v) for n, v in items if v is not None and math.isfinite(v)]
+    if not items:
+        return "—"
+    lo, hi = min(items, key=lambda x: x[1]), max(items, key=lambda x: x[1])
+    one = f"{lo[1] * scale:{spec}}{unit} ({lo[0]})"
+    return one if lo[0] == hi[0] else f"{one} to {hi[1] * scale:{spec}}{unit} ({hi[0]})"
+
+
+def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
+    """The tables of the faithfulness tests (:mod:`vizlm.faithfulness`) from ``evidence/faithfulness/`` alone
+    (markdown lines): one row per model, each number with its 95% bootstrap interval over the split's documents
+    (:meth:`vizlm.evidence.FaithfulnessEvidence.statistics`), and a reading of each table computed from its
+    numbers (which intervals lie apart, in how many models)."""
+    from vizlm.attribution import LABELS
+
+    shown = {n: evidence.read_faithfulness(n) for n in plan.checkpoints}
+    have = {n: ev for n, ev in shown.items() if ev is not None}
+    stats = {n: ev.statistics() for n, ev in have.items()}
+    missing = [n for n, ev in shown.items() if ev is None]
+    short = {"slot-effect": "slot effect", "gradient-x-input": "G×I", "integrated-gradients": "IG",
+             "occlusion": "occlusion", "attention": "attention", "gradient": "gradient", "random": "random"}
+    any_ev = next(iter(have.values()), None)
+    c0 = any_ev.config if any_ev else {}
+    sample = ("the first sentence of each of its documents" if plan.per_document == 1
+              else f"the first {plan.per_document} sentences of each of its documents" if plan.per_document
+              else f"its first {plan.limit:,} sentences" if plan.limit else "all its sentences")
+    n_models = len(have)
+    lines = ["### Beyond the papers: the faithfulness tests of attention", "",
+             (f"The literature's tests of attention as an explanation (`vizlm.faithfulness`, [API.md](API.md)), "
+              f"run on each bundled attention model over {plan.corpus} {plan.split}, {sample} (`vizlm reproduce "
+              f"--faithfulness`; evidence in `evidence/faithfulness/`), read in the model's own context: sentence "
+              f"models a sentence at a time, document models in passages of whole sentences up to 100 tokens. Each "
+              f"number is a mean (or a median, where said) over the predicted words, with its 95% bootstrap interval "
+              f"over the split's documents (the Brown splits sample documents; {c0.get('n_boot', '—')} resamples). "
+              f"Log-probability changes are in nats, log P(word) as read minus as changed. Masking (erasure, AOPC): "
+              f"{c0.get('masking', '—')}. Frozen attention from another seed (Wiegreffe & Pinter) needs a second "
+              f"seed's checkpoint of the same model: none is bundled, so it is not run."
+              + (" A document's first sentence is read by a document model with nothing before it, as it reads it "
+                 "in running text: these tests see its attention within the sentence, none across sentences "
+                 "(`per_document` above 1 in `experiments.toml`'s `[faithfulness]` adds the sentences after it)."
+                 if plan.per_document == 1 else "")), ""]
+    if missing:
+        lines += [f"Not run yet: {', '.join(missing)} (`vizlm reproduce --faithfulness {' '.join(missing)}`).", ""]
+    if not have:
+        return lines
+    rows = "| model | context | documents | units | words |"
+    lines += [rows, "|---|---|---:|---:|---:|"]
+    for n, ev in have.items():
+        c = ev.config
+        lines.append(f"| {n} | {c['context']} | {c['documents']} | {c['units']:,} {c['unit']} | {c['targets']:,} |")
+
+    # (a) agreement
+    methods = [m for m in ("slot-effect", *c0.get("methods", ())) if m]
+    lines += ["", ("**Agreement** (Jain & Wallace, Sec. 3): Kendall τ-b per prediction between the attention and "
+                   "each method's |attribution| over the words it could attend to (predictions with at least two), and, "
+                   "as the **ceiling**, between the methods themselves: an explanation cannot be expected to agree with "
+                   "the methods better than they agree with each other. Chance (unrelated scores): 0."), "",
+              "| model | " + " | ".join(f"attention ~ {short[m]}" for m in methods)
+              + " | ceiling: best method pair | weakest method pair |",
+              "|---|" + "---|" * (len(methods) + 2)]
+    below = 0
+    best_att, ceilings = [], []
+    for n, st in stats.items():
+        tau = st.get("agreement", {}).get("kendall_tau", {})
+        pairs = {k: v for k, v in tau.items() if not k.startswith("attention~") and v and math.isfinite(v["value"])}
+        att = {m: tau.get(f"attention~{m}") for m in methods}
+        hi = max(pairs.items(), key=lambda kv: kv[1]["value"]) if pairs else None
+        lo = min(pairs.items(), key=lambda kv: kv[1]["value"]) if pairs else None
+        lines.append(f"| {n} | " + " | ".join(_interval(att[m], spec="+.3f") for m in methods) + " | "
+                     + (f"{_interval(hi[1], spec='+.3f')} {_pair(hi[0], short)} | {_interval(lo[1], spec='+.3f')} {_pair(lo[0], short)} |"
+                        if hi else "— | — |"))
+        words = [a for m, a in att.items() if m != "slot-effect" and a and math.isfinite(a["value"])]
+        if words and hi:
+            top = max(words, key=lambda a: a["value"])
+            best_att.append((n, top["value"]))
+            ceilings.append((n, hi[1]["value"]))
+            below += _apart(top, hi[1]) < 0
+    lines += ["", (f"Reading: attention's best agreement with a word-level method ranges {_range(best_att, '+.2f')}; "
+                   f"the best agreement of two methods with each other ranges {_range(ceilings, '+.2f')}. In {below} of "
+                   f"{n_models} models attention's best agreement lies below the methods' best agreement with each other "
+                   "(the 95% intervals apart).")]
+
+    # (b) permutations
+    bins = next((st["permutations"]["bins"] for st in stats.values() if "permutations" in st), [])
+    heads = [f"[{b['lo']:g}, {b['hi']:g}{']' if b['hi'] == 1 else ')'}" for b in bins]
+    perms = c0.get("permutations", "—")
+    lines += ["", (f"**Permutations** (Jain & Wallace, Sec. 4.1): each prediction's weights on its word slots shuffled "
+                   f"among them ({perms} shuffles; the start slot and the `<s>` slot keep theirs), the median over the "
+                   "shuffles of the total variation distance (TVD) and the Jensen–Shannon divergence (JSD, nats) of the "
+                   "next-word distribution; per bin of the prediction's largest word-slot weight, the median over "
+                   "predictions (its interval over documents). Rows: predictions per bin."), "",
+              "| model | measure | " + " | ".join(heads) + " | rows per bin |", "|---|---|" + "---|" * (len(bins) + 1)]
+    rises, top_tvd, low_share = 0, [], []
+    for n, st in stats.items():
+        p = st.get("permutations")
+        if not p:
+            continue
+        ev = have[n]
+        mw = ev.arrays["permutations.max_weight.value"]
+        counts = [int(((mw >= b["lo"]) & ((mw <= b["hi"]) if b["hi"] == 1 else (mw < b["hi"]))).sum()) for b in p["bins"]]
+        for key, label in (("median_tvd", "TVD"), ("median_jsd", "JSD")):
+            lines.append(f"| {n} | {label} | " + " | ".join(_interval(b[key], spec=".3f") for b in p["bins"])
+                         + f" | {' / '.join(f'{k:,}' for k in counts) if key == 'median_tvd' else ''} |")
+        filled = [b for b, k in zip(p["bins"], counts, strict=True) if k]
+        if len(filled) >= 2:
+            rises += _apart(filled[-1]["median_tvd"], filled[0]["median_tvd"]) > 0
+            top_tvd.append((n, filled[-1]["median_tvd"]["value"]))
+        low_share.append((n, counts[0] / max(1, sum(counts))))
+    lines += ["", (f"Reading: the share of predictions whose largest word-slot weight is below "
+                   f"{bins[0]['hi'] if bins else '—'} ranges {_range(low_share, '.0f', 100, '%')}. Does a shuffle move the "
+                   f"prediction more where the attention is peaked? The median TVD of the highest bin with predictions "
+                   f"lies above the lowest bin's in {rises} of {n_models} models; in the highest bin it ranges "
+                   f"{_range(top_tvd, '.3f')}.")]
+
+    # (c) adversarial
+    eps = c0.get("epsilon", "—")
+    lines += ["", (f"**Adversarial attention** (Jain & Wallace, Sec. 4.2): per prediction the weights over its slots "
+                   f"farthest (JSD, nats; at most ln 2 = 0.693) from its own that change log P(word) by less than "
+                   f"ε = {eps} nats ({c0.get('adversary_steps', '—')} Adam steps on the weights' logits)."), "",
+              "| model | predictions | mean JSD | median JSD | JSD > ½ ln 2 (%) | \\|Δ log P\\| (nats) |",
+              "|---|---:|---:|---:|---:|---:|"]
+    far = []
+    for n, st in stats.items():
+        a = st.get("adversarial")
+        if not a:
+            continue
+        lines.append(f"| {n} | {a['mean_jsd']['n']:,} | {_interval(a['mean_jsd'], spec='.3f')} | "
+                     f"{_interval(a['median_jsd'], spec='.3f')} | {_interval(a['share_over_half_ln2'], 100, '.1f')} | "
+                     f"{_interval(a['mean_abs_dlogp'], spec='.4f')} |")
+        far.append((n, a["share_over_half_ln2"]["value"]))
+    lines += ["", (f"Reading: attention at least half the largest possible divergence from the model's own, with the "
+                   f"word's probability all but unchanged, was found for {_range(far, '.0f', 100, '%')} of the predictions.")]
+
+    # (d) uniform
+    lines += ["", ("**Uniform attention** (Wiegreffe & Pinter, Sec. 3): every prediction's weights replaced by uniform "
+                   "weights over its slots; perplexity (the exponential of the mean NLL, its interval likewise) and the "
+                   "mean change in NLL per word."), "",
+              "| model | perplexity as read | with uniform attention | Δ NLL, uniform − own (nats/word) | frozen from another seed |",
+              "|---|---:|---:|---:|---|"]
+    worse, better, same_ = [], [], []
+    for n, st in stats.items():
+        u = st.get("uniform")
+        if not u:
+            continue
+        d = u["uniform_minus_own"]
+        frozen = ("not run: no second seed bundled" if "frozen_nll" not in u
+                  else _interval(_exp(u["frozen_nll"]), spec=".1f"))
+        lines.append(f"| {n} | {_interval(_exp(u['nll']), spec='.1f')} | {_interval(_exp(u['uniform_nll']), spec='.1f')} | "
+                     f"{_interval(d, spec='+.4f')} | {frozen} |")
+        {1: worse, -1: better, 0: same_}[_sign(d)].append((n, math.expm1(d["value"])))
+    said = [f"raises perplexity in {len(worse)} of {n_models} models"
+            + (f" (by {_range(worse, '.1f', 100, '%')})" if worse else "")]
+    if better:
+        said.append(f"lowers it in {len(better)} (by {_range([(n, -v) for n, v in better], '.1f', 100, '%')})")
+    if same_:
+        said.append(f"in {', '.join(n for n, _ in same_)} the interval of the change includes 0")
+    lines += ["", f"Reading (the intervals of the change in NLL per word): uniform attention {'; '.join(said)}."]
+
+    # (e) erasure
+    rank3 = [r for r in ("attention", "gradient", "random") if any(r in st.get("erasure", {}) for st in stats.values())]
+    ks = next((st["erasure"][rank3[0]]["k"] for st in stats.values() if rank3 and "erasure" in st), [])
+    lines += ["", ("**Erasure** (Serrano & Smith 2019): the k word slots ranked first dropped, by attention, by the "
+                   "gradient of log P(word) with respect to each weight, or at random: the mean Δ log P(word) (nats) "
+                   "and the share of predictions whose most likely next word changes (predictions with at least k word "
+                   "slots)."), "",
+              "| model | ranking | " + " | ".join(f"Δ log P, k={k}" for k in ks) + " | "
+              + " | ".join(f"flips, k={k} (%)" for k in ks) + " |", "|---|---|" + "---:|" * (2 * len(ks))]
+    beats_random, beats_gradient = 0, 0
+    for n, st in stats.items():
+        e = st.get("erasure", {})
+        for r in rank3:
+            if r not in e:
+                continue
+            lines.append(f"| {n} | {r} | " + " | ".join(_interval(x, spec='.3f') for x in e[r]["dlogp"]) + " | "
+                         + " | ".join(_interval(x, 100, '.1f') for x in e[r]["flip"]) + " |")
+        ev = have[n]
+        beats_random += _sign(ev.difference("erasure.attention.k1.dlogp", "erasure.random.k1.dlogp")) > 0
+        beats_gradient += _sign(ev.difference("erasure.attention.k1.dlogp", "erasure.gradient.k1.dlogp")) > 0
+    lines += ["", (f"Reading (paired over the same predictions, k = 1): dropping the most attended word slot lowers "
+                   f"log P(word) more than dropping a random one in {beats_random} of {n_models} models, and more than "
+                   f"dropping the slot the gradient ranks first in {beats_gradient} of {n_models}.")]
+
+    # (f) AOPC
+    ranks = list(next((st["aopc"] for st in stats.values() if "aopc" in st), {}))
+    fr = ", ".join(f"{100 * f:g}" for f in c0.get("fractions", ()))
+    lines += ["", (f"**Comprehensiveness and sufficiency** (DeYoung et al. 2020, ERASER): the top {fr} % of a "
+                   "prediction's word slots by each ranking dropped (comprehensiveness: large where the ranking found "
+                   "what mattered) or alone kept (sufficiency: small where they suffice); the AOPC is the mean over "
+                   "the fractions, in nats, then over predictions. Rankings: the attention weight, the gradient of "
+                   f"log P(word) with respect to the weight, each attribution method ({', '.join(LABELS[m] for m in c0.get('methods', ()))}) "
+                   "and random. Masking as above."), "",
+              "| model | measure | " + " | ".join(short.get(r, r) for r in ranks) + " |",
+              "|---|---|" + "---:|" * len(ranks)]
+    comp_random, best = 0, []
+    for n, st in stats.items():
+        o = st.get("aopc")
+        if not o:
+            continue
+        for c in ("comprehensiveness", "sufficiency"):
+            lines.append(f"| {n} | {c} | " + " | ".join(_interval(o[r][c], spec='.3f') for r in ranks) + " |")
+        comp_random += _sign(have[n].difference("aopc.attention.comprehensiveness", "aopc.random.comprehensiveness")) > 0
+        top = max(ranks, key=lambda r: o[r]["comprehensiveness"]["value"]
+                  if math.isfinite(o[r]["comprehensiveness"]["value"]) else -math.inf)
+        best.append(f"{n}: {short.get(top, top)}")
+    lines += ["", (f"Reading (paired): attention's comprehensiveness is above random's in {comp_random} of {n_models} "
+                   f"models. The most comprehensive ranking per model: {'; '.join(best)}.")]
+
+    # (g) the two paths
+    groups = [("2", [2]), ("3–5", [3, 4, 5]), ("6–10", list(range(6, 11)))]
+    md = c0.get("max_distance", 10)
+    groups = [(g, [d for d in ds if d <= md]) for g, ds in groups] + [(f"> {md}", [md + 1])]
+    lines += ["", ("**The two paths** (by distance, words back): how a prediction's dependence on an earlier word "
+                   "(the word occluded by `<unk>`) splits between the attention read (the row's own state, the memory "
+                   "from the occluded reading) and the recurrent state (the other way round): the read's share of "
+                   "|read| + |state|, in %, summed over the pairs at those distances (distance 1, the word just read, "
+                   "has no slot: no read)."), "",
+              "| model | " + " | ".join(f"read share, {g} back (%)" for g, _ in groups) + " |",
+              "|---|" + "---:|" * len(groups)]
+    far_share = []
+    for n, ev in have.items():
+        if "paths.d1.read.sum" not in ev.arrays:
+            continue
+        cells = []
+        for g, ds in groups:
+            r = ev.ratio([f"paths.d{d}.read" for d in ds], [f"paths.d{d}.{c}" for d in ds for c in ("read", "state")])
+            cells.append("—" if r is None else f"{100 * r['value']:.1f} ({100 * r['lo']:.1f}–{100 * r['hi']:.1f})")
+            if g == groups[-1][0] and r is not None:
+                far_share.append((n, r["value"]))
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    lines += ["", f"Reading: beyond {md} words back, the read carries {_range(far_share, '.0f', 100, '%')} of the dependence."]
+    if plan.note:
+        lines += ["", plan.note]
+    return lines + [""]
+
+
+def _pair(key: str, short: dict[str, str]) -> str:
+    return " ~ ".join(short.get(x, x) for x in key.split("~"))
+
+
+def _exp(stat: dict | None) -> dict | None:
+    """A mean NLL's statistic as a perplexity (its interval's ends exponentiated)."""
+    return None if stat is None else {**stat, **{k: math.exp(stat[k]) for k in ("value", "lo", "hi")}}
 
 def load_manifest(path: Path | None = None) -> dict[str, Run]:
     """The runs of ``experiments.toml`` (default: the one in the vizlm home), checked."""
@@ -1239,9 +1565,10 @@ def _sizes(claims: dict[str, Claim], decided: dict[str, dict], runs: dict[str, R
 
 def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None,
            attribution: AttributionPlan | None = None, where: Locations | None = None,
-           cases: CasesPlan | None = None) -> str:
+           cases: CasesPlan | None = None, faithfulness: FaithfulnessPlan | None = None) -> str:
     """The result tables (markdown), from the checkpoints' stored metrics and paired comparisons,
-    and the verdict on each claim of the papers; with ``attribution``, the corpus attribution's tables.
+    and the verdict on each claim of the papers; with ``attribution``, the corpus attribution's tables; with
+    ``faithfulness``, the faithfulness tests'; with ``cases``, the case labels against chance.
     ``where`` (:func:`locations`) of a manifest of yours: the head names it, its evidence and its corpus, and
     each section its corpus (the repository's own report is as it always was)."""
     yours = where is not None and not where.own
@@ -1306,6 +1633,8 @@ def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None,
             lines += [_seed_rows(g, runs, spreads) for g in groups] + [""]
     if attribution is not None:
         lines += attribution_report(attribution)
+    if faithfulness is not None:
+        lines += faithfulness_report(faithfulness)
     if cases is not None:
         lines += cases_report(cases)
     lines.append(REPORT_END)
@@ -1314,12 +1643,12 @@ def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None,
 
 def write_report(runs: dict[str, Run], path: Path, claims: dict[str, Claim] | None = None,
                  attribution: AttributionPlan | None = None, where: Locations | None = None,
-                 cases: CasesPlan | None = None) -> Path:
+                 cases: CasesPlan | None = None, faithfulness: FaithfulnessPlan | None = None) -> Path:
     """Replace the generated part of ``path`` (between the markers), or append it. ``where``: as
     :func:`report`; a report of a manifest of yours that does not exist yet starts with a title."""
     path = Path(path)
     text = path.read_text(encoding="utf-8") if path.is_file() else ""
-    new = report(runs, claims, attribution, where, cases)
+    new = report(runs, claims, attribution, where, cases, faithfulness)
     if REPORT_BEGIN in text and REPORT_END in text:
         head, rest = text.split(REPORT_BEGIN, 1)
         text = head + new.rstrip("\n") + rest.split(REPORT_END, 1)[1]
@@ -1332,7 +1661,8 @@ def write_report(runs: dict[str, Run], path: Path, claims: dict[str, Claim] | No
     return path
 
 
-__all__ = ["MANIFEST", "AttributionPlan", "Claim", "Locations", "Run", "attribution_report", "bundle", "check_corpus",
-           "decide", "is_own", "load_attribution", "load_claims", "load_manifest", "locations", "needs", "order", "pick",
+__all__ = ["MANIFEST", "AttributionPlan", "Claim", "FaithfulnessPlan", "Locations", "Run", "attribution_report", "bundle",
+           "check_corpus", "decide", "faithfulness_report", "is_own", "load_attribution", "load_claims",
+           "load_faithfulness_plan", "load_manifest", "locations", "needs", "order", "pick",
            "report", "run_one", "seed_groups", "seed_pairs", "serves", "state_note", "sweeps", "table", "versus",
-           "write_attribution_evidence", "write_evidence", "write_report"]
+           "write_attribution_evidence", "write_evidence", "write_faithfulness_evidence", "write_report"]
