@@ -635,3 +635,35 @@ def test_a_claim_at_another_size_is_set_beside_its_own(manifest):
     manifest.write_text(TINY + big + CLAIMS + variant.replace('variant_of = "beats"', 'variant_of = "nothing"'))
     with pytest.raises(ValueError, match="variant_of must name a claim"):
         reproduce.load_claims(manifest, reproduce.load_manifest(manifest))
+
+
+@pytest.mark.parametrize("words, flags", [
+    ("list", "--list"), ("run a b", "--only a b"), ("run --all", "--all"), ("report", "--report"),
+    ("evidence", "--evidence"), ("evidence a --force", "--evidence a --force"), ("bundle a --as b", "--bundle a --as b"),
+    ("attribution kvp-doc", "--attribution kvp-doc"), ("faithfulness", "--faithfulness"), ("cases amsrn", "--cases amsrn"),
+])
+def test_reproduce_s_words_are_its_options(words, flags):
+    """`vizlm reproduce WHAT [NAME ...]` is the same command as its option (the options stay, as they were)."""
+    parser = cli.build_parser()
+
+    def said(argv: str) -> dict:
+        args = parser.parse_args(["reproduce", *argv.split()])
+        cli.reproduce_what(args)
+        return {dest: getattr(args, dest) for dest in [*cli.REPRODUCE_FLAGS.values(), "bundle_as", "force"]}
+
+    assert said(words) == said(flags)
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "say what to do"), (["run"], "run what?"), (["report", "x"], "takes no names"),
+    (["bundle"], "bundle takes one run"), (["list", "--report"], "both say what to do"),
+    (["train"], "invalid choice: 'train' (choose from 'list', 'run'"),
+])
+def test_reproduce_says_what_is_wrong_with_what_it_was_told(argv, message, capsys):
+    try:
+        code = cli.main(["reproduce", *argv])
+    except SystemExit as done:  # what argparse refuses itself
+        code = done.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

@@ -18,6 +18,12 @@ from vizlm.models import REGISTRY
 from vizlm.train import TrainConfig
 from vizlm.train import options as train_options
 
+# `vizlm reproduce WHAT`: each word and the option it stands for (its dest)
+REPRODUCE_MODES = ("list", "run", "report", "evidence", "bundle", "attribution", "faithfulness", "cases")
+REPRODUCE_FLAGS = {"--list": "list", "--only": "only", "--all": "all", "--report": "report", "--evidence": "evidence",
+                   "--cases": "cases", "--attribution": "attribution", "--faithfulness": "faithfulness",
+                   "--bundle": "bundle"}
+
 # how the command line checks a TrainConfig option (its field's metadata["check"])
 CHECKS = {"whole>=1": whole(1), "whole>=0": whole(0), "number>0": positive_number, "fraction": fraction, "int": int}
 
@@ -151,7 +157,12 @@ def _add_reproduce(sub) -> None:
                     "protocols on a corpus you prepared: examples/my-corpus.toml) keeps all it makes in PATH/NAME/: "
                     "runs/, evidence/ and RESULTS.md, never the repository's; $VIZLM_RUNS and $VIZLM_EVIDENCE, or "
                     "--runs, --evidence-dir and --report-out, put them elsewhere (an option wins over a variable).")
-    what = p.add_mutually_exclusive_group(required=True)
+    p.add_argument("mode", nargs="?", choices=REPRODUCE_MODES, metavar="WHAT",
+                   help=f"what to do, as a word ({', '.join(REPRODUCE_MODES)}; `run NAME ...` trains those runs, "
+                        "`run --all` every one): the same as its option below (`list` is --list, `run NAME` is --only "
+                        "NAME, `evidence NAME` is --evidence NAME ...)")
+    p.add_argument("names", nargs="*", metavar="NAME", help="with a WHAT: the runs or checkpoints it takes")
+    what = p.add_mutually_exclusive_group()
     what.add_argument("--list", action="store_true", help="every run with its state (finished / partial / not run / blocked / foreign: its "
                       "folder holds another manifest's run)")
     what.add_argument("--only", nargs="+", metavar="NAME", help="train these runs (and the runs they start from) if not finished")
@@ -214,8 +225,39 @@ def cmd_plugins() -> int:
     return 0
 
 
+def reproduce_what(args) -> None:
+    """``vizlm reproduce WHAT [NAME ...]`` as its option (``run A B`` is ``--only A B``, ``run --all`` is ``--all``,
+    ``bundle A`` is ``--bundle A``, ``report`` is ``--report`` ...): one way on from here. Exactly one of a WHAT and
+    the options that say what to do."""
+    given = [flag for flag, dest in REPRODUCE_FLAGS.items() if getattr(args, dest) not in (None, False)]
+    if args.mode is None:  # (a first word that is no WHAT argparse refuses, naming the choices)
+        if not given:
+            raise ValueError(f"say what to do: one of {', '.join(REPRODUCE_MODES)} (or its option: "
+                             f"{', '.join(REPRODUCE_FLAGS)})")
+        return
+    if given and not (args.mode == "run" and given == ["--all"] and not args.names):
+        raise ValueError(f"{args.mode} and {given[0]} both say what to do: give one")
+    if args.mode == "run":
+        if not args.names and not args.all:
+            raise ValueError("run what? `vizlm reproduce run NAME ...` (those runs) or `run --all` (every one)")
+        if args.names:
+            args.only = args.names
+    elif args.mode in ("list", "report"):
+        if args.names:
+            raise ValueError(f"{args.mode} takes no names (given: {' '.join(args.names)})")
+        setattr(args, args.mode, True)
+    elif args.mode == "bundle":
+        if len(args.names) != 1:
+            raise ValueError("bundle takes one run: `vizlm reproduce bundle NAME [--as FOLDER]`")
+        args.bundle = args.names[0]
+    else:  # evidence, cases, attribution, faithfulness: these names, or none (all of the manifest's)
+        setattr(args, args.mode, args.names)
+
+
 def cmd_reproduce(args) -> int:
     from vizlm import reproduce
+
+    reproduce_what(args)
 
     # a manifest of yours keeps its runs and evidence beside it (reproduce.locations), for the whole command
     where = reproduce.locations(args.manifest, args.runs, args.evidence_dir, args.report_out)
