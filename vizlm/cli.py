@@ -37,6 +37,7 @@ MODEL_OPTIONS = {  # flag -> (config field, type, help)
     "--layers": ("layers", whole(1), "stacked recurrent layers (default 1); attention and output layer read the top one"),
     "--rnn": ("rnn", str, "lstm model: its recurrent cell, lstm (default) | gru | rnn_tanh | rnn_relu"),
     "--tie": ("tie", bool, "lstm model: the output layer's weight is the embedding (needs --emb-dim = --hidden-dim)"),
+    "--heads": ("heads", whole(1), "transformer: attention heads per layer (--emb-dim a multiple of it; default 2)"),
     "--start-slot": ("start_slot", bool, (
         "AMSRN: keep the zero start slot h_0 in the memory (default); --no-start-slot attends to h_1 .. h_{t-1} "
         "only, and the first step reads nothing")),
