@@ -1,10 +1,13 @@
-"""Import a model trained elsewhere: pytorch/examples' ``word_language_model`` (``RNNModel``).
+"""Import a model trained elsewhere: pytorch/examples' ``word_language_model`` (``RNNModel``, ``TransformerModel``).
 
 ``vizlm import pytorch-examples MODEL.pt --data FOLDER --corpus NAME --out DIR`` turns one of
 its checkpoints into a vizlm checkpoint (``model.safetensors`` + ``config.json``, the ``lstm``
 family with the same cell, layers, sizes and tying, read from the weights) and prepares
 ``FOLDER`` (its ``train.txt``, ``valid.txt``, ``test.txt``) as the vizlm corpus ``NAME`` with
-exactly the model's vocabulary.
+exactly the model's vocabulary. Its ``TransformerModel`` becomes a ``transformer`` checkpoint
+(:mod:`vizlm.models.transformer`) of the same layers, heads and sizes, its encoder's weights as
+they are, read in blocks of its ``--bptt`` (``block``); its embedding and output rows move as an
+``RNNModel``'s do (below).
 
 Reading the file, no pickled code runs: ``torch.load(weights_only=True)`` with an allow-list of
 inert stand-ins (:class:`Inert`). A whole module saved by its ``main.py`` (``torch.save(model,
@@ -88,8 +91,7 @@ class Inert:
 
 
 # The classes a pytorch/examples checkpoint saved whole may name (main.py's own allow-list), each
-# rebuilt as an Inert stand-in. The Transformer's are here so that it is recognised and refused
-# with a message of its own rather than as an unknown class.
+# rebuilt as an Inert stand-in: the RNNModel's and the TransformerModel's.
 ALLOWED = (
     "model.RNNModel",
     "torch.nn.modules.sparse.Embedding", "torch.nn.modules.rnn.LSTM", "torch.nn.modules.rnn.GRU",
@@ -104,7 +106,8 @@ STAND_INS = {name: type(name.rpartition(".")[2], (Inert,), {"pickled_name": name
 
 def _refused(path: Path, why: str) -> ImportModelError:
     return ImportModelError(
-        f"{path}: {why}; vizlm reads a state dict or pytorch/examples' RNNModel saved whole, and never runs code "
+        f"{path}: {why}; vizlm reads a state dict or pytorch/examples' RNNModel or TransformerModel saved whole, and "
+        "never runs code "
         f"from a file. Save a state dict where the model is defined and import that: {SAVE_STATE_DICT}")
 
 
