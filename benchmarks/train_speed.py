@@ -32,6 +32,7 @@ ANCHOR = ROOT.parent / "shared" / "anchors" / "word_language_model"
 FAMILIES = {"lstm": {}, "amsrn": {"selection": "shared"}, "attention": {"window": 5}, "kv": {"window": 5},
             "kvp": {"window": 5}, "ngram": {"n": 4}, "salton": {"score": "single"},
             "rm": {"window": 15},  # the manifest's rm-doc
+            "transformer": {"heads": 2},  # against the anchor's LSTM of the same units, as every family
             # sentence context (batches of 64 sentences) for comparison: document mode must be no slower per token
             "lstm-sentence": {"context": "sentence"}}
 BATCH, BPTT, UNITS = 64, 35, 50

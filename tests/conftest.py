@@ -44,6 +44,7 @@ VARIANTS = {  # every configuration a test should see
     "ngram": [{"n": 2}, {"n": 4}, {"n": 3, "layers": 2}],
     "salton": [{"score": "single"}, {"score": "combined"}, {"score": "combined", "layers": 2, "init_range": 0.5}],
     "rm": [{"window": 1}, {"window": 4}, {"window": 4, "layers": 2, "init_range": 0.5}],
+    "transformer": [{}, {"layers": 2, "heads": 3, "block": 4}],
 }
 assert set(VARIANTS) == set(REGISTRY)
 

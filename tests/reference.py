@@ -23,6 +23,8 @@ def reference(
     its own outputs ``[h; M x; C x]``, of which the reference uses the LSTM's part only).
     """
     name = type(model).__name__
+    if name == "TransformerLM":  # read in blocks from the start, as a document
+        return reference_document(model, inputs)
     if name == "RMLM" and inputs is None:
         raise ValueError("RM's reference reads the words: give inputs")
     if h is None:
@@ -47,7 +49,13 @@ def reference(
 
 
 def reference_document(model, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A whole document (B, T) read one token at a time from a zero state: (logits, attention (B, T, T))."""
+    """A whole document (B, T) read one token at a time from a zero state: (logits, attention (B, T, T)).
+    A Transformer reads it in blocks of ``block`` tokens from its start, each from scratch (no attention in
+    the slot layout: None)."""
+    if type(model).__name__ == "TransformerLM":
+        W = model.config.block
+        return torch.cat([transformer_reference(model, inputs[:, s : s + W])[0]
+                          for s in range(0, inputs.shape[1], W)], 1), None
     hc, outputs = None, []
     for t in range(inputs.shape[1]):
         o, hc = model.rnn(model.embed(inputs[:, t : t + 1]), hc)  # one step, state carried
@@ -156,3 +164,49 @@ def reference_effects(model, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.
             dropped = logp(reference(model, inputs, h=h, weights=w)[0])
             slots[:, r, j] = torch.where(att[:, r, j] > 0, base[:, r] - dropped[:, r], torch.zeros_like(base[:, r]))
     return read, slots
+
+
+def transformer_reference(model, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits (B, T, V), attention (B, layers, heads, T, T)) of a :class:`~vizlm.models.transformer.TransformerLM`,
+    one step and one head at a time from its weights (Vaswani et al. 2017, Sec. 3; post-norm layers): step t
+    sees the inputs 1..t only, its own included. Eval mode (no dropout)."""
+    import math
+
+    import torch.nn.functional as F
+
+    c = model.config
+    d, H = c.emb_dim, c.heads
+    dh = d // H
+    B, T = inputs.shape
+    pos = torch.zeros(T, d, dtype=torch.float64)
+    for p in range(T):
+        for i in range(0, d, 2):
+            angle = p / 10000 ** (i / d)
+            pos[p, i] = math.sin(angle)
+            if i + 1 < d:
+                pos[p, i + 1] = math.cos(angle)
+    x = model.embed.weight[inputs] * math.sqrt(d) + pos.to(model.embed.weight.dtype)  # (B, T, d)
+
+    def norm(z, ln):
+        return F.layer_norm(z, (d,), ln.weight, ln.bias, ln.eps)
+
+    att = torch.zeros(B, c.layers, H, T, T, dtype=x.dtype)
+    for k, layer in enumerate(model.encoder.layers):
+        sa = layer.self_attn
+        wq, wk, wv = sa.in_proj_weight.split(d)
+        bq, bk, bv = sa.in_proj_bias.split(d)
+        rows = []
+        for t in range(T):
+            heads = []
+            for h in range(H):
+                part = slice(h * dh, (h + 1) * dh)
+                q = x[:, t] @ wq[part].T + bq[part]  # (B, dh)
+                keys = x[:, : t + 1] @ wk[part].T + bk[part]  # (B, t+1, dh)
+                values = x[:, : t + 1] @ wv[part].T + bv[part]
+                w = ((keys @ q[:, :, None])[..., 0] / math.sqrt(dh)).softmax(-1)  # (B, t+1)
+                att[:, k, h, t, : t + 1] = w
+                heads.append((w[..., None] * values).sum(1))  # (B, dh)
+            rows.append(sa.out_proj(torch.cat(heads, -1)))  # (B, d)
+        x = norm(x + torch.stack(rows, 1), layer.norm1)
+        x = norm(x + layer.linear2(F.relu(layer.linear1(x))), layer.norm2)
+    return model.decoder(norm(x, model.encoder.norm)), att

@@ -393,7 +393,8 @@ def test_a_text_file_is_one_document_per_blank_line_block(tmp_path, capsys):
     assert not math.isclose(got["nll"], sum(whole.nll) / sum(whole.tokens), rel_tol=1e-3)
 
 
-@pytest.mark.parametrize("name,kw", [(name, {}) for name in REGISTRY] + [("lstm", {"rnn": "gru"})])
+@pytest.mark.parametrize("name,kw", [(name, {}) for name in REGISTRY if name != "transformer"]  # no recurrent layer
+                         + [("lstm", {"rnn": "gru"})])
 def test_a_stacked_model_is_handed_a_contiguous_state_when_streams_end(name, kw):
     """cuDNN refuses a non-contiguous ``hx`` ('rnn: hx is not contiguous'); the CPU does not, so
     this checks what CUDA would reject: with 2 layers, the state of (layers, B, d) narrowed to the

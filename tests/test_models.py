@@ -110,7 +110,7 @@ def test_daniluk_initialised_from_lstm_predicts_from_that_lstm(variant, part, ba
 
 def test_registry_errors_list_valid_names():
     with pytest.raises(ValueError, match="valid models: lstm, amsrn"):
-        build_model("transformer")
+        build_model("gpt")
     with pytest.raises(ValueError, match="valid: none, independent"):
         make_config("amsrn", selection="bogus")
     with pytest.raises(ValueError, match="no option"):

@@ -65,7 +65,7 @@ from vizlm.checkpoint import Checkpoint
 from vizlm.data import Vocab, load_corpus
 from vizlm.errors import VizlmError
 from vizlm.models import REGISTRY
-from vizlm.models.base import device_of, memory_of
+from vizlm.models.base import RecurrentLM, device_of, memory_of
 from vizlm.text import MAX_TOKENS
 
 METHODS = {  # the interface's names -> what each measures
@@ -113,8 +113,9 @@ MAX_PERMUTATIONS = 1000  # the most any door accepts (Jain & Wallace used 100)
 # for the same cache entry.
 BY_DISTANCE = {"method": "gradient-x-input", "permutations": 0}
 PERMUTATION_ROWS = 64  # shuffled rows per output-layer call: 64 x 10k logits (2.5 MB) stay in the CPU cache
-# The families whose head reads a carried memory exactly as its own slots (row_head): vizlm's own.
-_ROW_HEAD_FAMILIES = frozenset(cls for _, cls, _ in REGISTRY.values())
+# The families whose head reads a carried memory exactly as its own slots (row_head): vizlm's own recurrent ones
+# (the Transformer's head is its output layer alone: its whole head is computed and the row taken).
+_ROW_HEAD_FAMILIES = frozenset(cls for _, cls, _ in REGISTRY.values() if issubclass(cls, RecurrentLM))
 N_BOOT = 1000
 
 

@@ -43,6 +43,7 @@ MODEL_OPTIONS = {  # flag -> (config field, type, help)
     "--layers": ("layers", whole(1), "stacked recurrent layers (default 1); attention and output layer read the top one"),
     "--rnn": ("rnn", str, "lstm model: its recurrent cell, lstm (default) | gru | rnn_tanh | rnn_relu"),
     "--tie": ("tie", bool, "lstm model: the output layer's weight is the embedding (needs --emb-dim = --hidden-dim)"),
+    "--heads": ("heads", whole(1), "transformer: attention heads per layer (--emb-dim a multiple of it; default 2)"),
     "--start-slot": ("start_slot", bool, (
         "AMSRN: keep the zero start slot h_0 in the memory (default); --no-start-slot attends to h_1 .. h_{t-1} "
         "only, and the first step reads nothing")),
@@ -120,7 +121,7 @@ def _add_import(sub) -> None:
     p = sub.add_parser("import", help="convert a model trained elsewhere into a vizlm checkpoint, and its data into "
                        "a vizlm corpus")
     p.add_argument("source", choices=SOURCES, help="what made the model: pytorch-examples (pytorch/examples' "
-                   "word_language_model, its RNNModel: LSTM, GRU, RNN_TANH, RNN_RELU)")
+                   "word_language_model: its RNNModel, LSTM, GRU, RNN_TANH, RNN_RELU, or its TransformerModel)")
     p.add_argument("model_file", type=Path, metavar="MODEL.pt", help="its checkpoint: a state dict, or the whole "
                    "module as its main.py saves it (read without running pickled code)")
     p.add_argument("--data", dest="source_data", type=Path, required=True, metavar="FOLDER",
@@ -130,6 +131,12 @@ def _add_import(sub) -> None:
     p.add_argument("--out", type=Path, required=True, help="the checkpoint folder to write")
     p.add_argument("--nonlinearity", choices=("tanh", "relu"), default=None,
                    help="an Elman RNN's (RNN_TANH / RNN_RELU) saved as a state dict: its weights do not say which")
+    p.add_argument("--nhead", type=whole(1), default=None, metavar="N",
+                   help="a TransformerModel saved as a state dict: its heads per layer (main.py's --nhead; the "
+                   "weights do not say; a module saved whole does)")
+    p.add_argument("--bptt", type=whole(1), default=35, metavar="N",
+                   help="a TransformerModel: the chunk length it was trained on (main.py's --bptt, default 35); "
+                   "vizlm reads text in blocks of this many tokens, as main.py does")
     p.add_argument("--force", action="store_true", help="replace a checkpoint in --out or a corpus NAME that differs")
 
 
@@ -137,7 +144,8 @@ def cmd_import(args) -> int:
     from vizlm.importer import import_pytorch_examples
 
     summary = import_pytorch_examples(args.model_file, args.source_data, args.corpus, args.out,
-                                      nonlinearity=args.nonlinearity, force=args.force)
+                                      nonlinearity=args.nonlinearity, force=args.force, heads=args.nhead,
+                                      block=args.bptt)
     print(json.dumps(summary))  # for scripts; people read what follows, on stderr
     corpora = f" --corpora {paths.corpora_dir()}" if getattr(args, "corpora", None) is not None else ""
     print(f"wrote the checkpoint {summary['checkpoint']} and the corpus {summary['corpus']} "

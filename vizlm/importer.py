@@ -1,10 +1,13 @@
-"""Import a model trained elsewhere: pytorch/examples' ``word_language_model`` (``RNNModel``).
+"""Import a model trained elsewhere: pytorch/examples' ``word_language_model`` (``RNNModel``, ``TransformerModel``).
 
 ``vizlm import pytorch-examples MODEL.pt --data FOLDER --corpus NAME --out DIR`` turns one of
 its checkpoints into a vizlm checkpoint (``model.safetensors`` + ``config.json``, the ``lstm``
 family with the same cell, layers, sizes and tying, read from the weights) and prepares
 ``FOLDER`` (its ``train.txt``, ``valid.txt``, ``test.txt``) as the vizlm corpus ``NAME`` with
-exactly the model's vocabulary.
+exactly the model's vocabulary. Its ``TransformerModel`` becomes a ``transformer`` checkpoint
+(:mod:`vizlm.models.transformer`) of the same layers, heads and sizes, its encoder's weights as
+they are, read in blocks of its ``--bptt`` (``block``); its embedding and output rows move as an
+``RNNModel``'s do (below).
 
 Reading the file, no pickled code runs: ``torch.load(weights_only=True)`` with an allow-list of
 inert stand-ins (:class:`Inert`). A whole module saved by its ``main.py`` (``torch.save(model,
@@ -58,6 +61,7 @@ IMPOSSIBLE = 1e4  # output bias of the rows vizlm adds: exp(-1e4) is 0 in float3
 # A model file is read whole, then converted and saved: about four times its bytes at the peak.
 IMPORT_COPIES = 4
 SAVE_STATE_DICT = 'torch.save(model.state_dict(), "model_state.pt")'  # the one line that makes a file vizlm reads
+TRANSFORMER = "transformer"  # what state_dict_of says of a TransformerModel (in place of an RNN's cell)
 CELLS = {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh", "RNN_RELU": "rnn_relu"}  # RNNModel's rnn_type -> vizlm
 GATES = {4: "lstm", 3: "gru"}  # rows of weight_ih per hidden unit -> cell (1: an Elman RNN, tanh or ReLU)
 
@@ -87,8 +91,7 @@ class Inert:
 
 
 # The classes a pytorch/examples checkpoint saved whole may name (main.py's own allow-list), each
-# rebuilt as an Inert stand-in. The Transformer's are here so that it is recognised and refused
-# with a message of its own rather than as an unknown class.
+# rebuilt as an Inert stand-in: the RNNModel's and the TransformerModel's.
 ALLOWED = (
     "model.RNNModel",
     "torch.nn.modules.sparse.Embedding", "torch.nn.modules.rnn.LSTM", "torch.nn.modules.rnn.GRU",
@@ -103,7 +106,8 @@ STAND_INS = {name: type(name.rpartition(".")[2], (Inert,), {"pickled_name": name
 
 def _refused(path: Path, why: str) -> ImportModelError:
     return ImportModelError(
-        f"{path}: {why}; vizlm reads a state dict or pytorch/examples' RNNModel saved whole, and never runs code "
+        f"{path}: {why}; vizlm reads a state dict or pytorch/examples' RNNModel or TransformerModel saved whole, and "
+        "never runs code "
         f"from a file. Save a state dict where the model is defined and import that: {SAVE_STATE_DICT}")
 
 
@@ -166,9 +170,10 @@ def module_tensors(root: Inert) -> dict[str, torch.Tensor]:
     return out
 
 
-def _mapping(node: Inert, name: str) -> dict:
-    """A stand-in's attribute ``name`` if it is a dict (what a module's ``_parameters`` are), else empty."""
-    value = node.__dict__.get(name)
+def _mapping(node: Inert | None, name: str) -> dict:
+    """A stand-in's attribute ``name`` if it is a dict (what a module's ``_parameters`` are), else empty (also
+    for anything that is not a stand-in)."""
+    value = node.__dict__.get(name) if isinstance(node, Inert) else None
     return value if isinstance(value, dict) else {}
 
 
@@ -192,10 +197,9 @@ def state_dict_of(obj, path: Path, nonlinearity: str | None = None) -> tuple[dic
     if isinstance(obj, Inert):
         kind = type(obj).pickled_name  # the class the file named (not an attribute its state could set)
         if kind == "model.TransformerModel":
-            raise ImportModelError(f"{path} is pytorch/examples' TransformerModel; vizlm imports its RNNModel "
-                                   "(LSTM, GRU, RNN_TANH, RNN_RELU) only: the Transformer is not supported yet")
+            return _checked_tensors(module_tensors(obj), path), TRANSFORMER
         if kind != "model.RNNModel":
-            raise _refused(path, f"it holds a {kind} object, not an RNNModel")
+            raise _refused(path, f"it holds a {kind} object, not an RNNModel or a TransformerModel")
         state = module_tensors(obj)
         rnn = _mapping(obj, "_modules").get("rnn")
         layer = rnn.__dict__ if isinstance(rnn, Inert) else {}
@@ -213,18 +217,27 @@ def state_dict_of(obj, path: Path, nonlinearity: str | None = None) -> tuple[dic
             state = {k[len("module."):]: v for k, v in state.items()}
     else:
         raise _refused(path, f"it holds a {type(obj).__name__}, not a state dict or an RNNModel")
+    state = _checked_tensors(state, path)
+    if any(k.startswith("transformer_encoder.") for k in state):
+        raise ImportModelError(f"{path} is a state dict of an older pytorch/examples TransformerModel (its "
+                               "transformer_encoder without a final LayerNorm); vizlm imports the TransformerModel "
+                               "of the current example (a subclass of nn.Transformer: encoder.layers, encoder.norm)")
+    if any(k.startswith(("pos_encoder.", "input_emb.")) for k in state):
+        return state, TRANSFORMER
+    return state, cell
+
+
+def _checked_tensors(state: dict, path: Path) -> dict[str, torch.Tensor]:
+    """``state`` if it maps names to dense tensors holding values; else the reason, in one line."""
     bad = [str(k)[:40] for k, v in state.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
     if bad:
         raise _refused(path, f"its entries {bad[:3]} are not named tensors: not a state dict")
     for key, t in state.items():  # a model's weights are dense tensors with values: nothing else is read further
         kind = _unusual(t)
         if kind:
-            raise ImportModelError(f"{path}: {key[:80]} is a {kind} tensor; an RNNModel's weights are dense tensors "
+            raise ImportModelError(f"{path}: {key[:80]} is a {kind} tensor; a model's weights are dense tensors "
                                    "with their values (save the state dict of the trained model as it is)")
-    if any(k.startswith(("transformer_encoder.", "pos_encoder.", "input_emb.")) for k in state):
-        raise ImportModelError(f"{path} is a state dict of pytorch/examples' TransformerModel; vizlm imports its "
-                               "RNNModel (LSTM, GRU, RNN_TANH, RNN_RELU) only: the Transformer is not supported yet")
-    return state, cell
+    return state
 
 
 def read_spec(state: dict[str, torch.Tensor], cell: str | None, path: Path) -> Spec:
@@ -276,6 +289,84 @@ def read_spec(state: dict[str, torch.Tensor], cell: str | None, path: Path) -> S
     enc, dec = state["encoder.weight"], state["decoder.weight"]
     tied = _same_storage(enc, dec) or (enc.shape == dec.shape and torch.equal(enc, dec))
     return Spec(cell, layers, V, E, H, tied)
+
+
+@dataclass
+class TransformerSpec:
+    """A TransformerModel read from its weights (``heads`` from the module saved whole, or ``--nhead``)."""
+
+    layers: int
+    vocab_size: int
+    d_model: int
+    feedforward: int
+    heads: int
+
+
+def transformer_layer_tensors(d: int, ff: int, layers: int) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of the encoder of a TransformerModel (torch's names, as vizlm's transformer keeps them)."""
+    shapes: dict[str, tuple[int, ...]] = {"encoder.norm.weight": (d,), "encoder.norm.bias": (d,)}
+    for k in range(layers):
+        pre = f"encoder.layers.{k}."
+        shapes |= {pre + "self_attn.in_proj_weight": (3 * d, d), pre + "self_attn.in_proj_bias": (3 * d,),
+                   pre + "self_attn.out_proj.weight": (d, d), pre + "self_attn.out_proj.bias": (d,),
+                   pre + "linear1.weight": (ff, d), pre + "linear1.bias": (ff,),
+                   pre + "linear2.weight": (d, ff), pre + "linear2.bias": (d,),
+                   pre + "norm1.weight": (d,), pre + "norm1.bias": (d,), pre + "norm2.weight": (d,), pre + "norm2.bias": (d,)}
+    return shapes
+
+
+def read_transformer_spec(state: dict[str, torch.Tensor], heads: int | None, path: Path) -> TransformerSpec:
+    """Layers and sizes of a TransformerModel state dict (``input_emb``, ``encoder``, ``decoder``, the buffer
+    ``pos_encoder.pe``), every tensor's name and shape checked; ``heads`` must divide d_model."""
+    need = ["input_emb.weight", "decoder.weight", "decoder.bias", "encoder.layers.0.linear1.weight", "encoder.norm.weight"]
+    missing = [k for k in need if k not in state]
+    if missing:
+        raise ImportModelError(f"{path} is not a pytorch/examples TransformerModel: it has no {', '.join(missing)} "
+                               f"(its tensors: {', '.join(list(state)[:6])}{', ...' if len(state) > 6 else ''})")
+    V, d = _shape(state, "input_emb.weight", 2)
+    ff = _shape(state, "encoder.layers.0.linear1.weight", 2)[0]
+    layers = 0
+    while f"encoder.layers.{layers}.linear1.weight" in state:
+        layers += 1
+    expected = {"input_emb.weight": (V, d), "decoder.weight": (V, d), "decoder.bias": (V,),
+                **transformer_layer_tensors(d, ff, layers)}
+    pe = state.get("pos_encoder.pe")  # the example's table of position encodings: vizlm computes them
+    if pe is not None and (pe.dim() != 3 or pe.shape[1:] != (1, d)):
+        raise ImportModelError(f"{path}: pos_encoder.pe is {tuple(pe.shape)}; a TransformerModel's is (max_len, 1, {d})")
+    extra = sorted(set(state) - set(expected) - {"pos_encoder.pe"})
+    if extra:
+        raise ImportModelError(f"{path}: unexpected tensors {extra[:4]} (not the TransformerModel of pytorch/examples: "
+                               "a decoder stack, or another layer layout)")
+    for key, shape in expected.items():
+        if key not in state:
+            raise ImportModelError(f"{path}: {key} is missing (not a TransformerModel of pytorch/examples)")
+        if tuple(state[key].shape) != shape:
+            raise ImportModelError(f"{path}: {key} is {tuple(state[key].shape)}; the other tensors call for {shape}")
+        if not state[key].is_floating_point():
+            raise ImportModelError(f"{path}: {key} is {state[key].dtype}, not floating point")
+    if heads is None:
+        raise ImportModelError(f"{path} is a state dict of a TransformerModel, whose weights do not say its heads: "
+                               "pass --nhead N (main.py's --nhead, default 2)")
+    if d % heads:
+        raise ImportModelError(f"{path}: --nhead {heads} does not divide the model's size {d}")
+    return TransformerSpec(layers, V, d, ff, heads)
+
+
+def module_heads(root: Inert, path: Path) -> int:
+    """The heads of a TransformerModel saved whole (its first layer's attention's ``num_heads``); its layers
+    checked to be what vizlm's transformer computes: post-norm (``norm_first`` False), ReLU, sequence first."""
+    layer = _mapping(_mapping(_mapping(root, "_modules").get("encoder"), "_modules").get("layers"), "_modules").get("0")
+    attn = _mapping(layer, "_modules").get("self_attn") if isinstance(layer, Inert) else None
+    heads = attn.__dict__.get("num_heads") if isinstance(attn, Inert) else None
+    if type(heads) is not int or heads < 1:
+        raise ImportModelError(f"{path}: its TransformerModel's first layer has no attention with a number of heads")
+    if layer.__dict__.get("norm_first") or attn.__dict__.get("batch_first"):
+        raise ImportModelError(f"{path}: its encoder layers are pre-norm or batch-first, not the TransformerModel of "
+                               "pytorch/examples (post-norm, sequence first)")
+    act = layer.__dict__.get("activation")
+    if act is not None and act is not STAND_INS["torch.nn.functional.relu"]:
+        raise ImportModelError(f"{path}: its encoder layers' activation is not ReLU")
+    return heads
 
 
 def _unusual(t: torch.Tensor) -> str | None:
@@ -372,20 +463,42 @@ def convert(state: dict[str, torch.Tensor], spec: Spec, rows: list[int], vocab_s
     # the state dict read, the converted tensors, the model and the saved file: ~4 float32 copies
     check_memory(4 * 4 * n, f"importing this model ({n:,} parameters)", ImportModelError)
     model = build_model("lstm", **config)
+    new = _vocabulary_rows(state, "encoder.weight", rows)
+    if spec.tied:
+        del new["decoder.weight"]  # the embedding's
+    for k in range(spec.layers):
+        for part in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            new[f"rnn.{part}_l{k}"] = state[f"rnn.{part}_l{k}"].float()
+    model.load_state_dict(new)
+    return model.eval()
+
+
+def _vocabulary_rows(state: dict[str, torch.Tensor], embedding: str, rows: list[int]) -> dict[str, torch.Tensor]:
+    """The embedding (``state[embedding]``) and output layer (``decoder``) with their rows moved to the vizlm ids
+    (``rows``: model id of each vizlm id); the rows vizlm adds are zero and never predicted."""
     idx = torch.tensor(rows)
     has = idx >= 0
     src = idx.clamp_min(0)
-    enc = state["encoder.weight"].float()
+    enc = state[embedding].float()
     embed = torch.where(has[:, None], enc[src], 0.0)  # (V', E)
     embed[Vocab.bos_id] = enc[rows[Vocab.eos_id]]  # <s> is read as <eos>, the token before every line
     weight = torch.where(has[:, None], state["decoder.weight"].float()[src], 0.0)  # (V', H)
     bias = torch.where(has, state["decoder.bias"].float()[src], -IMPOSSIBLE)  # (V',): the added rows are never predicted
-    new = {"embed.weight": embed, "decoder.bias": bias}
-    if not spec.tied:
-        new["decoder.weight"] = weight
-    for k in range(spec.layers):
-        for part in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
-            new[f"rnn.{part}_l{k}"] = state[f"rnn.{part}_l{k}"].float()
+    return {"embed.weight": embed, "decoder.weight": weight, "decoder.bias": bias}
+
+
+def convert_transformer(state: dict[str, torch.Tensor], spec: TransformerSpec, rows: list[int], vocab_size: int,
+                        block: int):
+    """The vizlm ``transformer`` model of the TransformerModel ``state``: the encoder's weights as they are,
+    the embedding and output rows moved to the vizlm ids; text read in blocks of ``block`` (its ``--bptt``)."""
+    config = {"vocab_size": vocab_size, "emb_dim": spec.d_model, "hidden_dim": spec.feedforward, "layers": spec.layers,
+              "heads": spec.heads, "block": block, "context": "document"}
+    n = parameter_count(TRANSFORMER, **config)
+    check_memory(4 * 4 * n, f"importing this model ({n:,} parameters)", ImportModelError)
+    model = build_model(TRANSFORMER, **config)
+    new = _vocabulary_rows(state, "input_emb.weight", rows)
+    for key in transformer_layer_tensors(spec.d_model, spec.feedforward, spec.layers):
+        new[key] = state[key].float()
     model.load_state_dict(new)
     return model.eval()
 
@@ -462,7 +575,7 @@ def _check_out(out: Path, force: bool) -> None:
 # --------------------------------------------------------------------------- the command
 def import_pytorch_examples(model_file: Path | str, data: Path | str, corpus: str, out: Path | str,
                             nonlinearity: str | None = None, force: bool = False,
-                            data_dir: Path | None = None) -> dict:
+                            data_dir: Path | None = None, heads: int | None = None, block: int = 35) -> dict:
     """Import a pytorch/examples ``word_language_model`` checkpoint (module docstring); returns a
     summary. Everything is checked before anything is written; ``out`` or a corpus that would
     change is replaced only with ``force``."""
@@ -471,8 +584,16 @@ def import_pytorch_examples(model_file: Path | str, data: Path | str, corpus: st
     if not data.is_dir():
         raise ImportModelError(f"--data {data}: not a folder (give the folder with train.txt, valid.txt, test.txt)")
     _check_out(out, force)
-    state, cell = state_dict_of(read_model_file(model_file), model_file, nonlinearity)
-    spec = read_spec(state, cell, model_file)
+    obj = read_model_file(model_file)
+    state, cell = state_dict_of(obj, model_file, nonlinearity)
+    if cell == TRANSFORMER:
+        saved = module_heads(obj, model_file) if isinstance(obj, Inert) else None
+        if saved is not None and heads is not None and heads != saved:
+            raise ImportModelError(f"{model_file} saved its TransformerModel with {saved} heads; --nhead {heads} "
+                                   "says otherwise")
+        spec = read_transformer_spec(state, saved or heads, model_file)
+    else:
+        spec = read_spec(state, cell, model_file)
     check_weights(state, model_file)
     words = source_vocabulary(data)
     if len(words) != spec.vocab_size:
@@ -480,19 +601,25 @@ def import_pytorch_examples(model_file: Path | str, data: Path | str, corpus: st
             f"{model_file} has {spec.vocab_size:,} words but {data}'s train.txt, valid.txt and test.txt give "
             f"{len(words):,}: that is not the data the model was trained on")
     itos, rows = vizlm_vocabulary(words)
-    model = convert(state, spec, rows, len(itos))
-    source = {"kind": "pytorch-examples", "file": str(model_file.name), "data": str(data), "cell": spec.cell,
-              "layers": spec.layers, "tied": spec.tied, "model_vocab_size": spec.vocab_size,
-              "reading": reading_of(words)}
+    source = {"kind": "pytorch-examples", "file": str(model_file.name), "data": str(data)}
+    if isinstance(spec, TransformerSpec):
+        name, model = TRANSFORMER, convert_transformer(state, spec, rows, len(itos), block)
+        source |= {"model": "TransformerModel", "layers": spec.layers, "heads": spec.heads, "bptt": block}
+        sizes = {"layers": spec.layers, "heads": spec.heads, "emb_dim": spec.d_model, "hidden_dim": spec.feedforward,
+                 "block": block}
+    else:
+        name, model = "lstm", convert(state, spec, rows, len(itos))
+        source |= {"cell": spec.cell, "layers": spec.layers, "tied": spec.tied}
+        sizes = {"rnn": spec.cell, "layers": spec.layers, "emb_dim": spec.emb_dim, "hidden_dim": spec.hidden_dim,
+                 "tie": spec.tied}
+    source |= {"model_vocab_size": spec.vocab_size, "reading": reading_of(words)}
     corpus_dir = write_corpus(data, corpus, itos, data_dir, force, {"kind": source["kind"], "data": source["data"]})
     with files.new_folder(out) as tmp:  # replaced whole: no training log or resume state of another model stays
-        save_checkpoint(tmp, model, "lstm", Vocab(itos), label=out.name, parameters=count_parameters(model),
+        save_checkpoint(tmp, model, name, Vocab(itos), label=out.name, parameters=count_parameters(model),
                         corpus={"name": corpus}, imported=source)
-    return {"checkpoint": str(out), "corpus": corpus, "corpus_folder": str(corpus_dir), "model": "lstm",
-            "rnn": spec.cell, "layers": spec.layers, "emb_dim": spec.emb_dim, "hidden_dim": spec.hidden_dim,
-            "tie": spec.tied, "vocab_size": len(itos), "model_vocab_size": spec.vocab_size,
-            "parameters": count_parameters(model)}
+    return {"checkpoint": str(out), "corpus": corpus, "corpus_folder": str(corpus_dir), "model": name, **sizes,
+            "vocab_size": len(itos), "model_vocab_size": spec.vocab_size, "parameters": count_parameters(model)}
 
 
 __all__ = ["ImportModelError", "SOURCES", "import_pytorch_examples", "reading_of", "read_model_file", "read_spec", "state_dict_of",
-           "source_vocabulary", "vizlm_vocabulary", "convert", "write_corpus", "check_weights", "Inert", "STAND_INS"]
+           "source_vocabulary", "vizlm_vocabulary", "convert", "convert_transformer", "read_transformer_spec", "write_corpus", "check_weights", "Inert", "STAND_INS"]

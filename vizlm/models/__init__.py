@@ -22,9 +22,10 @@ from vizlm.models.lstm import LSTMLM, LSTMConfig
 from vizlm.models.plugins import Plugin, PluginError
 from vizlm.models.rm import RMLM, RMConfig
 from vizlm.models.salton import SCORES, SaltonConfig, SaltonLM
+from vizlm.models.transformer import TransformerConfig, TransformerLM
 
 # name -> (config class, model class, fixed config fields)
-REGISTRY: dict[str, tuple[type[BaseConfig], type[RecurrentLM], dict]] = {
+REGISTRY: dict[str, tuple[type[BaseConfig], type[RecurrentLM | TransformerLM], dict]] = {
     "lstm": (LSTMConfig, LSTMLM, {}),
     "amsrn": (AMSRNConfig, AMSRN, {}),
     "attention": (DanilukConfig, DanilukLM, {"variant": "attention"}),
@@ -33,6 +34,7 @@ REGISTRY: dict[str, tuple[type[BaseConfig], type[RecurrentLM], dict]] = {
     "ngram": (NGramConfig, NGramRNN, {}),
     "salton": (SaltonConfig, SaltonLM, {}),
     "rm": (RMConfig, RMLM, {}),
+    "transformer": (TransformerConfig, TransformerLM, {}),  # not recurrent: RecurrentLM's reading calls
 }
 
 
@@ -158,6 +160,8 @@ LIMITS: dict[str, Limit] = {
     "layers": Limit(1, 16),  # stacked recurrent layers (pytorch/examples trains 2)
     "rnn": Limit(choices=CELLS),
     "tie": Limit(choices=(False, True)),
+    "heads": Limit(1, 64),  # attention heads per Transformer layer
+    "block": Limit(1, 100_000),  # tokens a Transformer reads as one context (block x block attention)
 }
 
 
