@@ -113,11 +113,20 @@ def test_run_names_are_folder_names_checked_when_the_manifest_is_read(tmp_path, 
     assert not (tmp_path / "m").exists()
 
 
-def test_attribution_checkpoints_are_folder_names(tmp_path):
+@pytest.mark.parametrize("table, load", [("attribution", reproduce.load_attribution),
+                                         ("faithfulness", reproduce.load_faithfulness_plan),
+                                         ("cases", reproduce.load_cases_plan)])
+def test_the_checkpoints_tables_are_checked_alike(tmp_path, table, load):
+    """[attribution], [faithfulness], [cases]: checkpoints are folder names, unknown fields are named."""
     bad = tmp_path / "m.toml"
-    bad.write_text(TINY + '\n[attribution]\ncheckpoints = ["../lstm"]\n')
-    with pytest.raises(ValueError, match="checkpoint '../lstm'"):
-        reproduce.load_attribution(bad)
+    bad.write_text(TINY + f'\n[{table}]\ncheckpoints = ["../lstm"]\n')
+    with pytest.raises(ValueError, match=rf"\[{table}\] checkpoint '../lstm'"):
+        load(bad)
+    bad.write_text(TINY + f'\n[{table}]\ncheckpoints = ["lstm"]\nthreshold = 2\n')
+    with pytest.raises(ValueError, match=rf"\[{table}\] needs a list of checkpoints and knows only .* \(not threshold\)"):
+        load(bad)
+    bad.write_text(TINY)
+    assert load(bad) is None
 
 
 @pytest.mark.parametrize("text, message", [

@@ -33,6 +33,7 @@ import os
 import shlex
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -328,25 +329,53 @@ class AttributionPlan:
     note: str | None = None
 
 
+def _load_plan(path: Path | None, table: str, cls: type):
+    """``(the manifest's table [table] as a cls, the manifest's path)``: the checkpoints tables ([attribution],
+    [faithfulness], [cases]) checked alike: known fields only, a list of checkpoints, each a folder name (a folder
+    in checkpoints/ and in evidence/TABLE/). The plan is None when the manifest has no such table."""
+    path, doc = _read(path)
+    spec = doc.get(table)
+    if spec is None:
+        return None, path
+    fields = set(cls.__dataclass_fields__)
+    if not isinstance(spec, dict) or set(spec) - fields or not isinstance(spec.get("checkpoints"), list):
+        raise ValueError(f"{path}: [{table}] needs a list of checkpoints and knows only {', '.join(sorted(fields))}"
+                         + (f" (not {', '.join(sorted(set(spec) - fields))})" if isinstance(spec, dict)
+                            and set(spec) - fields else ""))
+    plan = cls(**spec)
+    for name in plan.checkpoints:
+        try:
+            check_folder_name(name, f"[{table}] checkpoint")
+        except DataError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+    return plan, path
+
+
+def _write_plan(plan, table: str, names: list[str] | None, force: bool, log, has: Callable[[str], bool],
+                write: Callable[[str], Path]) -> list[Path]:
+    """``write`` the evidence of the plan's checkpoints (``names``: these only, each one of them), one after the
+    other; one that ``has`` evidence is skipped unless ``force``, saying so on ``log`` (default: standard error)."""
+    log = log or sys.stderr
+    names = names or plan.checkpoints
+    if unknown := [n for n in names if n not in plan.checkpoints]:
+        raise ValueError(f"{', '.join(unknown)}: not in the manifest's [{table}] checkpoints "
+                         f"({', '.join(plan.checkpoints)})")
+    written = []
+    for name in names:
+        if has(name) and not force:
+            print(f"reproduce: {name} has {table} evidence (--force to rewrite it)", file=log)
+            continue
+        written.append(write(name))
+    return written
+
+
 def load_attribution(path: Path | None = None) -> AttributionPlan | None:
     """The ``[attribution]`` table of ``experiments.toml``, checked; None when it has none."""
     from vizlm.attribution import TEXT_METHODS
 
-    path, doc = _read(path)
-    spec = doc.get("attribution")
-    if spec is None:
-        return None
-    fields = set(AttributionPlan.__dataclass_fields__)
-    if set(spec) - fields or "checkpoints" not in spec:
-        raise ValueError(f"{path}: [attribution] has unknown field(s) {sorted(set(spec) - fields)} or no checkpoints")
-    plan = AttributionPlan(**spec)
-    if plan.method not in TEXT_METHODS or not isinstance(plan.checkpoints, list):
-        raise ValueError(f"{path}: [attribution]: method must be one of {', '.join(TEXT_METHODS)}, checkpoints a list")
-    for name in plan.checkpoints:  # each is a folder in checkpoints/ and evidence/attribution/
-        try:
-            check_folder_name(name, "[attribution] checkpoint")
-        except DataError as exc:
-            raise ValueError(f"{path}: {exc}") from None
+    plan, path = _load_plan(path, "attribution", AttributionPlan)
+    if plan is not None and plan.method not in TEXT_METHODS:
+        raise ValueError(f"{path}: [attribution]: method must be one of {', '.join(TEXT_METHODS)}")
     return plan
 
 
@@ -356,20 +385,9 @@ def write_attribution_evidence(plan: AttributionPlan, names: list[str] | None = 
     with evidence is skipped unless ``force``. Progress goes to ``log`` (default: standard error)."""
     from vizlm.checkpoint import bundled_dir
 
-    log = log or sys.stderr
-    names = names or plan.checkpoints
-    unknown = [n for n in names if n not in plan.checkpoints]
-    if unknown:
-        raise ValueError(f"{', '.join(unknown)}: not in the manifest's [attribution] checkpoints "
-                         f"({', '.join(plan.checkpoints)})")
-    written = []
-    for name in names:
-        if evidence.attribution_folder(name).exists() and not force:
-            print(f"reproduce: {name} has attribution evidence (--force to rewrite it)", file=log)
-            continue
-        written.append(evidence.write_attribution(name, bundled_dir() / name, plan.corpus, plan.split, plan.method,
-                                                  plan.limit, force=force, log=log))
-    return written
+    return _write_plan(plan, "attribution", names, force, log, lambda n: evidence.attribution_folder(n).exists(),
+                       lambda n: evidence.write_attribution(n, bundled_dir() / n, plan.corpus, plan.split, plan.method,
+                                                            plan.limit, force=force, log=log or sys.stderr))
 
 
 @dataclass
@@ -393,14 +411,9 @@ def load_faithfulness_plan(path: Path | None = None) -> FaithfulnessPlan | None:
     """The ``[faithfulness]`` table of ``experiments.toml``, checked; None when it has none."""
     from vizlm.attribution import MAX_PERMUTATIONS, MAX_STEPS
 
-    path, doc = _read(path)
-    spec = doc.get("faithfulness")
-    if spec is None:
+    plan, path = _load_plan(path, "faithfulness", FaithfulnessPlan)
+    if plan is None:
         return None
-    fields = set(FaithfulnessPlan.__dataclass_fields__)
-    if not isinstance(spec, dict) or set(spec) - fields or not isinstance(spec.get("checkpoints"), list):
-        raise ValueError(f"{path}: [faithfulness] needs a list of checkpoints and knows only {', '.join(sorted(fields))}")
-    plan = FaithfulnessPlan(**spec)
     for key, top in (("per_document", None), ("limit", None), ("permutations", MAX_PERMUTATIONS), ("n_steps", MAX_STEPS),
                      ("adversary_steps", None)):
         value = getattr(plan, key)
@@ -408,11 +421,6 @@ def load_faithfulness_plan(path: Path | None = None) -> FaithfulnessPlan | None:
                                   or (top is not None and value > top)):
             raise ValueError(f"{path}: [faithfulness]: {key} must be a whole number from 1"
                              f"{f' to {top}' if top else ''}, not {value!r}")
-    for name in plan.checkpoints:
-        try:
-            check_folder_name(name, "[faithfulness] checkpoint")
-        except DataError as exc:
-            raise ValueError(f"{path}: {exc}") from None
     return plan
 
 
@@ -423,20 +431,10 @@ def write_faithfulness_evidence(plan: FaithfulnessPlan, names: list[str] | None 
     is skipped unless ``force``."""
     from vizlm.checkpoint import bundled_dir
 
-    log = log or sys.stderr
-    names = names or plan.checkpoints
-    if unknown := [n for n in names if n not in plan.checkpoints]:
-        raise ValueError(f"{', '.join(unknown)}: not in the manifest's [faithfulness] checkpoints "
-                         f"({', '.join(plan.checkpoints)})")
-    written = []
-    for name in names:
-        if evidence.faithfulness_folder(name).exists() and not force:
-            print(f"reproduce: {name} has faithfulness evidence (--force to rewrite it)", file=log)
-            continue
-        written.append(evidence.write_faithfulness(name, bundled_dir() / name, plan.corpus, plan.split, plan.limit,
-                                                   plan.per_document, plan.permutations, plan.n_steps,
-                                                   plan.adversary_steps, force, log))
-    return written
+    return _write_plan(plan, "faithfulness", names, force, log, lambda n: evidence.faithfulness_folder(n).exists(),
+                       lambda n: evidence.write_faithfulness(n, bundled_dir() / n, plan.corpus, plan.split, plan.limit,
+                                                             plan.per_document, plan.permutations, plan.n_steps,
+                                                             plan.adversary_steps, force, log or sys.stderr))
 
 
 @dataclass
@@ -453,20 +451,7 @@ class CasesPlan:
 
 def load_cases_plan(path: Path | None = None) -> CasesPlan | None:
     """The ``[cases]`` table of ``experiments.toml``, checked; None when it has none."""
-    path, doc = _read(path)
-    spec = doc.get("cases")
-    if spec is None:
-        return None
-    fields = set(CasesPlan.__dataclass_fields__)
-    if not isinstance(spec, dict) or set(spec) - fields or not isinstance(spec.get("checkpoints"), list):
-        raise ValueError(f"{path}: [cases] needs a list of checkpoints and knows only {', '.join(sorted(fields))}")
-    plan = CasesPlan(**spec)
-    for name in plan.checkpoints:
-        try:
-            check_folder_name(name, "[cases] checkpoint")
-        except DataError as exc:
-            raise ValueError(f"{path}: {exc}") from None
-    return plan
+    return _load_plan(path, "cases", CasesPlan)[0]
 
 
 def write_cases_evidence(plan: CasesPlan, names: list[str] | None = None, force: bool = False, log=None) -> list[Path]:
@@ -474,17 +459,9 @@ def write_cases_evidence(plan: CasesPlan, names: list[str] | None = None, force:
     checkpoint with evidence is skipped unless ``force``."""
     from vizlm.checkpoint import bundled_dir
 
-    log = log or sys.stderr
-    names = names or plan.checkpoints
-    if unknown := [n for n in names if n not in plan.checkpoints]:
-        raise ValueError(f"{', '.join(unknown)}: not in the manifest's [cases] checkpoints ({', '.join(plan.checkpoints)})")
-    written = []
-    for name in names:
-        if evidence.cases_path(name).exists() and not force:
-            print(f"reproduce: {name} has case evidence (--force to rewrite it)", file=log)
-            continue
-        written.append(evidence.write_cases(name, bundled_dir() / name, plan.corpus, plan.split, plan.limit, force, log))
-    return written
+    return _write_plan(plan, "cases", names, force, log, lambda n: evidence.cases_path(n).exists(),
+                       lambda n: evidence.write_cases(n, bundled_dir() / n, plan.corpus, plan.split, plan.limit, force,
+                                                      log or sys.stderr))
 
 
 def _points(x: float | None) -> str:
