@@ -270,10 +270,15 @@ def attribution_folder(name: str) -> Path:
     return paths.evidence_dir() / ATTRIBUTION / name
 
 
+def _checkpoints_with(table: str) -> list[str]:
+    """The checkpoints with a folder in ``evidence/TABLE/`` (not a hidden one: a folder being written)."""
+    root = paths.evidence_dir() / table
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []
+
+
 def attribution_names() -> list[str]:
     """The checkpoints whose corpus attribution has evidence."""
-    root = paths.evidence_dir() / ATTRIBUTION
-    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []
+    return _checkpoints_with(ATTRIBUTION)
 
 
 def read_attribution(name: str) -> AttributionEvidence | None:
@@ -598,8 +603,7 @@ def faithfulness_folder(name: str) -> Path:
 
 def faithfulness_names() -> list[str]:
     """The checkpoints whose faithfulness tests have evidence."""
-    root = paths.evidence_dir() / FAITHFULNESS
-    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []
+    return _checkpoints_with(FAITHFULNESS)
 
 
 def read_faithfulness(name: str) -> FaithfulnessEvidence | None:
