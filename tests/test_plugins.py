@@ -259,7 +259,7 @@ class Crashes(Toy):
 
 @dataclass
 class UnlimitedConfig(ToyConfig):
-    heads: int = 2  # a field vizlm has no limit for, and the plugin gives none
+    petals: int = 2  # a field vizlm has no limit for, and the plugin gives none
 
 
 class EntryPoint:
@@ -345,7 +345,7 @@ SKIPPED = [
     (EntryPoint("notaplugin", Toy), r"its entry point names a type, not a vizlm.models.Plugin"),
     (EntryPoint("badmodel", toy(model=nn.Linear)), r"its model 'Linear' is not a class subclassing vizlm.models.base.RecurrentLM"),
     (EntryPoint("badconfig", toy(config=dict)), r"its config 'dict' is not a dataclass subclassing"),
-    (EntryPoint("nolimit", toy(config=UnlimitedConfig)), r"config field 'heads' has no limit"),
+    (EntryPoint("nolimit", toy(config=UnlimitedConfig)), r"config field 'petals' has no limit"),
     (EntryPoint("takenlimit", toy(limits={"window": Limit(1, 5)})), r"it gives limits for \['window'\], which vizlm defines"),
 ]
 
