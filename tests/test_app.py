@@ -1600,8 +1600,8 @@ def test_faithfulness_page_says_the_cost_then_runs_the_tests_on_request(mine):
     titles = {json.loads(c.proto.spec)["title"]["text"] for c in charts(at)}
     assert titles == {"Erasure curves", "Comprehensiveness and sufficiency (AOPC)", "Shuffled attention",
                       "The two paths by distance"}
-    (table,) = [d.value for d in at.dataframe if "pair" in d.value.columns]  # agreement: a table, its chart a download
-    assert list(table["pair"]) == list(agreement_frame(lm.corpus_faithfulness(PREPARED, "test", limit=5))["pair"])
+    (table,) = [d.value for d in at.dataframe if "rankings compared" in d.value.columns]  # agreement: a table, its chart a download
+    assert list(table["rankings compared"]) == list(agreement_frame(lm.corpus_faithfulness(PREPARED, "test", limit=5))["pair"])
     expected = lm.corpus_faithfulness(PREPARED, "test", limit=5)  # read from the page's cache entry
     assert lm.faithfulness_seconds(PREPARED, "test", limit=5) is None
     metrics = {m.label: m for m in at.metric}

@@ -153,28 +153,31 @@ def permutation_frame(result: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["bin", "lo_weight", "hi_weight", "rows", "measure", "value", "lo", "hi"])
 
 
-def permutation_chart(frame: pd.DataFrame) -> alt.LayerChart:
-    """Median change of the next-word distribution when a row's weights are shuffled over its word slots (total
-    variation distance and Jensen-Shannon divergence), by the row's largest weight, with 95% intervals (Jain &
-    Wallace 2019, Fig. 4). Bins without rows are left out."""
+def permutation_chart(frame: pd.DataFrame) -> alt.FacetChart:
+    """Median change of the next-word distribution when a row's weights are shuffled over its word slots, by the
+    row's largest weight, with 95% intervals (Jain & Wallace 2019, Fig. 4): a panel for the total variation
+    distance and one for the Jensen-Shannon divergence, each on its own scale (a JSD is a tenth of a TVD or
+    less). Bins without rows are left out."""
     df = frame[frame["rows"] > 0]
     if df.empty:
         raise ValueError("permutation_chart: no row with two word slots in this frame")
     bins = list(dict.fromkeys(frame["bin"]))
-    colour = alt.Color("measure:N", title="measure", scale=alt.Scale(domain=["TVD", "JSD"],
-                                                                     range=[CATEGORICAL[0], CATEGORICAL[1]]))
-    base = alt.Chart(df).encode(x=alt.X("bin:O", title="the row's largest weight on a word slot", sort=bins,
-                                        axis=alt.Axis(labelAngle=0)),
-                                xOffset=alt.XOffset("measure:N", sort=["TVD", "JSD"]), color=colour)
+    colour = alt.Color("measure:N", legend=None, scale=alt.Scale(domain=["TVD", "JSD"],
+                                                                 range=[CATEGORICAL[0], CATEGORICAL[1]]))
+    base = alt.Chart().encode(x=alt.X("bin:O", title="largest weight", sort=bins,
+                                      axis=alt.Axis(labelAngle=0)), color=colour)
     bar = base.mark_bar(opacity=0.8).encode(
-        y=alt.Y("value:Q", title="median change of the next-word distribution", scale=alt.Scale(zero=True)),
+        y=alt.Y("value:Q", title="median over rows", scale=alt.Scale(zero=True)),
         tooltip=[alt.Tooltip("bin:N", title="largest weight"), alt.Tooltip("measure:N"),
                  alt.Tooltip("value:Q", title="median", format=".4f"),
                  alt.Tooltip("lo:Q", title="95% low", format=".4f"), alt.Tooltip("hi:Q", title="95% high", format=".4f"),
                  alt.Tooltip("rows:Q", title="rows", format=",")])
     err = base.mark_rule(color="#333", strokeWidth=1.5).encode(y="lo:Q", y2="hi:Q")
-    return alt.layer(bar, err).properties(width=WIDTH, height=HEIGHT, title=_title(
-        "Shuffled attention", "Jain and Wallace: median TVD / JSD (nats) per row over 100 shuffles; 95% interval"))
+    return alt.layer(bar, err, data=df).properties(width=120, height=HEIGHT - 40).facet(  # two fit half a page
+        column=alt.Column("measure:N", title=None, sort=["TVD", "JSD"],
+                          header=alt.Header(labelFontSize=12, labelFontWeight="bold")),
+    ).resolve_scale(y="independent").properties(title=_title(
+        "Shuffled attention", "median TVD / JSD (nats) of 100 shuffles; 95% interval"))
 
 
 # --------------------------------------------------------------------------- agreement and its ceiling

@@ -80,6 +80,13 @@ def _interval(d: dict | None, fmt: str = ".3f") -> str:
     return f"95% {lo:{fmt}} to {hi:{fmt}}"
 
 
+def _tau(value: float, lo: float, hi: float) -> str:
+    """A mean τ-b with its interval for a table cell; a dash where no word gave one."""
+    if not math.isfinite(value):
+        return "—"
+    return f"{value:+.3f} ({lo:+.3f} to {hi:+.3f})" if math.isfinite(lo) and math.isfinite(hi) else f"{value:+.3f}"
+
+
 def _chart(chart, frame: pd.DataFrame, stem: str, key: str, width: str = "content") -> None:
     show_chart(chart, width)
     chart_downloads(chart, stem, key, frame)
@@ -118,34 +125,30 @@ def render_result(res: dict, key: str) -> None:
                        f"{res.get('permutations_per_row', 100)} times, by the word's largest weight. Small changes "
                        "where the weight is peaked mean the model does not need its attention's choice.")
     with right:
-        frame = agreement_frame(res)
-        if not frame.empty:
-            # ten long pair names read better as a table than as a chart's axis; the chart is in the downloads
-            st.markdown("**Agreement of the rankings**: mean Kendall τ-b per word over the words both cover")
-            shown = frame.assign(kind=frame["ceiling"].map({False: "attention", True: "ceiling"}))
-            st.dataframe(shown[["pair", "kind", "value", "lo", "hi"]], hide_index=True, width="stretch",
-                         column_config={"pair": st.column_config.TextColumn("rankings compared", width="large"),
-                                        "kind": st.column_config.TextColumn(
-                                            "", help="attention: attention against a method; ceiling: two methods "
-                                                     "against each other"),
-                                        "value": st.column_config.NumberColumn("τ-b", format="%+.3f"),
-                                        "lo": st.column_config.NumberColumn("95% low", format="%+.3f"),
-                                        "hi": st.column_config.NumberColumn("95% high", format="%+.3f")})
-            chart_downloads(agreement_chart(frame), f"{stem}-agreement", f"{key}_agreement", frame)
-            st.caption("**Agreement** (Jain & Wallace 2019): Kendall τ-b between attention and each explanation "
-                       "(slot effects: the same memory slots; word-level attribution), and, in grey, between the "
-                       "explanations themselves: the ceiling. Attention below the ceiling ranks the words unlike them.")
-
-    left, right = st.columns(2, gap="large")
-    with left:
         frame = paths_frame(res)
         if not frame.empty and frame["read_share"].notna().any():
             _chart(paths_chart(frame), frame, f"{stem}-paths", f"{key}_paths", "stretch")
             st.caption("**The two paths**: a word occluded changes the prediction through the attention read and "
                        "through the recurrent state. The share through the read, by distance: where it is small, "
                        "the attention is not how the word reaches the prediction, whatever its weight.")
-    with right:
-        _uniform_and_adversary(res, stem, key)
+
+    frame = agreement_frame(res)
+    if not frame.empty:
+        # ten long pair names read better as a table (the page's width) than on a chart's axis; the chart is in
+        # the downloads
+        st.markdown("**Agreement of the rankings**: mean Kendall τ-b per word over the words both cover")
+        shown = pd.DataFrame({"rankings compared": frame["pair"],
+                              "": frame["ceiling"].map({False: "attention", True: "ceiling"}),
+                              "τ-b (95% interval)": [_tau(v, lo, hi) for v, lo, hi in
+                                                     zip(frame["value"], frame["lo"], frame["hi"])]})
+        st.dataframe(shown, hide_index=True, width="content",
+                     column_config={"": st.column_config.TextColumn(
+                         help="attention: attention against a method; ceiling: two methods against each other")})
+        chart_downloads(agreement_chart(frame), f"{stem}-agreement", f"{key}_agreement", frame)
+        st.caption("**Agreement** (Jain & Wallace 2019): Kendall τ-b between attention and each explanation "
+                   "(slot effects: the same memory slots; word-level attribution), and between the explanations "
+                   "themselves: the ceiling. Attention below the ceiling ranks the words unlike them.")
+    _uniform_and_adversary(res, stem, key)
 
 
 def _uniform_and_adversary(res: dict, stem: str, key: str) -> None:
