@@ -1127,6 +1127,19 @@ def test_the_explorer_shows_a_plugin_model_s_attention(tmp_path, monkeypatch):
     assert "Attention effect" in {m.label for m in at.metric}
 
 
+def test_a_transformer_opens_in_the_explorer(tmp_path, monkeypatch):
+    """A checkpoint of the transformer family (what `vizlm import` makes of pytorch/examples' TransformerModel),
+    2 layers and 2 heads, chosen in the Explorer: each word's probability, surprisal and top predictions, and no
+    attention panel (its self-attention is not shown as memory slots yet)."""
+    _plugin_checkpoint(tmp_path, monkeypatch, "tiny_transformer", "transformer", layers=2, heads=2, block=6)
+    at = explorer(model="tiny_transformer", text="the jury said it was fine .", target="4")
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    assert at.selectbox(key="model").value == "tiny_transformer"
+    labels = {m.label for m in at.metric}
+    assert {"P(word)", "Surprisal"} <= labels and "Attention effect" not in labels
+
+
 def test_a_plugin_that_breaks_the_contract_gets_a_message_not_a_traceback(tmp_path, monkeypatch):
     """A checkpoint of a plugin whose attention rows do not sum to 1: the Explorer names the plugin and says so."""
     from test_plugins import EntryPoint, HalfRows, toy
