@@ -62,7 +62,7 @@ from torch import nn
 from vizlm.analysis import LN2, SentenceAnalysis, distance, analyze, analyze_sentences, with_slot_effects
 from vizlm.cache import cached, checkpoint_digest, stored
 from vizlm.checkpoint import Checkpoint
-from vizlm.data import Vocab, load_corpus
+from vizlm.data import Vocab, load_corpus, split_checksum
 from vizlm.errors import VizlmError
 from vizlm.models import REGISTRY
 from vizlm.models.base import RecurrentLM, device_of, memory_of
@@ -887,7 +887,7 @@ def _cache_parts(ckpt: Checkpoint, corpus: str, split: str, method: str, limit: 
         raise AttributionError(f"unknown attribution method {method!r}; valid: {', '.join(METHODS)}")
     document = getattr(ckpt.model.config, "context", "sentence") == "document"
     parts = {"kind": "attribution", "version": ATTRIBUTION_VERSION, "checkpoint": checkpoint_digest(ckpt),
-             "corpus": load_corpus(corpus, split).checksum, "method": method, "limit": limit,
+             "corpus": split_checksum(corpus, split), "method": method, "limit": limit,
              "permutations": permutations, "max_offset": max_offset, "absolute": absolute, "n_boot": n_boot,
              "seed": seed, "context": "document" if document else "sentence"}
     if method == "integrated-gradients":

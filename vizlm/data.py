@@ -199,15 +199,20 @@ def _split_folder(name: str, split: str, data_dir: Path | None = None) -> Path:
     return folder
 
 
+def split_checksum(name: str, split: str, data_dir: Path | None = None) -> str:
+    """The checksum of a processed split (:attr:`Corpus.checksum`, what cache keys hold) without reading its
+    sentences."""
+    return sha256_file(_split_folder(name, split, data_dir) / f"{split}.txt")
+
+
 def load_corpus(name: str, split: str, data_dir: Path | None = None) -> Corpus:
     """Load a processed split from ``data/`` (run ``vizlm prepare`` to regenerate)."""
     folder = _split_folder(name, split, data_dir)
-    path = folder / f"{split}.txt"
     cols = {}
     for field, ext in _FILES.items():
         lines = (folder / f"{split}.{ext}").read_text(encoding="utf-8").splitlines()
         cols[field] = lines if field == "ids" else [line.split() for line in lines]
-    return Corpus(name, split, checksum=sha256_file(path), **cols)
+    return Corpus(name, split, checksum=split_checksum(name, split, data_dir), **cols)
 
 
 def split_texts(name: str, split: str, data_dir: Path | None = None) -> tuple[list[str], list[str], str]:

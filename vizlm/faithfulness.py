@@ -77,7 +77,7 @@ from vizlm.attribution import (
 )
 from vizlm.cache import cached, checkpoint_digest, stored
 from vizlm.checkpoint import Checkpoint
-from vizlm.data import load_corpus
+from vizlm.data import load_corpus, split_checksum
 from vizlm.errors import VizlmError
 from vizlm.models.base import AttentionLM, LMOutput
 from vizlm.models.effects import drop_slots
@@ -766,10 +766,9 @@ def _cache_parts(ckpt: Checkpoint, corpus: str, split: str, limit: int | None, p
         if m not in TEXT_METHODS:
             raise FaithfulnessError(f"unknown word-level method {m!r}; valid: {', '.join(TEXT_METHODS)}")
     n_steps = check_steps(n_steps)
-    data = load_corpus(corpus, split)
     document = getattr(ckpt.model.config, "context", "sentence") == "document"
     return {"kind": "faithfulness", "version": FAITHFULNESS_VERSION, "checkpoint": checkpoint_digest(ckpt),
-            "corpus": data.checksum, "split": split, "limit": limit, "permutations": permutations_n,
+            "corpus": split_checksum(corpus, split), "split": split, "limit": limit, "permutations": permutations_n,
             "epsilon": epsilon, "adversary_steps": adversary_steps, "adversary_lr": ADVERSARY_LR,
             "methods": list(methods), "n_steps": n_steps, "ks": list(ERASE_K), "fractions": list(FRACTIONS),
             "n_boot": n_boot, "seed": seed, "context": "document" if document else "sentence",
