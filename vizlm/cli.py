@@ -394,9 +394,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def train_config(args) -> TrainConfig:
     """The TrainConfig ``vizlm train``'s options say (0 where a field's None is meant: its ``zero``)."""
-    values = {f.name: getattr(args, f.name) for f in train_options()}
-    values = {k: None if f.metadata["zero"] and values[k] == 0 else values[k]
-              for f in train_options() for k in [f.name]}
+    values = {}
+    for f in train_options():
+        value = getattr(args, f.name)
+        values[f.name] = None if f.metadata["zero"] and value == 0 else value
     tc = TrainConfig(**values, extra={"command": "vizlm " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["train"]
                                       else None})
     return tc.dry_run() if args.dry_run else tc

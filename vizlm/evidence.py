@@ -281,19 +281,28 @@ def attribution_names() -> list[str]:
     return _checkpoints_with(ATTRIBUTION)
 
 
-def read_attribution(name: str) -> AttributionEvidence | None:
-    """The corpus attribution evidence of checkpoint ``name``, None when it has none."""
+def _read_sums(where: Path, files: tuple[str, ...], command: str) -> tuple[dict, dict] | None:
+    """``(config.json, sums.safetensors' arrays)`` of an evidence folder (attribution, faithfulness); None when
+    it is not there; :class:`EvidenceError` when a file is missing (``command`` writes it again) or unreadable."""
     from safetensors.numpy import load_file
 
-    where = attribution_folder(name)
     if not where.exists():
         return None
-    _check_whole(where, ATTRIBUTION_FILES, f"vizlm reproduce --attribution {name}")
+    _check_whole(where, files, command)
     try:
         config = json.loads((where / "config.json").read_text(encoding="utf-8"))
         arrays = load_file(str(where / "sums.safetensors"))
     except (OSError, ValueError) as e:
         raise EvidenceError(f"{where}: cannot be read ({e})") from e
+    return config, arrays
+
+
+def read_attribution(name: str) -> AttributionEvidence | None:
+    """The corpus attribution evidence of checkpoint ``name``, None when it has none."""
+    read = _read_sums(attribution_folder(name), ATTRIBUTION_FILES, f"vizlm reproduce --attribution {name}")
+    if read is None:
+        return None
+    config, arrays = read
     keys = sorted({k.rsplit(".", 1)[0] for k in arrays})
     return AttributionEvidence(name, config, {k: (arrays[f"{k}.sum"], arrays[f"{k}.count"]) for k in keys})
 
@@ -609,18 +618,8 @@ def faithfulness_names() -> list[str]:
 def read_faithfulness(name: str) -> FaithfulnessEvidence | None:
     """The faithfulness evidence of checkpoint ``name``, None when it has none; :class:`EvidenceError` when a
     file is missing or unreadable."""
-    from safetensors.numpy import load_file
-
-    where = faithfulness_folder(name)
-    if not where.exists():
-        return None
-    _check_whole(where, FAITHFULNESS_FILES, f"vizlm reproduce --faithfulness {name}")
-    try:
-        config = json.loads((where / "config.json").read_text(encoding="utf-8"))
-        arrays = load_file(str(where / "sums.safetensors"))
-    except (OSError, ValueError) as e:
-        raise EvidenceError(f"{where}: cannot be read ({e})") from e
-    return FaithfulnessEvidence(name, config, arrays)
+    read = _read_sums(faithfulness_folder(name), FAITHFULNESS_FILES, f"vizlm reproduce --faithfulness {name}")
+    return None if read is None else FaithfulnessEvidence(name, *read)
 
 
 def first_of_each_document(corpus: str, split: str, per_document: int) -> list[int]:

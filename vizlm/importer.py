@@ -276,19 +276,26 @@ def read_spec(state: dict[str, torch.Tensor], cell: str | None, path: Path) -> S
     if extra:
         raise ImportModelError(f"{path}: unexpected tensors {extra[:4]} (a bidirectional or projected RNN, or not an "
                                "RNNModel); vizlm imports pytorch/examples' RNNModel")
-    for key, shape in expected.items():
-        if key not in state:
-            raise ImportModelError(f"{path}: {key} is missing (an RNN without biases is not an RNNModel)")
-        if tuple(state[key].shape) != shape:
-            raise ImportModelError(f"{path}: {key} is {tuple(state[key].shape)}; the other tensors call for {shape}")
-        t = state[key]
-        if not t.is_floating_point():
-            raise ImportModelError(f"{path}: {key} is {t.dtype}, not floating point")
-        if not bool(torch.isfinite(t).all()):
+    _check_expected(state, expected, path, "an RNN without biases is not an RNNModel")
+    for key in expected:
+        if not bool(torch.isfinite(state[key]).all()):
             raise ImportModelError(f"{path}: {key} contains NaN or infinite values")
     enc, dec = state["encoder.weight"], state["decoder.weight"]
     tied = _same_storage(enc, dec) or (enc.shape == dec.shape and torch.equal(enc, dec))
     return Spec(cell, layers, V, E, H, tied)
+
+
+def _check_expected(state: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]], path: Path,
+                    missing_why: str) -> None:
+    """Every tensor the layout ``expected`` names is in ``state``, of its shape, floating point (``missing_why``:
+    what a missing one says about the file)."""
+    for key, shape in expected.items():
+        if key not in state:
+            raise ImportModelError(f"{path}: {key} is missing ({missing_why})")
+        if tuple(state[key].shape) != shape:
+            raise ImportModelError(f"{path}: {key} is {tuple(state[key].shape)}; the other tensors call for {shape}")
+        if not state[key].is_floating_point():
+            raise ImportModelError(f"{path}: {key} is {state[key].dtype}, not floating point")
 
 
 @dataclass
@@ -337,13 +344,7 @@ def read_transformer_spec(state: dict[str, torch.Tensor], heads: int | None, pat
     if extra:
         raise ImportModelError(f"{path}: unexpected tensors {extra[:4]} (not the TransformerModel of pytorch/examples: "
                                "a decoder stack, or another layer layout)")
-    for key, shape in expected.items():
-        if key not in state:
-            raise ImportModelError(f"{path}: {key} is missing (not a TransformerModel of pytorch/examples)")
-        if tuple(state[key].shape) != shape:
-            raise ImportModelError(f"{path}: {key} is {tuple(state[key].shape)}; the other tensors call for {shape}")
-        if not state[key].is_floating_point():
-            raise ImportModelError(f"{path}: {key} is {state[key].dtype}, not floating point")
+    _check_expected(state, expected, path, "not a TransformerModel of pytorch/examples")
     if heads is None:
         raise ImportModelError(f"{path} is a state dict of a TransformerModel, whose weights do not say its heads: "
                                "pass --nhead N (main.py's --nhead, default 2)")
