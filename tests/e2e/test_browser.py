@@ -9,6 +9,7 @@ never needed), the system Chromium at ``/usr/bin/chromium`` is used.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import urllib.request
 from pathlib import Path
@@ -69,14 +70,23 @@ def browser():
         b.close()
 
 
+@contextlib.contextmanager
+def opened(browser, width: int, height: int, **options):
+    """A page of a fresh browser context at ``width`` x ``height`` (60 s for any wait), closed afterwards."""
+    context = browser.new_context(viewport={"width": width, "height": height}, **options)
+    try:
+        pg = context.new_page()
+        pg.set_default_timeout(60_000)
+        yield pg
+    finally:
+        context.close()
+
+
 @pytest.fixture
 def page(browser, server):
-    context = browser.new_context(viewport={"width": 1440, "height": 1800}, accept_downloads=True)
-    pg = context.new_page()
-    pg.set_default_timeout(60_000)
-    pg.base = server  # type: ignore[attr-defined]
-    yield pg
-    context.close()
+    with opened(browser, 1440, 1800, accept_downloads=True) as pg:
+        pg.base = server  # type: ignore[attr-defined]
+        yield pg
 
 
 def wait_idle(pg, timeout: float = 300) -> None:
@@ -432,51 +442,36 @@ def _faithfulness_folders(root: Path) -> dict[str, str]:
 def test_faithfulness_page_runs_the_tests(browser, tmp_path):
     """The Faithfulness page on two small models of a corpus of yours: the cost said, the run switched on, every
     test drawn per model (screenshot ``faithfulness-run``)."""
-    with serve(tmp_path / "server.log", _faithfulness_folders(tmp_path)) as (base, _):
-        context = browser.new_context(viewport={"width": 1440, "height": 1800})
-        pg = context.new_page()
-        pg.set_default_timeout(60_000)
-        try:
-            pg.goto(base + "/faithfulness")
-            wait_idle(pg)
-            assert pg.get_by_text("the first time on one core").first.is_visible()
-            pg.get_by_text("Run the tests").first.click()
-            wait_idle(pg)
-            assert pg.locator("[data-testid='stVegaLiteChart']").count() == 2 * 4  # per model; the agreement a table
-            assert pg.locator("[data-testid='stDataFrame']").count() >= 2
-            shot(pg, "faithfulness-run")
-        finally:
-            context.close()
+    with serve(tmp_path / "server.log", _faithfulness_folders(tmp_path)) as (base, _), opened(browser, 1440, 1800) as pg:
+        pg.goto(base + "/faithfulness")
+        wait_idle(pg)
+        assert pg.get_by_text("the first time on one core").first.is_visible()
+        pg.get_by_text("Run the tests").first.click()
+        wait_idle(pg)
+        assert pg.locator("[data-testid='stVegaLiteChart']").count() == 2 * 4  # per model; the agreement a table
+        assert pg.locator("[data-testid='stDataFrame']").count() >= 2
+        shot(pg, "faithfulness-run")
 
 
 def test_deep_link_is_the_first_request_of_a_fresh_server(browser, tmp_path):
     """A shared link to a page, opened before anyone visited ``/``, shows that page inside the app's
     own navigation (not Streamlit's legacy ``pages/`` menu, which lists the files as ``app``, ``cases``...)."""
-    with serve(tmp_path / "server.log") as (base, _):
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        pg = context.new_page()
-        pg.set_default_timeout(60_000)
-        try:
-            pg.goto(base + "/models")
-            wait_idle(pg)
-            assert pg.get_by_role("heading", name="Models").first.is_visible()
-            nav = pg.locator("[data-testid='stSidebarNav'] a")
-            titles = [nav.nth(i).inner_text().strip().split("\n")[-1] for i in range(nav.count())]  # after the icon
-            assert "Attention by position" in titles and "Explorer" in titles, titles
-            assert not any(t in ("app", "explorer", "compare") for t in titles), titles
-            assert pg.title().endswith("vizlm") or "vizlm" in pg.title(), pg.title()
-        finally:
-            context.close()
+    with serve(tmp_path / "server.log") as (base, _), opened(browser, 1280, 900) as pg:
+        pg.goto(base + "/models")
+        wait_idle(pg)
+        assert pg.get_by_role("heading", name="Models").first.is_visible()
+        nav = pg.locator("[data-testid='stSidebarNav'] a")
+        titles = [nav.nth(i).inner_text().strip().split("\n")[-1] for i in range(nav.count())]  # after the icon
+        assert "Attention by position" in titles and "Explorer" in titles, titles
+        assert not any(t in ("app", "explorer", "compare") for t in titles), titles
+        assert pg.title().endswith("vizlm") or "vizlm" in pg.title(), pg.title()
 
 
 @pytest.mark.parametrize("width", [800, 1280, 1920])
 def test_nothing_is_cut_off_at_common_widths(browser, server, width):
     """Two attention models' heat maps fit their column or scroll inside it; metric numbers are
     never cut to "1.…"; the favicon is served by the app itself (nothing leaves the machine)."""
-    context = browser.new_context(viewport={"width": width, "height": 1000})
-    pg = context.new_page()
-    pg.set_default_timeout(60_000)
-    try:
+    with opened(browser, width, 1000) as pg:
         pg.goto(server + "/?model=amsrn&compare=kvp&text=" + urllib.request.quote(SENTENCE))
         wait_idle(pg)
         charts = pg.locator("[data-testid='stVegaLiteChart']")
@@ -501,8 +496,6 @@ def test_nothing_is_cut_off_at_common_widths(browser, server, width):
             assert not cut, f"metric values cut off at {width} px on {url}: {cut}"
         if width == 800:
             shot(pg, "explorer-800")
-    finally:
-        context.close()
 
 
 YOUR_CORPUS = "mine"  # a corpus prepared from a folder of text, and two models trained on it (#27)
@@ -540,28 +533,22 @@ def test_compare_on_your_corpus(browser, tmp_path):
     """#27: Compare perplexity on a corpus you prepared, with two models trained on it: the picker names it
     ("mine test · yours"), both perplexities and the scatter are shown, no warning (both were trained on it)."""
     env = your_corpus(tmp_path)
-    with serve(tmp_path / "server.log", {**env, "VIZLM_CACHE": str(tmp_path / "cache")}) as (base, _):
-        context = browser.new_context(viewport={"width": 1440, "height": 1400})
-        pg = context.new_page()
-        pg.set_default_timeout(60_000)
-        try:
-            pg.goto(f"{base}/compare?a={YOUR_MODELS[0]}&b={YOUR_MODELS[1]}&corpus={YOUR_CORPUS}&split=test")
-            wait_idle(pg)
-            path = shot(pg, "compare-your-corpus")
-            assert path.read_bytes().startswith(PNG_MAGIC)
-            assert pg.get_by_role("heading", name="Compare perplexity").first.is_visible()
-            picker = pg.locator("[data-testid='stSelectbox']").filter(has_text="Corpus").first
-            assert f"{YOUR_CORPUS} test · yours" in picker.evaluate("el => el.textContent + ' ' + "
-                                                                     "[...el.querySelectorAll('input')].map(i => i.value).join(' ')"), \
-                picker.inner_html()[:2000]
-            values = pg.locator("[data-testid='stMetricValue']")
-            assert values.count() == 5 and "—" not in values.first.inner_text()
-            assert pg.locator("[data-testid='stVegaLiteChart']").count() >= 1
-            alerts = pg.locator("[data-testid='stAlert']")  # no error, no "not trained on", no note on the link
-            assert alerts.count() == 0, alerts.first.inner_text()
-            assert query(pg)["corpus"] == YOUR_CORPUS
-            cut = pg.evaluate("""() => [...document.querySelectorAll("[data-testid='stMetricValue'] *")]
-                .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent)""")
-            assert not cut, f"metric values cut off: {cut}"
-        finally:
-            context.close()
+    with serve(tmp_path / "server.log", {**env, "VIZLM_CACHE": str(tmp_path / "cache")}) as (base, _), opened(browser, 1440, 1400) as pg:
+        pg.goto(f"{base}/compare?a={YOUR_MODELS[0]}&b={YOUR_MODELS[1]}&corpus={YOUR_CORPUS}&split=test")
+        wait_idle(pg)
+        path = shot(pg, "compare-your-corpus")
+        assert path.read_bytes().startswith(PNG_MAGIC)
+        assert pg.get_by_role("heading", name="Compare perplexity").first.is_visible()
+        picker = pg.locator("[data-testid='stSelectbox']").filter(has_text="Corpus").first
+        assert f"{YOUR_CORPUS} test · yours" in picker.evaluate("el => el.textContent + ' ' + "
+                                                                 "[...el.querySelectorAll('input')].map(i => i.value).join(' ')"), \
+            picker.inner_html()[:2000]
+        values = pg.locator("[data-testid='stMetricValue']")
+        assert values.count() == 5 and "—" not in values.first.inner_text()
+        assert pg.locator("[data-testid='stVegaLiteChart']").count() >= 1
+        alerts = pg.locator("[data-testid='stAlert']")  # no error, no "not trained on", no note on the link
+        assert alerts.count() == 0, alerts.first.inner_text()
+        assert query(pg)["corpus"] == YOUR_CORPUS
+        cut = pg.evaluate("""() => [...document.querySelectorAll("[data-testid='stMetricValue'] *")]
+            .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent)""")
+        assert not cut, f"metric values cut off: {cut}"
