@@ -281,6 +281,18 @@ def attribution_names() -> list[str]:
     return _checkpoints_with(ATTRIBUTION)
 
 
+def _publish_sums(dest: Path, config: dict, arrays: dict) -> None:
+    """An evidence folder of ``config.json`` and ``sums.safetensors`` (attribution, faithfulness), written whole
+    (:func:`_publish`)."""
+    from safetensors.numpy import save_file
+
+    def fill(tmp: Path) -> None:
+        _dump(tmp / "config.json", config)
+        save_file(arrays, str(tmp / "sums.safetensors"))
+
+    _publish(dest, fill)
+
+
 def _read_sums(where: Path, files: tuple[str, ...], command: str) -> tuple[dict, dict] | None:
     """``(config.json, sums.safetensors' arrays)`` of an evidence folder (attribution, faithfulness); None when
     it is not there; :class:`EvidenceError` when a file is missing (``command`` writes it again) or unreadable."""
@@ -316,8 +328,6 @@ def write_attribution(name: str, source: Path | str, corpus: str, split: str, me
     Written whole; existing evidence is replaced only with ``force``."""
     import time
 
-    from safetensors.numpy import save_file
-
     from vizlm import attribution as va
     from vizlm.cache import checkpoint_digest
     from vizlm.data import load_corpus
@@ -351,11 +361,7 @@ def write_attribution(name: str, source: Path | str, corpus: str, split: str, me
     }
     arrays = {f"{k}.{part}": a for k, (s_, c) in sums.items() for part, a in (("sum", s_), ("count", c))}
 
-    def fill(tmp: Path) -> None:
-        _dump(tmp / "config.json", config)
-        save_file(arrays, str(tmp / "sums.safetensors"))
-
-    _publish(dest, fill)
+    _publish_sums(dest, config, arrays)
     print(f"evidence: {name} -> {dest} ({config['targets']:,} targets in {units:,} {config['resampled']}, "
           f"{config['wall_s']:.0f} s)", file=log)
     return dest
@@ -650,8 +656,6 @@ def write_faithfulness(name: str, source: Path | str, corpus: str, split: str, l
     replaced only with ``force``."""
     import time
 
-    from safetensors.numpy import save_file
-
     from vizlm import faithfulness as vf
     from vizlm.attribution import DEFAULT_STEPS, N_BOOT, PASSAGE_TOKENS, TEXT_METHODS, model_window, reading_units
     from vizlm.cache import checkpoint_digest
@@ -703,11 +707,7 @@ def write_faithfulness(name: str, source: Path | str, corpus: str, split: str, l
         "threads": torch.get_num_threads(), "wall_s": round(time.perf_counter() - start, 1),
     }
 
-    def fill(tmp: Path) -> None:
-        _dump(tmp / "config.json", config)
-        save_file(arrays, str(tmp / "sums.safetensors"))
-
-    _publish(dest, fill)
+    _publish_sums(dest, config, arrays)
     print(f"evidence: {name} -> {dest} ({config['targets']:,} targets in {n_units:,} {config['unit']} of "
           f"{config['documents']} documents, {config['wall_s']:.0f} s)", file=log)
     return dest

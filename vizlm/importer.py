@@ -243,11 +243,8 @@ def _checked_tensors(state: dict, path: Path) -> dict[str, torch.Tensor]:
 def read_spec(state: dict[str, torch.Tensor], cell: str | None, path: Path) -> Spec:
     """Cell, layers, sizes and tying from an RNNModel state dict (keys ``encoder``, ``rnn``, ``decoder``),
     every tensor's name and shape checked."""
-    need = ["encoder.weight", "decoder.weight", "decoder.bias", "rnn.weight_ih_l0", "rnn.weight_hh_l0"]
-    missing = [k for k in need if k not in state]
-    if missing:
-        raise ImportModelError(f"{path} is not a pytorch/examples RNNModel: it has no {', '.join(missing)} "
-                               f"(its tensors: {', '.join(list(state)[:6])}{', ...' if len(state) > 6 else ''})")
+    _require(state, ["encoder.weight", "decoder.weight", "decoder.bias", "rnn.weight_ih_l0", "rnn.weight_hh_l0"],
+             path, "RNNModel")
     V, E = _shape(state, "encoder.weight", 2)
     gH, H = _shape(state, "rnn.weight_hh_l0", 2)
     if H < 1 or gH % H:
@@ -283,6 +280,14 @@ def read_spec(state: dict[str, torch.Tensor], cell: str | None, path: Path) -> S
     enc, dec = state["encoder.weight"], state["decoder.weight"]
     tied = _same_storage(enc, dec) or (enc.shape == dec.shape and torch.equal(enc, dec))
     return Spec(cell, layers, V, E, H, tied)
+
+
+def _require(state: dict[str, torch.Tensor], need: list[str], path: Path, kind: str) -> None:
+    """The tensors that make a state dict pytorch/examples' ``kind``, before its sizes are read from them."""
+    missing = [k for k in need if k not in state]
+    if missing:
+        raise ImportModelError(f"{path} is not a pytorch/examples {kind}: it has no {', '.join(missing)} "
+                               f"(its tensors: {', '.join(list(state)[:6])}{', ...' if len(state) > 6 else ''})")
 
 
 def _check_expected(state: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]], path: Path,
@@ -325,11 +330,8 @@ def transformer_layer_tensors(d: int, ff: int, layers: int) -> dict[str, tuple[i
 def read_transformer_spec(state: dict[str, torch.Tensor], heads: int | None, path: Path) -> TransformerSpec:
     """Layers and sizes of a TransformerModel state dict (``input_emb``, ``encoder``, ``decoder``, the buffer
     ``pos_encoder.pe``), every tensor's name and shape checked; ``heads`` must divide d_model."""
-    need = ["input_emb.weight", "decoder.weight", "decoder.bias", "encoder.layers.0.linear1.weight", "encoder.norm.weight"]
-    missing = [k for k in need if k not in state]
-    if missing:
-        raise ImportModelError(f"{path} is not a pytorch/examples TransformerModel: it has no {', '.join(missing)} "
-                               f"(its tensors: {', '.join(list(state)[:6])}{', ...' if len(state) > 6 else ''})")
+    _require(state, ["input_emb.weight", "decoder.weight", "decoder.bias", "encoder.layers.0.linear1.weight",
+                     "encoder.norm.weight"], path, "TransformerModel")
     V, d = _shape(state, "input_emb.weight", 2)
     ff = _shape(state, "encoder.layers.0.linear1.weight", 2)[0]
     layers = 0
