@@ -5,8 +5,8 @@
 (a) ``vizlm.load`` of a bundled model, warm (the library imported and the files read once, as in a
     notebook's second cell): median seconds. Target: at most 0.2 s.
 (b) ``lm.analyze(text)`` of a 40-token sentence (A) against what the CLI's ``analyze`` computed
-    before it went through the API (B: :func:`vizlm.analysis.analyze` with the same bound on slot
-    effects, the checkpoint from :func:`vizlm.checkpoint.load_checkpoint`): the median of the
+    before it went through the API (B: :func:`vizlm.inspect.analysis.analyze` with the same bound on slot
+    effects, the checkpoint from :func:`vizlm.modeling.checkpoint.load_checkpoint`): the median of the
     per-pair ratios A / B, runs interleaved so that a busy machine slows both alike.
     Target: at most 1.1.
 (c) the same with the JSON document each makes (``Analysis.to_dict`` against the one serialiser
@@ -31,11 +31,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import vizlm  # noqa: E402
-from vizlm.analysis import analyze  # noqa: E402
+from vizlm.inspect.analysis import analyze  # noqa: E402
 from vizlm.api import EFFECT_PAIRS  # noqa: E402
-from vizlm.checkpoint import load_checkpoint  # noqa: E402
-from vizlm.serialize import analysis_dict  # noqa: E402
-from vizlm.text import tokenize  # noqa: E402
+from vizlm.modeling.checkpoint import load_checkpoint  # noqa: E402
+from vizlm.present.serialize import analysis_dict  # noqa: E402
+from vizlm.data.text import tokenize  # noqa: E402
 
 LOAD_TARGET_S = 0.2
 ANALYZE_TARGET_RATIO = 1.1

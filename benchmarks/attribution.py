@@ -31,9 +31,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vizlm import attribution as at  # noqa: E402
-from vizlm.checkpoint import load_checkpoint  # noqa: E402
-from vizlm.data import load_corpus  # noqa: E402
+from vizlm.inspect import attribution as at  # noqa: E402
+from vizlm.modeling.checkpoint import load_checkpoint  # noqa: E402
+from vizlm.data.registry import load_corpus  # noqa: E402
 
 TARGETS_MS = {"integrated-gradients (32 steps)": 500.0, "gradient-x-input": 50.0}
 CORPUS_TARGET_S = 300.0

@@ -51,7 +51,7 @@ def child(page: str) -> dict:
 
 def hide_shipped(folder: Path) -> dict:
     """An environment whose data folder links every corpus and file of ``data/`` but not ``stats/``."""
-    from vizlm import paths
+    from vizlm.core import paths
 
     for entry in paths.data_dir().iterdir():
         if entry.name != paths.SHIPPED_STATS:

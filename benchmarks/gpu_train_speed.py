@@ -6,7 +6,7 @@
 For each shape (units x layers: 50 x 1, 256 x 1, 650 x 1, 650 x 2; ``--tiny``: 8 x 1, 8 x 2)
 the anchor, pytorch/examples' word_language_model (``../shared/anchors``, run from where it lives,
 never copied), trains ``main.py --accel`` on Brown train (out-of-vocabulary words as ``<unk>``),
-batch 64, BPTT 35, no dropout; then every vizlm family trains through :func:`vizlm.train.train`
+batch 64, BPTT 35, no dropout; then every vizlm family trains through :func:`vizlm.modeling.train.train`
 with the same sizes on running text, 64 streams, BPTT 35. Both sides are timed the same way:
 tokens per second over ``--batches`` batches after ``--warmup`` batches, the device synchronised
 at both ends of the timed region (the anchor reads its loss every batch, which waits for the
@@ -62,13 +62,13 @@ def anchor_tokens_per_s(units: int, layers: int, warmup: int, batches: int, devi
 
 
 def read_splits_once() -> None:
-    """:func:`vizlm.train.train` opens the corpus's splits (text read and encoded) at every call; here
+    """:func:`vizlm.modeling.train.train` opens the corpus's splits (text read and encoded) at every call; here
     they are opened once for all the runs. Nothing timed reads them: this only shortens the benchmark."""
-    import vizlm.train
-    from vizlm.tokens import vocab_digest
+    import vizlm.modeling.train
+    from vizlm.data.tokens import vocab_digest
 
     opened: dict = {}
-    original = vizlm.train.open_split
+    original = vizlm.modeling.train.open_split
 
     def open_split(corpus, split, vocab, *args):
         key = (corpus, split, vocab_digest(vocab.itos), args)
@@ -76,12 +76,12 @@ def read_splits_once() -> None:
             opened[key] = original(corpus, split, vocab, *args)
         return opened[key]
 
-    vizlm.train.open_split = open_split
+    vizlm.modeling.train.open_split = open_split
 
 
 def vizlm_tokens_per_s(family: str, units: int, layers: int, warmup: int, batches: int, ctx) -> float:
-    """tokens/s of :func:`vizlm.train.train` after ``warmup`` steps (train_log's ``steady_tokens_per_s``)."""
-    from vizlm.train import TrainConfig, train
+    """tokens/s of :func:`vizlm.modeling.train.train` after ``warmup`` steps (train_log's ``steady_tokens_per_s``)."""
+    from vizlm.modeling.train import TrainConfig, train
 
     with tempfile.TemporaryDirectory() as tmp:
         tc = TrainConfig(epochs=1, bptt=BPTT, streams=BATCH, max_batches=warmup + batches, eval_batches=1,
@@ -128,7 +128,7 @@ def main(argv=None) -> int:
     warmup = args.warmup or (2 if args.tiny else 10)
     if batches < 1 or warmup < 1:
         p.error("--batches and --warmup must be >= 1")
-    from vizlm import files
+    from vizlm.core import files
 
     if args.out:
         try:
@@ -141,7 +141,7 @@ def main(argv=None) -> int:
         return 2
     import torch
 
-    from vizlm.distributed import Context, resolve_device
+    from vizlm.core.distributed import Context, resolve_device
 
     try:
         device = resolve_device(args.device)

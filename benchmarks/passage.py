@@ -3,7 +3,7 @@
     python benchmarks/passage.py [--json] [--threads N] [--runs 30] [--checkpoint DIR DIR DIR]
 
 The passage is the long Brown example of the Explorer (``vizlm/assets/examples.json``, cut at
-:data:`vizlm.text.MAX_TOKENS` tokens). The models are the ``--checkpoint`` folders, else the
+:data:`vizlm.data.text.MAX_TOKENS` tokens). The models are the ``--checkpoint`` folders, else the
 bundled document-context LSTM, AMSRN and KVP, and for a family not bundled so an untrained
 document-context one of its bundled checkpoint's sizes and vocabulary (AMSRN: memory 100; the
 work is the same as trained weights'). Every figure is a library
@@ -11,7 +11,7 @@ call with no cache, as the Explorer makes it the first time it sees a text:
 
 (a) ``analyze``: probabilities, top words, attention and read effects of every word (no slot
     effects: the Explorer computes those of the selected word only), three models;
-(b) a page view of a new passage: (a), the case labels of every word (``vizlm.serialize.analysis_dict``), the
+(b) a page view of a new passage: (a), the case labels of every word (``vizlm.present.serialize.analysis_dict``), the
     slot effects of the selected word and the heat map window around it (a Vega-Lite spec, not
     schema-checked, as the app makes it), three models;
 (c) a click on another word (the analysis cached): its slot effects, heat map window and
@@ -37,13 +37,13 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vizlm.analysis import BOUNDARY, analyze, slot_effect_rows  # noqa: E402
-from vizlm.checkpoint import Checkpoint, bundled_checkpoints, load_checkpoint  # noqa: E402
-from vizlm.data import example_passages  # noqa: E402
-from vizlm.export import chart_spec  # noqa: E402
+from vizlm.inspect.analysis import BOUNDARY, analyze, slot_effect_rows  # noqa: E402
+from vizlm.modeling.checkpoint import Checkpoint, bundled_checkpoints, load_checkpoint  # noqa: E402
+from vizlm.data.registry import example_passages  # noqa: E402
+from vizlm.present.export import chart_spec  # noqa: E402
 from vizlm.models import build_model  # noqa: E402
-from vizlm.plots import attention_heatmap, heatmap_rows, highlighted_html, text_span  # noqa: E402
-from vizlm.serialize import analysis_dict  # noqa: E402
+from vizlm.present.plots import attention_heatmap, heatmap_rows, highlighted_html, text_span  # noqa: E402
+from vizlm.present.serialize import analysis_dict  # noqa: E402
 
 TARGET_P95_MS = 500.0
 FAMILIES = ("lstm", "amsrn", "kvp")  # the default document models: the bundled checkpoints' sizes

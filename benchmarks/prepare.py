@@ -7,7 +7,7 @@ Builds a large input by repeating a small one (Brown's processed training senten
 the chosen layout: WikiText articles with ``= Title =`` and ``= = Section = =`` lines, paragraphs of
 five sentences with blank lines between documents, or a sentence a line) until train holds
 ``--tokens`` words (valid and test a 20th each), then prepares it in a child process with a
-progress-free call of :func:`vizlm.ingest.prepare_corpus` and reports wall time, tokens per second
+progress-free call of :func:`vizlm.data.ingest.prepare_corpus` and reports wall time, tokens per second
 (words of all three splits over wall time) and the child's peak resident memory (``ru_maxrss``).
 
 Targets: >= 1M tokens/s, < 2 GB peak RSS on a 100M-token corpus (the default). The input and the
@@ -38,7 +38,7 @@ ARTICLE = 40  # paragraphs per WikiText article / document
 
 
 def _sentences() -> list[str]:
-    from vizlm.data import load_corpus
+    from vizlm.data.registry import load_corpus
 
     return [" ".join(s) for s in load_corpus("brown", "train").originals[:20_000]]
 
@@ -84,7 +84,7 @@ def build(folder: Path, tokens: int, layout: str, gz: bool) -> dict[str, int]:
 CHILD = """
 import json, sys, time
 sys.path.insert(0, {root!r})
-from vizlm.ingest import prepare_corpus
+from vizlm.data.ingest import prepare_corpus
 t = time.perf_counter()
 card = prepare_corpus("bench", {source!r}, corpora_dir={out!r})
 print(json.dumps({{"seconds": time.perf_counter() - t, "card": card}}))

@@ -31,7 +31,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # this checkout's vizlm, and th
 
 from corpora import make_corpus  # noqa: E402
 
-from vizlm.prepare import prepare_token_ids  # noqa: E402
+from vizlm.data.prepare import prepare_token_ids  # noqa: E402
 
 PEAK = """
 import sys

@@ -6,7 +6,7 @@ The anchor is pytorch/examples' word_language_model (``../shared/anchors``, BSD 
 plain PyTorch LSTM language model most users would start from. It is run from where it lives
 (never copied) on Brown train with out-of-vocabulary words mapped to ``<unk>``, 50 units, batch
 64, BPTT 35, and its ``ms/batch`` is read from its log. Then vizlm's own training loop
-(:func:`vizlm.train.train`: Adam, clipping, the loss) runs the same shapes, running text with 64
+(:func:`vizlm.modeling.train.train`: Adam, clipping, the loss) runs the same shapes, running text with 64
 streams and BPTT 35, for every family, and the training tokens per second of each are printed
 as a ratio to the anchor. The goal is >= 0.9x for every family (docs/SCALING.md).
 
@@ -48,7 +48,7 @@ def _anchor_data(folder: Path, batches: int) -> None:
     vocabulary (but ``</s>``, for which the anchor has its own ``<eos>``): both output layers
     are 10,000 wide, as in a real run.
     """
-    from vizlm.data import Vocab, load_corpus
+    from vizlm.data.registry import Vocab, load_corpus
 
     vocab = Vocab.for_corpus("brown")
     for split in ("train", "valid", "test"):
@@ -81,7 +81,7 @@ def anchor_tokens_per_s(batches: int, threads: int) -> float:
 
 
 def vizlm_tokens_per_s(family: str, batches: int) -> float:
-    from vizlm.train import TrainConfig, train
+    from vizlm.modeling.train import TrainConfig, train
 
     with tempfile.TemporaryDirectory() as tmp:
         tc = TrainConfig(epochs=1, bptt=BPTT, streams=BATCH, max_batches=batches, eval_batches=1)

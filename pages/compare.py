@@ -2,7 +2,7 @@
 
 Scatter of per-sentence perplexities (log axes, diagonal = no change), summary numbers,
 and the sentences the second model improves or worsens most; select one to open it
-in the Explorer. Thin page: inputs -> one library call (``vizlm.corpus``) -> render.
+in the Explorer. Thin page: inputs -> one library call (``vizlm.inspect.corpus_stats``) -> render.
 Its state lives in the URL: ``?a=lstm-continued&b=amsrn&corpus=brown&split=test&n=all``.
 """
 
@@ -15,9 +15,9 @@ from vizlm.app import checkpoints as ck
 from vizlm.app import jobs, results
 from vizlm.app import widgets as ui
 from vizlm.app.shell import EXPLORER, page_setup
-from vizlm.export import safe_filename
-from vizlm.links import CompareState, explorer_query
-from vizlm.plots import comparison_scatter
+from vizlm.present.export import safe_filename
+from vizlm.present.links import CompareState, explorer_query
+from vizlm.present.plots import comparison_scatter
 
 page_setup()
 

@@ -9,10 +9,10 @@ import streamlit as st
 from vizlm.app import checkpoints as ck
 from vizlm.app import widgets as ui
 from vizlm.app.shell import page_setup
-from vizlm.checkpoint import meta_corpus
-from vizlm.export import export_frame, safe_filename
-from vizlm.plots import training_curve_chart
-from vizlm.tables import config_items, epochs_text, models_frame, paper_frame
+from vizlm.modeling.checkpoint import meta_corpus
+from vizlm.present.export import export_frame, safe_filename
+from vizlm.present.plots import training_curve_chart
+from vizlm.present.tables import config_items, epochs_text, models_frame, paper_frame
 
 page_setup()
 st.title("Models", anchor=False)

@@ -5,7 +5,7 @@ over a whole test set and find it concentrated on the last few words. This page 
 that plot for the attention models (at first those reading running text, as theirs did),
 with confidence bands and mean entropy, plus the same view for a single sentence; on request, beside
 it, where the predictions' dependence actually is (attribution by distance, every model, the LSTM
-included). Thin page: inputs -> :mod:`vizlm.corpus` / :meth:`vizlm.Model.corpus_attribution` -> render.
+included). Thin page: inputs -> :mod:`vizlm.inspect.corpus_stats` / :meth:`vizlm.Model.corpus_attribution` -> render.
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ from __future__ import annotations
 import streamlit as st
 
 import vizlm
-from vizlm import corpus as vc
-from vizlm.analysis import READINGS, split_at_boundaries
+from vizlm.inspect import corpus_stats as vc
+from vizlm.inspect.analysis import READINGS, split_at_boundaries
 from vizlm.app import checkpoints as ck
 from vizlm.app import jobs, results, views
 from vizlm.app import widgets as ui
 from vizlm.app.shell import EXPLORER, page_setup
-from vizlm.attribution import BY_DISTANCE
-from vizlm.data import example_sentences
-from vizlm.export import safe_filename
-from vizlm.links import explorer_query
-from vizlm.plots import positions_chart, sentence_positions_chart
+from vizlm.inspect.attribution import BY_DISTANCE
+from vizlm.data.registry import example_sentences
+from vizlm.present.export import safe_filename
+from vizlm.present.links import explorer_query
+from vizlm.present.plots import positions_chart, sentence_positions_chart
 
 page_setup()
 

@@ -1,13 +1,13 @@
 """Compute the corpus statistics of the bundled checkpoints and ship them in ``data/stats/``.
 
 What the app's corpus pages show first, so that they open at once on a cold cache: for every
-bundled checkpoint and every held-out split of its language (``vizlm.data.HELD_OUT``), the
+bundled checkpoint and every held-out split of its language (``vizlm.data.registry.HELD_OUT``), the
 per-sentence NLLs that Compare pairs and, for an attention model, its Cases report at the
 page's defaults; and on the split the pages open with (the test split of the model's own
-corpus) its attention by position at ``vizlm.corpus.MAX_WINDOW`` (any narrower window is read
+corpus) its attention by position at ``vizlm.inspect.corpus_stats.MAX_WINDOW`` (any narrower window is read
 from it; the slot effects of 30 positions cost minutes a split, so the others are computed
 when first asked) and, for every model, its attribution by distance over that whole split
-(:data:`vizlm.attribution.BY_DISTANCE`, what the page's "Attribution by distance" shows). Each is the cache entry the library would write (``vizlm.cache``), gzipped;
+(:data:`vizlm.inspect.attribution.BY_DISTANCE`, what the page's "Attribution by distance" shows). Each is the cache entry the library would write (``vizlm.inspect.cache``), gzipped;
 the app reads it when the user's cache has none. Run it again when a bundled checkpoint or a
 corpus changes (a changed file has a new checksum, so an old entry is never used for it):
 
@@ -31,15 +31,15 @@ from pathlib import Path
 
 import torch
 
-from vizlm import paths
-from vizlm.analysis import DEFAULT_THRESHOLD
-from vizlm.attribution import BY_DISTANCE, corpus_attribution
-from vizlm.cache import SHIPPED_SUFFIX
-from vizlm.cases import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, corpus_cases
-from vizlm.checkpoint import bundled_checkpoints, bundled_dir, load_checkpoint, meta_corpus
-from vizlm.corpus import MAX_WINDOW, positions_corpus, split_scores
-from vizlm.data import CORPORA, CORPUS_LANGUAGE, HELD_OUT
-from vizlm.files import write_bytes
+from vizlm.core import paths
+from vizlm.inspect.analysis import DEFAULT_THRESHOLD
+from vizlm.inspect.attribution import BY_DISTANCE, corpus_attribution
+from vizlm.inspect.cache import SHIPPED_SUFFIX
+from vizlm.inspect.cases import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, corpus_cases
+from vizlm.modeling.checkpoint import bundled_checkpoints, bundled_dir, load_checkpoint, meta_corpus
+from vizlm.inspect.corpus_stats import MAX_WINDOW, positions_corpus, split_scores
+from vizlm.data.registry import CORPORA, CORPUS_LANGUAGE, HELD_OUT
+from vizlm.core.files import write_bytes
 
 
 def splits_of(language: str | None, corpora: list[str], wanted: list[str]) -> list[tuple[str, str]]:

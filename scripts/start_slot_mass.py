@@ -13,8 +13,8 @@ import argparse
 
 import torch
 
-from vizlm.checkpoint import load_checkpoint
-from vizlm.tokens import open_split
+from vizlm.modeling.checkpoint import load_checkpoint
+from vizlm.data.tokens import open_split
 
 
 def start_slot_mass(path: str, corpus: str, split: str, every: int) -> tuple[float, int] | None:

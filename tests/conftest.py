@@ -24,7 +24,7 @@ import torch
 
 from vizlm.models import REGISTRY, build_model
 
-# Your corpora folder (vizlm.paths.corpora_dir) is the user's data folder: the suite never reads or writes
+# Your corpora folder (vizlm.core.paths.corpora_dir) is the user's data folder: the suite never reads or writes
 # it. Every test process (and the CLI processes it starts) gets an empty one; a test that prepares a
 # corpus sets its own with monkeypatch.
 os.environ["VIZLM_CORPORA"] = tempfile.mkdtemp(prefix="vizlm-test-corpora-")
@@ -112,13 +112,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 def vega_colours(values: list[float], scale) -> list[tuple[int, int, int]]:
     """The colour Vega draws for each of ``values`` on the Altair ``scale`` (one rect each, rendered to SVG):
-    what the Python palettes of :mod:`vizlm.plots` must match."""
+    what the Python palettes of :mod:`vizlm.present.plots` must match."""
     import re
 
     import altair as alt
     import pandas as pd
 
-    from vizlm import export
+    from vizlm.present import export
 
     df = pd.DataFrame({"x": [str(v) for v in values], "v": values})
     chart = alt.Chart(df).mark_rect().encode(x=alt.X("x:N", sort=None), color=alt.Color("v:Q", scale=scale, legend=None))

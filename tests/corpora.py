@@ -2,7 +2,7 @@
 
 Sentences are random words of a small vocabulary with a little structure (a word often
 repeats the word two back), so training has something to learn. Every split gets the four
-files ``vizlm.data.load_corpus`` reads; ``brown`` also gets ``vocab.txt``, and ``wsj/test``
+files ``vizlm.data.registry.load_corpus`` reads; ``brown`` also gets ``vocab.txt``, and ``wsj/test``
 exists because training on Brown scores it at the end.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vizlm.data import SPECIALS
+from vizlm.data.registry import SPECIALS
 
 WORDS = [f"w{i}" for i in range(60)]
 

@@ -16,13 +16,14 @@ import pytest
 from conftest import ROOT, vega_colours
 
 import vizlm
-from vizlm import api, cli, export, plots
-from vizlm.analysis import AnalysisError, SentenceAnalysis, analyze
-from vizlm.checkpoint import CheckpointError, load_checkpoint
-from vizlm.data import DataError, DataMissingError
-from vizlm.errors import InputError, VizlmError
-from vizlm.files import OverwriteError
-from vizlm.serialize import AnalysisFileError
+from vizlm import api, cli
+from vizlm.present import export, plots
+from vizlm.inspect.analysis import AnalysisError, SentenceAnalysis, analyze
+from vizlm.modeling.checkpoint import CheckpointError, load_checkpoint
+from vizlm.data.registry import DataError, DataMissingError
+from vizlm.core.errors import InputError, VizlmError
+from vizlm.core.files import OverwriteError
+from vizlm.present.serialize import AnalysisFileError
 
 TEXT = "The dogs in the park are barking because they saw a cat ."
 PASSAGE = "The jury praised the city . It said the election was fair .\nThe mayor thanked them ."
@@ -55,8 +56,8 @@ def test_public_names_exist_and_none_is_private():
 
 
 def test_import_vizlm_stays_light():
-    """The package root imports the API on first use only: `import vizlm.text` brings no torch."""
-    code = ("import sys, vizlm, vizlm.text, vizlm.paths; "
+    """The package root imports the API on first use only: `import vizlm.data.text` brings no torch."""
+    code = ("import sys, vizlm, vizlm.data.text, vizlm.core.paths; "
             "assert 'torch' not in sys.modules and 'vizlm.api' not in sys.modules, sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
@@ -376,7 +377,7 @@ def test_compare(lm):
 def test_given_sentences_are_what_the_cli_reads(lm):
     """``sentences`` / ``ids`` (what ``vizlm compare|positions --text-file`` passes) go to the same library
     functions a split does; a document model reads each document's sentences as running text."""
-    from vizlm import corpus
+    from vizlm.inspect import corpus_stats as corpus
 
     sents = [["the", "jury", "said", "it", "."], ["the", "city", "paid", "."], ["it", "rained", "."]]
     ids = ["d1:0", "d1:1", "d2:0"]
@@ -438,7 +439,7 @@ def test_the_notebook_heat_map_gives_every_column_one_width(a):
     every row in a smaller font, was narrower than the rest and cut its numbers."""
     import re
 
-    from vizlm import notebook
+    from vizlm.present import notebook
 
     html = notebook.heatmap_html(a, values=True)
     sizes = {re.search(r"font-size:[^;]+;width:[^;]+;", style).group(0) if "width:" in style else None

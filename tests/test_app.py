@@ -20,10 +20,10 @@ import torch
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
-from vizlm.attribution import BY_DISTANCE
-from vizlm.cases import LABELS
-from vizlm.checkpoint import bundled_checkpoints, bundled_dir, save_checkpoint
-from vizlm.data import Vocab
+from vizlm.inspect.attribution import BY_DISTANCE
+from vizlm.inspect.cases import LABELS
+from vizlm.modeling.checkpoint import bundled_checkpoints, bundled_dir, save_checkpoint
+from vizlm.data.registry import Vocab
 from vizlm.models import build_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -270,7 +270,7 @@ def test_corpus_pages_open_with_models_of_one_language_as_many_as_colours():
     setting), Cases with every attention model of one language; both with at most one model per
     chart colour. Models of two languages together get a message, not a corpus one of them cannot read."""
     from vizlm.app import checkpoints as ck
-    from vizlm.plots import CATEGORICAL
+    from vizlm.present.plots import CATEGORICAL
 
     attn = ck.attention_model_names()
     assert "amsrn-sinica" in attn and ck.language("amsrn-sinica") == "Chinese" and ck.language("amsrn") == "English"
@@ -356,7 +356,7 @@ def test_models_cards_say_the_epoch_cap_and_write_values_for_people():
     import re
 
     from vizlm.app import checkpoints as ck
-    from vizlm.tables import epochs_text
+    from vizlm.present.tables import epochs_text
 
     at = page("models.py")
     no_exception(at)
@@ -376,7 +376,7 @@ def test_models_cards_say_the_epoch_cap_and_write_values_for_people():
 
 
 def test_training_curve_fits_its_axis_and_marks_a_continued_run():
-    from vizlm.plots import training_curve_chart
+    from vizlm.present.plots import training_curve_chart
 
     log = [{"epoch": e, "train_perplexity": 150 - e, "valid_perplexity": 160 - e} for e in (1, 2, 3)]
     log += [dict(epoch=4, train_perplexity=140, valid_perplexity=150, stage="continued")]
@@ -474,9 +474,9 @@ def test_a_plugin_that_fails_on_longer_input_fails_alone_on_the_cases_page(tiny_
 
 
 def test_most_improved_sentences_join_the_examples(monkeypatch):
-    """The button ranks Brown test by improvement (vizlm.corpus.compare_corpus; here on 60 sentences)."""
-    from vizlm import corpus as vc
-    from vizlm.data import load_corpus
+    """The button ranks Brown test by improvement (vizlm.inspect.corpus_stats.compare_corpus; here on 60 sentences)."""
+    from vizlm.inspect import corpus_stats as vc
+    from vizlm.data.registry import load_corpus
 
     def small_compare_corpus(a, b, corpus, split, progress=None, use_cache=True, ctx=None):
         c = load_corpus(corpus, split)
@@ -569,7 +569,7 @@ def test_a_model_of_another_language_brings_its_text_and_comparison_model():
     if "amsrn-sinica" not in bundled_checkpoints():
         pytest.skip("no bundled Chinese checkpoint amsrn-sinica")
     from vizlm.app.checkpoints import language
-    from vizlm.links import DEFAULT_TEXT, DEFAULT_TEXTS
+    from vizlm.present.links import DEFAULT_TEXT, DEFAULT_TEXTS
 
     at = explorer(model="amsrn", compare="lstm", text=DEFAULT_TEXT)
     at.selectbox(key="model").set_value("amsrn-sinica").run()
@@ -592,8 +592,8 @@ def test_attention_off_note_and_highlight_key():
     at = explorer(model="amsrn", text="The dogs in the park are barking because they saw a cat .", threshold="0.2")
     no_exception(at)
     assert "vizlm-key" in html_of(at)
-    from vizlm.analysis import ATTENTION_OFF, analyze
-    from vizlm.checkpoint import load_checkpoint
+    from vizlm.inspect.analysis import ATTENTION_OFF, analyze
+    from vizlm.modeling.checkpoint import load_checkpoint
 
     sa = analyze(load_checkpoint("amsrn"), "The dogs in the park are barking because they saw a cat .")
     off = [r for r in range(len(sa.targets)) if sa.attention[r, 0] >= ATTENTION_OFF]
@@ -644,8 +644,8 @@ def test_effect_toggle_switches_the_heatmap():
 
 
 def test_panel_shows_the_read_effect_beside_the_weights():
-    from vizlm.analysis import analyze
-    from vizlm.checkpoint import load_checkpoint
+    from vizlm.inspect.analysis import analyze
+    from vizlm.modeling.checkpoint import load_checkpoint
 
     sa = analyze(load_checkpoint("amsrn"), EFFECT_TEXT)
     at = explorer(model="amsrn", compare="lstm", text=EFFECT_TEXT, target="5")
@@ -671,9 +671,9 @@ def test_small_probabilities_show_their_significant_digits():
     (not "0.0004 instead of 0.0004"), and the slot table says how it is sorted."""
     import numpy as np
 
-    from vizlm.analysis import analyze
-    from vizlm.checkpoint import load_checkpoint
-    from vizlm.plots import format_prob
+    from vizlm.inspect.analysis import analyze
+    from vizlm.modeling.checkpoint import load_checkpoint
+    from vizlm.present.plots import format_prob
 
     sa = analyze(load_checkpoint("amsrn"), EFFECT_TEXT)
     r = int(np.argmin(sa.probs))  # the least likely word
@@ -692,8 +692,8 @@ def test_slot_effects_are_computed_on_demand():
     at = explorer(model="amsrn", text=text, target="80")
     no_exception(at)
     table = next(d.value for d in at.dataframe if "effect (bits)" in d.value.columns)
-    from vizlm.analysis import analyze
-    from vizlm.checkpoint import load_checkpoint
+    from vizlm.inspect.analysis import analyze
+    from vizlm.modeling.checkpoint import load_checkpoint
 
     full = analyze(load_checkpoint("amsrn"), text, max_effect_pairs=None)  # every slot effect at once
     for row in table.itertuples(index=False):  # this word's slot effects, computed for it alone
@@ -941,8 +941,8 @@ def test_compare_scatter_shows_both_groups_across_the_page(monkeypatch):
     import pandas as pd
 
     from vizlm.app import widgets
-    from vizlm.export import chart_spec
-    from vizlm.plots import SCATTER_OPACITY, comparison_scatter
+    from vizlm.present.export import chart_spec
+    from vizlm.present.plots import SCATTER_OPACITY, comparison_scatter
 
     ppl_b = [50.0, 150.0] * 3 + [150.0] * 4  # B lower in 3 sentences, A in 7, in sentence order
     table = pd.DataFrame({"sentence_id": list("abcdefghij"), "text": list("abcdefghij"), "length": 5,
@@ -967,9 +967,9 @@ def test_compare_scatter_shows_both_groups_across_the_page(monkeypatch):
 def test_the_default_text_has_no_unknown_word_for_the_default_models():
     """A newcomer's first sight was an <unk> notice ("barking ?"): the default text's words are in the
     vocabulary of the models the Explorer opens with."""
-    from vizlm.analysis import analyze
-    from vizlm.checkpoint import load_checkpoint
-    from vizlm.links import DEFAULT_TEXT
+    from vizlm.inspect.analysis import analyze
+    from vizlm.modeling.checkpoint import load_checkpoint
+    from vizlm.present.links import DEFAULT_TEXT
 
     at = explorer()
     no_exception(at)
@@ -1172,9 +1172,9 @@ def imported(tmp_path_factory) -> dict[str, Path]:
     with a finished run and one still training."""
     from test_import import RNNModel, _anchor_corpus
 
-    from vizlm import paths
+    from vizlm.core import paths
     from vizlm.cli import main
-    from vizlm.importer import source_vocabulary
+    from vizlm.modeling.importer import source_vocabulary
 
     root = tmp_path_factory.mktemp("yours")
     source = _anchor_corpus(root / "wlm-source")  # train / valid / test in pytorch/examples' format
@@ -1257,8 +1257,8 @@ def test_compare_runs_on_an_imported_corpus(yours):
 def test_a_bundled_model_on_an_imported_corpus_shows_its_overlap(yours):
     """#27: a model scored on a corpus it was not trained on shows the share of the corpus's tokens outside its
     vocabulary and a warning above the result (Compare, Attention by position, Cases)."""
-    from vizlm.checkpoint import load_checkpoint
-    from vizlm.data import vocab_overlap
+    from vizlm.modeling.checkpoint import load_checkpoint
+    from vizlm.data.registry import vocab_overlap
 
     expected = vocab_overlap(load_checkpoint(ROOT / "checkpoints" / "amsrn").vocab, "wlm", "test", yours["data"])
     assert 0 < expected.oov_rate < 1
@@ -1284,7 +1284,7 @@ def app_argv(monkeypatch):
     """Set the app's command line (``streamlit run app.py -- ARGS``); the paths overrides it sets are cleared after."""
     import sys
 
-    from vizlm import paths
+    from vizlm.core import paths
 
     yield lambda *args: monkeypatch.setattr(sys, "argv", [APP, *map(str, args)])
     paths.clear_overrides()
@@ -1312,10 +1312,10 @@ def test_the_readme_s_app_commands_list_an_imported_model_and_its_corpus(importe
     import shlex
     import shutil
 
-    from vizlm import paths
+    from vizlm.core import paths
     from vizlm.app.checkpoints import checkpoint_folders
     from vizlm.app.shell import apply_arguments
-    from vizlm.data import user_corpora
+    from vizlm.data.registry import user_corpora
 
     pages = [ROOT / "README.md", *(ROOT / "docs" / f for f in ("APP.md", "CLI.md", "YOUR_MODEL.md", "YOUR_CORPUS.md"))]
     readme = "\n".join(p.read_text(encoding="utf-8") for p in pages)  # the users' pages
@@ -1339,7 +1339,7 @@ def test_the_readme_s_app_commands_list_an_imported_model_and_its_corpus(importe
 
 def test_app_arguments_set_the_folders(app_argv, imported, tmp_path, monkeypatch):
     """``streamlit run app.py -- --checkpoints DIR --corpora DIR --runs DIR``: the app lists those folders' models."""
-    from vizlm import paths
+    from vizlm.core import paths
 
     monkeypatch.setenv("VIZLM_CACHE", str(tmp_path / "cache"))
     app_argv("--checkpoints", imported["checkpoints"], "--corpora", imported["data"], "--runs", imported["runs"])
@@ -1376,7 +1376,7 @@ def _prepared_text(seed: int, documents: int, sentences: int) -> str:
 def prepared_root(tmp_path_factory) -> dict[str, Path]:
     """The corpus ``mine`` prepared from a folder of text into a corpora folder of its own, and two untrained
     checkpoints of its vocabulary in a checkpoints folder of their own, their config.json naming it."""
-    from vizlm.ingest import prepare_corpus
+    from vizlm.data.ingest import prepare_corpus
 
     root = tmp_path_factory.mktemp("prepared")
     source = root / "source"
@@ -1425,8 +1425,8 @@ def test_compare_runs_on_a_prepared_corpus(mine):
 def test_a_bundled_model_on_a_prepared_corpus_shows_its_overlap(mine):
     """#27: every corpus page offers the prepared corpus to the bundled models, runs on it and warns of the share
     of its tokens outside their vocabulary, above the result."""
-    from vizlm.checkpoint import load_checkpoint
-    from vizlm.data import vocab_overlap
+    from vizlm.modeling.checkpoint import load_checkpoint
+    from vizlm.data.registry import vocab_overlap
 
     expected = vocab_overlap(load_checkpoint(ROOT / "checkpoints" / "amsrn").vocab, PREPARED, "test")
     assert 0 < expected.oov_rate < 1  # zorblax, quibbeted
@@ -1489,7 +1489,7 @@ def test_a_corpus_prepared_again_is_read_again(mine, tmp_path, monkeypatch):
     results kept for the old ones."""
     import shutil
 
-    from vizlm.ingest import prepare_corpus
+    from vizlm.data.ingest import prepare_corpus
 
     corpora = tmp_path / "corpora"
     monkeypatch.setenv("VIZLM_CORPORA", str(corpora))
@@ -1526,7 +1526,7 @@ def test_a_long_text_attributes_only_the_window_shown(monkeypatch):
     """An attribution measure on a long text computes the heat map's window of rows around the selected word,
     not every row: the cost follows what is shown."""
     from vizlm import api
-    from vizlm.plots import WINDOW_ROWS
+    from vizlm.present.plots import WINDOW_ROWS
 
     asked = []
     real = api.Model.attribute
@@ -1573,7 +1573,7 @@ def test_a_compare_link_selects_the_sentence_s_first_word(doc_dirs):
     corpus gave it ("Reps." is read as "Reps" "."); counting the corpus's words selected an earlier </s>."""
     from vizlm import load
     from vizlm.app import results
-    from vizlm.text import tokenize
+    from vizlm.data.text import tokenize
 
     lm = load(str(doc_dirs[1]))
     for index in range(45, 80):
@@ -1591,7 +1591,7 @@ def test_faithfulness_page_says_the_cost_then_runs_the_tests_on_request(mine):
     nothing until asked; then each test is drawn with its interval and downloads, the numbers those of
     Model.corpus_faithfulness (the page's computation is the API's cache entry); cached, it shows at once."""
     import vizlm
-    from vizlm.faithfulness_plots import agreement_frame
+    from vizlm.present.faithfulness_plots import agreement_frame
 
     cache = Path(os.environ["VIZLM_CACHE"])  # the fixture's, empty
     at = page("faithfulness.py")

@@ -1,4 +1,4 @@
-"""Token attribution (vizlm.attribution) against slow references on tiny float64 models: finite
+"""Token attribution (vizlm.inspect.attribution) against slow references on tiny float64 models: finite
 differences for gradient x input, IG's completeness, occlusion one word at a time, a model trained on
 a copy task whose dependency is known, causality, and the agreement metrics on hand-made rows."""
 
@@ -14,11 +14,11 @@ import torch
 from conftest import TINY, all_variants, assert_same_math, tiny_model
 from corpora import make_corpus
 
-from vizlm import attribution as at
-from vizlm.analysis import analyze_sentences
-from vizlm.checkpoint import Checkpoint
-from vizlm.data import SPECIALS, Vocab
-from vizlm.errors import VizlmError
+from vizlm.inspect import attribution as at
+from vizlm.inspect.analysis import analyze_sentences
+from vizlm.modeling.checkpoint import Checkpoint
+from vizlm.data.registry import SPECIALS, Vocab
+from vizlm.core.errors import VizlmError
 from vizlm.models import build_model
 
 VOCAB = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])
@@ -473,7 +473,7 @@ def test_corpus_statistics_on_a_tiny_corpus(monkeypatch, tmp_path, context):
     res = at.corpus_attribution(ckpt, "brown", "test", "occlusion", limit=10, permutations=4, max_offset=4,
                                 passage_tokens=20, n_boot=100)
     # brute force: the units' attributions one by one
-    from vizlm.data import load_corpus
+    from vizlm.data.registry import load_corpus
     corpus = load_corpus("brown", "test")
     units = at.reading_units(corpus.sentences[:10], corpus.ids, context == "document", 20)
     assert res["units"] == len(units)
@@ -525,7 +525,7 @@ def test_highlights_text_and_heat_map_show_only_what_a_row_read(name, kw, contex
     another sentence read alone), largest |attribution| first; the running text colours exactly the words
     read at those positions; the heat map has a cell for every covered pair and no other (a valid
     Vega-Lite spec), in bits."""
-    from vizlm import export, plots
+    from vizlm.present import export, plots
 
     ckpt = tiny(name, **kw, context=context)
     res = at.attribute(ckpt, analyze_sentences(ckpt, PASSAGE), "gradient-x-input")
@@ -557,7 +557,7 @@ def test_highlights_text_and_heat_map_show_only_what_a_row_read(name, kw, contex
 def test_attribution_html_escapes_every_word():
     vocab = Vocab(list(SPECIALS) + ["<script>alert(1)</script>", "=cmd|' /C calc'!A0", "w1"])
     ckpt = tiny("lstm", vocab=vocab)
-    from vizlm import plots
+    from vizlm.present import plots
 
     res = at.attribute(ckpt, [["<script>alert(1)</script>", "=cmd|' /C calc'!A0", "w1"]], "occlusion")
     html = plots.attribution_html(res, 2, top_k=3) + plots.attribution_key_html(1.0, "occlusion")
@@ -631,7 +631,7 @@ def test_heat_map_outlines_show_on_light_and_dark_cells(what):
     """A highlighted cell's outline is the same on every cell: black (visible on the light cells and on the
     white around the map) inside a white halo (visible on the dark ones). A white outline chosen for a dark
     cell vanished where the cell borders the map's blank part: top 3 looked like two boxes."""
-    from vizlm import export, plots
+    from vizlm.present import export, plots
 
     ckpt = tiny("kvp", window=3)
     sa = analyze_sentences(ckpt, PASSAGE)
@@ -648,7 +648,7 @@ def test_the_default_highlight_shows_the_largest_words_of_a_long_reading():
     """Without a setting, a row highlights the positions with at least a fifth of its largest |attribution|:
     in a long passage, where no word holds a fifth of the total, the words that matter most are still shown
     (at least one in every row that read a word), in the running text and in its caption's count."""
-    from vizlm import plots
+    from vizlm.present import plots
 
     ckpt = tiny("amsrn", context="document")
     passage = [[f"w{4 + (i * 7 + j) % 30}" for j in range(10)] for i in range(6)]  # 65 predicted words
@@ -668,7 +668,7 @@ def test_the_default_highlight_shows_the_largest_words_of_a_long_reading():
 def test_one_distance_convention_for_attention_and_attribution():
     """A word's distance from the predicted word is 1 for the word just before it (the word just read) and 2 for
     the newest memory slot's, in the attribution's row frame and in the attention's slot offsets alike."""
-    from vizlm.analysis import distance
+    from vizlm.inspect.analysis import distance
 
     ckpt = tiny("kvp", window=3)
     sa = analyze_sentences(ckpt, PASSAGE[:1])
@@ -685,7 +685,7 @@ def test_one_distance_convention_for_attention_and_attribution():
 def test_an_unknown_word_is_labelled_alike_on_both_axes():
     """A word outside the vocabulary is written as typed on a heat map's rows as on its columns (it was "<unk>"
     on one axis and the word on the other)."""
-    from vizlm import plots
+    from vizlm.present import plots
 
     ckpt = tiny("kvp", window=3)
     sa = analyze_sentences(ckpt, [["w4", "zebra", "w9", "w20"]])

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from vizlm import cases as vc
-from vizlm.analysis import BOUNDARY, SentenceAnalysis, analyze_batch, analyze_tokens
-from vizlm.cases import (
+from vizlm.inspect import cases as vc
+from vizlm.inspect.analysis import BOUNDARY, SentenceAnalysis, analyze_batch, analyze_tokens
+from vizlm.inspect.cases import (
     LABELS,
     Case,
     CaseReport,
@@ -24,12 +24,12 @@ from vizlm.cases import (
     stem,
     tag_tokens,
 )
-from vizlm.checkpoint import Checkpoint
-from vizlm.data import EOS, Vocab, load_corpus
+from vizlm.modeling.checkpoint import Checkpoint
+from vizlm.data.registry import EOS, Vocab, load_corpus
 from vizlm.models import build_model
-from vizlm.resources import Collocations, collocation_rows, load_collocations
-from vizlm.serialize import analysis_dict
-from vizlm.tagger import Tagger, load_tagger, simplify_tag, train_counts
+from vizlm.data.resources import Collocations, collocation_rows, load_collocations
+from vizlm.present.serialize import analysis_dict
+from vizlm.data.tagger import Tagger, load_tagger, simplify_tag, train_counts
 
 COLLOCATIONS = Collocations({("more", "than", 2): (166, 6.13), ("on", "the", 2): (900, 0.5), ("in", "of", 2): (3, 7.0)})
 
@@ -500,8 +500,8 @@ def test_gallery_keeps_one_example_per_word_pair(tiny_ckpt):
 def test_a_corpus_report_is_cached_by_checkpoint_split_and_arguments(monkeypatch, tmp_path):
     """The Cases page's report of a split is computed once (then read from the cache, equal, under the
     name the checkpoint is loaded as); another threshold or limit is another report."""
-    import vizlm.cases as cases
-    from vizlm.cache import checkpoint_digest
+    import vizlm.inspect.cases as cases
+    from vizlm.inspect.cache import checkpoint_digest
 
     monkeypatch.setenv("VIZLM_CACHE", str(tmp_path))
     vocab = Vocab.for_corpus("brown")
@@ -531,7 +531,7 @@ def test_ranking_by_attribution_stores_gradient_x_input_of_the_attended_word(tin
     a fresh one here): float32, so conftest's float32 tolerance."""
     from conftest import TOLERANCE
 
-    from vizlm.attribution import attribute
+    from vizlm.inspect.attribution import attribute
 
     tolerance = {"rel": TOLERANCE[torch.float32]["rtol"], "abs": TOLERANCE[torch.float32]["atol"]}
     test = load_corpus("brown", "test")
@@ -554,7 +554,7 @@ def test_ranking_by_attribution_stores_gradient_x_input_of_the_attended_word(tin
 
 def test_attribution_is_computed_only_for_its_ranking(tiny_ckpt, monkeypatch):
     """The other rankings (the default, and the shipped reports) never attribute: their examples say None."""
-    import vizlm.cases as cases
+    import vizlm.inspect.cases as cases
 
     calls = []
     real = cases.attribute
@@ -581,7 +581,7 @@ def test_attribution_is_computed_only_for_its_ranking(tiny_ckpt, monkeypatch):
 def test_attribution_of_a_document_model_s_cases(tiny_ckpt):
     """A document model's case is found in the document read as running text: its example's row is
     ``reading.target`` and its slot is the passage's slot shifted by ``reading.span[0]``."""
-    from vizlm.attribution import attribute
+    from vizlm.inspect.attribution import attribute
 
     vocab = tiny_ckpt.vocab
     torch.manual_seed(0)
@@ -610,7 +610,7 @@ def test_the_gallery_ranks_by_attribution():
 def test_cli_cases_ranked_by_attribution(capsys, tmp_path, tiny_ckpt):
     """``vizlm cases --rank attribution`` through the CLI's main: printed, and in the JSON, highest first."""
     from vizlm import cli
-    from vizlm.checkpoint import save_checkpoint
+    from vizlm.modeling.checkpoint import save_checkpoint
 
     folder = tmp_path / "tiny"
     save_checkpoint(folder, tiny_ckpt.model, "amsrn", tiny_ckpt.vocab, metrics={}, corpus={"name": "brown"},

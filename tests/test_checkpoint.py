@@ -19,9 +19,9 @@ from conftest import TINY
 from safetensors.torch import save as safetensors_save
 from safetensors.torch import save_file
 
-from vizlm import checkpoint as ckmod
-from vizlm.checkpoint import CheckpointError, checkpoint_from_bytes, load_checkpoint, save_checkpoint
-from vizlm.data import SPECIALS, Vocab
+from vizlm.modeling import checkpoint as ckmod
+from vizlm.modeling.checkpoint import CheckpointError, checkpoint_from_bytes, load_checkpoint, save_checkpoint
+from vizlm.data.registry import SPECIALS, Vocab
 from vizlm.models import LIMITS, REGISTRY, build_model, check_config
 
 VOCAB = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])
@@ -188,7 +188,7 @@ def test_from_bytes_is_what_uploads_use(saved):
 
 # --------------------------------------------------------------------------- runtime fields
 def test_meta_is_exactly_the_saved_config_json(saved):
-    from vizlm.cache import checkpoint_digest
+    from vizlm.inspect.cache import checkpoint_digest
 
     _, folder = saved
     ckpt = load_checkpoint(folder)
@@ -207,8 +207,8 @@ def test_meta_is_exactly_the_saved_config_json(saved):
 
 
 def test_in_memory_checkpoint_gets_a_digest_from_its_tensors(saved):
-    from vizlm.cache import checkpoint_digest
-    from vizlm.checkpoint import Checkpoint
+    from vizlm.inspect.cache import checkpoint_digest
+    from vizlm.modeling.checkpoint import Checkpoint
 
     model, _ = saved
     a = Checkpoint(model, VOCAB, "amsrn")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from vizlm import cli
-from vizlm.analysis import MIN_TOP_K_WEIGHT
-from vizlm.checkpoint import bundled_checkpoints, bundled_dir
+from vizlm.inspect.analysis import MIN_TOP_K_WEIGHT
+from vizlm.modeling.checkpoint import bundled_checkpoints, bundled_dir
 
 TEXT = "The dogs in the park are barking because they are hungry ."
 PARAGRAPHS = (
@@ -368,7 +368,8 @@ def test_attribute_states_its_cost_and_shows_progress(capsys, monkeypatch):
     the steps bounded by the API's one constant."""
     from tqdm import tqdm
 
-    from vizlm import attribution, commands
+    from vizlm import commands
+    from vizlm.inspect import attribution
 
     class Bar(tqdm):  # shown at once (the command's appears past 2 s)
         def __init__(self, *args, **kwargs):

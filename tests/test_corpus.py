@@ -9,11 +9,11 @@ import pytest
 import torch
 from conftest import TINY, assert_same_math
 
-from vizlm import paths
-from vizlm.analysis import analyze_tokens
-from vizlm.checkpoint import Checkpoint
-from vizlm.corpus import attention_by_position, compare, compare_corpus, sentence_positions
-from vizlm.data import SPECIALS, Vocab
+from vizlm.core import paths
+from vizlm.inspect.analysis import analyze_tokens
+from vizlm.modeling.checkpoint import Checkpoint
+from vizlm.inspect.corpus_stats import attention_by_position, compare, compare_corpus, sentence_positions
+from vizlm.data.registry import SPECIALS, Vocab
 from vizlm.models import build_model
 
 VOCAB = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])
@@ -107,7 +107,7 @@ def test_positions_match_brute_force(sentences):
 
 
 def test_two_checkpoints_of_one_family_stay_apart(sentences, tmp_path):
-    from vizlm.checkpoint import load_checkpoint, save_checkpoint
+    from vizlm.modeling.checkpoint import load_checkpoint, save_checkpoint
 
     for folder, seed in (("kvp", 2), ("kvp-scratch", 4)):
         save_checkpoint(tmp_path / folder, tiny("kvp", seed, window=3).model, "kvp", VOCAB)
@@ -130,7 +130,7 @@ def test_corpus_results_are_cached(monkeypatch, tmp_path):
     vocab = Vocab.for_corpus("brown")
     a, b = tiny("lstm", 0, vocab=vocab), tiny("amsrn", 1, vocab=vocab)
     calls = []
-    import vizlm.corpus as corpus
+    import vizlm.inspect.corpus_stats as corpus
 
     real = corpus._nll
     monkeypatch.setattr(corpus, "_nll", lambda *args, **kw: calls.append(1) or real(*args, **kw))
@@ -145,7 +145,7 @@ def test_running_text_is_resampled_by_document():
     """With document sizes the bootstrap draws whole documents: the same corpus ratio, and an
     interval that widens when the sentences of a document move together (as they do when a
     model reads running text); without them every sentence is drawn on its own."""
-    from vizlm.corpus import build_comparison
+    from vizlm.inspect.corpus_stats import build_comparison
 
     a = Checkpoint(torch.nn.Module(), VOCAB, "a")
     rng = np.random.default_rng(0)
@@ -168,7 +168,7 @@ def test_positions_stored_for_a_wider_window_serve_a_narrower_one(monkeypatch, t
     """The sums stored at window 6 give the statistics at window 3 without reading the text again,
     equal (float64 tolerance: the weight beyond the window is summed in another order) to those
     computed at window 3; with effects they serve a request without, never the other way."""
-    import vizlm.corpus as corpus
+    import vizlm.inspect.corpus_stats as corpus
 
     monkeypatch.setenv("VIZLM_CACHE", str(tmp_path))
     ckpt = tiny(family, 2, context=context, **kw)
@@ -206,7 +206,7 @@ def test_shipped_statistics_are_read_when_the_cache_has_none(monkeypatch, tmp_pa
     import gzip
     import json
 
-    from vizlm import cache
+    from vizlm.inspect import cache
 
     shipped = tmp_path / "data" / paths.SHIPPED_STATS
     shipped.mkdir(parents=True)

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, SHARED
 
-from vizlm import data, paths
-from vizlm import text as text_module
-from vizlm.data import SPECIALS, Vocab, bucket_batches, collate, load_corpus
-from vizlm.files import OverwriteError
-from vizlm.prepare import prepare, split_of
-from vizlm.text import normalize, split_sentences, tokenize
+from vizlm.data import registry as data
+from vizlm.core import paths
+from vizlm.data import text as text_module
+from vizlm.data.registry import SPECIALS, Vocab, bucket_batches, collate, load_corpus
+from vizlm.core.files import OverwriteError
+from vizlm.data.prepare import prepare, split_of
+from vizlm.data.text import normalize, split_sentences, tokenize
 
 
 def test_normalize():
@@ -193,7 +194,7 @@ def test_read_text_file_survives_invalid_utf8_and_control_characters(tmp_path):
 @pytest.mark.parametrize("corpus,split", [("brown", "test"), ("wsj", "test"), ("sinica", "valid")])
 def test_split_texts_are_the_corpus_texts_without_token_lists(corpus, split):
     """The per-sentence tables' ids and texts, read line by line, equal load_corpus's."""
-    from vizlm.data import load_corpus, split_texts
+    from vizlm.data.registry import load_corpus, split_texts
 
     ids, texts, checksum = split_texts(corpus, split)
     c = load_corpus(corpus, split)
@@ -205,7 +206,7 @@ def test_split_texts_are_the_corpus_texts_without_token_lists(corpus, split):
 def test_examples_of_an_imported_corpus_leave_out_wikitext_headings(tmp_path):
     """An imported corpus keeps WikiText's "= Title =" and "= = Section = =" lines; the Explorer's examples are text,
     so no example sentence or passage holds a heading."""
-    from vizlm import data
+    from vizlm.data import registry as data
 
     lines = ["= Valkyria Chronicles =", "", "= = Section 1 = =", "the game is a tactical role playing game for one",
              "it was made by a team of people who had worked on earlier games", "= = = Reception = = =",

@@ -12,7 +12,7 @@ import torch
 
 import vizlm
 from vizlm import cli
-from vizlm.errors import InputError
+from vizlm.core.errors import InputError
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
 TEXT = "the jury said the city had a report . it said the report was good ."

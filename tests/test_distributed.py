@@ -23,7 +23,8 @@ from conftest import ROOT
 from corpora import make_corpus
 from safetensors.torch import load_file
 
-from vizlm import cli, paths
+from vizlm import cli
+from vizlm.core import paths
 
 pytestmark = pytest.mark.slow
 
@@ -185,9 +186,9 @@ def test_a_run_killed_mid_epoch_resumes_without_losing_anything(data, tmp_path, 
 def test_uneven_shards_scale_the_loss_to_the_whole_step():
     """Without torchrun: a rank's loss (its NLL / (global tokens / world)), averaged over the
     ranks, is one process's loss of the whole step, entropy term included."""
-    from vizlm.data import collate
+    from vizlm.data.registry import collate
     from vizlm.models import build_model
-    from vizlm.train import output_loss
+    from vizlm.modeling.train import output_loss
 
     torch.manual_seed(0)
     model = build_model("amsrn", vocab_size=30, emb_dim=5, hidden_dim=4, entropy_weight=0.3).double()
@@ -203,8 +204,8 @@ def test_uneven_shards_scale_the_loss_to_the_whole_step():
 
 def test_corpus_statistics_under_torchrun_equal_one_process(data, tmp_path, capsys):
     """``vizlm positions`` and ``vizlm compare`` on a corpus split: two ranks score their shares."""
-    from vizlm.checkpoint import save_checkpoint
-    from vizlm.data import Vocab
+    from vizlm.modeling.checkpoint import save_checkpoint
+    from vizlm.data.registry import Vocab
     from vizlm.models import build_model
 
     vocab = Vocab.for_corpus("brown", data)

@@ -12,12 +12,12 @@ import torch
 from conftest import ATTENTION_MODELS, all_variants, tiny_model
 from reference import reference_document
 
-from vizlm.data import (SPECIALS, Vocab, document_batches, document_plan, document_sizes, document_tokens,
+from vizlm.data.registry import (SPECIALS, Vocab, document_batches, document_plan, document_sizes, document_tokens,
                         split_documents)
-from vizlm.evaluate import score, score_documents, score_sentences
+from vizlm.modeling.evaluate import score, score_documents, score_sentences
 from vizlm.models import REGISTRY, build_model, make_config
 from vizlm.models.base import slot_mask
-from vizlm.train import lm_loss
+from vizlm.modeling.train import lm_loss
 
 # every configuration of conftest, plus memories shorter than the document for AMSRN and Salton
 VARIANTS = all_variants() + [
@@ -283,7 +283,7 @@ def test_old_checkpoints_load_in_sentence_context(tmp_path):
     """A config.json written before contexts existed has no "context": it loads as sentence."""
     import json
 
-    from vizlm.checkpoint import load_checkpoint, save_checkpoint
+    from vizlm.modeling.checkpoint import load_checkpoint, save_checkpoint
 
     vocab = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])
     save_checkpoint(tmp_path, tiny_model("amsrn").float(), "amsrn", vocab)
@@ -330,8 +330,8 @@ def test_carried_state_survives_a_resume(name, kw, document):
     """Training's resume keeps every stream's carried state (train._gather_carried / _scatter_carried):
     RM's memory of word embeddings (2d wide) and a state without a start slot come back as they were,
     and reading on from them equals reading on without the resume."""
-    from vizlm.distributed import SINGLE
-    from vizlm.train import _gather_carried, _scatter_carried
+    from vizlm.core.distributed import SINGLE
+    from vizlm.modeling.train import _gather_carried, _scatter_carried
 
     model = doc_model(name, kw)
     with torch.no_grad():
@@ -350,7 +350,7 @@ def test_checkpoints_keep_the_start_slot_setting(tmp_path):
     """start_slot is stored in config.json; a config.json written before it existed loads with the slot."""
     import json
 
-    from vizlm.checkpoint import load_checkpoint, save_checkpoint
+    from vizlm.modeling.checkpoint import load_checkpoint, save_checkpoint
 
     vocab = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])
     save_checkpoint(tmp_path, tiny_model("amsrn", start_slot=False).float(), "amsrn", vocab)
@@ -367,9 +367,9 @@ def test_a_text_file_is_one_document_per_blank_line_block(tmp_path, capsys):
     block as running text (== score_documents over the blocks), not the file as one."""
     import json
 
-    from vizlm.checkpoint import save_checkpoint
+    from vizlm.modeling.checkpoint import save_checkpoint
     from vizlm.cli import main
-    from vizlm.data import read_text_file
+    from vizlm.data.registry import read_text_file
 
     text = tmp_path / "docs.txt"
     text.write_text("The dog barked . It was loud .\nThe owner came .\n\n  \n\nA new story starts . It ends .\n\n",

@@ -12,12 +12,12 @@ import torch
 from conftest import ATTENTION_MODELS, TINY, all_variants, assert_same_math, tiny_model
 from reference import reference_effects
 
-from vizlm.analysis import LN2, analyze_batch, analyze_tokens, slot_effect_rows, spearman, with_slot_effects
-from vizlm.checkpoint import Checkpoint
-from vizlm.data import SPECIALS, Vocab
+from vizlm.inspect.analysis import LN2, analyze_batch, analyze_tokens, slot_effect_rows, spearman, with_slot_effects
+from vizlm.modeling.checkpoint import Checkpoint
+from vizlm.data.registry import SPECIALS, Vocab
 from vizlm.models import build_model
 from vizlm.models import effects as fx
-from vizlm.serialize import analysis_dict
+from vizlm.present.serialize import analysis_dict
 
 
 def targets_of(batch: torch.Tensor) -> torch.Tensor:
@@ -248,7 +248,7 @@ ENGLISH = Vocab([*SPECIALS, "the", "dogs", "cat", "park", "are", "is", "barking"
 
 
 def test_cases_carry_effects_and_rank_by_them():
-    from vizlm.cases import by_effect, corpus_cases, label_cases
+    from vizlm.inspect.cases import by_effect, corpus_cases, label_cases
 
     ckpt = Checkpoint(tiny_model("amsrn"), ENGLISH, "amsrn")
     torch.nn.init.uniform_(ckpt.model.read_proj.weight, -300, 300)
@@ -282,7 +282,7 @@ def test_cases_carry_effects_and_rank_by_them():
 
 # --------------------------------------------------------------------------- corpus
 def test_effect_by_position_and_read_share_match_brute_force():
-    from vizlm.corpus import attention_by_position, sentence_positions
+    from vizlm.inspect.corpus_stats import attention_by_position, sentence_positions
 
     ckpts = [tiny_ckpt("amsrn", scale=400.0), tiny_ckpt("kvp", window=3)]
     g = torch.Generator().manual_seed(3)
@@ -322,7 +322,7 @@ def test_effect_by_position_and_read_share_match_brute_force():
 def test_effect_heatmap_and_positions_chart():
     import pandas as pd
 
-    from vizlm import plots
+    from vizlm.present import plots
 
     sa = analyze_tokens(tiny_ckpt("kvp", window=3), WORDS)
     weight = plots.attention_heatmap(sa, threshold=0.3).to_dict()
@@ -343,7 +343,7 @@ def test_effect_heatmap_and_positions_chart():
         plots.attention_heatmap(analyze_tokens(tiny_ckpt("kvp", window=3), WORDS, effects=False), measure="effect")
     with pytest.raises(ValueError, match="measure"):
         plots.attention_heatmap(sa, measure="volume")
-    from vizlm.export import export_analysis
+    from vizlm.present.export import export_analysis
 
     svg = export_analysis(sa, "svg", measure="effect").decode()
     assert "slot effect" in svg and "in bits" in svg

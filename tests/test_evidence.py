@@ -13,11 +13,13 @@ import pytest
 from conftest import ROOT
 from test_reproduce import TINY
 
-from vizlm import cli, evidence, paths, reproduce
-from vizlm.cache import checkpoint_digest
-from vizlm.checkpoint import load_checkpoint
-from vizlm.corpus import compare
-from vizlm.data import split_texts
+from vizlm import cli
+from vizlm.reproduce import evidence, runner as reproduce
+from vizlm.core import paths
+from vizlm.inspect.cache import checkpoint_digest
+from vizlm.modeling.checkpoint import load_checkpoint
+from vizlm.inspect.corpus_stats import compare
+from vizlm.data.registry import split_texts
 
 LOCATIONS = (("VIZLM_RUNS", "runs"), ("VIZLM_CACHE", "cache"), ("VIZLM_EVIDENCE", "evidence"))
 
@@ -199,9 +201,9 @@ def test_attribution_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pat
     corpus_attribution's; the report's tables read them alone; existing evidence is kept unless --force."""
     import torch
 
-    from vizlm import attribution
-    from vizlm.checkpoint import save_checkpoint
-    from vizlm.data import Vocab
+    from vizlm.inspect import attribution
+    from vizlm.modeling.checkpoint import save_checkpoint
+    from vizlm.data.registry import Vocab
     from vizlm.models import build_model
 
     for key, sub in (("VIZLM_CACHE", "cache"), ("VIZLM_EVIDENCE", "evidence"), ("VIZLM_CHECKPOINTS", "checkpoints")):
@@ -308,9 +310,9 @@ def test_faithfulness_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pa
     documents; existing evidence is kept unless --force."""
     import torch
 
-    from vizlm import attribution, faithfulness
-    from vizlm.checkpoint import save_checkpoint
-    from vizlm.data import Vocab
+    from vizlm.inspect import attribution, faithfulness
+    from vizlm.modeling.checkpoint import save_checkpoint
+    from vizlm.data.registry import Vocab
     from vizlm.models import build_model
 
     for key, sub in (("VIZLM_CACHE", "cache"), ("VIZLM_EVIDENCE", "evidence"), ("VIZLM_CHECKPOINTS", "checkpoints")):
@@ -356,7 +358,7 @@ def test_faithfulness_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pa
 
 def test_faithfulness_samples_every_document(monkeypatch):
     """per_document: the first sentences of every document of the split, so the documents can be resampled."""
-    from vizlm.data import load_corpus
+    from vizlm.data.registry import load_corpus
 
     ids = load_corpus("brown", "test").ids
     docs = {sid.rpartition(":")[0] for sid in ids}

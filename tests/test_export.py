@@ -19,8 +19,8 @@ import pandas as pd
 import pytest
 from conftest import vega_colours
 
-from vizlm import export, plots, render
-from vizlm.analysis import SentenceAnalysis
+from vizlm.present import export, plots, render
+from vizlm.inspect.analysis import SentenceAnalysis
 
 PAYLOAD = "<script>alert(1)</script>"
 FORMULA = "=SUM(A1)"
@@ -159,7 +159,7 @@ def test_eight_models_by_position_are_small_multiples(measure):
     """Eight models' lines in one panel crowded it, and two that sit on 0 hid each other: beyond
     OVERLAY_MODELS each model gets its own panel (one y scale, so they compare), in the page's width at
     1440 px; up to OVERLAY_MODELS they share one panel, as in Daniluk et al.'s figure."""
-    from vizlm.export import chart_spec
+    from vizlm.present.export import chart_spec
 
     def frame(n):  # two models on 0 at every position, as a window-1 model beyond its slot
         return pd.DataFrame([{"model": f"model-{i}", "offset": d, "mean": 0.0 if i < 2 else 1 / (d + i), "lo": 0.0,
@@ -419,7 +419,7 @@ def test_control_characters_never_reach_the_renderer(bad):
 
 
 def test_a_renderer_crash_fails_one_export_not_the_process(monkeypatch, tmp_path):
-    from vizlm import render
+    from vizlm.present import render
 
     crash = tmp_path / "python"
     crash.write_text("#!/bin/sh\nkill -ABRT $$\n")  # what vl-convert's non-unwinding panic does

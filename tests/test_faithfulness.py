@@ -1,4 +1,4 @@
-"""The faithfulness tests (vizlm.faithfulness) on models whose answer is known, and against slow references on
+"""The faithfulness tests (vizlm.inspect.faithfulness) on models whose answer is known, and against slow references on
 tiny float64 models: a hand-built copy model whose prediction depends on the attention read alone (attention is
 faithful), models of every attention family whose read is cut off from the output (attention provably
 ignored), and each metric recomputed one row at a time with the whole head."""
@@ -14,11 +14,11 @@ import torch
 from conftest import TOLERANCE
 from test_attribution import PASSAGE, tiny
 
-from vizlm import attribution as at
-from vizlm import faithfulness as fa
-from vizlm.analysis import analyze_sentences
-from vizlm.checkpoint import Checkpoint
-from vizlm.data import SPECIALS, Vocab
+from vizlm.inspect import attribution as at
+from vizlm.inspect import faithfulness as fa
+from vizlm.inspect.analysis import analyze_sentences
+from vizlm.modeling.checkpoint import Checkpoint
+from vizlm.data.registry import SPECIALS, Vocab
 from vizlm.models import build_model
 
 ATTENTION_VARIANTS = [("amsrn", {}), ("amsrn", {"start_slot": False}), ("attention", {"window": 3}),
@@ -454,7 +454,7 @@ def split_result(tmp_path_factory):
 
 def test_the_api_door_checks_its_arguments_and_caches(split_result):
     import vizlm
-    from vizlm.errors import VizlmError
+    from vizlm.core.errors import VizlmError
 
     lm, _, res = split_result
     assert res["units"] == 4 and res["model"] == lm.checkpoint.label
@@ -475,8 +475,8 @@ def test_the_api_door_checks_its_arguments_and_caches(split_result):
 
 
 def test_the_figures_draw_every_statistic_with_its_interval(split_result):
-    from vizlm import faithfulness_plots as fp
-    from vizlm.export import chart_spec
+    from vizlm.present import faithfulness_plots as fp
+    from vizlm.present.export import chart_spec
 
     _, _, res = split_result
     er = fp.erasure_frame(res)

@@ -23,11 +23,11 @@ import torch
 from torch import nn
 
 from conftest import ROOT, assert_same_math
-from vizlm import paths
-from vizlm.checkpoint import load_checkpoint
+from vizlm.core import paths
+from vizlm.modeling.checkpoint import load_checkpoint
 from vizlm.cli import main
-from vizlm.data import load_corpus
-from vizlm.importer import IMPOSSIBLE, SAVE_STATE_DICT, source_vocabulary
+from vizlm.data.registry import load_corpus
+from vizlm.modeling.importer import IMPOSSIBLE, SAVE_STATE_DICT, source_vocabulary
 
 ANCHOR = ROOT.parent / "shared" / "anchors" / "word_language_model"
 CELLS = ("LSTM", "GRU", "RNN_TANH", "RNN_RELU")
@@ -484,7 +484,7 @@ def test_typed_text_is_read_as_the_imported_vocabulary_writes_words(cased, data_
     its vocabulary's way (recorded as imported.reading), so "The Cat" is not <unk> to a cased model; vizlm's own
     rule (lowercase, numbers -> N) is the default for every other checkpoint."""
     from vizlm.api import load
-    from vizlm.importer import reading_of
+    from vizlm.modeling.importer import reading_of
 
     folder = tmp_path / ("wiki" if cased else "ptb")
     folder.mkdir()
@@ -542,7 +542,7 @@ def test_force_replaces_the_whole_checkpoint_and_corpus_folders(data, data_dir, 
 def test_weights_no_checkpoint_can_hold_are_refused_before_writing(data, data_dir, tmp_path, capsys):
     """A weight the loader refuses (non-finite, or beyond MAX_ABS_WEIGHT) is refused by import, with the
     tensor named, before anything is written."""
-    from vizlm.checkpoint import MAX_ABS_WEIGHT
+    from vizlm.modeling.checkpoint import MAX_ABS_WEIGHT
 
     words = source_vocabulary(data)
     for value, needle in ((1e38, "1e+38"), (MAX_ABS_WEIGHT * 2, "2e+04"), (math.inf, "infinite"), (math.nan, "NaN")):

@@ -1,5 +1,5 @@
 """Your own corpus, end to end (#27): a folder of text -> ``vizlm prepare --corpus NAME --from FOLDER`` -> its card
--> training in both contexts -> every analysis command by name (:mod:`vizlm.ingest` has the rules).
+-> training in both contexts -> every analysis command by name (:mod:`vizlm.data.ingest` has the rules).
 
 The corpora are built here, a few lines each, so every number on a card is counted by hand in the comments:
 one per layout (a sentence a line, a paragraph a line, WikiText with its headings and tokens, Chinese read a
@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 import vizlm
-from vizlm import ingest, paths
+from vizlm.data import ingest
+from vizlm.core import paths
 from vizlm.cli import main
-from vizlm.data import SPECIALS, Vocab, load_corpus
+from vizlm.data.registry import SPECIALS, Vocab, load_corpus
 
 # --------------------------------------------------------------------------- the corpora
 SENTENCE = {  # a sentence a line, a blank line between documents; valid gzipped
@@ -289,7 +290,7 @@ def test_a_split_without_blank_lines_is_read_in_documents(corpora, tmp_path, mon
     assert card["split_stats"]["test"]["documents"] == 1  # one sentence: not more than 2, so not cut
     assert card["split_stats"]["test"]["documents_from"] == "blank lines"
     # the token-id files that training streams agree: 3 documents
-    from vizlm.tokens import open_split
+    from vizlm.data.tokens import open_split
 
     split = open_split("stream", "train", Vocab(vocab_of(corpora, "stream")))
     assert (len(split), split.n_documents) == (5, 3)
@@ -438,7 +439,7 @@ def test_an_interrupted_prepare_leaves_no_half_corpus(interrupt, prepared, corpo
 def test_a_second_prepare_of_the_same_corpus_is_refused_at_once(prepared, corpora, capsys):
     """While a prepare of a corpus runs (its lock held), another of the same corpus is refused with one line, and
     the first one's partial folder is left alone; once none runs, a stale partial folder is cleaned up."""
-    from vizlm import files
+    from vizlm.core import files
 
     partial = corpora / ".fresh.partial"
     partial.mkdir()
@@ -488,7 +489,7 @@ def test_tokens_no_checkpoint_can_hold_are_read_as_unk_and_said(corpora, tmp_pat
     """A token with a control character (BEL, an escape sequence) or longer than MAX_WORD_CHARS can be no
     checkpoint's word: prepare reads it as <unk>, counts it on the card and says so; every word of the
     vocabulary passes the loader's rule, so the model trained on it can be saved and loaded."""
-    from vizlm.checkpoint import MAX_WORD_CHARS, _check_vocab
+    from vizlm.modeling.checkpoint import MAX_WORD_CHARS, _check_vocab
 
     long = "x" * (MAX_WORD_CHARS + 1)
     source = write_folder(tmp_path / "source", {

@@ -1,4 +1,4 @@
-"""Untrusted text on its way in: what :func:`vizlm.analysis.analyze` reads and bounds, and the
+"""Untrusted text on its way in: what :func:`vizlm.inspect.analysis.analyze` reads and bounds, and the
 exports' defence in depth. Input files are covered in ``test_data.py``, the CLI in ``test_cli.py``."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import re
 import pandas as pd
 import pytest
 
-from vizlm import analysis
-from vizlm.checkpoint import load_checkpoint
-from vizlm.export import export_analysis, export_frame
+from vizlm.inspect import analysis
+from vizlm.modeling.checkpoint import load_checkpoint
+from vizlm.present.export import export_analysis, export_frame
 
 NOT_IN_OUTPUT = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufdd0-\ufdef\ufffe\uffff\ud800-\udfff]")
 

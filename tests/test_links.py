@@ -1,11 +1,11 @@
-"""The Explorer's and Compare's URL state (vizlm.links): malformed or out-of-range values fall back with a note each."""
+"""The Explorer's and Compare's URL state (vizlm.present.links): malformed or out-of-range values fall back with a note each."""
 
 from __future__ import annotations
 
 import pytest
 
-from vizlm.analysis import DEFAULT_THRESHOLD, MAX_TEXT_CHARS
-from vizlm.links import MAX_TOP_K, CompareState, ExplorerState, explorer_query, parse_compare_query, parse_query
+from vizlm.inspect.analysis import DEFAULT_THRESHOLD, MAX_TEXT_CHARS
+from vizlm.present.links import MAX_TOP_K, CompareState, ExplorerState, explorer_query, parse_compare_query, parse_query
 
 NAMES = ["lstm", "amsrn", "kvp"]
 

@@ -9,7 +9,7 @@ from reference import reference
 
 from vizlm.models import build_model, make_config
 from vizlm.models.base import attention_entropy, slot_mask
-from vizlm.train import lm_loss
+from vizlm.modeling.train import lm_loss
 
 
 @pytest.mark.parametrize("name,kw", all_variants())
@@ -73,9 +73,9 @@ def test_entropy_regulariser_in_loss(batch):
 
 
 def test_amsrn_initialised_from_lstm_is_that_lstm(batch):
-    from vizlm.checkpoint import Checkpoint
-    from vizlm.data import SPECIALS, Vocab
-    from vizlm.train import init_from
+    from vizlm.modeling.checkpoint import Checkpoint
+    from vizlm.data.registry import SPECIALS, Vocab
+    from vizlm.modeling.train import init_from
 
     vocab = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])
     lstm = tiny_model("lstm")
@@ -89,9 +89,9 @@ def test_amsrn_initialised_from_lstm_is_that_lstm(batch):
 @pytest.mark.parametrize("variant,part", [("attention", -1), ("kv", -1), ("kvp", -1), ("ngram", 0)])
 def test_daniluk_initialised_from_lstm_predicts_from_that_lstm(variant, part, batch):
     """The LSTM becomes the predict part (N-gram: part 1): h*_t = tanh(h_t of the LSTM) at first."""
-    from vizlm.checkpoint import Checkpoint
-    from vizlm.data import SPECIALS, Vocab
-    from vizlm.train import init_from
+    from vizlm.modeling.checkpoint import Checkpoint
+    from vizlm.data.registry import SPECIALS, Vocab
+    from vizlm.modeling.train import init_from
 
     vocab = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])
     lstm = tiny_model("lstm")
@@ -314,9 +314,9 @@ def test_rm_addresses_with_one_table_and_reads_the_other(batch):
 
 
 def test_rm_initialised_from_lstm_copies_its_lstm(batch):
-    from vizlm.checkpoint import Checkpoint
-    from vizlm.data import SPECIALS, Vocab
-    from vizlm.train import init_from
+    from vizlm.modeling.checkpoint import Checkpoint
+    from vizlm.data.registry import SPECIALS, Vocab
+    from vizlm.modeling.train import init_from
 
     vocab = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])
     lstm = tiny_model("lstm")

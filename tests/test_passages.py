@@ -1,5 +1,5 @@
 """Passages: several sentences read in a checkpoint's context. A document checkpoint reads them as
-running text, so its per-token probabilities equal :func:`vizlm.evaluate.score_documents` (and
+running text, so its per-token probabilities equal :func:`vizlm.modeling.evaluate.score_documents` (and
 the CLI's ``analyze`` / ``eval``); a sentence checkpoint reads each sentence alone, so a passage
 is the sentences analysed one by one, laid side by side. Highlights, cases, heat maps, running
 text, exports, links and the corpus statistics on top of them."""
@@ -17,8 +17,10 @@ import torch
 from conftest import ATTENTION_MODELS, all_variants, tiny_model
 from test_cases import COLLOCATIONS, make_sa
 
-from vizlm import cli, corpus, export, plots
-from vizlm.analysis import (
+from vizlm import cli
+from vizlm.inspect import corpus_stats as corpus
+from vizlm.present import export, plots
+from vizlm.inspect.analysis import (
     BOUNDARY,
     MAX_TOKENS,
     READINGS,
@@ -29,9 +31,9 @@ from vizlm.analysis import (
     split_at_boundaries,
     with_slot_effects,
 )
-from vizlm.cases import corpus_cases, label_cases
-from vizlm.checkpoint import Checkpoint, bundled_checkpoints, bundled_dir, load_checkpoint, save_checkpoint
-from vizlm.data import (
+from vizlm.inspect.cases import corpus_cases, label_cases
+from vizlm.modeling.checkpoint import Checkpoint, bundled_checkpoints, bundled_dir, load_checkpoint, save_checkpoint
+from vizlm.data.registry import (
     SPECIALS,
     Vocab,
     document_tokens,
@@ -39,10 +41,10 @@ from vizlm.data import (
     passage_start,
     read_text_file,
 )
-from vizlm.evaluate import score_documents
-from vizlm.links import ExplorerState, parse_query
-from vizlm.serialize import analysis_dict
-from vizlm.text import passage_sentences, sentence_spans, split_sentences
+from vizlm.modeling.evaluate import score_documents
+from vizlm.present.links import ExplorerState, parse_query
+from vizlm.present.serialize import analysis_dict
+from vizlm.data.text import passage_sentences, sentence_spans, split_sentences
 
 VOCAB = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])  # 40 words: conftest's TINY vocabulary
 # three sentences of the tiny vocabulary: the second repeats words of the first (a trigger across a boundary)

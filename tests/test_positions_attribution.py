@@ -1,5 +1,5 @@
 """Attribution by distance beside the attention by position: the frame built from
-:func:`vizlm.attribution.corpus_attribution` results and its chart (vizlm.plots), on a tiny corpus."""
+:func:`vizlm.inspect.attribution.corpus_attribution` results and its chart (vizlm.present.plots), on a tiny corpus."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import torch
 from conftest import TINY
 from corpora import make_corpus
 
-from vizlm import attribution as at
-from vizlm import export, plots
-from vizlm.checkpoint import Checkpoint
-from vizlm.data import Vocab
+from vizlm.inspect import attribution as at
+from vizlm.present import export, plots
+from vizlm.modeling.checkpoint import Checkpoint
+from vizlm.data.registry import Vocab
 from vizlm.models import build_model
 
 WINDOW = 3

@@ -11,7 +11,9 @@ import pytest
 import torch
 from conftest import ROOT
 
-from vizlm import cli, files, paths, reproduce, verdicts
+from vizlm import cli
+from vizlm.core import files, paths
+from vizlm.reproduce import runner as reproduce, verdicts
 from vizlm.models import REGISTRY, make_config
 
 TINY = """
@@ -525,7 +527,7 @@ def test_bundle_stores_half_precision_when_it_is_harmless(manifest, tmp_path, mo
     reproduce.run_one(runs["base"], runs, dry_run=True)
     assert cli.main(["reproduce", "--manifest", str(manifest), "--bundle", "base", "--as", "tiny-lstm"]) == 0
     dest = tmp_path / "ck" / "tiny-lstm"
-    from vizlm.checkpoint import load_checkpoint
+    from vizlm.modeling.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(dest)
     storage = ckpt.meta["storage"]
@@ -546,10 +548,10 @@ def test_the_runs_marked_stale_are_those_the_plateau_rule_would_have_trained_oth
     """A run trained before the plateau rule (TrainConfig.plateau) whose log has an epoch without
     improvement while its best valid perplexity was still >= 0.9 x the unigram model's would train
     otherwise now: the manifest marks exactly those `stale`, until retrained evidence replaces them."""
-    from vizlm.data import Vocab
-    from vizlm.evaluate import unigram_perplexity
-    from vizlm.tokens import open_split
-    from vizlm.train import TrainConfig
+    from vizlm.data.registry import Vocab
+    from vizlm.modeling.evaluate import unigram_perplexity
+    from vizlm.data.tokens import open_split
+    from vizlm.modeling.train import TrainConfig
 
     runs = reproduce.load_manifest(ROOT / reproduce.MANIFEST)
     plateau = {}

@@ -13,9 +13,11 @@ import pytest
 from conftest import ROOT
 
 import vizlm
-from vizlm import cli, evidence, paths, reproduce
-from vizlm.checkpoint import meta_corpus
-from vizlm.data import corpus_card
+from vizlm import cli
+from vizlm.reproduce import evidence, runner as reproduce
+from vizlm.core import paths
+from vizlm.modeling.checkpoint import meta_corpus
+from vizlm.data.registry import corpus_card
 
 WORDS = ["the", "a", "cat", "dog", "sat", "on", "mat", "ran", "to", "house", "big", "small", "red", "blue", "green",
          "saw", "it", "and", "then", "we", "they", "he", "she", "was", "is", "will", "go", "come", "home", "tree"]

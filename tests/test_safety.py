@@ -12,8 +12,9 @@ import warnings
 import pytest
 import torch
 
-from vizlm import cli, files
-from vizlm.checkpoint import CheckpointError, json_depth, load_checkpoint, parse_meta, save_checkpoint
+from vizlm import cli
+from vizlm.core import files
+from vizlm.modeling.checkpoint import CheckpointError, json_depth, load_checkpoint, parse_meta, save_checkpoint
 from vizlm.models import build_model
 
 TEXT = "The committee approved the budget ."
@@ -53,7 +54,7 @@ def test_train_refuses_a_folder_that_holds_a_checkpoint(checkpoint, capsys):
 
 def test_train_without_out_never_writes_into_the_bundled_checkpoints(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("VIZLM_RUNS", str(tmp_path / "runs"))
-    from vizlm.checkpoint import bundled_dir
+    from vizlm.modeling.checkpoint import bundled_dir
 
     before = snapshot(bundled_dir() / "lstm")
     code, out, _ = run(capsys, "train", "--model", "lstm", "--max-batches", "2", "--eval-batches", "1", "--epochs", "1",
@@ -310,8 +311,8 @@ def hostile_vocab(tmp_path, monkeypatch):
 
 
 def test_vocabulary_words_are_escaped_in_exports(hostile_vocab):
-    from vizlm.analysis import analyze
-    from vizlm.export import export_analysis
+    from vizlm.inspect.analysis import analyze
+    from vizlm.present.export import export_analysis
 
     sa = analyze(load_checkpoint(hostile_vocab), TEXT)
     assert sa.top_words[0][:2] == [PAYLOAD, FORMULA]

@@ -9,13 +9,13 @@ import pytest
 import torch
 from conftest import TOLERANCE
 
-from vizlm import attribution, cases, corpus
-from vizlm.analysis import DEFAULT_THRESHOLD
-from vizlm.attribution import BY_DISTANCE, corpus_attribution
-from vizlm.cases import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, corpus_cases
-from vizlm.checkpoint import bundled_checkpoints, bundled_dir, load_checkpoint, meta_corpus
-from vizlm.corpus import MAX_WINDOW, positions_corpus, split_scores
-from vizlm.data import CORPORA, CORPUS_LANGUAGE, HELD_OUT
+from vizlm.inspect import attribution, cases, corpus_stats as corpus
+from vizlm.inspect.analysis import DEFAULT_THRESHOLD
+from vizlm.inspect.attribution import BY_DISTANCE, corpus_attribution
+from vizlm.inspect.cases import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, corpus_cases
+from vizlm.modeling.checkpoint import bundled_checkpoints, bundled_dir, load_checkpoint, meta_corpus
+from vizlm.inspect.corpus_stats import MAX_WINDOW, positions_corpus, split_scores
+from vizlm.data.registry import CORPORA, CORPUS_LANGUAGE, HELD_OUT
 
 pytestmark = pytest.mark.skipif(not bundled_checkpoints(), reason="no bundled checkpoints in checkpoints/")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from vizlm.tables import config_items, epochs_text, models_frame
+from vizlm.present.tables import config_items, epochs_text, models_frame
 
 
 def _meta(model: str, corpus: str, ppl: float | None, context: str | None = None) -> dict:

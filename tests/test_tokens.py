@@ -16,8 +16,9 @@ import torch
 from conftest import ROOT
 from corpora import make_corpus
 
-from vizlm import cli, paths
-from vizlm.data import (
+from vizlm import cli
+from vizlm.core import paths
+from vizlm.data.registry import (
     Vocab,
     document_batches,
     document_sizes,
@@ -26,10 +27,10 @@ from vizlm.data import (
     load_corpus,
     split_documents,
 )
-from vizlm.evaluate import score, score_split
+from vizlm.modeling.evaluate import score, score_split
 from vizlm.models import build_model
-from vizlm.prepare import prepare_token_ids
-from vizlm.tokens import DocumentEpoch, SentenceEpoch, TokenSplit, open_split
+from vizlm.data.prepare import prepare_token_ids
+from vizlm.data.tokens import DocumentEpoch, SentenceEpoch, TokenSplit, open_split
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +218,7 @@ def test_peak_memory_does_not_grow_with_the_corpus(tmp_path):
 
 # --------------------------------------------------------------------------- corpus statistics
 def _tiny_checkpoint(folder: Path, name: str, vocab: Vocab, seed: int, **kw):
-    from vizlm.checkpoint import load_checkpoint, save_checkpoint
+    from vizlm.modeling.checkpoint import load_checkpoint, save_checkpoint
 
     torch.manual_seed(seed)
     model = build_model(name, vocab_size=len(vocab), emb_dim=6, hidden_dim=5, **kw)
@@ -229,7 +230,7 @@ def _tiny_checkpoint(folder: Path, name: str, vocab: Vocab, seed: int, **kw):
 
 @pytest.mark.parametrize("context", ["sentence", "document"])
 def test_corpus_statistics_in_chunks_equal_the_text(data, tmp_path, monkeypatch, context):
-    from vizlm import corpus as vc
+    from vizlm.inspect import corpus_stats as vc
 
     paths.set_overrides(data=data)
     monkeypatch.setenv("VIZLM_CHUNK_TOKENS", "300")  # many chunks

@@ -9,11 +9,12 @@ import math
 import pytest
 import torch
 
-from vizlm import cli, files
-from vizlm.data import Vocab, encode_sentences, iter_batches, load_corpus
-from vizlm.evaluate import score_sentences
+from vizlm import cli
+from vizlm.core import files
+from vizlm.data.registry import Vocab, encode_sentences, iter_batches, load_corpus
+from vizlm.modeling.evaluate import score_sentences
 from vizlm.models import REGISTRY, build_model
-from vizlm.train import lm_loss
+from vizlm.modeling.train import lm_loss
 
 
 def test_tiny_training_lowers_the_loss():
@@ -83,7 +84,7 @@ def test_a_diverged_training_says_so_and_leaves_nothing_that_needs_force(tmp_pat
 
 
 def test_a_loss_that_is_not_finite_stops_training_at_its_step(tmp_path, monkeypatch):
-    from vizlm import train as vt
+    from vizlm.modeling import train as vt
 
     real, calls = vt.output_loss, []
 
@@ -104,8 +105,8 @@ def test_a_loss_that_is_not_finite_stops_training_at_its_step(tmp_path, monkeypa
 
 
 def test_resume_keeps_the_init_from_lineage(tmp_path):
-    from vizlm.checkpoint import load_checkpoint
-    from vizlm.train import TrainConfig, train
+    from vizlm.modeling.checkpoint import load_checkpoint
+    from vizlm.modeling.train import TrainConfig, train
 
     small = {"emb_dim": 8, "hidden_dim": 8}
     tc = TrainConfig(epochs=1, max_batches=2, eval_batches=1)
@@ -126,7 +127,7 @@ def test_cli_rejects_options_of_other_models(tmp_path, capsys):
 
 @pytest.mark.parametrize("name", list(REGISTRY))
 def test_dry_run_every_model_in_document_context(name, tmp_path, capsys):
-    from vizlm.checkpoint import load_checkpoint
+    from vizlm.modeling.checkpoint import load_checkpoint
 
     out = tmp_path / name
     args = ["train", "--model", name, "--context", "document", "--bptt", "7", "--streams", "8",
@@ -150,9 +151,9 @@ def test_dry_run_every_model_in_document_context(name, tmp_path, capsys):
 @pytest.mark.parametrize("name,ref,size", [("kvp", None, 42), ("lstm", "amsrn", 97)])
 def test_match_params_through_the_cli(name, ref, size, tmp_path, capsys):
     """kvp at the LSTM's count (in document context), and the LSTM at AMSRN's; both recorded."""
-    from vizlm.checkpoint import load_checkpoint
-    from vizlm.data import read_text_file
-    from vizlm.evaluate import score_documents
+    from vizlm.modeling.checkpoint import load_checkpoint
+    from vizlm.data.registry import read_text_file
+    from vizlm.modeling.evaluate import score_documents
 
     out = tmp_path / name
     args = ["train", "--model", name, "--context", "document", "--match-params", *([ref] if ref else []),
@@ -186,7 +187,7 @@ def test_training_refuses_at_once_what_the_loader_would_refuse(flags, expect, tm
 
 def test_scoring_batches_stay_within_a_token_budget(monkeypatch):
     """Long sentences are scored in smaller batches (bounded logits), with the same NLL."""
-    import vizlm.evaluate as ev
+    import vizlm.modeling.evaluate as ev
 
     model = build_model("lstm", vocab_size=40, emb_dim=6, hidden_dim=5).double().eval()
     g = torch.Generator().manual_seed(0)
@@ -205,7 +206,7 @@ def test_scoring_batches_stay_within_a_token_budget(monkeypatch):
 @pytest.fixture(scope="module")
 def small_lstm(tmp_path_factory):
     """A tiny LSTM trained for three batches: the checkpoint --init-from starts from."""
-    from vizlm.train import TrainConfig, train
+    from vizlm.modeling.train import TrainConfig, train
 
     out = tmp_path_factory.mktemp("lstm") / "lstm"
     train("lstm", {"emb_dim": 8, "hidden_dim": 8}, "brown", out, TrainConfig(epochs=1, max_batches=3, eval_batches=1))
@@ -219,7 +220,7 @@ def test_freeze_trains_only_what_init_from_did_not_copy(name, kw, small_lstm, tm
     without --freeze the copied tensors move too. The checkpoint records it."""
     from safetensors.torch import load_file
 
-    import vizlm.train as tr
+    import vizlm.modeling.train as tr
 
     start, copies = {}, {}
 
@@ -269,7 +270,7 @@ def test_freeze_survives_a_resume_and_refuses_an_unfrozen_run(small_lstm, tmp_pa
     with it is refused (its copied tensors have moved), not silently frozen."""
     from safetensors.torch import load_file
 
-    from vizlm.train import TrainConfig, train
+    from vizlm.modeling.train import TrainConfig, train
 
     small = {"emb_dim": 8, "hidden_dim": 8}
     one = TrainConfig(epochs=1, max_batches=2, eval_batches=1, lr=0.01, freeze=True)
@@ -304,7 +305,7 @@ def test_no_lr_decay_and_no_patience_spent_on_the_initial_plateau(plateau, tmp_p
     `plateau` x the unigram model's, a non-improving epoch keeps the lr and spends no patience."""
     from types import SimpleNamespace
 
-    from vizlm import train as trainmod
+    from vizlm.modeling import train as trainmod
 
     script = iter([420.0, 425.0, 415.0, 430.0, 300.0, 310.0, 320.0])  # unigram 400: the plateau is >= 360
     real = trainmod.score_split
@@ -331,7 +332,7 @@ def test_the_train_options_are_the_train_config_s_fields():
     --dry-run is TrainConfig.dry_run (as `reproduce`'s)."""
     import dataclasses
 
-    from vizlm.train import TrainConfig, options
+    from vizlm.modeling.train import TrainConfig, options
 
     parser = cli.build_parser()
 
@@ -349,8 +350,8 @@ def test_the_train_options_are_the_train_config_s_fields():
 
 
 def test_unigram_perplexity_is_the_add_one_unigram_model():
-    from vizlm.evaluate import unigram_perplexity
-    from vizlm.tokens import TokenSplit
+    from vizlm.modeling.evaluate import unigram_perplexity
+    from vizlm.data.tokens import TokenSplit
 
     train, valid = TokenSplit.from_sequences([[4, 4, 5]]), TokenSplit.from_sequences([[4, 6]])
     counts = [1, 1, 2, 1, 3, 2, 1]  # ids 0-6, each plus one: 4 twice, 5 once, </s> (id 2) once
@@ -389,7 +390,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 @pytest.mark.slow
 def test_gpu_speed_benchmark_runs_end_to_end_on_the_cpu(tmp_path):
     """benchmarks/gpu_train_speed.py, tiny and on the CPU, through the same code as on a GPU: the anchor
-    and every family train 2 layers deep through vizlm.train, and the ratio table is written. It runs
+    and every family train 2 layers deep through vizlm.modeling.train, and the ratio table is written. It runs
     where streamlit, altair, captum and platformdirs cannot be imported (a GPU machine may lack them)."""
     import subprocess
     import sys

@@ -7,8 +7,8 @@ import torch
 from conftest import TINY, assert_same_math
 from reference import transformer_reference
 
-from vizlm.checkpoint import load_checkpoint, save_checkpoint
-from vizlm.data import Vocab
+from vizlm.modeling.checkpoint import load_checkpoint, save_checkpoint
+from vizlm.data.registry import Vocab
 from vizlm.models import build_model, check_config
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from vizlm import paths
-from vizlm.data import SPECIALS, DataError, Vocab, example_passages, example_sentences, oov_rate, vocab_overlap
-from vizlm.importer import write_corpus
+from vizlm.core import paths
+from vizlm.data.registry import SPECIALS, DataError, Vocab, example_passages, example_sentences, oov_rate, vocab_overlap
+from vizlm.modeling.importer import write_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -152,7 +152,7 @@ def test_export_reads_a_corpus_sentence_with_its_document_before_it(tmp_path, mo
     checkpoint reads the sentences of its document before it too (as the app's passages)."""
     from vizlm.cli import main
     from vizlm.commands import corpus_text
-    from vizlm.ingest import prepare_corpus
+    from vizlm.data.ingest import prepare_corpus
 
     source = tmp_path / "source"
     source.mkdir()

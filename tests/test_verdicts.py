@@ -1,4 +1,4 @@
-"""Seed-aware intervals, Holm's adjustment and three-part verdicts (vizlm.verdicts), on inputs whose
+"""Seed-aware intervals, Holm's adjustment and three-part verdicts (vizlm.reproduce.verdicts), on inputs whose
 answers are known."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from vizlm import verdicts
-from vizlm.verdicts import SeedPair, claim_interval, holm, protocol_median, seed_variance, verdict
+from vizlm.reproduce import verdicts
+from vizlm.reproduce.verdicts import SeedPair, claim_interval, holm, protocol_median, seed_variance, verdict
 
 # Bootstrap quantiles are estimates: with N_BOOT replicates their relative error is a few percent.
 QUANTILE_TOLERANCE = 0.05

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from vizlm import paths
+from vizlm.core import paths
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +61,7 @@ def installed(tmp_path_factory):
 
 def test_wheel_cli_runs_outside_the_repo(installed):
     python, env, work = installed
-    probe = ("import vizlm, vizlm.paths as p; from vizlm.tagger import load_tagger; from vizlm.resources import load_collocations; "
+    probe = ("import vizlm, vizlm.core.paths as p; from vizlm.data.tagger import load_tagger; from vizlm.data.resources import load_collocations; "
              "print(vizlm.__file__); print(p.cache_dir()); print(load_tagger() is not None and load_collocations() is not None)")
     where = _run([str(python), "-c", probe], work, env).stdout.split("\n")
     assert not where[0].startswith(str(ROOT)), "vizlm was imported from the checkout, not from the wheel"

@@ -10,7 +10,7 @@ The front door (:mod:`vizlm.api`; docs/API.md)::
     a.frame(); a.attention_frame(); a.save("dogs.json")
     vizlm.compare("lstm-continued", "amsrn", corpus="brown", split="test").summary
 
-The names are imported on first use (PEP 562), so ``import vizlm.text`` or ``vizlm.paths`` stays
+The names are imported on first use (PEP 562), so ``import vizlm.data.text`` or ``vizlm.core.paths`` stays
 light: only touching ``vizlm.load`` and the rest brings in torch and the models.
 """
 
@@ -35,7 +35,7 @@ _EXPORTS = {
     "Comparison": "vizlm.api",
     "Positions": "vizlm.api",
     "View": "vizlm.api",
-    "VizlmError": "vizlm.errors",
+    "VizlmError": "vizlm.core.errors",
 }
 __all__ = list(_EXPORTS)
 

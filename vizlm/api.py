@@ -14,7 +14,7 @@
     vizlm.positions(["kvp-doc", "attention-doc-w10"], corpus="brown", split="test").chart()
 
 :func:`load` gives a :class:`Model`; :meth:`Model.analyze` an :class:`Analysis` (the result type:
-a :class:`vizlm.analysis.SentenceAnalysis` with frames, highlights, case labels, saving, charts and
+a :class:`vizlm.inspect.analysis.SentenceAnalysis` with frames, highlights, case labels, saving, charts and
 notebook display); :func:`compare` a :class:`Comparison`, :func:`positions` a :class:`Positions`.
 Every error a user can cause raises a :class:`vizlm.VizlmError` with a message for a person.
 Shapes: ``n`` tokens, ``T = n + 1`` predicted words (rows, ``</s>`` last), ``S = T`` memory slots.
@@ -36,10 +36,11 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from vizlm import corpus as stats
-from vizlm import export, files, notebook, plots
-from vizlm import faithfulness as faith
-from vizlm.analysis import (  # noqa: F401 - ATTENTION_OFF, READINGS: facts the front ends read from here
+from vizlm.inspect import corpus_stats as stats
+from vizlm.present import export, notebook, plots
+from vizlm.core import files
+from vizlm.inspect import faithfulness as faith
+from vizlm.inspect.analysis import (  # noqa: F401 - ATTENTION_OFF, READINGS: facts the front ends read from here
     ATTENTION_OFF,
     DEFAULT_THRESHOLD,
     READINGS,
@@ -48,12 +49,12 @@ from vizlm.analysis import (  # noqa: F401 - ATTENTION_OFF, READINGS: facts the 
     context_of,
     distance,
 )
-from vizlm.attribution import MAX_STEPS as ATTRIBUTION_MAX_STEPS  # noqa: F401 - read by the CLI from here
-from vizlm.attribution import METHODS as ATTRIBUTION_METHODS  # noqa: F401 - read by the CLI from here
-from vizlm.attribution import SAY_COST_S  # noqa: F401 - read by the CLI from here
-from vizlm.attribution import TEXT_METHODS as ATTRIBUTION_TEXT_METHODS
-from vizlm.attribution import Attribution as _Attribution
-from vizlm.checkpoint import (
+from vizlm.inspect.attribution import MAX_STEPS as ATTRIBUTION_MAX_STEPS  # noqa: F401 - read by the CLI from here
+from vizlm.inspect.attribution import METHODS as ATTRIBUTION_METHODS  # noqa: F401 - read by the CLI from here
+from vizlm.inspect.attribution import SAY_COST_S  # noqa: F401 - read by the CLI from here
+from vizlm.inspect.attribution import TEXT_METHODS as ATTRIBUTION_TEXT_METHODS
+from vizlm.inspect.attribution import Attribution as _Attribution
+from vizlm.modeling.checkpoint import (
     MAX_META_BYTES,
     META,
     WEIGHTS,
@@ -66,13 +67,13 @@ from vizlm.checkpoint import (
     meta_corpus,
     read_meta,
 )
-from vizlm.data import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, DataError, corpus_splits, load_corpus
-from vizlm.distributed import SINGLE, Context, resolve_device
-from vizlm.errors import InputError, VizlmError
+from vizlm.data.registry import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, DataError, corpus_splits, load_corpus
+from vizlm.core.distributed import SINGLE, Context, resolve_device
+from vizlm.core.errors import InputError, VizlmError
 from vizlm.models import ATTENTION_MODELS, PluginError
-from vizlm.render import RenderError
-from vizlm.serialize import AnalysisFileError, analysis_dict, analysis_from_dict, cases_by_target
-from vizlm.text import MAX_TOKENS  # noqa: F401 - read by the front ends from here
+from vizlm.present.render import RenderError
+from vizlm.present.serialize import AnalysisFileError, analysis_dict, analysis_from_dict, cases_by_target
+from vizlm.data.text import MAX_TOKENS  # noqa: F401 - read by the front ends from here
 
 __all__ = [
     "Analysis", "Attribution", "Comparison", "Model", "Positions", "View", "VizlmError",
@@ -109,8 +110,8 @@ def _whole(value, name: str, low: int = 1) -> int:
 
 
 def _permutations(value) -> int:
-    """A permutation count: 0 (no permutation test) up to :data:`vizlm.attribution.MAX_PERMUTATIONS`."""
-    from vizlm.attribution import MAX_PERMUTATIONS
+    """A permutation count: 0 (no permutation test) up to :data:`vizlm.inspect.attribution.MAX_PERMUTATIONS`."""
+    from vizlm.inspect.attribution import MAX_PERMUTATIONS
 
     n = _whole(value, "permutations", low=0)
     if n > MAX_PERMUTATIONS:
@@ -136,7 +137,7 @@ def _measure(value) -> str:
 
 
 def _check_split(corpus, split) -> None:
-    """A split of one of vizlm's corpora or of one ``vizlm import`` wrote (:func:`vizlm.data.corpus_splits`)."""
+    """A split of one of vizlm's corpora or of one ``vizlm import`` wrote (:func:`vizlm.data.registry.corpus_splits`)."""
     splits = corpus_splits(corpus)  # an unknown one: a DataError naming the valid ones
     if split not in splits:
         raise DataError(f"corpus {corpus!r} has no split {split!r}; valid: {', '.join(splits)}")
@@ -144,7 +145,7 @@ def _check_split(corpus, split) -> None:
 
 # --------------------------------------------------------------------------- models
 def checkpoint_folders() -> dict[str, Path]:
-    """Loadable checkpoints by name: the checkpoints folder (:func:`vizlm.paths.checkpoints_dir`), then
+    """Loadable checkpoints by name: the checkpoints folder (:func:`vizlm.core.paths.checkpoints_dir`), then
     the folders of ``$VIZLM_EXTRA_CHECKPOINTS`` (``os.pathsep``-separated, for development)."""
     folders = {name: bundled_dir() / name for name in bundled_checkpoints()}
     for entry in os.environ.get("VIZLM_EXTRA_CHECKPOINTS", "").split(os.pathsep):
@@ -199,8 +200,8 @@ def corpora() -> pd.DataFrame:
     sentences, tokens (None where vizlm's processed files are missing: ``vizlm prepare`` makes them),
     vocabulary size, the split's OOV rate under the corpus's own vocabulary, layout and folder. A user
     corpus's whole card: :func:`corpus_card`."""
-    from vizlm import paths
-    from vizlm.data import user_corpus_cards
+    from vizlm.core import paths
+    from vizlm.data.registry import user_corpus_cards
 
     def counts(path: Path) -> tuple[int | None, int | None]:  # (sentences, tokens) of a processed split: its lines
         if not path.is_file():
@@ -234,8 +235,8 @@ def corpora() -> pd.DataFrame:
 def corpus_card(name: str) -> dict | None:
     """The card of your corpus ``name`` (source files and checksums, layout and why, documents /
     sentences / tokens / OOV rates per split, vocabulary and options); None for vizlm's own corpora;
-    :class:`~vizlm.data.DataError` for an unknown name."""
-    from vizlm.data import corpus_card as card_of
+    :class:`~vizlm.data.registry.DataError` for an unknown name."""
+    from vizlm.data.registry import corpus_card as card_of
 
     return card_of(name)
 
@@ -247,9 +248,9 @@ def prepare_corpus(name: str, source: str | os.PathLike, layout: str | None = No
     ``wiki.*.tokens``) as your corpus ``name``, which every command and the app then read by name; returns
     its card. The layout (``sentence``, ``paragraph``, ``wikitext``) is detected unless given; the
     vocabulary is the 10,000 most frequent words of train unless ``vocab_size``, ``min_count`` or
-    ``all_words`` says otherwise (:mod:`vizlm.ingest` has the rules). Nothing already prepared is replaced
-    without ``force``; bad input raises :class:`~vizlm.data.DataError` before anything is written."""
-    from vizlm.ingest import prepare_corpus as prepare
+    ``all_words`` says otherwise (:mod:`vizlm.data.ingest` has the rules). Nothing already prepared is replaced
+    without ``force``; bad input raises :class:`~vizlm.data.registry.DataError` before anything is written."""
+    from vizlm.data.ingest import prepare_corpus as prepare
 
     if not isinstance(source, (str, os.PathLike)):
         raise InputError(f"prepare_corpus() takes the source folder as a path (str or Path), not {type(source).__name__}")
@@ -261,7 +262,7 @@ def check_upload(weights_name: str, weights: bytes, config_name: str, config: by
                  max_mb: float = MAX_UPLOAD_MB) -> None:
     """The checks on a checkpoint given as two files' contents before it is read (the app's upload):
     the names' kinds, the weights at most ``max_mb`` MB, the config at most
-    :data:`vizlm.checkpoint.MAX_META_BYTES`; :class:`~vizlm.checkpoint.CheckpointError` otherwise."""
+    :data:`vizlm.modeling.checkpoint.MAX_META_BYTES`; :class:`~vizlm.modeling.checkpoint.CheckpointError` otherwise."""
     if not str(weights_name).lower().endswith(".safetensors"):
         raise CheckpointError(f"{weights_name!r} is not a .safetensors file; vizlm loads weights only in that format")
     if not str(config_name).lower().endswith(".json"):
@@ -278,12 +279,12 @@ def load(name_or_path: str | os.PathLike, device: str | None = None) -> Model:
     ``model.safetensors`` file with its ``config.json`` beside it.
 
     ``device``: where the model runs, ``"cpu"``, ``"cuda"`` or ``"auto"`` (the GPU when CUDA is
-    available, else the CPU; :data:`vizlm.distributed.DEVICES`); None: the CPU, or where a given
+    available, else the CPU; :data:`vizlm.core.distributed.DEVICES`); None: the CPU, or where a given
     :class:`Model` already is. Analyses move their inputs to the model and their results to the CPU.
 
-    Checked as the app checks an upload (:func:`vizlm.checkpoint.load_checkpoint`: data, never
+    Checked as the app checks an upload (:func:`vizlm.modeling.checkpoint.load_checkpoint`: data, never
     unpickled code; every shape, size and weight validated before use). Raises
-    :class:`~vizlm.checkpoint.CheckpointError` (a :class:`VizlmError`) saying what is wrong."""
+    :class:`~vizlm.modeling.checkpoint.CheckpointError` (a :class:`VizlmError`) saying what is wrong."""
     where = None if device is None else check_device(device)  # a device this machine lacks: before reading
     if isinstance(name_or_path, Model):
         if where is not None:
@@ -318,7 +319,7 @@ def load(name_or_path: str | os.PathLike, device: str | None = None) -> Model:
 
 
 def check_device(device: str):
-    """``device`` (:data:`vizlm.distributed.DEVICES`) as a torch device; one that this machine lacks is an
+    """``device`` (:data:`vizlm.core.distributed.DEVICES`) as a torch device; one that this machine lacks is an
     :class:`InputError` saying so."""
     try:
         return resolve_device(device)
@@ -333,8 +334,8 @@ def _model(x) -> Model:
 class Model:
     """A loaded checkpoint (:func:`load`): its facts, and :meth:`analyze`.
 
-    ``checkpoint`` is the :class:`vizlm.checkpoint.Checkpoint` (``.model``, a torch module in eval
-    mode; ``.vocab``) for the lower-level functions of :mod:`vizlm.analysis` and :mod:`vizlm.corpus`."""
+    ``checkpoint`` is the :class:`vizlm.modeling.checkpoint.Checkpoint` (``.model``, a torch module in eval
+    mode; ``.vocab``) for the lower-level functions of :mod:`vizlm.inspect.analysis` and :mod:`vizlm.inspect.corpus_stats`."""
 
     def __init__(self, checkpoint: Checkpoint):
         self.checkpoint = checkpoint
@@ -364,9 +365,9 @@ class Model:
 
     def off_corpus(self, corpus: str, split: str) -> str | None:
         """A note when this model is run on a corpus it was not trained on: the share of the split's tokens
-        outside its vocabulary, which it reads (and predicts) as ``<unk>`` (:func:`vizlm.data.vocab_overlap`);
+        outside its vocabulary, which it reads (and predicts) as ``<unk>`` (:func:`vizlm.data.registry.vocab_overlap`);
         None on its own corpus."""
-        from vizlm.data import vocab_overlap
+        from vizlm.data.registry import vocab_overlap
 
         if self.corpus == corpus:
             return None
@@ -399,11 +400,11 @@ class Model:
         """Analyse ``text``, a sentence or a passage (sentences end at a line break, at . ! ? before a
         capital, or 。！？; a blank line ends a document), read in the model's context.
 
-        ``threshold`` (default :data:`vizlm.analysis.DEFAULT_THRESHOLD`) or ``top_k`` is the analysis's
+        ``threshold`` (default :data:`vizlm.inspect.analysis.DEFAULT_THRESHOLD`) or ``top_k`` is the analysis's
         highlight setting (its methods take another). With ``effects`` an attention model's read
         effects are computed, and its slot effects while there are at most ``max_effect_pairs`` (word,
         slot) pairs (None: always); past that a note says so. ``predictions``: the top predictions kept
-        per word. The text is cut at :data:`vizlm.text.MAX_TOKENS` tokens, with a note."""
+        per word. The text is cut at :data:`vizlm.data.text.MAX_TOKENS` tokens, with a note."""
         if not isinstance(text, str):
             raise InputError(f"analyze() takes a text (str), not {type(text).__name__}")
         setting = _setting(threshold, top_k, (DEFAULT_THRESHOLD, None))
@@ -422,16 +423,16 @@ class Model:
                   progress: Callable[[float], None] | None = None, cancel: Callable[[], bool] | None = None):
         """Which earlier words the prediction of every word of ``text`` depended on: the attribution of
         ``log P(word)`` (nats) to each token read before it, in the model's context, for any family
-        (:func:`vizlm.attribution.attribute`; ``method``: ``gradient-x-input``, ``integrated-gradients``
-        with ``n_steps`` (1 to :data:`vizlm.attribution.MAX_STEPS`; doubled where its convergence delta exceeds
-        1%), ``occlusion`` or, with attention, ``slot-effect``). Gives a :class:`vizlm.attribution.Attribution`
+        (:func:`vizlm.inspect.attribution.attribute`; ``method``: ``gradient-x-input``, ``integrated-gradients``
+        with ``n_steps`` (1 to :data:`vizlm.inspect.attribution.MAX_STEPS`; doubled where its convergence delta exceeds
+        1%), ``occlusion`` or, with attention, ``slot-effect``). Gives a :class:`vizlm.inspect.attribution.Attribution`
         (``.frame()``, ``.agreement()`` with the attention, ``.to_dict()``).
 
         A long text costs its tokens times the steps (:meth:`attribute_seconds` says how long beforehand):
         ``rows`` (row indices or a ``range``) computes only those predicted words, each as in the whole
         text's attribution; ``progress(fraction)`` is called as it goes; ``cancel()`` returning True stops it
-        (:class:`vizlm.attribution.AttributionCancelled`) between two batches of passes."""
-        from vizlm.attribution import attribute, check_steps
+        (:class:`vizlm.inspect.attribution.AttributionCancelled`) between two batches of passes."""
+        from vizlm.inspect.attribution import attribute, check_steps
 
         if not isinstance(text, str):
             raise InputError(f"attribute() takes a text (str), not {type(text).__name__}")
@@ -443,9 +444,9 @@ class Model:
     def attribute_seconds(self, text: str, method: str = "integrated-gradients", n_steps: int = 32,
                           rows=None) -> float:
         """The expected time of :meth:`attribute` with these arguments, in seconds, from the text's tokens and the
-        steps (:func:`vizlm.attribution.estimate_seconds`: an order of magnitude, measured on one core)."""
-        from vizlm.analysis import analyze
-        from vizlm.attribution import METHODS, AttributionError, estimate_seconds
+        steps (:func:`vizlm.inspect.attribution.estimate_seconds`: an order of magnitude, measured on one core)."""
+        from vizlm.inspect.analysis import analyze
+        from vizlm.inspect.attribution import METHODS, AttributionError, estimate_seconds
 
         if not isinstance(text, str):
             raise InputError(f"attribute_seconds() takes a text (str), not {type(text).__name__}")
@@ -458,12 +459,12 @@ class Model:
                            limit: int | None = None, n_steps: int = 32, permutations: int = 10,
                            progress: Callable[[float], None] | None = None) -> dict:
         """:meth:`attribute` over a corpus split (its first ``limit`` sentences), cached on disk
-        (:func:`vizlm.attribution.corpus_attribution`): attribution by distance beside the attention's
+        (:func:`vizlm.inspect.attribution.corpus_attribution`): attribution by distance beside the attention's
         (Daniluk et al.'s Fig. 3) and, for attention models, the agreement and Jain & Wallace's permutation
         test (``permutations`` shuffles of each row; 0: none, as the Positions page's attribution by distance,
-        :data:`vizlm.attribution.BY_DISTANCE`), each with a 95% bootstrap interval over sentences (a document
+        :data:`vizlm.inspect.attribution.BY_DISTANCE`), each with a 95% bootstrap interval over sentences (a document
         model's: passages)."""
-        from vizlm.attribution import corpus_attribution
+        from vizlm.inspect.attribution import corpus_attribution
 
         _check_split(corpus, split)
         if limit is not None:
@@ -478,9 +479,9 @@ class Model:
                             n_steps: int = 32, other: Model | str | None = None, seed: int = 0,
                             progress: Callable[[float], None] | None = None) -> dict:
         """Is this model's attention an explanation? The literature's tests over a corpus split (its first
-        ``limit`` sentences), cached on disk (:func:`vizlm.faithfulness.corpus_faithfulness`): the agreement of
+        ``limit`` sentences), cached on disk (:func:`vizlm.inspect.faithfulness.corpus_faithfulness`): the agreement of
         attention with slot effects and word-level attribution (``methods``, of
-        :data:`vizlm.attribution.TEXT_METHODS`) beside the methods' agreement with each other (the ceiling), Jain &
+        :data:`vizlm.inspect.attribution.TEXT_METHODS`) beside the methods' agreement with each other (the ceiling), Jain &
         Wallace's ``permutations`` shuffles of each row binned by its largest weight and their adversarial
         attention (``|delta log P| < epsilon`` nats, ``adversary_steps`` steps), the uniform baseline (and
         ``other``'s attention: another seed of the same family, a :class:`Model` or a name), Serrano & Smith's
@@ -488,8 +489,8 @@ class Model:
         recurrent state) by distance; each with a 95% bootstrap interval over sentences (a document model's:
         passages). Costly: :meth:`faithfulness_seconds` says how long beforehand; ``progress(fraction)`` is
         called after each sentence or passage. A model without attention, or a bad argument: a
-        :class:`~vizlm.errors.VizlmError`."""
-        from vizlm.attribution import check_steps
+        :class:`~vizlm.core.errors.VizlmError`."""
+        from vizlm.inspect.attribution import check_steps
 
         if not self.checkpoint.has_attention:
             raise faith.FaithfulnessError(f"{self.name} has no attention: there is nothing to test")
@@ -520,7 +521,7 @@ class Model:
 
     def faithfulness_seconds(self, corpus: str = "brown", split: str = "test", limit: int | None = None) -> float | None:
         """The expected time of :meth:`corpus_faithfulness` with its default tests over the first ``limit``
-        sentences, in seconds (:func:`vizlm.faithfulness.estimate_seconds`, an order of magnitude); None when
+        sentences, in seconds (:func:`vizlm.inspect.faithfulness.estimate_seconds`, an order of magnitude); None when
         the result is already in the disk cache."""
         _check_split(corpus, split)
         if limit is not None:
@@ -582,12 +583,12 @@ class Analysis(SentenceAnalysis):
 
     def highlights(self, threshold: float | None = None, top_k: int | None = None, rows=None):
         """Per predicted word (or per row of ``rows``), the memory slots with weight >= ``threshold`` or
-        the ``top_k`` heaviest (:class:`vizlm.analysis.Highlight`: slot, word, token, weight,
+        the ``top_k`` heaviest (:class:`vizlm.inspect.analysis.Highlight`: slot, word, token, weight,
         effect_bits), heaviest first; computed once per setting (default: the analysis's own)."""
         return super().highlights(*self._setting(threshold, top_k), rows=rows)
 
     def cases(self, threshold: float | None = None, top_k: int | None = None) -> pd.DataFrame:
-        """The labelled cases of the highlights (:mod:`vizlm.cases`), one row per (target, attended slot,
+        """The labelled cases of the highlights (:mod:`vizlm.inspect.cases`), one row per (target, attended slot,
         label): target, word, slot, attended, label, evidence, weight, effect_bits."""
         rows = [{"target": c["target"], "word": c["word"], "slot": c["slot"], "attended": c["attended"], "label": label,
                  "evidence": c["evidence"].get(label, ""), "weight": c["weight"], "effect_bits": c["effect"]}
@@ -626,13 +627,13 @@ class Analysis(SentenceAnalysis):
 
     def attention_frame(self, threshold: float | None = None, top_k: int | None = None) -> pd.DataFrame:
         """Long form, one row per (predicted word, memory slot it could attend to), the rows of the CSV
-        export (:func:`vizlm.export.analysis_records`): model, target_index, target, current, sentence,
+        export (:func:`vizlm.present.export.analysis_records`): model, target_index, target, current, sentence,
         target_unk, prob, surprisal_bits, read_effect_bits, slot, attended, attended_token, weight,
         effect_bits, highlighted (by this setting). One row per word for a model without attention."""
         return pd.DataFrame(export.analysis_records(self, *self._setting(threshold, top_k)))
 
     def to_dict(self, threshold: float | None = None, top_k: int | None = None, cases: bool = True) -> dict:
-        """The JSON document the exports write (:func:`vizlm.serialize.analysis_dict`): JSON types only."""
+        """The JSON document the exports write (:func:`vizlm.present.serialize.analysis_dict`): JSON types only."""
         return analysis_dict(self, *self._setting(threshold, top_k), cases=cases)
 
     @classmethod
@@ -689,7 +690,7 @@ class Analysis(SentenceAnalysis):
     def chart(self, measure: str = "weight", target: int | str | None = None) -> alt.TopLevelMixin:
         """The app's heat map (an Altair chart; surprisal bars for a model without attention), coloured by
         ``measure`` (``weight`` or ``effect``), the highlights outlined; ``target`` outlines that word's
-        row and, in a long text, draws the :data:`vizlm.plots.WINDOW_ROWS` rows around it."""
+        row and, in a long text, draws the :data:`vizlm.present.plots.WINDOW_ROWS` rows around it."""
         measure = _measure(measure)
         if measure == "effect" and self.attention is not None and self.slot_effects is None:
             raise InputError("this analysis has no slot effects (a long text); analyze it with "
@@ -720,7 +721,7 @@ class Analysis(SentenceAnalysis):
 
 @dataclass(repr=False)
 class Attribution(_Attribution):
-    """One attribution (:meth:`Model.attribute`): :class:`vizlm.attribution.Attribution` (``scores`` [T, T]
+    """One attribution (:meth:`Model.attribute`): :class:`vizlm.inspect.attribution.Attribution` (``scores`` [T, T]
     in nats, ``bits``, :meth:`row_frame`, :meth:`highlights`, :meth:`frame`, :meth:`agreement`, ...; a row is
     a number or a predicted word) that shows itself in a notebook as the Explorer does."""
 
@@ -857,10 +858,10 @@ def compare(a: str | Model, b: str | Model, corpus: str = "brown", split: str = 
     after the ones before it). The whole split is cached on disk; ``limit`` scores only its first
     sentences (not cached). ``progress(fraction)`` is called as the whole split is scored.
 
-    ``sentences`` (tokenised and normalised, e.g. :func:`vizlm.data.read_text_file`'s) are scored
+    ``sentences`` (tokenised and normalised, e.g. :func:`vizlm.data.registry.read_text_file`'s) are scored
     instead of a split, with their ``ids`` (``document:index``: a document model reads each
     document's sentences as running text). ``context``: the process group of a ``torchrun`` run
-    (:func:`vizlm.distributed.session`, what ``vizlm compare --device`` uses): its ranks score
+    (:func:`vizlm.core.distributed.session`, what ``vizlm compare --device`` uses): its ranks score
     the split together and every rank gets the result."""
     ma, mb = _model(a), _model(b)
     if ma.checkpoint.vocab.itos != mb.checkpoint.vocab.itos:
@@ -888,7 +889,7 @@ class Positions:
 
     def frame(self) -> pd.DataFrame:
         """One row per (model, offset): model, offset (1 = the most recent slot), distance (from the predicted
-        word, :func:`vizlm.analysis.distance`: 2 for the most recent slot, 1 being the word just read), mean
+        word, :func:`vizlm.inspect.analysis.distance`: 2 for the most recent slot, 1 being the word just read), mean
         weight, lo, hi (95% band), count, effect (mean slot effect in bits), effect_lo, effect_hi."""
         frame = self.result.frame.copy()
         frame.insert(frame.columns.get_loc("offset") + 1, "distance", distance(frame["offset"].astype(int)))

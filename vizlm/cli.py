@@ -9,14 +9,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-from vizlm import commands, models, paths, tables
+from vizlm import commands, models
+from vizlm.core import paths
+from vizlm.present import tables
 from vizlm.commands import fraction, positive_number, read_text, scoring_progress, whole
-from vizlm.data import CORPORA, SPECIALS, TRAINABLE, VOCAB_SIZE
-from vizlm.distributed import DEVICES
-from vizlm.ingest import LAYOUT_HELP, LAYOUTS
+from vizlm.data.registry import CORPORA, SPECIALS, TRAINABLE, VOCAB_SIZE
+from vizlm.core.distributed import DEVICES
+from vizlm.data.ingest import LAYOUT_HELP, LAYOUTS
 from vizlm.models import REGISTRY
-from vizlm.train import TrainConfig
-from vizlm.train import options as train_options
+from vizlm.modeling.train import TrainConfig
+from vizlm.modeling.train import options as train_options
 
 # `vizlm reproduce WHAT`: each word and the option it stands for (its dest)
 REPRODUCE_MODES = ("list", "run", "report", "evidence", "bundle", "attribution", "faithfulness", "cases")
@@ -116,7 +118,7 @@ def _add_eval(sub) -> None:
 
 
 def _add_import(sub) -> None:
-    from vizlm.importer import SOURCES
+    from vizlm.modeling.importer import SOURCES
 
     p = sub.add_parser("import", help="convert a model trained elsewhere into a vizlm checkpoint, and its data into "
                        "a vizlm corpus")
@@ -141,7 +143,7 @@ def _add_import(sub) -> None:
 
 
 def cmd_import(args) -> int:
-    from vizlm.importer import import_pytorch_examples
+    from vizlm.modeling.importer import import_pytorch_examples
 
     summary = import_pytorch_examples(args.model_file, args.source_data, args.corpus, args.out,
                                       nonlinearity=args.nonlinearity, force=args.force, heads=args.nhead,
@@ -263,7 +265,7 @@ def reproduce_what(args) -> None:
 
 
 def cmd_reproduce(args) -> int:
-    from vizlm import reproduce
+    from vizlm.reproduce import runner as reproduce
 
     reproduce_what(args)
 
@@ -404,14 +406,14 @@ def train_config(args) -> TrainConfig:
 
 
 def cmd_train(args) -> int:
-    from vizlm.distributed import session
-    from vizlm.train import train
+    from vizlm.core.distributed import session
+    from vizlm.modeling.train import train
 
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    from vizlm.data import corpus_splits
+    from vizlm.data.registry import corpus_splits
 
     if "train" not in corpus_splits(args.corpus):
         raise ValueError(f"corpus {args.corpus!r} has no train split; trainable: {', '.join(TRAINABLE)}")
@@ -442,10 +444,10 @@ def cmd_eval(args) -> int:
     """A text file is scored in memory (it is at most MAX_TEXT_FILE_BYTES); a corpus split is read a
     chunk at a time (from its token-id files when there are some), shared out under torchrun."""
     from vizlm.api import load
-    from vizlm.data import corpus_splits, encode_sentences
-    from vizlm.distributed import session
-    from vizlm.evaluate import Totals, score, score_split, score_stream, split_stream
-    from vizlm.tokens import TokenSplit, open_split
+    from vizlm.data.registry import corpus_splits, encode_sentences
+    from vizlm.core.distributed import session
+    from vizlm.modeling.evaluate import Totals, score, score_split, score_stream, split_stream
+    from vizlm.data.tokens import TokenSplit, open_split
 
     stream = args.context == "stream"
     model = load(args.checkpoint)
@@ -550,13 +552,13 @@ def cmd_corpora(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     paths.set_overrides(data=args.data, checkpoints=args.checkpoints, cache=args.cache, corpora=args.corpora)
-    from vizlm.errors import VizlmError
+    from vizlm.core.errors import VizlmError
 
     try:
         if args.command == "prepare":
             if args.corpus is not None or args.source is not None:
                 return cmd_prepare_corpus(args)
-            from vizlm.prepare import prepare, prepare_token_ids
+            from vizlm.data.prepare import prepare, prepare_token_ids
 
             if args.token_ids:
                 counts = prepare_token_ids(args.out or paths.data_dir())

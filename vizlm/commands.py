@@ -3,7 +3,7 @@
 Each command is argparse -> one library call -> JSON (``--json``) or a table. Models are loaded,
 and texts analysed and exported, through the Python API (:mod:`vizlm.api`, what ``import vizlm``
 offers), as in a notebook: comparisons and positions too (under torchrun with the process group,
-``context=``); the case reports are :mod:`vizlm.cases`'s.
+``context=``); the case reports are :mod:`vizlm.inspect.cases`'s.
 
 Also here, for every command of the CLI: the option types that refuse a bad number with a
 message (argparse then exits 2), reading ``--text-file`` and writing output files, and the
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from vizlm import files
+from vizlm.core import files
 from vizlm.api import (
     ATTENTION_OFF,
     ATTRIBUTION_MAX_STEPS,
@@ -36,11 +36,11 @@ from vizlm.api import (
     load,
     positions,
 )
-from vizlm.cases import LABELS, RANKINGS
-from vizlm.data import CORPORA, MAX_TEXT_FILE_BYTES, read_text_file
-from vizlm.distributed import DEVICES, session
-from vizlm.ingest import wikitext_note
-from vizlm.text import clean_text
+from vizlm.inspect.cases import LABELS, RANKINGS
+from vizlm.data.registry import CORPORA, MAX_TEXT_FILE_BYTES, read_text_file
+from vizlm.core.distributed import DEVICES, session
+from vizlm.data.ingest import wikitext_note
+from vizlm.data.text import clean_text
 
 TOP_K_MAX = MAX_TOP_K  # --top-k: more highlights than this per word are no longer a highlight
 WINDOW_MAX = MAX_TOKENS + 1  # --window: the memory slots of the longest analysed sentence
@@ -89,7 +89,7 @@ def whole(low: int = 1, high: int | None = None):
 
 # --------------------------------------------------------------------------- files and progress
 def read_text(path: Path, documents: list[int] | None = None) -> list[list[str]]:
-    """:func:`vizlm.data.read_text_file` (``documents``: its blank-line blocks), with a progress
+    """:func:`vizlm.data.registry.read_text_file` (``documents``: its blank-line blocks), with a progress
     bar on stderr for a large file."""
     path = Path(path)
     size = path.stat().st_size if path.is_file() else 0  # what is wrong with it read_text_file says
@@ -108,7 +108,7 @@ def read_text(path: Path, documents: list[int] | None = None) -> list[list[str]]
 
 
 def write_output(path: Path, data: bytes, force: bool = False) -> None:
-    """Write ``data`` to ``path`` whole (:func:`vizlm.files.write_bytes`: never replacing other
+    """Write ``data`` to ``path`` whole (:func:`vizlm.core.files.write_bytes`: never replacing other
     content unless ``force``); an error names the file (a failed ``write()`` alone does not)."""
     try:
         files.write_bytes(path, data, force=force)
@@ -287,7 +287,7 @@ def _force(p) -> None:
 
 def check_outputs(args, *names: str) -> None:
     """Refuse, before any work, output files (the options ``names``) that exist and are not empty,
-    unless ``--force`` (:func:`vizlm.files.check_replace`)."""
+    unless ``--force`` (:func:`vizlm.core.files.check_replace`)."""
     for name in names:
         if (path := getattr(args, name, None)) is not None:
             files.check_replace(path, None, args.force)
@@ -299,7 +299,7 @@ def _sentences(args, verb: str) -> tuple[list[list[str]], list[str], str, str | 
     A text file's sentences get ids ``docD:lineI``: blank lines separate its documents (read as
     running text by document-context checkpoints). A text file without a word is an error
     (``no sentences to <verb>``), not an empty result."""
-    from vizlm.data import load_corpus
+    from vizlm.data.registry import load_corpus
 
     if args.text_file:
         sizes: list[int] = []
@@ -329,7 +329,7 @@ def _bits(x: float) -> str:
 
 def dump_json(obj) -> None:
     """One JSON document on stdout; clean_text makes sure no lone surrogate (raw bytes) gets out."""
-    from vizlm.export import json_safe
+    from vizlm.present.export import json_safe
 
     print(clean_text(json.dumps(json_safe(obj), ensure_ascii=False, allow_nan=False)))
 
@@ -365,7 +365,7 @@ def cmd_analyze(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from vizlm.export import export_frame
+    from vizlm.present.export import export_frame
 
     check_outputs(args, "csv")
     ma, mb = load(args.a), load(args.b)
@@ -425,8 +425,8 @@ def cmd_positions(args) -> int:
         if not ctx.main:
             return 0
     if (args.png or args.svg) and not stats.frame.empty:
-        from vizlm.export import chart_bytes
-        from vizlm.plots import positions_chart
+        from vizlm.present.export import chart_bytes
+        from vizlm.present.plots import positions_chart
 
         chart = positions_chart(stats.frame)
         if effects:
@@ -457,7 +457,7 @@ def cmd_positions(args) -> int:
 
 
 def cmd_cases(args) -> int:
-    from vizlm.cases import corpus_cases
+    from vizlm.inspect.cases import corpus_cases
 
     model = load(args.checkpoint, device=args.device)
     warn_off_corpus([model], args)
@@ -502,7 +502,7 @@ def cmd_cases(args) -> int:
 
 
 def cmd_attribute(args) -> int:
-    from vizlm.export import FORMATS, export_attribution, json_safe
+    from vizlm.present.export import FORMATS, export_attribution, json_safe
 
     if args.out is not None:
         if args.corpus:
@@ -568,8 +568,8 @@ def _duration(seconds: float) -> str:
 def corpus_text(corpus: str, split: str, sentence: str | None, document: bool) -> str:
     """The text of sentence ``sentence`` (an id; None: the first) of a processed split, as typed text: its
     words as written; with ``document``, after the sentences of its document before it that fit in
-    :data:`~vizlm.text.MAX_TOKENS` tokens with it, a sentence a line."""
-    from vizlm.data import passage_start, split_texts
+    :data:`~vizlm.data.text.MAX_TOKENS` tokens with it, a sentence a line."""
+    from vizlm.data.registry import passage_start, split_texts
 
     ids, texts, _ = split_texts(corpus, split)
     if not ids:

@@ -39,8 +39,8 @@ def document_checkpoint(folder: Path) -> Path:
 
     import torch
 
-    from vizlm.checkpoint import bundled_checkpoints, bundled_dir, save_checkpoint
-    from vizlm.data import Vocab
+    from vizlm.modeling.checkpoint import bundled_checkpoints, bundled_dir, save_checkpoint
+    from vizlm.data.registry import Vocab
     from vizlm.models import build_model
 
     meta = json.loads((bundled_dir() / bundled_checkpoints()[0] / "config.json").read_text(encoding="utf-8"))
@@ -53,7 +53,7 @@ def document_checkpoint(folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from vizlm.checkpoint import bundled_checkpoints
+    from vizlm.modeling.checkpoint import bundled_checkpoints
 
     if not bundled_checkpoints():
         pytest.skip("no bundled checkpoints in checkpoints/")
@@ -272,8 +272,8 @@ def test_passage_view(page):
     """A passage of a Brown document: the document model reads it as running text, amsrn a sentence at a
     time (each panel says so); a repeated word picked by the link stays picked; the heat map shows the
     rows around it, or every row; PNG download; the measure in the URL."""
-    from vizlm.data import example_passages
-    from vizlm.text import passage_sentences
+    from vizlm.data.registry import example_passages
+    from vizlm.data.text import passage_sentences
 
     text = max((t for _, t in example_passages("brown", "test")), key=len)  # ~400 words, 18 sentences
     words = [w for s in passage_sentences(text) for w in [t.norm for t in s] + ["</s>"]]  # row r predicts word r
@@ -320,7 +320,7 @@ def test_compare_link_opens_the_chosen_sentence_in_the_explorer(page):
     page.wait_for_url(lambda url: "target=" in url)
     wait_idle(page)
     import vizlm
-    from vizlm.text import tokenize
+    from vizlm.data.text import tokenize
 
     q = query(page)
     first = tokenize(q["text"].rsplit("\n", 1)[-1])[0].text  # the chosen sentence's first token
@@ -331,7 +331,7 @@ def test_compare_link_opens_the_chosen_sentence_in_the_explorer(page):
 def test_a_model_of_another_language_brings_its_text(page):
     """Picking the Chinese model in the sidebar brings a Chinese text and a Chinese model to compare with: no
     warning about unknown words."""
-    from vizlm.checkpoint import bundled_checkpoints
+    from vizlm.modeling.checkpoint import bundled_checkpoints
 
     if "amsrn-sinica" not in bundled_checkpoints():
         pytest.skip("no bundled Chinese checkpoint amsrn-sinica")
@@ -415,9 +415,9 @@ def _faithfulness_folders(root: Path) -> dict[str, str]:
     (AMSRN reading sentences, KVP reading documents): the tests cost seconds over its first sentences."""
     import torch
 
-    from vizlm.checkpoint import save_checkpoint
-    from vizlm.data import Vocab
-    from vizlm.ingest import prepare_corpus
+    from vizlm.modeling.checkpoint import save_checkpoint
+    from vizlm.data.registry import Vocab
+    from vizlm.data.ingest import prepare_corpus
     from vizlm.models import build_model
 
     words = ["the", "man", "saw", "a", "dog", "and", "woman", "heard", "cat", "old", "small", "it", "ran", "home"]
@@ -505,7 +505,7 @@ YOUR_MODELS = ("mine-lstm", "mine-kvp")
 def your_corpus(root: Path) -> dict[str, str]:
     """``vizlm prepare --corpus mine --from FOLDER`` into ``root/corpora`` and two models trained on it for a few
     batches (an LSTM reading sentences, a KVP reading documents) in ``root/checkpoints``: the server's environment."""
-    from vizlm import paths
+    from vizlm.core import paths
     from vizlm.cli import main
 
     subjects = ["the man", "the old woman", "a small dog", "the children", "his brother", "the teacher"]

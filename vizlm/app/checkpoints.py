@@ -1,8 +1,8 @@
 """Which models the app can show, their metadata, and loading them once per process.
 
 Models are named as in the URL: a checkpoint folder's name (``amsrn``) in one of the folders the app
-lists (:func:`listing`: the checkpoints folder, :func:`vizlm.paths.checkpoints_dir`; the repository's
-``checkpoints/`` when that is another folder; the finished runs in :func:`vizlm.paths.runs_dir`; the
+lists (:func:`listing`: the checkpoints folder, :func:`vizlm.core.paths.checkpoints_dir`; the repository's
+``checkpoints/`` when that is another folder; the finished runs in :func:`vizlm.core.paths.runs_dir`; the
 folders of ``$VIZLM_EXTRA_CHECKPOINTS``, ``os.pathsep``-separated, for development), ``SOURCE:name``
 when an earlier folder has that name already (``bundled:amsrn``), or ``upload:<label>`` for a checkpoint
 uploaded in this browser session. Each is labelled by where it comes from (:data:`SOURCES`).
@@ -21,8 +21,9 @@ from pathlib import Path
 
 import streamlit as st
 
-from vizlm import api, paths
-from vizlm.checkpoint import (
+from vizlm import api
+from vizlm.core import paths
+from vizlm.modeling.checkpoint import (
     META,
     WEIGHTS,
     Checkpoint,
@@ -32,12 +33,12 @@ from vizlm.checkpoint import (
     meta_corpus,
     read_meta,
 )
-from vizlm.data import CORPUS_LANGUAGE, Overlap, vocab_overlap
-from vizlm.errors import VizlmError
+from vizlm.data.registry import CORPUS_LANGUAGE, Overlap, vocab_overlap
+from vizlm.core.errors import VizlmError
 from vizlm.models import ATTENTION_MODELS
-from vizlm.reproduce import PAPERS, load_manifest
-from vizlm.tables import BASELINE_FAMILY
-from vizlm.text import han_share
+from vizlm.reproduce.runner import PAPERS, load_manifest
+from vizlm.present.tables import BASELINE_FAMILY
+from vizlm.data.text import han_share
 
 UPLOAD_PREFIX = "upload:"
 MAX_UPLOAD_MB = api.MAX_UPLOAD_MB  # weights; every bundled model is a few MB
@@ -313,14 +314,14 @@ def language(name: str) -> str | None:
 
 
 def text_language(tokens: list[str]) -> str:
-    """The language of ``tokens``: Chinese when most are Chinese characters (:func:`vizlm.text.han_share`), else
+    """The language of ``tokens``: Chinese when most are Chinese characters (:func:`vizlm.data.text.han_share`), else
     English."""
     return "Chinese" if han_share(tokens) > 0.5 else "English"
 
 
 def readers_of(tokens: list[str], names: list[str]) -> list[str]:
     """Of ``names``, the models in the language of ``tokens`` (Chinese when most are Chinese characters,
-    :func:`vizlm.text.han_share`, else English), the one to open with (:func:`preferred_model`) first."""
+    :func:`vizlm.data.text.han_share`, else English), the one to open with (:func:`preferred_model`) first."""
     want = text_language(tokens)
     fits = [n for n in names if language(n) == want]
     return sorted(fits, key=lambda n: n != preferred_model(fits)) if fits else []
@@ -345,7 +346,7 @@ def perplexity(name: str) -> tuple[str, float] | None:
 
 
 def context(name: str) -> str:
-    """How the model reads text: ``"sentence"`` or ``"document"`` (:data:`vizlm.analysis.READINGS`)."""
+    """How the model reads text: ``"sentence"`` or ``"document"`` (:data:`vizlm.inspect.analysis.READINGS`)."""
     return meta_context(model_meta(name))
 
 
@@ -414,7 +415,7 @@ def trained_corpus(name: str) -> str | None:
 
 
 def corpus_overlap(name: str, corpus: str, split: str) -> Overlap:
-    """The overlap of the model's vocabulary with a split (:func:`vizlm.data.vocab_overlap`, whose word counts
+    """The overlap of the model's vocabulary with a split (:func:`vizlm.data.registry.vocab_overlap`, whose word counts
     are cached); :class:`UserError` when the model cannot be loaded."""
     return vocab_overlap(get_checkpoint(name).vocab, corpus, split)
 
@@ -423,8 +424,8 @@ _device = ["cpu"]  # where the server's models run: the app's --device (set_devi
 
 
 def set_device(device: str) -> None:
-    """Run the server's models on ``device`` (``cpu``, ``cuda`` or ``auto``: :data:`vizlm.distributed.DEVICES`);
-    :class:`vizlm.errors.InputError` when this machine lacks it. Models load there from now on (the
+    """Run the server's models on ``device`` (``cpu``, ``cuda`` or ``auto``: :data:`vizlm.core.distributed.DEVICES`);
+    :class:`vizlm.core.errors.InputError` when this machine lacks it. Models load there from now on (the
     loaders' caches key on the device)."""
     _device[0] = str(api.check_device(device))
 

@@ -11,17 +11,17 @@ import math
 
 import streamlit as st
 
-from vizlm.analysis import DISTANCE_NOTE, LN2
+from vizlm.inspect.analysis import DISTANCE_NOTE, LN2
 from vizlm.api import ATTENTION_OFF, MAX_TOKENS, READINGS, Analysis
 from vizlm.api import compare as compare_models
 from vizlm.app import checkpoints as ck
 from vizlm.app import faithfulness, jobs, results
 from vizlm.app import widgets as ui
-from vizlm.attribution import TEXT_METHODS
-from vizlm.checkpoint import meta_corpus
-from vizlm.data import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, example_passages, example_sentences, user_corpora
-from vizlm.links import DEFAULT_TEXT, DEFAULT_TEXTS, EXPLORER_MEASURES, MAX_TOP_K, MEASURE_LABELS, parse_query
-from vizlm.plots import (
+from vizlm.inspect.attribution import TEXT_METHODS
+from vizlm.modeling.checkpoint import meta_corpus
+from vizlm.data.registry import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, example_passages, example_sentences, user_corpora
+from vizlm.present.links import DEFAULT_TEXT, DEFAULT_TEXTS, EXPLORER_MEASURES, MAX_TOP_K, MEASURE_LABELS, parse_query
+from vizlm.present.plots import (
     attention_key_html,
     attribution_html,
     attribution_key_html,
@@ -32,7 +32,7 @@ from vizlm.plots import (
     sentence_strip_html,
     text_span,
 )
-from vizlm.text import tokenize
+from vizlm.data.text import tokenize
 
 UNKNOWN_WARNING = 0.5  # share of out-of-vocabulary words above which a model is said not to read the text
 ATTRIBUTION_ROWS = 12  # words of the selected word's reading listed by attribution (the heat map shows them all)
@@ -71,7 +71,7 @@ def seed_from_url(names: list[str]) -> None:
 
 def follow_language(names: list[str]) -> None:
     """The model picked is of another language than the text or the model compared with: bring that language's
-    text (:data:`vizlm.links.DEFAULT_TEXTS`) and its comparison model (:func:`vizlm.app.checkpoints.baseline_model`),
+    text (:data:`vizlm.present.links.DEFAULT_TEXTS`) and its comparison model (:func:`vizlm.app.checkpoints.baseline_model`),
     so the view does not open on words the model cannot read."""
     model = st.session_state["model"]
     want = ck.language(model)

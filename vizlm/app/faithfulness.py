@@ -3,9 +3,9 @@
 Over a split: :meth:`vizlm.api.Model.corpus_faithfulness` of each chosen model, in the background for every
 session (:mod:`vizlm.app.jobs`, a Cancel button, then the disk cache), its cost said first
 (:meth:`vizlm.api.Model.faithfulness_seconds`), and each test drawn with its 95% interval
-(:mod:`vizlm.faithfulness_plots`). For one predicted word of the Explorer, on request only: the adversarial
-weights beside the model's own (:func:`vizlm.faithfulness.adversarial_row`) and the two paths
-(:func:`vizlm.faithfulness.two_paths` of that row), cached per (model, text, word).
+(:mod:`vizlm.present.faithfulness_plots`). For one predicted word of the Explorer, on request only: the adversarial
+weights beside the model's own (:func:`vizlm.inspect.faithfulness.adversarial_row`) and the two paths
+(:func:`vizlm.inspect.faithfulness.two_paths` of that row), cached per (model, text, word).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from vizlm.api import Model
 from vizlm.app import checkpoints as ck
 from vizlm.app import jobs, results
 from vizlm.app.widgets import chart_downloads, download_row, md_escape, show_chart, show_error
-from vizlm.export import MIME, export_frame, safe_filename
-from vizlm.faithfulness import EPSILON, MASKING, FaithfulnessError, adversarial_row, two_paths
-from vizlm.faithfulness_plots import (
+from vizlm.present.export import MIME, export_frame, safe_filename
+from vizlm.inspect.faithfulness import EPSILON, MASKING, FaithfulnessError, adversarial_row, two_paths
+from vizlm.present.faithfulness_plots import (
     adversarial_row_chart,
     agreement_chart,
     agreement_frame,

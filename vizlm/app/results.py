@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from vizlm.analysis import (
+from vizlm.inspect.analysis import (
     LN2,
     SentenceAnalysis,
     analyze_sentences,
@@ -23,14 +23,14 @@ from vizlm.analysis import (
 )
 from vizlm.api import Analysis, Model
 from vizlm.app import jobs
-from vizlm.attribution import LABELS as METHOD_LABELS
-from vizlm.attribution import Attribution, estimate_seconds
+from vizlm.inspect.attribution import LABELS as METHOD_LABELS
+from vizlm.inspect.attribution import Attribution, estimate_seconds
 from vizlm.app.checkpoints import UserError, get_checkpoint, model_key
-from vizlm.data import Corpus, DataError, corpus_folder, load_corpus, passage_start
-from vizlm.errors import VizlmError
-from vizlm.export import chart_spec
-from vizlm.plots import attention_heatmap, attribution_heatmap
-from vizlm.text import MAX_TOKENS, detokenize, passage_sentences, token_row
+from vizlm.data.registry import Corpus, DataError, corpus_folder, load_corpus, passage_start
+from vizlm.core.errors import VizlmError
+from vizlm.present.export import chart_spec
+from vizlm.present.plots import attention_heatmap, attribution_heatmap
+from vizlm.data.text import MAX_TOKENS, detokenize, passage_sentences, token_row
 
 # Cache sizes bound the server's memory: a 400-word text's analysis is ~2 MB (with its dict ~4 MB),
 # its heat-map spec ~13 MB; a 40-word one about 1/100 of that.
@@ -77,7 +77,7 @@ def _attribute(name: str, text: str, method: str, rows: tuple[int, int] | None, 
 def attribution(name: str, text: str, method: str, rows: tuple[int, int] | None = None) -> Attribution:
     """:meth:`vizlm.api.Model.attribute` of ``text``'s ``rows`` (``(first, end)``: the window shown; None: every
     row), computed once in the background (:mod:`vizlm.app.jobs`) with a progress bar that states the expected
-    time and a Cancel button (``method``: one of :data:`vizlm.attribution.TEXT_METHODS`); :class:`UserError` for
+    time and a Cancel button (``method``: one of :data:`vizlm.inspect.attribution.TEXT_METHODS`); :class:`UserError` for
     bad input or a cancelled request."""
     try:
         sa = _analyze_text(name, model_key(name), text)
@@ -104,7 +104,7 @@ def _attribution_spec(name: str, key: str, text: str, method: str, threshold: fl
 
 def attribution_spec(name: str, text: str, method: str, threshold: float | None, top_k: int | None,
                      rows: tuple[int, int] | None = None, selected: int | None = None) -> dict:
-    """The attribution heat map of ``text`` (:func:`vizlm.plots.attribution_heatmap`) as a Vega-Lite spec,
+    """The attribution heat map of ``text`` (:func:`vizlm.present.plots.attribution_heatmap`) as a Vega-Lite spec,
     built once per input; only ``rows`` are attributed (None: every row)."""
     attr = attribution(name, text, method, rows)
     return _attribution_spec(name, model_key(name), text, method, threshold, top_k, rows, selected, attr)
@@ -178,19 +178,19 @@ def _analyze_corpus_sentence(name: str, key: str, corpus: str, split: str, versi
 
 
 def analyze_corpus_sentence(name: str, corpus: str, split: str, index: int) -> SentenceAnalysis:
-    """:func:`vizlm.analysis.analyze_tokens` on sentence ``index`` of a split (gold tags), cached."""
+    """:func:`vizlm.inspect.analysis.analyze_tokens` on sentence ``index`` of a split (gold tags), cached."""
     return _analyze_corpus_sentence(name, model_key(name), corpus, split, corpus_version(corpus, split), index)
 
 
 def sentence_text(corpus: str, split: str, index: int) -> str:
-    """A corpus sentence as readable text (:func:`vizlm.text.detokenize`)."""
+    """A corpus sentence as readable text (:func:`vizlm.data.text.detokenize`)."""
     return detokenize(load_corpus_cached(corpus, split).originals[index])
 
 
 def passage_text(corpus: str, split: str, index: int) -> tuple[str, int]:
     """Sentence ``index`` of a split after the sentences before it in its document, as many as the
-    Explorer reads (:func:`vizlm.data.passage_start`), a sentence a line; and the row that predicts
-    the sentence's first word there, counted on the text as the Explorer reads it (:func:`vizlm.text.token_row`)."""
+    Explorer reads (:func:`vizlm.data.registry.passage_start`), a sentence a line; and the row that predicts
+    the sentence's first word there, counted on the text as the Explorer reads it (:func:`vizlm.data.text.token_row`)."""
     c = load_corpus_cached(corpus, split)
     start = passage_start(c.ids, [len(w) for w in c.sentences], index)
     before = [detokenize(c.originals[k]) + "\n" for k in range(start, index)]
@@ -211,7 +211,7 @@ def _analyze_corpus_passage(name: str, key: str, corpus: str, split: str, versio
 
 
 def analyze_corpus_passage(name: str, corpus: str, split: str, first: int, last: int) -> SentenceAnalysis:
-    """:func:`vizlm.analysis.analyze_sentences` on sentences ``first..last`` of a split (a document read
+    """:func:`vizlm.inspect.analysis.analyze_sentences` on sentences ``first..last`` of a split (a document read
     in the model's context, gold tags, every token), cached."""
     return _analyze_corpus_passage(name, model_key(name), corpus, split, corpus_version(corpus, split), first, last)
 
@@ -226,7 +226,7 @@ def sentence_index(corpus: str, split: str, sentence_id: str) -> int | None:
 
 
 class StreamlitProgress:
-    """A ``progress(fraction)`` callback (as :mod:`vizlm.corpus` takes) drawing a progress bar."""
+    """A ``progress(fraction)`` callback (as :mod:`vizlm.inspect.corpus_stats` takes) drawing a progress bar."""
 
     def __init__(self, text: str):
         self.text = text

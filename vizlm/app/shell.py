@@ -10,7 +10,7 @@ Only public Streamlit API is used.
 
 The app takes its own arguments after ``--`` on the Streamlit command line (:func:`app_parser`):
 ``streamlit run app.py -- --checkpoints DIR --corpora DIR --runs DIR`` sets the folders of
-:mod:`vizlm.paths` for the server, as ``$VIZLM_CHECKPOINTS``, ``$VIZLM_DATA`` and ``$VIZLM_RUNS`` do, and
+:mod:`vizlm.core.paths` for the server, as ``$VIZLM_CHECKPOINTS``, ``$VIZLM_DATA`` and ``$VIZLM_RUNS`` do, and
 ``--device cuda`` runs the models on the GPU; a bad one is a message on the page, never a traceback.
 """
 
@@ -25,11 +25,11 @@ from pathlib import Path
 import streamlit as st
 import torch
 
-from vizlm import paths
+from vizlm.core import paths
 from vizlm.app import checkpoints
 from vizlm.app.widgets import md_escape
-from vizlm.distributed import DEVICES
-from vizlm.errors import VizlmError
+from vizlm.core.distributed import DEVICES
+from vizlm.core.errors import VizlmError
 from vizlm.models import REGISTRY, plugins
 
 
@@ -121,7 +121,7 @@ def script_arguments() -> list[str]:
 
 
 def apply_arguments(argv: list[str]) -> None:
-    """Parse the app's arguments and set :mod:`vizlm.paths`' overrides; :class:`AppArgumentError` when one is
+    """Parse the app's arguments and set :mod:`vizlm.core.paths`' overrides; :class:`AppArgumentError` when one is
     bad (a folder that is not there included), with the usage. ``--help`` raises it with the help."""
     parser = app_parser()
     args = parser.parse_args(argv)

@@ -8,14 +8,14 @@ import math
 import pandas as pd
 import streamlit as st
 
-from vizlm.analysis import distance, with_slot_effects
+from vizlm.inspect.analysis import distance, with_slot_effects
 from vizlm.app.checkpoints import get_checkpoint, has_attention
 from vizlm.app.results import attribution, attribution_spec, heatmap_spec
-from vizlm.attribution import LABELS as METHOD_LABELS
-from vizlm.attribution import BY_DISTANCE, TEXT_METHODS, is_stored
+from vizlm.inspect.attribution import LABELS as METHOD_LABELS
+from vizlm.inspect.attribution import BY_DISTANCE, TEXT_METHODS, is_stored
 from vizlm.app.widgets import analysis_downloads, chart_downloads, download_row, md_escape, show_chart, show_error
-from vizlm.export import FORMATS, MIME, chart_html, export_attribution, safe_filename
-from vizlm.plots import (
+from vizlm.present.export import FORMATS, MIME, chart_html, export_attribution, safe_filename
+from vizlm.present.plots import (
     OVERLAY_MODELS,
     WINDOW_ROWS,
     attention_heatmap,
@@ -154,7 +154,7 @@ def render_data(analyses: dict, target: int, threshold: float | None, top_k: int
 
 
 def render_position_stats(stats, chart_fn, stem: str, key: str) -> None:
-    """The Daniluk-style plot of a :mod:`vizlm.corpus` position result, its entropy, the effects
+    """The Daniluk-style plot of a :mod:`vizlm.inspect.corpus_stats` position result, its entropy, the effects
     (mean slot effect by position beside the weight, share of words the read moves by > 1 bit), and downloads."""
     if stats.skipped:
         st.caption("Without attention, left out: " + ", ".join(md_escape(n) for n in stats.skipped))
@@ -237,9 +237,9 @@ def attribution_estimate(models: list[str], corpus: str, split: str, limit: int 
 
 
 def render_attribution_positions(results: list[dict], window: int, stem: str, key: str) -> None:
-    """Attribution by distance (:func:`vizlm.attribution.corpus_attribution`'s ``positions`` per model, in
+    """Attribution by distance (:func:`vizlm.inspect.attribution.corpus_attribution`'s ``positions`` per model, in
     the order of the attention plot's models so the colours match): the chart of the share of |attribution|
-    at distances 1..``window + 1`` (:func:`vizlm.analysis.distance`) beside, per model, the share beyond its attention window; downloads."""
+    at distances 1..``window + 1`` (:func:`vizlm.inspect.analysis.distance`) beside, per model, the share beyond its attention window; downloads."""
     frame = attribution_positions_frame(results, window)
     left, right = st.columns(2, gap="large")
     with left:

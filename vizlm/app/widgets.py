@@ -19,13 +19,13 @@ from vizlm.app.checkpoints import (
     register_upload,
     trained_corpus,
 )
-from vizlm.cases import LABELS
-from vizlm.checkpoint import MAX_META_BYTES
-from vizlm.data import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, HELD_OUT, DataError, corpus_card, user_corpora
-from vizlm.export import FORMATS, MIME, chart_bytes, export_analysis, export_frame, safe_filename
-from vizlm.links import CompareState, ExplorerState, parse_compare_query
-from vizlm.plots import CATEGORICAL
-from vizlm.tables import card_line
+from vizlm.inspect.cases import LABELS
+from vizlm.modeling.checkpoint import MAX_META_BYTES
+from vizlm.data.registry import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, HELD_OUT, DataError, corpus_card, user_corpora
+from vizlm.present.export import FORMATS, MIME, chart_bytes, export_analysis, export_frame, safe_filename
+from vizlm.present.links import CompareState, ExplorerState, parse_compare_query
+from vizlm.present.plots import CATEGORICAL
+from vizlm.present.tables import card_line
 
 # Streamlit badge colours per case label (distinct hues; the label is always written out too).
 LABEL_BADGES = dict(zip(LABELS, ("blue", "orange", "green", "violet")))
@@ -96,7 +96,7 @@ def chart_downloads(chart, stem: str, key: str, frame=None, title: str = "vizlm"
 def analysis_downloads(sa, threshold: float | None, top_k: int | None, key: str, measure: str = "weight",
                        full: Callable | None = None, rows: tuple[int, int] | None = None,
                        selected: int | None = None) -> None:
-    """The five export formats of one analysis (:func:`vizlm.export.export_analysis`); the pictures
+    """The five export formats of one analysis (:func:`vizlm.present.export.export_analysis`); the pictures
     are the heat map coloured by ``measure`` (``rows``: the window shown, ``selected``: the outlined
     row). ``full()``, if given, returns the analysis to export (e.g. ``sa`` with every slot effect),
     made only when a button is clicked."""
@@ -124,7 +124,7 @@ def _write_query(q: dict[str, str], written: str) -> None:
 
 def read_compare_query(names: list[str], default_a: str, default_b: str) -> list[str]:
     """Set Compare perplexity's model pair, corpus and sample from a link that is not the URL this page wrote
-    (:func:`vizlm.links.parse_compare_query`; back from another page via the menu: this session's view);
+    (:func:`vizlm.present.links.parse_compare_query`; back from another page via the menu: this session's view);
     the notes on what the link had wrong. Values the link leaves out keep this session's choices."""
     params = st.query_params.to_dict()
     last = st.session_state.get("_cmp_qs_written")
@@ -241,7 +241,7 @@ def _card(corpus: str) -> dict | None:
 
 def off_corpus_warning(models: list[str], corpus: str, split: str) -> bool:
     """Above a corpus page's result: for each of ``models`` not trained on ``corpus``, the share of the split's
-    tokens outside its vocabulary (:func:`vizlm.data.vocab_overlap`), in one warning. Returns whether it warned."""
+    tokens outside its vocabulary (:func:`vizlm.data.registry.vocab_overlap`), in one warning. Returns whether it warned."""
     lines = []
     for name in models:
         trained = trained_corpus(name)
@@ -297,7 +297,7 @@ def attention_models_picker(title: str, key: str, none_message: str,
     """Sidebar header and a multiselect of the attention models; stops the page if there are none.
     At first: the models trained on a corpus of yours when there are some (those of the first such corpus: the
     page opens on it), else those in the language of the first (one corpus scores them all), narrowed by
-    ``first``, as many as a chart has colours for (:data:`vizlm.plots.CATEGORICAL`)."""
+    ``first``, as many as a chart has colours for (:data:`vizlm.present.plots.CATEGORICAL`)."""
     attn = by_kind(attention_model_names())
     st.header(title, anchor=False)
     if not attn:

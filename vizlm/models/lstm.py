@@ -2,7 +2,7 @@
 
 The recurrent layers are an LSTM by default, or a GRU or an Elman RNN (tanh or ReLU): config
 ``rnn``, ``layers`` deep, the cells of pytorch/examples' ``word_language_model`` (``RNNModel``),
-so one of its models imported (:mod:`vizlm.importer`) is this model. ``tie`` shares the
+so one of its models imported (:mod:`vizlm.modeling.importer`) is this model. ``tie`` shares the
 embedding with the output layer's weight (Press & Wolf 2016, Inan et al. 2016), which needs
 ``emb_dim == hidden_dim``; the shared tensor is stored once, as ``embed.weight``.
 """

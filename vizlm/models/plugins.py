@@ -33,7 +33,7 @@ cost does not grow with anything), then
 * no prediction sees a later token: changing the last token changes no earlier row;
 * a document-context model also reads a segment after :meth:`~RecurrentLM.initial_state`.
 
-A violation raises :class:`PluginError` (a :class:`~vizlm.errors.VizlmError`) naming the plugin, its
+A violation raises :class:`PluginError` (a :class:`~vizlm.core.errors.VizlmError`) naming the plugin, its
 package and what is wrong.
 """
 
@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from vizlm.errors import VizlmError
+from vizlm.core.errors import VizlmError
 from vizlm.models.base import AttentionLM, BaseConfig, LMOutput, Readout, RecurrentLM, State, slot_mask
 
 GROUP = "vizlm.models"  # the entry point group plugins register under
@@ -319,7 +319,7 @@ def _watched(method, what: str):
         except Exception as exc:  # noqa: BLE001 - whatever the plugin's code raises on this input
             raise PluginError(f"the {_label(self)} failed on {_size(inputs)}: {type(exc).__name__} "
                               f"({str(exc)[:200]})") from None
-        if not self.training:  # a diverging training says so itself (vizlm.train)
+        if not self.training:  # a diverging training says so itself (vizlm.modeling.train)
             bad = _not_finite(out)
             if bad:
                 raise PluginError(f"the {_label(self)} gave {bad} that are not finite (NaN or infinite) on "

@@ -15,7 +15,7 @@ The computation (Vaswani et al. 2017, "Attention is all you need", Sec. 3; the e
 (``--nhid``), ``layers`` the encoder layers (``--nlayers``), ``heads`` the heads (``--nhead``).
 The layers are torch's own modules (``nn.TransformerEncoder`` of ``nn.TransformerEncoderLayer``,
 sequence first, as the example builds them), so a model imported from the example computes
-with the same kernels (:mod:`vizlm.importer`).
+with the same kernels (:mod:`vizlm.modeling.importer`).
 
 It is not recurrent, and it reads the way it was trained: the example trains and evaluates on
 chunks of ``--bptt`` tokens, each read from scratch, so positions beyond that were never seen.
@@ -23,7 +23,7 @@ vizlm reads every text (a sentence, a passage, a document, a split's column) in 
 ``block`` tokens (the example's ``--bptt``, 35) counted from the text's start: a row attends to
 the tokens of its own block up to itself, at positions 0..block-1, and to nothing before its
 block. One rule everywhere: the Explorer and ``analyze`` read a text so; a document read in
-segments (:func:`vizlm.evaluate.score_documents`) gives the same numbers whatever the segment
+segments (:func:`vizlm.modeling.evaluate.score_documents`) gives the same numbers whatever the segment
 length, because the state carries the tokens of the current block read so far
 (:meth:`TransformerLM.initial_state`) and they are read again with the next segment; and
 ``eval --context stream --bptt 35`` reads each column's chunks of 35 from scratch, which is

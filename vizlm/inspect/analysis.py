@@ -1,0 +1,830 @@
+"""Text analysis: the one computation path behind the CLI, the app and the tests.
+
+:func:`analyze` runs a checkpoint on free text, a sentence or a passage of several
+sentences (:func:`analyze_sentences` on consecutive corpus sentences, :func:`analyze_tokens`
+on one), and returns a :class:`SentenceAnalysis`: per predicted word its probability,
+surprisal and top predictions, the attention row over memory slots, and AMSRN's selection
+gates. Everything is plain numpy, so renderers never touch a model.
+
+Rows and slots. The model reads ``<s> w_1 .. w_n`` and predicts ``w_1 .. w_n </s>``:
+row ``r`` (0-based) predicts ``targets[r]``. Memory slot 0 is the start state
+``h_0`` (shown as ``<s>``); slot ``j >= 1`` is the output after reading input ``j``,
+i.e. ``<s>`` for ``j = 1`` and word ``w_{j-1}`` for ``j >= 2``. Row ``r`` may attend
+to slots ``0..r``: when predicting ``w_{r+1}`` the current word ``w_r`` is the query,
+and the memory holds the words before it.
+
+Passages. The sentences of a passage are joined by a boundary token ``</s>`` (norm and
+surface ``</s>``), so the layout above holds for the whole text: ``w_1 .. w_n`` are the words
+of every sentence with a ``</s>`` between two sentences, and each sentence predicts its words
+and its ``</s>``, as :func:`vizlm.modeling.evaluate.score_documents` charges them. How a checkpoint
+reads it is its ``context`` (:data:`READINGS`): a **document** checkpoint reads the passage as
+running text (``<s> s_1 </s> s_2 </s> ...``, :func:`vizlm.data.registry.document_tokens`), its state
+and memory crossing the boundaries (its window still limits each row); a **sentence**
+checkpoint reads each sentence alone from a zero state, so a row attends to its own sentence only:
+sentence ``k`` has rows and slots ``f_k .. f_{k+1} - 1`` (``f_k``: the row after its boundary), laid
+out as a sentence alone shifted by ``f_k``. Its slot ``f_k`` is its zero start state (``<s>``; the
+last word of the sentence before is read but never a memory slot), slot ``f_k + 1`` the output after
+reading its ``<s>`` (the boundary), so the attention matrix is block diagonal, square blocks
+(:meth:`SentenceAnalysis.allowed`). A document of a passage (after a blank line) starts the same way.
+
+Effects (:mod:`vizlm.models.effects`). For every target of an attention model, the
+**read effect** is ``log P(target)`` with the attention read minus without it (``r_t = 0``)
+and the **slot effect** of slot ``j`` is ``log P(target)`` minus the same with slot ``j``
+dropped and the row renormalised (positive: the slot helped); both are stored in nats and
+shown in bits. An attention weight is not an effect: a busy heat map can change the
+prediction very little.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import numbers
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from vizlm.modeling.checkpoint import Checkpoint, meta_reader
+from vizlm.data.registry import BOS, EOS, UNK, collate, iter_batches
+from vizlm.core.errors import InputError, VizlmError
+from vizlm.modeling.evaluate import OVERFLOW_NOTE, perplexity
+from vizlm.models import effects as fx
+from vizlm.models.base import device_of
+from vizlm.data.tagger import tag_sentences
+from vizlm.data.text import MAX_TOKENS, clean_text, cut_point, passage_documents
+
+# Longer texts are cut, with a note, to keep the app responsive: to MAX_TOKENS tokens
+# (vizlm.data.text, where --text-file reading splits at the same length), and before that to
+# MAX_TEXT_CHARS characters, so a huge text is never tokenised or tagged as a whole.
+# 50 characters a token is far more than English (about 6) or Chinese (1) needs.
+MAX_TEXT_CHARS = 50 * MAX_TOKENS
+DEFAULT_THRESHOLD = 0.2
+# In top-k mode a slot must still carry this much weight to count as attended: the third-heaviest
+# of a row that puts 98% on one slot is not "attended" (and must not be labelled as a case).
+MIN_TOP_K_WEIGHT = 0.05
+# Weight on slot 0, the zero start state, reads a zero vector: above this share a row's attention is "off".
+ATTENTION_OFF = 0.5
+LN2 = math.log(2)  # nats per bit
+# How far back a word is, in every view (tables, chart axes, the tour): its distance from the predicted word.
+DISTANCE_NOTE = ("distance from the predicted word: 1 = the word just before it (the word just read), 2 = the one "
+                 "before that (the newest memory slot)")
+
+
+def distance(offset):
+    """The distance from the predicted word (:data:`DISTANCE_NOTE`) of a word ``offset`` words back from the word
+    just read, as the statistics store positions (0: the word just read; 1: the one before, the newest memory slot;
+    :meth:`SentenceAnalysis.slot_offsets`): ``offset + 1``. Numbers and arrays alike."""
+    return offset + 1
+# Slot effects cost one output-layer row (10k words) per (row, slot) pair with weight: a sentence of
+# n words has about n^2 / 2 of them for AMSRN and Salton, 5 n for a window of 5. analyze() computes
+# them when there are at most this many (AMSRN: about 88 words, ~25 ms on one core); beyond that
+# slot_effects is None and slot_effect_rows / with_slot_effects compute them on demand.
+EFFECT_PAIRS = 4_000
+READINGS = {  # a checkpoint's config.context -> how it reads a text of several sentences
+    "sentence": "reads each sentence alone, from a zero state: its attention stays inside the sentence",
+    "document": "reads the text as running text: its state and memory cross sentence boundaries",
+}
+BOUNDARY = EOS  # the token between two sentences of a passage (norm and surface)
+BOUNDARY_TAG = "."  # its POS tag: Brown's tag of sentence-final punctuation
+
+
+class AnalysisError(VizlmError, ValueError):
+    """Input that cannot be analysed, with a message meant for the user."""
+
+
+@dataclass
+class Highlight:
+    """One memory slot above the threshold (or among the top-k) for one target."""
+
+    slot: int
+    word: str  # the slot's label ("<s>" for the start slot and slot 1)
+    token: int  # index into ``tokens`` of the attended word, -1 for <s>
+    weight: float
+    effect_bits: float | None = None  # the slot effect in bits (None: not computed)
+
+    def to_dict(self) -> dict:  # dataclasses.asdict deep-copies: 10x slower for a passage's thousand highlights
+        return {"slot": self.slot, "word": self.word, "token": self.token, "weight": self.weight,
+                "effect_bits": self.effect_bits}
+
+
+@dataclass
+class SentenceAnalysis:
+    """One model on one text, a sentence or a passage. ``n`` tokens (the words, and a ``</s>``
+    between two sentences); ``T = n + 1`` rows (``</s>`` last); ``S = T`` slots."""
+
+    model: str  # checkpoint label
+    text: str  # the text as given
+    tokens: list[str]  # [n] surface forms
+    norms: list[str]  # [n] what the model read (normalised)
+    offsets: list[tuple[int, int]]  # [n] character spans in ``text``
+    unk: list[bool]  # [n] outside the vocabulary (read as <unk>)
+    targets: list[str]  # [T] predicted words: norms + ["</s>"]
+    logprobs: np.ndarray  # [T] natural log P(target)
+    top_words: list[list[str]]  # [T][k] most likely next words
+    top_probs: np.ndarray  # [T, k]
+    attention: np.ndarray | None  # [T, S] rows sum to 1 over slots 0..r
+    gates: np.ndarray | None  # [T, d] AMSRN selection gate g1 (None for other models)
+    tags: list[str] | None = None  # [n] POS tags (gold for corpus sentences)
+    truncated: int = 0  # tokens dropped beyond MAX_TOKENS
+    notes: list[str] = field(default_factory=list)
+    read_effect: np.ndarray | None = None  # [T] nats: log P(target) with the attention read minus without it
+    slot_effects: np.ndarray | None = None  # [T, S] nats: log P(target) minus the same with slot j dropped
+    # (row renormalised); 0 where the row cannot attend, NaN where not computed (see analyze_batch)
+    context: str = "sentence"  # how the model read the text (READINGS): each sentence alone, or running text
+    breaks: list[int] = field(default_factory=list)  # boundaries that end a document (a blank line): every
+    # model starts afresh after one
+
+    @property
+    def probs(self) -> np.ndarray:
+        return np.exp(self.logprobs)
+
+    @property
+    def surprisal(self) -> np.ndarray:
+        """[T] bits."""
+        return -self.logprobs / math.log(2)
+
+    @property
+    def perplexity(self) -> float:
+        """Over the predicted tokens; ``inf`` where it overflows (:func:`vizlm.modeling.evaluate.perplexity`)."""
+        return perplexity(-float(self.logprobs.sum()), len(self.logprobs))
+
+    @property
+    def input_labels(self) -> list[str]:
+        """[T] the word read at each step, the attention query of its row: ``<s>``, then the tokens; a
+        boundary is ``</s>`` in running text, the next sentence's (document's) ``<s>`` where the reading
+        starts afresh (:attr:`restarts`)."""
+        restarts = set(self.restarts)
+        return [BOS] + [(BOS if i in restarts else BOUNDARY) if w == BOUNDARY else w
+                        for i, w in enumerate(self.norms[: len(self.targets) - 1])]
+
+    @property
+    def slot_labels(self) -> list[str]:
+        """[S] label of each memory slot: ``<s>`` for the start slots (:attr:`start_slots`) and slot 1,
+        else the word read at the step before (:attr:`input_labels`)."""
+        labels = [BOS] + self.input_labels[:-1]
+        for j in self.start_slots:
+            labels[j] = BOS
+        return labels
+
+    @property
+    def start_slots(self) -> list[int]:
+        """The zero start state of each reading: slot 0, and after each restart ``b`` slot ``b + 1``,
+        numbered as the reading's first row (:meth:`first_rows`)."""
+        return [0] + [b + 1 for b in self.restarts]
+
+    @property
+    def boundaries(self) -> list[int]:
+        """Token indices of the sentence boundaries (``</s>`` between two sentences), in order."""
+        return [i for i, w in enumerate(self.norms) if w == BOUNDARY]
+
+    @property
+    def restarts(self) -> list[int]:
+        """The boundaries after which the model reads from a zero state (:meth:`restarts_after`)."""
+        return [i for i in range(len(self.norms)) if self.restarts_after(i)]
+
+    def restarts_after(self, i: int) -> bool:
+        """Whether the model reads from a zero state after token ``i``: after every boundary in sentence
+        context, after the ends of documents (:attr:`breaks`) in running text."""
+        return self.norms[i] == BOUNDARY and (self.context == "sentence" or i in self.breaks)
+
+    def sentence_of(self) -> np.ndarray:
+        """[T] the sentence each row belongs to (0-based): the row predicting a boundary ends its sentence."""
+        rows = np.arange(len(self.targets))
+        return np.searchsorted(np.asarray(self.boundaries, dtype=int), rows, side="left")
+
+    def first_rows(self) -> np.ndarray:
+        """[T] the first row of each row's reading: the row that predicts the first word of its sentence
+        (sentence context) or document (running text) (:attr:`restarts`); it is also the row's start slot."""
+        first = np.zeros(len(self.targets), dtype=int)
+        for b in self.restarts:
+            first[b + 1 :] = b + 1
+        return first
+
+    def target_index(self, target: int | str) -> int:
+        """The row of a predicted word: an index (negative counts from the end, as in a list) or the word
+        itself (its first occurrence among the tokens, then among the normalised words)."""
+        T = len(self.targets)
+        if isinstance(target, str):
+            for words in (self.tokens, self.norms, self.targets):
+                if target in words:
+                    return list(words).index(target)
+            shown = ", ".join(repr(t) for t in self.tokens[:12]) + (", ..." if len(self.tokens) > 12 else "")
+            raise InputError(f"{target!r} is not a word of this text ({shown})")
+        if isinstance(target, bool) or not isinstance(target, numbers.Integral) or not -T <= int(target) < T:
+            raise InputError(f"target must be a word of the text or a word number from 0 to {T - 1}, not {target!r}")
+        return int(target) % T
+
+    def current_word(self, row: int) -> str:
+        """The word read when predicting row ``row`` (the attention query)."""
+        return self.input_labels[row]
+
+    def slot_offsets(self) -> np.ndarray:
+        """[T, S] how many words back each slot is from each row: ``r + 1 - j`` (1 = the newest slot);
+        a reading's start slot is numbered as its first row, so it counts from the reading's start."""
+        T = len(self.targets)
+        return np.arange(T)[:, None] + 1 - np.arange(T)[None, :]  # (T, S)
+
+    @property
+    def read_effect_bits(self) -> np.ndarray | None:
+        """[T] read effects in bits."""
+        return None if self.read_effect is None else self.read_effect / LN2
+
+    @property
+    def slot_effect_bits(self) -> np.ndarray | None:
+        """[T, S] slot effects in bits."""
+        return None if self.slot_effects is None else self.slot_effects / LN2
+
+    def readable(self) -> np.ndarray:
+        """[T, S] the slots each row's reading holds: its start slot and every later one up to slot ``r``,
+        of its sentence (sentence context) or document (running text): block diagonal where it restarts."""
+        T = len(self.targets)
+        rows, slots = np.arange(T)[:, None], np.arange(T)[None, :]
+        return (slots <= rows) & (slots >= self.first_rows()[:, None])  # (T, S) causal, from the reading's start slot
+
+    def allowed(self) -> np.ndarray | None:
+        """[T, S] the (row, slot) pairs each row could attend to: :func:`attention_mask` (the model's
+        window) within :meth:`readable`. Read-only, computed once per attention matrix (a document of
+        the Cases gallery has 2,000 rows)."""
+        if self.attention is None:
+            return None
+        memo = self.__dict__.get("_allowed")
+        if memo is None or memo[0] is not self.attention:
+            mask = attention_mask(self.attention) & self.readable()
+            mask.setflags(write=False)
+            memo = self.__dict__["_allowed"] = (self.attention, mask)
+        return memo[1]
+
+    def effect_rank_correlation(self) -> float | None:
+        """Spearman correlation of weight and slot effect over the allowed (row, slot) pairs.
+
+        Near 1: the heavier a slot, the more it helps. None without slot effects, with fewer
+        than 3 pairs, or when weights or effects are all equal.
+        """
+        if self.attention is None or self.slot_effects is None:
+            return None
+        use = self.allowed() & np.isfinite(self.slot_effects)
+        return spearman(self.attention[use], self.slot_effects[use])
+
+    def slot_table(self, row: int, effect_bits: Sequence[float] | None = None, limit: int = 8,
+                   threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None) -> list[dict]:
+        """The memory slots worth showing for one predicted word, effect beside weight: the highlighted
+        ones and the three with the largest effect, largest effect first (at most ``limit``).
+
+        ``effect_bits`` [S] are the row's slot effects in bits (default: from ``slot_effects``).
+        Each entry: slot, word (the slot's label), weight, effect_bits (None if not computed).
+        """
+        if self.attention is None:
+            return []
+        if effect_bits is None and self.slot_effects is not None:
+            effect_bits = self.slot_effect_bits[row]
+        allowed = np.flatnonzero(self.allowed()[row] & (self.attention[row] > 0))
+
+        def effect(j: int) -> float | None:
+            return None if effect_bits is None else _finite(effect_bits[j])
+
+        shown = {h.slot for h in self.highlights(threshold, top_k, rows=[row])[0]}
+        strongest = sorted(allowed, key=lambda j: -abs(effect(j) or 0.0))[:3] if effect_bits is not None else []
+        shown |= {int(j) for j in strongest}
+        labels = self.slot_labels
+        table = [{"slot": j, "word": labels[j], "weight": float(self.attention[row, j]), "effect_bits": effect(j)}
+                 for j in sorted(shown)]
+        table.sort(key=lambda e: (e["effect_bits"] is None, -abs(e["effect_bits"] or 0.0), -e["weight"]))
+        return table[:limit]
+
+    def slot_token(self, slot: int) -> int:
+        """Index into ``tokens`` of the word held by ``slot`` (a boundary slot: the ``</s>`` token); -1
+        for the <s> slots: 0, 1 and the start slot after a restart (:attr:`start_slots`)."""
+        return -1 if slot < 2 or self.restarts_after(slot - 1) else slot - 2
+
+    def highlights(self, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None,
+                   rows: Sequence[int] | None = None) -> list[list[Highlight]]:
+        """Per target (or per row of ``rows``), the slots with weight >= threshold, or the ``top_k``
+        heaviest slots, heaviest first (each with at least :data:`MIN_TOP_K_WEIGHT`).
+
+        The one highlight rule: the heat map's outlines, the running text, the case labels and the
+        exports all read it. Computed once per (threshold, top_k) for every row and kept with the
+        attention (a page view asks for one setting several times); treat the lists as read-only."""
+        every = self._all_highlights(threshold, top_k)
+        return every if rows is None else [every[r] for r in rows]
+
+    def _all_highlights(self, threshold: float | None, top_k: int | None) -> list[list[Highlight]]:
+        key = ("top", int(top_k)) if top_k is not None else \
+            ("cut", float(threshold if threshold is not None else DEFAULT_THRESHOLD))
+        memo = self.__dict__.setdefault("_highlights", {})
+        hit = memo.get(key)
+        if hit is not None and hit[0] is self.attention and hit[1] is self.slot_effects:
+            return hit[2]
+        if self.attention is None:
+            out: list[list[Highlight]] = [[] for _ in self.targets]
+        else:
+            out = self._highlight_rows(key)
+        memo[key] = (self.attention, self.slot_effects, out)
+        return out
+
+    def _highlight_rows(self, key: tuple) -> list[list[Highlight]]:
+        labels = self.slot_labels
+        effects = self.slot_effect_bits
+        mask = self.allowed()
+        out = []
+
+        def effect(r: int, j: int) -> float | None:
+            value = None if effects is None else float(effects[r, j])
+            return value if value is not None and math.isfinite(value) else None
+
+        for r in range(len(self.targets)):
+            row = self.attention[r]
+            slots = np.flatnonzero(mask[r])  # the slots this row could attend to
+            if key[0] == "top":
+                slots = slots[np.argsort(-row[slots], kind="stable")[: key[1]]]
+                slots = slots[row[slots] >= MIN_TOP_K_WEIGHT]
+            else:
+                slots = slots[row[slots] >= key[1]]
+                slots = slots[np.argsort(-row[slots], kind="stable")]
+            out.append([Highlight(int(j), labels[j], self.slot_token(int(j)), float(row[j]), effect(r, int(j)))
+                        for j in slots])
+        return out
+
+    def effect_summary(self) -> dict | None:
+        """Sentence-level effects (bits): mean read effect, share of words it moves by more than
+        1 bit, and the weight-effect rank correlation. None for a model without attention."""
+        if self.read_effect is None:
+            return None
+        bits = self.read_effect_bits
+        return {
+            "unit": "bits",
+            "read_effect_mean_bits": float(bits.mean()),
+            "share_over_1_bit": float((np.abs(bits) > 1).mean()),
+            "slot_effects": self.slot_effects is not None,
+            "rank_correlation": self.effect_rank_correlation(),
+        }
+
+
+def attention_mask(attention: np.ndarray) -> np.ndarray:
+    """[T, S] True where row ``r`` could attend to slot ``j``.
+
+    Causal: ``j <= r``. Windowed models (Daniluk et al. 2017) give exact zeros to
+    slots that left the window, always a prefix of the row (``band_to_slots``), so
+    leading exact zeros are masked too; a softmax over finite scores is never 0. A row
+    of zeros had no slot at all (AMSRN without the start slot, first row): all masked.
+    """
+    a = np.asarray(attention, dtype=float)
+    T, S = a.shape
+    slots = np.arange(S)[None, :]  # (1, S)
+    mask = slots <= np.arange(T)[:, None]  # (T, S) causal
+    finite = np.isfinite(a)
+    nonzero = finite & (a != 0) & mask  # (T, S)
+    first = np.where(nonzero.any(1), nonzero.argmax(1), S)  # (T,) the first slot with weight (S: none)
+    return mask & finite & (slots >= first[:, None])
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks 0..n-1, ties sharing their mean rank."""
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(len(x))
+    ranks[order] = np.arange(len(x))
+    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    return (np.bincount(inverse, weights=ranks) / counts)[inverse]
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Spearman rank correlation (Pearson on tie-averaged ranks); None below 3 values or for a constant."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(a) < 3:
+        return None
+    ra, rb = _ranks(a), _ranks(b)
+    if ra.std() == 0 or rb.std() == 0:
+        return None
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def _finite(x) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _offsets(surfaces: list[str]) -> list[tuple[int, int]]:
+    """Character spans of tokens joined by single spaces."""
+    out, pos = [], 0
+    for s in surfaces:
+        out.append((pos, pos + len(s)))
+        pos += len(s) + 1
+    return out
+
+
+def split_at_boundaries(norms: list[str]) -> list[list[str]]:
+    """The sentences of a passage's tokens (split at the ``</s>`` between two sentences)."""
+    out: list[list[str]] = [[]]
+    for w in norms:
+        if w == BOUNDARY:
+            out.append([])
+        else:
+            out[-1].append(w)
+    return out
+
+
+def tag_passage(sentences: list[list[str]]) -> list[str] | None:
+    """POS tags of a passage's tokens: every sentence tagged alone (:func:`vizlm.data.tagger.tag_sentences`),
+    :data:`BOUNDARY_TAG` at the boundaries; None when the tagger has nothing to say."""
+    tags = tag_sentences(sentences)
+    return None if tags is None else _join(tags, BOUNDARY_TAG)
+
+
+def _join(sentences: list[list], boundary) -> list:
+    """One list of the sentences' items with ``boundary`` between two sentences."""
+    out: list = []
+    for i, s in enumerate(sentences):
+        if i:
+            out.append(boundary)
+        out.extend(s)
+    return out
+
+
+@dataclass
+class _Reading:
+    """How a model reads a text (its ``context``): the pieces it reads from a zero state, each
+    ``<s>`` then its tokens, right-padded into a batch. Document context: one piece, the whole
+    text as running text (a boundary is read as ``</s>``); sentence context: one piece per sentence.
+    Row ``i`` of piece ``b`` is the text's row ``first[b] + i`` and its slot ``j`` the text's slot
+    ``first[b] + j``: its zero start state is the piece's own start slot ``first[b]``."""
+
+    inputs: torch.Tensor  # (B, Tb) token ids, <s> first
+    targets: torch.Tensor  # (B, Tb) predicted ids, 0 = padding
+    first: list[int]  # [B] the text's row of each piece's first row
+    rows: list[int]  # [B] rows of each piece: its tokens + 1
+
+    def gather_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """The text's rows of a per-piece tensor: (B, Tb, ...) -> (T, ...)."""
+        if len(self.rows) == 1:  # running text: one piece, no copy (its logits are 16 MB)
+            return x[0, : self.rows[0]]
+        return torch.cat([x[b, :n] for b, n in enumerate(self.rows)])
+
+    def gather_slots(self, x: torch.Tensor) -> torch.Tensor:
+        """The text's (row, slot) matrix of per-piece ones: (B, Tb, Sb) -> (T, T), block diagonal, zero
+        between the pieces (a row of a sentence read alone cannot attend to another sentence)."""
+        if len(self.rows) == 1:
+            return x[0, : self.rows[0], : self.rows[0]]
+        T = sum(self.rows)
+        out = x.new_zeros(T, T)
+        for b, (f, n) in enumerate(zip(self.first, self.rows)):
+            out[f : f + n, f : f + n] = x[b, :n, :n]
+        return out
+
+    def scatter_rows(self, rows: Sequence[int], like: torch.Tensor) -> torch.Tensor:
+        """(B, Tb, 1) bool: the pieces' rows that are the text's ``rows``."""
+        want = torch.zeros(like.shape[0], like.shape[1], 1, dtype=torch.bool, device=like.device)
+        for r in rows:
+            b = int(np.searchsorted(self.first, r, side="right")) - 1
+            want[b, r - self.first[b]] = True
+        return want
+
+
+def context_of(ckpt: Checkpoint) -> str:
+    """How ``ckpt`` reads text: ``"sentence"`` or ``"document"`` (:data:`READINGS`)."""
+    return getattr(ckpt.model.config, "context", "sentence")
+
+
+def _reading(ckpt: Checkpoint, norms: list[str], restarts: list[int]) -> _Reading:
+    """The pieces read from a zero state: ``norms`` cut at the boundaries ``restarts`` (token indices)."""
+    cuts = [-1, *restarts, len(norms)]
+    pieces = [norms[a + 1 : b] for a, b in zip(cuts, cuts[1:])]
+    inputs, targets = collate([ckpt.vocab.encode(p) for p in pieces])  # (B, Tb) each
+    rows = [len(p) + 1 for p in pieces]
+    first = [sum(rows[:b]) for b in range(len(rows))]
+    device = device_of(ckpt.model)  # the model's: the results come back to the CPU in _build
+    return _Reading(inputs.to(device), targets.to(device), first, rows)
+
+
+def _build(
+    ckpt: Checkpoint,
+    norms: list[str],
+    logp: torch.Tensor,  # (T, V) log-softmax of the logits for this text, T = n + 1
+    attention: torch.Tensor | None,  # (T, S)
+    gates: torch.Tensor | None,  # (T, d)
+    surfaces: list[str] | None,
+    offsets: list[tuple[int, int]] | None,
+    text: str | None,
+    tags: list[str] | None,
+    top_k: int,
+    truncated: int,
+    read_effect: torch.Tensor | None = None,  # (T,)
+    slot_effects: torch.Tensor | None = None,  # (T, S)
+    context: str = "sentence",
+    breaks: list[int] | None = None,
+) -> SentenceAnalysis:
+    """One text's rows of a forward pass (on the model's device) -> :class:`SentenceAnalysis` (on the CPU)."""
+    logp, attention, gates, read_effect, slot_effects = (
+        None if x is None else x.cpu() for x in (logp, attention, gates, read_effect, slot_effects))
+    vocab = ckpt.vocab
+    surfaces = list(surfaces or norms)
+    offsets = offsets or _offsets(surfaces)
+    unk = [w not in vocab for w in norms]
+    ids = vocab.encode(norms) + [vocab.eos_id]
+    lp = logp.gather(1, torch.tensor(ids)[:, None])[:, 0].double().numpy()  # (T,)
+    k = min(top_k, logp.shape[1])
+    if k:
+        top_i = logp.topk(k, dim=-1).indices  # (T, k): log is monotone, no need to exp the whole row
+        top_p = logp.gather(1, top_i).double().exp()  # (T, k)
+    else:  # corpus statistics: no top predictions
+        top_p, top_i = logp.new_zeros(logp.shape[0], 0), torch.zeros(logp.shape[0], 0, dtype=torch.long)
+    notes = []
+    if truncated:
+        words = sum(w != BOUNDARY for w in norms)
+        notes.append(_cut_note(words + truncated, words))
+    if any(unk):
+        notes.append(f"{sum(unk)} word(s) are not in the model's vocabulary and were read as <unk>")
+    if not math.isfinite(perplexity(-float(lp.sum()), len(lp))):
+        notes.append(OVERFLOW_NOTE)
+    return SentenceAnalysis(
+        model=ckpt.label,
+        text=text if text is not None else " ".join(surfaces),
+        tokens=surfaces,
+        norms=list(norms),
+        offsets=[tuple(o) for o in offsets],
+        unk=unk,
+        targets=[UNK if u else w for w, u in zip(norms, unk)] + [EOS],
+        logprobs=lp,
+        top_words=[vocab.decode(row) for row in top_i.tolist()],
+        top_probs=top_p.numpy(),
+        attention=None if attention is None else attention.double().numpy(),
+        gates=None if gates is None else gates.double().numpy(),
+        tags=list(tags) if tags else None,
+        truncated=truncated,
+        notes=notes,
+        read_effect=None if read_effect is None else read_effect.double().numpy(),
+        slot_effects=None if slot_effects is None else slot_effects.double().numpy(),
+        context=context,
+        breaks=list(breaks or []),
+    )
+
+
+def _pairs(attention: torch.Tensor, select: torch.Tensor | None = None) -> int:
+    """How many slot effects there are to compute: (row, slot) pairs with weight."""
+    return int(((attention > 0) if select is None else (attention > 0) & select).sum())
+
+
+def _first_tokens(sentences: list[list], limit: int) -> list[list]:
+    """The sentences cut to their first ``limit`` tokens in all (the last one kept may be cut)."""
+    out, left = [], limit
+    for s in sentences:
+        if left <= 0:
+            break
+        out.append(s[:left])
+        left -= len(s)
+    return out
+
+
+@torch.no_grad()
+def analyze_sentences(
+    ckpt: Checkpoint,
+    sentences: list[list[str]],
+    surfaces: list[list[str]] | None = None,
+    offsets: list[list[tuple[int, int]]] | None = None,
+    text: str | None = None,
+    tags: list[list[str]] | None = None,
+    top_k: int = 5,
+    effects: bool = True,
+    max_effect_pairs: int | None = EFFECT_PAIRS,
+    max_tokens: int | None = MAX_TOKENS,
+    effect_pairs: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    documents: list[int] | None = None,
+) -> SentenceAnalysis:
+    """Analyse a passage: consecutive tokenised, normalised sentences (e.g. of a corpus document),
+    read in the checkpoint's context (:data:`READINGS`; the module docstring lays out the rows).
+    ``documents``: sentences per document (:func:`vizlm.modeling.evaluate.score`'s; None: one document);
+    every model reads each document from a zero state.
+
+    Only the first ``max_tokens`` tokens are read (None: all; ``truncated`` counts the rest, and a
+    note says so). Tokens and text go through :func:`vizlm.data.text.clean_text`. ``surfaces``,
+    ``offsets`` and ``tags`` are per sentence like ``sentences``; without ``text`` the text is the
+    sentences' surfaces, a sentence a line, a blank line between documents. With ``effects`` an attention model's read effects are
+    computed (one more head call), and its slot effects when there are at most ``max_effect_pairs``
+    pairs (None: always); ``effect_pairs`` maps the attention (B, T, S) of the pieces read to the
+    pairs wanted (the others are NaN), as in :func:`analyze_batch`.
+    """
+    total = sum(map(len, sentences))
+    if not total:
+        raise AnalysisError("nothing to analyse: the text has no words")
+    if max_tokens is not None:
+        sentences = _first_tokens(sentences, max_tokens)
+        surfaces, offsets, tags = (None if xs is None else [x[: len(s)] for x, s in zip(xs, sentences)]
+                                   for xs in (surfaces, offsets, tags))
+    truncated = total - sum(map(len, sentences))
+    ends = [e for e in itertools.accumulate(documents or []) if e < len(sentences)]  # documents' last sentences
+    norms = _join([[clean_text(w) for w in s] for s in sentences], BOUNDARY)
+    surface = _join([[clean_text(w) for w in s] for s in (surfaces or sentences)], BOUNDARY)
+    boundaries = [i for i, w in enumerate(norms) if w == BOUNDARY]
+    breaks = [boundaries[e - 1] for e in ends]  # the boundary after a document's last sentence
+    laid_out, spans = _layout(split_at_boundaries(surface), set(ends))
+    if text is None:  # a sentence a line, a blank line between documents
+        text = laid_out
+    elif offsets:
+        spans = _with_boundaries(offsets)
+    context = context_of(ckpt)
+    rd = _reading(ckpt, norms, boundaries if context == "sentence" else breaks)
+    model = ckpt.model
+    h = model.encode(rd.inputs)  # (B, Tb, d)
+    out = model.head(h)  # = model(rd.inputs), keeping h for the effects
+    att, gates = out.attention, out.extras.get("gate1")  # (B, Tb, Sb), (B, Tb, d)
+    logp = out.logits.log_softmax(-1)  # (B, Tb, V) in the model's precision, as vizlm.modeling.evaluate scores
+    read = slots = None
+    if effects and att is not None:
+        select = (rd.targets != 0)[:, :, None]  # (B, Tb, 1) real rows only
+        if effect_pairs is not None:
+            select = select & effect_pairs(att)  # (B, Tb, Sb)
+        all_slots = max_effect_pairs is None or _pairs(att, select) <= max_effect_pairs
+        base = logp.gather(-1, rd.targets[..., None])[..., 0]  # (B, Tb) log P(target)
+        read, slots = fx.attention_effects(model, h, rd.targets, out=out, slots=all_slots, select=select, base=base)
+        if slots is not None and effect_pairs is not None:  # pairs not asked for: not computed
+            slots = torch.where(select | (att == 0), slots, torch.full_like(slots, math.nan))
+    return _build(
+        ckpt, norms, rd.gather_rows(logp), None if att is None else rd.gather_slots(att),
+        None if gates is None else rd.gather_rows(gates), surface, spans, clean_text(text),
+        _join(tags, BOUNDARY_TAG) if tags else None, top_k, truncated,
+        None if read is None else rd.gather_rows(read), None if slots is None else rd.gather_slots(slots), context,
+        breaks,
+    )
+
+
+def _layout(sentences: list[list[str]], ends: set[int]) -> tuple[str, list[tuple[int, int]]]:
+    """A text of the sentences' tokens, a sentence a line and a blank line after the sentences
+    ``ends`` (the documents' ends), and the tokens' spans: a boundary is an empty span at the end
+    of its line."""
+    lines, spans, pos = [], [], 0
+    for i, sentence in enumerate(sentences):
+        if i:
+            spans.append((pos, pos))
+            gap = "\n\n" if i in ends else "\n"
+            lines.append(gap)
+            pos += len(gap)
+        for k, w in enumerate(sentence):
+            if k:
+                lines.append(" ")
+                pos += 1
+            spans.append((pos, pos + len(w)))
+            lines.append(w)
+            pos += len(w)
+    return "".join(lines), spans
+
+
+def _with_boundaries(offsets: list[list[tuple[int, int]]]) -> list[tuple[int, int]]:
+    """The sentences' spans as one list, a boundary an empty span where the previous token ends."""
+    out: list[tuple[int, int]] = []
+    for i, spans in enumerate(offsets):
+        if i:
+            out.append((out[-1][1],) * 2 if out else (0, 0))
+        out.extend(tuple(x) for x in spans)
+    return out
+
+
+def _cut_note(total: int, kept: int) -> str:
+    return f"the text has {total} tokens; only the first {kept} were analysed"
+
+
+def analyze_tokens(
+    ckpt: Checkpoint,
+    norms: list[str],
+    surfaces: list[str] | None = None,
+    offsets: list[tuple[int, int]] | None = None,
+    text: str | None = None,
+    tags: list[str] | None = None,
+    top_k: int = 5,
+    effects: bool = True,
+    max_effect_pairs: int | None = EFFECT_PAIRS,
+) -> SentenceAnalysis:
+    """Analyse one already tokenised, normalised sentence (e.g. from a corpus): :func:`analyze_sentences`
+    of that sentence alone, its first :data:`MAX_TOKENS` tokens read."""
+    return analyze_sentences(ckpt, [norms], None if surfaces is None else [surfaces],
+                             None if offsets is None else [offsets], text, None if tags is None else [tags],
+                             top_k, effects, max_effect_pairs)
+
+
+@torch.no_grad()
+def slot_effect_rows(ckpt: Checkpoint, sa: SentenceAnalysis, rows: Sequence[int]) -> np.ndarray:
+    """[len(rows), S] slot effects (nats) of some rows of ``sa``, e.g. the selected word of a
+    text too long for :data:`EFFECT_PAIRS`: rows after the last one are not recomputed."""
+    if sa.attention is None:
+        raise AnalysisError(f"{sa.model} has no attention: it has no slot effects")
+    rows = [int(r) for r in rows]
+    if sa.slot_effects is not None and np.isfinite(sa.slot_effects[rows]).all():
+        return sa.slot_effects[rows]
+    last = max(rows)  # the model is causal: rows up to ``last`` read no token after it
+    rd = _reading(ckpt, sa.norms[: last + 1], [b for b in sa.restarts if b <= last])
+    h = ckpt.model.encode(rd.inputs)  # (B, Tb, d)
+    out = ckpt.model.head(h)
+    select = rd.scatter_rows(rows, out.attention)  # (B, Tb, 1)
+    effects = fx.slot_effects(ckpt.model, h, rd.targets, out=out, select=select)  # (B, Tb, Sb)
+    part = rd.gather_slots(effects)[rows].double().cpu().numpy()  # (len(rows), last + 2): no later slot has weight
+    return np.pad(part, ((0, 0), (0, len(sa.targets) - part.shape[1])))
+
+
+def with_slot_effects(ckpt: Checkpoint, sa: SentenceAnalysis) -> SentenceAnalysis:
+    """``sa`` with every slot effect (a copy; ``sa`` itself if it has them or has no attention)."""
+    if sa.attention is None or (sa.slot_effects is not None and np.isfinite(sa.slot_effects).all()):
+        return sa
+    return dataclasses.replace(sa, slot_effects=slot_effect_rows(ckpt, dataclasses.replace(sa, slot_effects=None),
+                                                                 range(len(sa.targets))))
+
+
+@torch.no_grad()
+def analyze_batch(
+    ckpt: Checkpoint,
+    sentences: list[list[str]],
+    surfaces: list[list[str]] | None = None,
+    tags: list[list[str]] | None = None,
+    top_k: int = 0,
+    batch_size: int = 64,
+    effects: str = "none",
+    effect_pairs: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> Iterator[tuple[int, SentenceAnalysis]]:
+    """``(index, analysis)`` for every non-empty sentence, from length-bucketed batches.
+
+    Gives the same :class:`SentenceAnalysis` as :func:`analyze_tokens` (tested), one
+    forward pass per batch: right padding changes nothing because every model is
+    causal. ``top_k=0`` skips the top predictions, which corpus statistics do not read.
+    ``effects``: ``"none"``, ``"read"`` (read effects) or ``"slots"`` (read effects and slot
+    effects; ``effect_pairs`` maps the attention (B, T, S) to the pairs wanted, the others
+    are NaN, e.g. ``lambda a: a >= 0.2`` for the pairs a threshold can highlight).
+    """
+    if effects not in ("none", "read", "slots"):
+        raise ValueError(f"effects must be 'none', 'read' or 'slots', not {effects!r}")
+    keep = [i for i, s in enumerate(sentences) if s]
+    seqs = [ckpt.vocab.encode(sentences[i][:MAX_TOKENS]) for i in keep]
+    device = device_of(ckpt.model)
+    for idx, inputs, targets in iter_batches(seqs, batch_size):
+        inputs, targets = inputs.to(device), targets.to(device)
+        out = ckpt.model(inputs)  # logits (B, T, V)
+        gates = out.extras.get("gate1")  # (B, T, d) for AMSRN
+        read = slots = None
+        if effects != "none" and out.attention is not None:
+            select = (targets != 0)[:, :, None]  # (B, T, 1) real rows only
+            if effect_pairs is not None:
+                select = select & effect_pairs(out.attention)
+            read, slots = fx.attention_effects(ckpt.model, ckpt.model.encode(inputs), targets, out=out,
+                                               slots=effects == "slots", select=select)  # (B, T), (B, T, S)
+            if slots is not None:
+                slots = torch.where(select | (out.attention == 0), slots, torch.full_like(slots, math.nan))
+        for b, j in enumerate(idx):
+            i = keep[j]
+            T = len(seqs[j]) + 1
+            yield i, _build(
+                ckpt, sentences[i][:MAX_TOKENS], out.logits[b, :T].log_softmax(-1),
+                None if out.attention is None else out.attention[b, :T, :T],
+                None if gates is None else gates[b, :T],
+                surfaces[i][:MAX_TOKENS] if surfaces is not None else None, None, None,
+                tags[i][:MAX_TOKENS] if tags is not None else None, top_k, len(sentences[i]) - len(seqs[j]),
+                None if read is None else read[b, :T], None if slots is None else slots[b, :T, :T],
+            )
+
+
+def analyze(
+    ckpt: Checkpoint, text: str, top_k: int = 5, tags: list[str] | None = None, effects: bool = True,
+    max_effect_pairs: int | None = EFFECT_PAIRS,
+) -> SentenceAnalysis:
+    """Tokenise ``text`` like the corpus, a sentence or a passage, and analyse it with ``ckpt``.
+
+    The text is split into sentences and documents (:func:`vizlm.data.text.passage_documents`: a
+    sentence ends at a line break, at . ! ? before a capital or at Chinese 。！？, a document at a blank line, as
+    ``vizlm eval --text-file`` splits a file) and read in the checkpoint's context
+    (:func:`analyze_sentences`). It is cleaned
+    (:func:`vizlm.data.text.clean_text`: control characters, noncharacters and lone surrogates
+    replaced one for one, so ``text`` and the offsets stay aligned) and bounded before any work:
+    only its first :data:`MAX_TEXT_CHARS` characters (cut at a space) are tokenised and only its
+    first :data:`MAX_TOKENS` tokens tagged and analysed, with a note. ``SentenceAnalysis.text``
+    is the part that was read. Raises :class:`AnalysisError` with a readable message for empty
+    input. ``tags`` (one per token, no boundaries) replace the tagger's. ``effects`` and
+    ``max_effect_pairs``: as :func:`analyze_sentences`.
+    """
+    if not isinstance(text, str):
+        raise AnalysisError("please type a sentence: the text is empty")
+    chars = len(text)
+    if chars > MAX_TEXT_CHARS:  # a long text: skip leading blanks so the part read holds words
+        text = text[len(text) - len(text.lstrip()) :]
+    read = clean_text(text[: cut_point(text, MAX_TEXT_CHARS)])
+    if not read.strip():
+        raise AnalysisError("please type a sentence: the text is empty")
+    docs = passage_documents(read)
+    sents = [s for d in docs for s in d]
+    if not sents:
+        raise AnalysisError("nothing to analyse: the text has no words")
+    n_read = sum(map(len, sents))
+    more = len(read) < len(text) and not text[len(read) :].isspace()  # words beyond the character cut
+    sents = _first_tokens(sents, MAX_TOKENS)  # only what is analysed is tagged (tagging is slow)
+    kept = sum(map(len, sents))
+    reader = meta_reader(ckpt.meta or {})  # vizlm's rule, or an imported vocabulary's (case, digits kept)
+    norms = [[reader(t.text) for t in s] for s in sents]
+    if tags is not None:  # one per token: cut like the sentences
+        starts = itertools.accumulate([0] + [len(s) for s in sents])
+        tags = [tags[i : i + len(s)] for i, s in zip(starts, sents)]
+    else:
+        tags = tag_sentences([[t.norm for t in s] for s in sents])  # the tagger reads vizlm's rule
+    surfaces, spans = [[t.text for t in s] for s in sents], [[(t.start, t.end) for t in s] for s in sents]
+    sa = analyze_sentences(ckpt, norms, surfaces, spans, read, tags, top_k, effects, max_effect_pairs,
+                           documents=[len(d) for d in docs])
+    if more or kept < n_read:
+        sa.truncated = max(1, n_read - kept)  # at least 1: the rest of the text was never tokenised
+        sa.notes.insert(0, f"the text has {chars:,} characters; only its first {kept} tokens were analysed" if more
+                        else _cut_note(n_read, kept))
+    return sa

@@ -1,0 +1,838 @@
+"""Is attention an explanation? The literature's tests of an attention model, done on one text
+(:class:`~vizlm.inspect.analysis.SentenceAnalysis` of a checkpoint) and over a split with 95% intervals.
+
+Every test recomputes only the head from other attention weights (the recurrent outputs as read:
+:meth:`~vizlm.models.base.AttentionLM.head` with ``weights``, as :mod:`vizlm.models.effects` does), or, for the
+two paths, the head of one row from its own output and another reading's memory
+(:func:`vizlm.inspect.attribution.row_head`). All log-probability changes are in nats, ``log P(target)`` as read minus
+``log P(target)`` as changed: positive where the change hurt the prediction.
+
+Units. Attention weighs a memory *slot*; attribution scores an input *word* (:mod:`vizlm.inspect.attribution`: slot
+``p + 1`` holds what was read at position ``p``). A row's **word slots** are the slots it could attend to that
+hold a word of the text: not a reading's zero start slot, not the slot of the ``<s>`` the reading starts with
+(the positions :meth:`~vizlm.inspect.attribution.Attribution.agreement` compares). Every perturbation below that
+ranks, shuffles or drops slots acts on word slots only and holds the others fixed (AMSRN's start slot holds
+most of its weight: shuffling it in moves "attention off" onto a word, a change no explanation proposes).
+
+* :func:`agreement_table` (Jain & Wallace 2019, Sec. 3): Kendall tau-b per row between the attention and each
+  slot-level and word-level method (``slot-effect``; ``gradient-x-input``, ``integrated-gradients``,
+  ``occlusion``), and between each pair of methods: the **ceiling** an explanation can reach when the methods
+  themselves disagree. Over the positions both attention and attribution cover, ``|attribution|``.
+* :func:`permutations` (Jain & Wallace, Sec. 4.1, 100 permutations): each row's weights on its word slots
+  shuffled among them, per row the median total variation distance and Jensen-Shannon divergence (nats) of the
+  next-word distribution over the permutations, and the row's largest weight, by which the corpus statistics
+  bin the rows (the change rises with peak attention; a flat row cannot move much).
+* :func:`adversarial` (Jain & Wallace, Sec. 4.2): for each row the attention distribution farthest (JSD) from
+  the model's own over its slots with ``|delta log P(target)| < epsilon``, found by Adam on the logits of the
+  row's weights (the model's other weights fixed) with a squared-hinge penalty on the constraint; the farthest
+  weights met that satisfy it are reported (the model's own always do: JSD 0).
+* :func:`uniform_baseline` (Wiegreffe & Pinter 2019, Sec. 3): every row's weights replaced by uniform weights
+  over its slots, and by the attention of another checkpoint of the family (another seed) on the same text;
+  ``log P(target)`` of each (per-token NLL: perplexity).
+* :func:`erasure_curves` (Serrano & Smith 2019): the ``k`` top word slots dropped (k = 1..5), ranked by
+  attention, by the gradient of ``log P(target)`` with respect to each weight, at random or by an attribution
+  method; the change in ``log P(target)`` and whether the top-1 prediction changed.
+* :func:`aopc` (DeYoung et al. 2020, ERASER): comprehensiveness (the top ``f`` of a row's word slots dropped)
+  and sufficiency (only they kept of the word slots) at ``f`` = 1, 5, 10, 20, 50% (at least one slot), for each
+  ranking; their mean over ``f`` is the AOPC.
+* :func:`two_paths`: how a prediction's dependence on an earlier word splits between the attention read and the
+  recurrent state, by distance (see its docstring).
+
+Masking (erasure, AOPC): a dropped slot's weight is set to zero and the row's remaining weights renormalised
+to sum to one (:func:`vizlm.models.effects.drop_slots`, the slot effect's rule: the prediction the model makes
+when the slot is masked out of its memory, as its softmax would renormalise); the held-fixed slots keep their
+weight in the renormalisation. A row with no weight left reads nothing (its read effect).
+
+:func:`corpus_faithfulness` runs them over a split (cached), with 95% bootstrap intervals over units (sentences,
+or a document model's passages, :func:`vizlm.inspect.attribution.reading_units`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import combinations, pairwise
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from vizlm.inspect.analysis import SentenceAnalysis, analyze_sentences, distance
+from vizlm.inspect.attribution import (
+    DEFAULT_STEPS,
+    METHODS,
+    N_BOOT,
+    PASSAGE_TOKENS,
+    TEXT_METHODS,
+    attribute,
+    bootstrap_draws,
+    check_steps,
+    cluster_interval,
+    kendall_tau,
+    reading_pieces,
+    reading_units,
+    row_head,
+)
+from vizlm.inspect.cache import cached, checkpoint_digest, stored
+from vizlm.modeling.checkpoint import Checkpoint
+from vizlm.data.registry import load_corpus, split_checksum
+from vizlm.core.errors import VizlmError
+from vizlm.models.base import AttentionLM, LMOutput
+from vizlm.models.effects import drop_slots
+
+PERMUTATIONS = 100  # Jain & Wallace's shuffles per row
+EPSILON = 0.01  # nats: the adversary's bound on |delta log P(target)|
+ADVERSARY_STEPS = 200
+ADVERSARY_LR = 0.1
+ERASE_K = (1, 2, 3, 4, 5)
+FRACTIONS = (0.01, 0.05, 0.1, 0.2, 0.5)
+RANKINGS = ("attention", "gradient", "random")  # slot rankings of any attention model; METHODS rank too
+WEIGHT_BINS = (0.0, 0.25, 0.5, 0.75, 1.0)  # the row's largest word-slot weight (Jain & Wallace's figures)
+MAX_DISTANCE = 10  # the two paths by distance 1..MAX_DISTANCE, then beyond
+LOGIT_ELEMENTS = 1 << 21  # variants x rows x vocabulary per output-layer call: ~8 MB in float32
+FAITHFULNESS_VERSION = 1  # in the cache key: bump when the statistics change
+MASKING = ("a dropped slot's weight is set to zero and the row's other weights renormalised to sum to 1 "
+           "(the slot effect's rule); only word slots are ranked and dropped, the start slot and the <s> slot "
+           "are held fixed")
+
+
+class FaithfulnessError(VizlmError, ValueError):
+    """A test that cannot run on this input (a message meant for the user)."""
+
+
+# --------------------------------------------------------------------------- one reading
+@dataclass
+class _Piece:
+    """One piece of a text read from a zero state (:func:`vizlm.inspect.attribution.reading_pieces`), its head as
+    computed: ``Tb`` rows over ``Tb`` slots (the sentence layout)."""
+
+    first: int  # the text's row of the piece's row 0
+    inputs: torch.Tensor  # (Tb,) <s> first
+    targets: torch.Tensor  # (Tb,)
+    h: torch.Tensor  # (1, Tb, D) the recurrent outputs
+    out: LMOutput
+    logp: torch.Tensor  # (Tb, V) log-softmax as computed
+    allowed: torch.Tensor  # (Tb, Tb) bool: the slots each row could attend to (the model's mask)
+    words: torch.Tensor  # (Tb, Tb) bool: word slots (allowed, neither the start slot nor the <s> slot)
+
+    @property
+    def attention(self) -> torch.Tensor:
+        return self.out.attention[0]  # (Tb, Tb)
+
+    @property
+    def base(self) -> torch.Tensor:
+        return self.logp.gather(1, self.targets[:, None])[:, 0]  # (Tb,) log P(target) as computed
+
+
+def _check(ckpt: Checkpoint, sa: SentenceAnalysis) -> None:
+    if not isinstance(ckpt.model, AttentionLM) or sa.attention is None:
+        raise FaithfulnessError(f"{ckpt.label} has no attention: there is nothing to test")
+    if sa.model != ckpt.label:
+        raise FaithfulnessError(f"the analysis is of {sa.model}, not of {ckpt.label}")
+
+
+@torch.no_grad()
+def _read(ckpt: Checkpoint, sa: SentenceAnalysis, wanted: np.ndarray | None = None) -> list[_Piece]:
+    """The pieces of ``sa`` as read; with ``wanted`` ([T] bool), only the pieces holding a wanted row, each cut
+    after its last (a row depends on nothing after it: its own output and the slots before it)."""
+    _check(ckpt, sa)
+    model = ckpt.model
+    out = []
+    for first, inputs, targets in reading_pieces(ckpt, sa):
+        if wanted is not None:
+            mine = np.flatnonzero(wanted[first : first + len(inputs)])
+            if not len(mine):
+                continue
+            inputs, targets = inputs[: mine[-1] + 1], targets[: mine[-1] + 1]
+        Tb = len(inputs)
+        h = model.encode(inputs[None])  # (1, Tb, D)
+        head = model.head(h)
+        allowed = model.allowed_slots(Tb, device=h.device)  # (Tb, Tb)
+        rows, slots = torch.arange(Tb, device=h.device)[:, None], torch.arange(Tb, device=h.device)[None, :]
+        words = allowed & (slots >= 2) & (slots <= rows)  # slot 0: the zero start state; slot 1: the <s> read
+        out.append(_Piece(first, inputs, targets, h, head, head.logits[0].log_softmax(-1), allowed, words))
+    return out
+
+
+def _outputs(model, piece: _Piece, weights: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Every row's prediction with other attention weights ``weights`` (N, Tb, Tb) against the piece's own:
+    ``logp`` (N, Tb) log P(target), ``top1`` (N, Tb) the most likely word, ``tvd`` and ``jsd`` (N, Tb) of the
+    next-word distributions (JSD in nats). The output layer runs a few variants at a time."""
+    N, Tb = weights.shape[:2]
+    ro = piece.out.readout
+    feats = model.head(piece.h.expand(N, -1, -1), weights=weights).readout.features  # (N, Tb, F)
+    base, p = piece.logp, piece.logp.exp()  # (Tb, V)
+    res = {k: feats.new_empty(N, Tb) for k in ("logp", "tvd", "jsd")}
+    res["top1"] = torch.empty(N, Tb, dtype=torch.long, device=feats.device)
+    per_call = max(1, LOGIT_ELEMENTS // (Tb * base.shape[1]))
+    for k in range(0, N, per_call):
+        q_log = F.linear(feats[k : k + per_call], ro.weight, ro.bias).log_softmax(-1)  # (n, Tb, V)
+        res["logp"][k : k + per_call] = q_log.gather(-1, piece.targets[None, :, None].expand(len(q_log), -1, 1))[..., 0]
+        res["top1"][k : k + per_call] = q_log.argmax(-1)
+        q = q_log.exp()
+        res["tvd"][k : k + per_call] = 0.5 * (q - p).abs().sum(-1)
+        res["jsd"][k : k + per_call] = _jsd(base[None], q_log)
+    return res
+
+
+def _jsd(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+    """Jensen-Shannon divergence (nats, at most ln 2) of distributions given by their logs, over the last axis."""
+    log_m = torch.logaddexp(log_p, log_q) - math.log(2)
+    p, q = log_p.exp(), log_q.exp()
+    kl_p = torch.where(p > 0, p * (log_p - log_m), torch.zeros_like(p)).sum(-1)
+    kl_q = torch.where(q > 0, q * (log_q - log_m), torch.zeros_like(q)).sum(-1)
+    return (0.5 * (kl_p + kl_q)).clamp_min(0.0)
+
+
+def _frame(sa: SentenceAnalysis, columns: dict[str, np.ndarray]) -> pd.DataFrame:
+    T = len(sa.targets)
+    return pd.DataFrame({"row": np.arange(T), "target": list(sa.targets), **columns})
+
+
+# --------------------------------------------------------------------------- (a) agreement at both levels
+def agreement_table(ckpt: Checkpoint, sa: SentenceAnalysis, methods: Sequence[str] = TEXT_METHODS,
+                    n_steps: int = DEFAULT_STEPS, attributions: dict | None = None) -> pd.DataFrame:
+    """Per row, Kendall tau-b of every pair of ``attention``, ``slot-effect`` (the same unit as attention: a
+    slot) and the word-level ``methods``, over the positions attention and attribution both cover (``positions``
+    of them; NaN below two), ``|attribution|`` for a method: columns ``row, target, positions`` and one
+    ``"a~b"`` per pair. The pairs of methods are the ceiling: how far two explanations agree with each other.
+    ``attributions``: :class:`~vizlm.inspect.attribution.Attribution` objects already computed, by method."""
+    _check(ckpt, sa)
+    for m in methods:
+        if m not in TEXT_METHODS:
+            raise FaithfulnessError(f"unknown word-level method {m!r}; valid: {', '.join(TEXT_METHODS)}")
+    attributions = dict(attributions or {})
+    names = ["slot-effect", *methods]
+    for m in names:
+        if m not in attributions:
+            attributions[m] = attribute(ckpt, sa, m, n_steps)
+    first = attributions[names[0]]
+    both = first.attended & first.covered  # (T, T) positions with a slot the row could attend to
+    scores = {"attention": first.attention, **{m: np.abs(attributions[m].scores) for m in names}}
+    T = len(sa.targets)
+    cols: dict[str, np.ndarray] = {"positions": both.sum(1)}
+    for a, b in combinations(["attention", *names], 2):
+        cols[f"{a}~{b}"] = np.array([kendall_tau(scores[a][r, both[r]], scores[b][r, both[r]]) for r in range(T)])
+    return _frame(sa, cols)
+
+
+# --------------------------------------------------------------------------- (b) Jain & Wallace's permutations
+@torch.no_grad()
+def permutations(ckpt: Checkpoint, sa: SentenceAnalysis, n: int = PERMUTATIONS, seed: int = 0) -> pd.DataFrame:
+    """Jain & Wallace's permutation test as they ran it: ``n`` shuffles (100) of each row's weights over its word
+    slots (the start slot and the ``<s>`` slot keep theirs). Per row: ``word_slots``, ``max_weight`` (the row's
+    largest weight on a word slot: what a shuffle can move), ``fixed_weight`` (on the held slots),
+    ``median_tvd``, ``median_jsd`` (nats) of the next-word distribution and ``median_abs_dlogp`` of
+    ``log P(target)`` over the shuffles; NaN for rows with fewer than two word slots."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise FaithfulnessError(f"the number of permutations must be a whole number >= 1, not {n!r}")
+    model = ckpt.model
+    rng = np.random.default_rng(seed)
+    T = len(sa.targets)
+    cols = {k: np.full(T, math.nan) for k in ("max_weight", "fixed_weight", "median_tvd", "median_jsd",
+                                              "median_abs_dlogp")}
+    cols["word_slots"] = np.zeros(T, dtype=int)
+    for piece in _read(ckpt, sa):
+        Tb, f = len(piece.inputs), piece.first
+        att, words, dev = piece.attention, piece.words, piece.h.device
+        span = torch.arange(Tb, device=dev)
+        count = words.sum(1)  # (Tb,)
+        cols["word_slots"][f : f + Tb] = count.cpu().numpy()
+        has = count > 0
+        cols["max_weight"][f : f + Tb] = torch.where(has, (att * words).amax(1), torch.nan).double().cpu().numpy()
+        cols["fixed_weight"][f : f + Tb] = (att * ~words).sum(1).double().cpu().numpy()
+        if not bool((count >= 2).any()):
+            continue
+        # word slots in a random order first, then the others in their own order: slot words_first[r, i] gets
+        # the weight of slot order[q, r, i], a permutation of the word slots, the identity on the others
+        keys = torch.from_numpy(rng.random((n, Tb, Tb))).to(dev)  # (n, Tb, Tb) in [0, 1)
+        keys = torch.where(words, keys, 2.0 + span.to(keys.dtype))
+        order = keys.argsort(-1)  # (n, Tb, Tb)
+        words_first = torch.where(words, span, span + Tb).argsort(-1)  # (Tb, Tb)
+        src = att.expand(n, Tb, Tb).gather(-1, order)  # (n, Tb, Tb)
+        weights = torch.zeros_like(src).scatter(-1, words_first.expand(n, Tb, Tb), src)
+        res = _outputs(model, piece, weights)
+        ok = (count >= 2).cpu().numpy()
+        for name, x in (("median_tvd", res["tvd"]), ("median_jsd", res["jsd"]),
+                        ("median_abs_dlogp", (res["logp"] - piece.base).abs())):
+            m = x.double().median(0).values.cpu().numpy()  # (Tb,) the lower median of n values (n even)
+            cols[name][f : f + Tb] = np.where(ok, m, math.nan)
+    return _frame(sa, cols)
+
+
+# --------------------------------------------------------------------------- (c) adversarial attention
+def adversarial(ckpt: Checkpoint, sa: SentenceAnalysis, epsilon: float = EPSILON, steps: int = ADVERSARY_STEPS,
+                lr: float = ADVERSARY_LR, seed: int = 0) -> pd.DataFrame:
+    """Jain & Wallace's adversarial attention, per row: the weights over the row's slots farthest from its own
+    (Jensen-Shannon divergence, nats, at most ln 2) with ``|delta log P(target)| < epsilon`` nats. Only the
+    attention distribution of each row moves (its logits, by Adam, ``steps`` steps at ``lr``, from the model's
+    own plus unit Gaussian noise: at the model's own the divergence has no gradient); the objective is the
+    divergence minus ``(max(0, |delta| - epsilon / 2) / epsilon)^2``. Rows are independent given the recurrent
+    outputs, so a piece's rows move together. Columns: ``slots`` (the row's), ``jsd`` (the farthest weights met
+    that satisfy the bound; 0: the model's own), ``dlogp`` (log P(target) as read minus with them), ``tvd`` of the
+    next-word distributions; NaN for a row with fewer than two slots."""
+    if not (isinstance(epsilon, (int, float)) and epsilon > 0 and math.isfinite(epsilon)):
+        raise FaithfulnessError(f"epsilon must be a positive number of nats, not {epsilon!r}")
+    model = ckpt.model
+    T = len(sa.targets)
+    cols = {k: np.full(T, math.nan) for k in ("jsd", "dlogp", "tvd")}
+    cols["slots"] = np.zeros(T, dtype=int)
+    gen = torch.Generator().manual_seed(seed)
+    for piece in _read(ckpt, sa):
+        Tb, f = len(piece.inputs), piece.first
+        count = piece.allowed.sum(1)
+        cols["slots"][f : f + Tb] = count.cpu().numpy()
+        movable = count >= 2  # (Tb,)
+        if not bool(movable.any()):
+            continue
+        best_w, best_jsd = _adversary(model, piece, movable, epsilon, steps, lr, gen)
+        with torch.no_grad():
+            res = _outputs(model, piece, best_w[None])
+        ok = movable.cpu().numpy()
+        cols["jsd"][f : f + Tb] = np.where(ok, best_jsd.double().cpu().numpy(), math.nan)
+        cols["dlogp"][f : f + Tb] = np.where(ok, (piece.base - res["logp"][0]).double().cpu().numpy(), math.nan)
+        cols["tvd"][f : f + Tb] = np.where(ok, res["tvd"][0].double().cpu().numpy(), math.nan)
+    return _frame(sa, cols)
+
+
+def _check_row(sa: SentenceAnalysis, row) -> int:
+    if isinstance(row, bool) or not isinstance(row, (int, np.integer)) or not 0 <= row < len(sa.targets):
+        raise FaithfulnessError(f"row must be a predicted word of the text, 0 to {len(sa.targets) - 1}, not {row!r}")
+    return int(row)
+
+
+def adversarial_row(ckpt: Checkpoint, sa: SentenceAnalysis, row: int, epsilon: float = EPSILON,
+                    steps: int = ADVERSARY_STEPS, lr: float = ADVERSARY_LR, seed: int = 0) -> pd.DataFrame:
+    """:func:`adversarial` for one predicted word, with the weights it found: per slot the row could attend to,
+    ``slot`` (the text's, as :attr:`~vizlm.inspect.analysis.SentenceAnalysis.attention` numbers them), ``word``
+    (:attr:`~vizlm.inspect.analysis.SentenceAnalysis.slot_labels`), ``weight`` (the model's own) and
+    ``adversarial`` (the farthest weights met with ``|delta log P(target)| < epsilon``; the model's own for a
+    row with fewer than two slots). ``frame.attrs``: ``jsd`` (nats) between them, ``dlogp`` (log P(target) as
+    read minus with the adversarial weights), ``tvd`` of the next-word distributions, ``epsilon``. Only the
+    reading up to the row is computed (the Explorer's panel: one word, on request)."""
+    if not (isinstance(epsilon, (int, float)) and epsilon > 0 and math.isfinite(epsilon)):
+        raise FaithfulnessError(f"epsilon must be a positive number of nats, not {epsilon!r}")
+    _check(ckpt, sa)
+    row = _check_row(sa, row)
+    wanted = np.zeros(len(sa.targets), dtype=bool)
+    wanted[row] = True
+    (piece,) = _read(ckpt, sa, wanted)
+    local = row - piece.first
+    movable = torch.zeros(len(piece.inputs), dtype=torch.bool, device=piece.h.device)
+    movable[local] = int(piece.allowed[local].sum()) >= 2
+    weights, jsd = _adversary(ckpt.model, piece, movable, epsilon, steps, lr, torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        res = _outputs(ckpt.model, piece, weights[None])
+    slots = torch.nonzero(piece.allowed[local])[:, 0].cpu().numpy()  # the piece's; the text's are piece.first on
+    labels = sa.slot_labels
+    frame = pd.DataFrame({"slot": piece.first + slots, "word": [labels[piece.first + j] for j in slots],
+                          "weight": piece.attention[local, slots].double().cpu().numpy(),
+                          "adversarial": weights[local, slots].detach().double().cpu().numpy()})
+    frame.attrs.update(row=row, target=sa.targets[row], epsilon=float(epsilon), jsd=float(jsd[local]),
+                       dlogp=float(piece.base[local] - res["logp"][0, local]), tvd=float(res["tvd"][0, local]))
+    return frame
+
+
+def _adversary(model, piece: _Piece, movable: torch.Tensor, epsilon: float, steps: int, lr: float,
+               gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(weights (Tb, Tb), jsd (Tb,))``: the farthest weights from the piece's own met that keep every
+    ``movable`` row's ``|delta log P(target)| < epsilon`` (:func:`adversarial`); other rows keep their own."""
+    att, allowed = piece.attention.detach(), piece.allowed
+    Tb = len(piece.inputs)
+    log_att = att.clamp_min(torch.finfo(att.dtype).tiny).log()
+    noise = torch.randn(att.shape, generator=gen, dtype=att.dtype).to(att.device)
+    z = (log_att + noise).masked_fill(~allowed, 0.0).requires_grad_()
+    opt = torch.optim.Adam([z], lr=lr)
+    best_jsd = torch.zeros(Tb, dtype=att.dtype, device=att.device)
+    best_w = att.clone()
+    base = piece.base
+    ro = piece.out.readout
+    for _ in range(steps + 1):
+        with torch.enable_grad():
+            w = torch.where(movable[:, None], z.masked_fill(~allowed, -math.inf), 0.0).softmax(-1)  # (Tb, Tb)
+            w = torch.where(movable[:, None], w, att)  # a row with one slot or none keeps its own
+            feats = model.head(piece.h, weights=w[None]).readout.features[0]  # (Tb, F)
+            logp = F.linear(feats, ro.weight, ro.bias).log_softmax(-1).gather(1, piece.targets[:, None])[:, 0]
+            delta = (base - logp).abs()  # (Tb,)
+            div = _jsd_rows(att, w)  # (Tb,)
+            with torch.no_grad():  # the farthest weights met that satisfy the bound
+                better = movable & (delta < epsilon) & (div > best_jsd)
+                best_jsd = torch.where(better, div, best_jsd)
+                best_w = torch.where(better[:, None], w, best_w)
+            loss = (-div + ((delta - epsilon / 2).clamp_min(0.0) / epsilon) ** 2)[movable].sum()
+            (grad,) = torch.autograd.grad(loss, [z])  # the model's parameters get no gradient
+        opt.zero_grad()
+        z.grad = grad
+        opt.step()
+    return best_w, best_jsd
+
+
+def _jsd_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Jensen-Shannon divergence (nats) of each row of two weight matrices (rows sum to 1, zeros allowed)."""
+    m = 0.5 * (a + b)
+    tiny = torch.finfo(a.dtype).tiny
+
+    def kl(x):
+        return torch.where(x > 0, x * (x.clamp_min(tiny).log() - m.clamp_min(tiny).log()), torch.zeros_like(x)).sum(-1)
+
+    return (0.5 * (kl(a) + kl(b))).clamp_min(0.0)
+
+
+# --------------------------------------------------------------------------- (d) uniform and frozen attention
+@torch.no_grad()
+def uniform_baseline(ckpt: Checkpoint, sa: SentenceAnalysis, other: Checkpoint | None = None) -> pd.DataFrame:
+    """Wiegreffe & Pinter's baselines: ``log P(target)`` of each row as read (``logprob``), with every row's
+    weights uniform over its slots (``uniform_logprob``), and, given ``other`` (a checkpoint of the same family
+    and attention layout, e.g. another seed), with ``other``'s attention on the same text (``frozen_logprob``);
+    their negatives are the per-token NLL (perplexity: the exponential of their mean)."""
+    model = ckpt.model
+    if other is not None:
+        om = other.model
+        if (type(om) is not type(model) or om.window_size() != model.window_size()
+                or om.start_slots() != model.start_slots() or getattr(om.config, "context", None)
+                != getattr(model.config, "context", None)):
+            raise FaithfulnessError(f"{other.label} does not attend over {ckpt.label}'s slots: frozen attention needs "
+                                    "a checkpoint of the same family, window and context")
+        if list(other.vocab.itos) != list(ckpt.vocab.itos):
+            raise FaithfulnessError(f"{other.label} has another vocabulary than {ckpt.label}")
+    T = len(sa.targets)
+    cols = {"logprob": np.full(T, math.nan), "uniform_logprob": np.full(T, math.nan)}
+    if other is not None:
+        cols["frozen_logprob"] = np.full(T, math.nan)
+    for piece in _read(ckpt, sa):
+        Tb, f = len(piece.inputs), piece.first
+        allowed = piece.allowed.to(piece.attention.dtype)
+        uniform = allowed / allowed.sum(1, keepdim=True).clamp_min(1.0)  # (Tb, Tb); a row with no slot reads nothing
+        variants = [uniform]
+        if other is not None:
+            variants.append(other.model.head(other.model.encode(piece.inputs[None])).attention[0].to(uniform.dtype))
+        res = _outputs(model, piece, torch.stack(variants))
+        cols["logprob"][f : f + Tb] = piece.base.double().cpu().numpy()
+        cols["uniform_logprob"][f : f + Tb] = res["logp"][0].double().cpu().numpy()
+        if other is not None:
+            cols["frozen_logprob"][f : f + Tb] = res["logp"][1].double().cpu().numpy()
+    return _frame(sa, cols)
+
+
+# --------------------------------------------------------------------------- rankings of word slots
+def _check_rankings(ckpt: Checkpoint, rankings: Sequence[str]) -> None:
+    for r in rankings:
+        if r not in RANKINGS and r not in METHODS:
+            raise FaithfulnessError(f"unknown ranking {r!r}; valid: {', '.join([*RANKINGS, *METHODS])}")
+
+
+def _slot_scores(ckpt: Checkpoint, sa: SentenceAnalysis, piece: _Piece, ranking: str, rng: np.random.Generator,
+                 attributions: dict) -> np.ndarray:
+    """(Tb, Tb) how important each slot is to each row of ``piece`` by ``ranking``, larger first (word slots only
+    are ranked): the weight, the gradient of log P(target) with respect to the weight (Serrano & Smith's
+    ranking), a random number, or ``|attribution|`` of the position the slot holds (a method of
+    :data:`~vizlm.inspect.attribution.METHODS`)."""
+    Tb, f = len(piece.inputs), piece.first
+    if ranking == "attention":
+        return piece.attention.double().cpu().numpy()
+    if ranking == "random":
+        return rng.random((Tb, Tb))
+    if ranking == "gradient":
+        with torch.enable_grad():
+            w = piece.attention.detach().clone()[None].requires_grad_()  # (1, Tb, Tb)
+            logp = ckpt.model.head(piece.h, weights=w).logits.log_softmax(-1)  # (1, Tb, V)
+            total = logp[0].gather(1, piece.targets[:, None]).sum()  # rows are independent: one backward
+            (grad,) = torch.autograd.grad(total, [w])
+        return grad[0].double().cpu().numpy()
+    if ranking not in attributions:
+        attributions[ranking] = attribute(ckpt, sa, ranking)
+    scores = np.abs(attributions[ranking].scores)  # (T, T) by position; slot j holds position j - 1
+    out = np.zeros((Tb, Tb))
+    out[:, 1:] = scores[f : f + Tb, f : f + Tb - 1]
+    return out
+
+
+def _ranks(scores: np.ndarray, words: np.ndarray) -> np.ndarray:
+    """(Tb, Tb) each word slot's place in its row's ranking (0: the most important; ties: the newer slot first);
+    the other slots last."""
+    Tb, S = scores.shape
+    key = np.where(words, scores, -np.inf)
+    order = np.lexsort((-np.broadcast_to(np.arange(S), (Tb, S)), -key), axis=-1)  # (Tb, S)
+    ranks = np.empty_like(order)
+    np.put_along_axis(ranks, order, np.broadcast_to(np.arange(S), (Tb, S)), axis=-1)
+    return ranks
+
+
+# --------------------------------------------------------------------------- (e) erasure curves
+@torch.no_grad()
+def erasure_curves(ckpt: Checkpoint, sa: SentenceAnalysis, ks: Sequence[int] = ERASE_K,
+                   rankings: Sequence[str] = RANKINGS, seed: int = 0, attributions: dict | None = None) -> pd.DataFrame:
+    """Serrano & Smith's erasure: per row, ranking and ``k``, the ``k`` most important word slots dropped
+    (module docstring: masking). Long frame: ``row, target, ranking, k, dlogp`` (log P(target) as read minus
+    with them dropped) and ``flip`` (1.0 where the most likely next word changed); NaN where the row has fewer
+    than ``k`` word slots."""
+    _check_rankings(ckpt, rankings)
+    ks = [int(k) for k in ks]
+    if any(k < 1 for k in ks):
+        raise FaithfulnessError("k must be >= 1")
+    attributions = dict(attributions or {})
+    rng = np.random.default_rng(seed)
+    T = len(sa.targets)
+    dlogp = np.full((len(rankings), len(ks), T), math.nan)
+    flip = np.full((len(rankings), len(ks), T), math.nan)
+    for piece in _read(ckpt, sa):
+        Tb, f = len(piece.inputs), piece.first
+        words = piece.words.cpu().numpy()
+        count = words.sum(1)
+        masks = []
+        for ranking in rankings:
+            ranks = _ranks(_slot_scores(ckpt, sa, piece, ranking, rng, attributions), words)
+            masks += [words & (ranks < k) for k in ks]
+        dropped = torch.from_numpy(np.stack(masks)).to(piece.h.device)  # (R * K, Tb, Tb)
+        res = _outputs(ckpt.model, piece, drop_slots(piece.attention.expand(len(masks), -1, -1), dropped))
+        d = (piece.base - res["logp"]).double().cpu().numpy().reshape(len(rankings), len(ks), Tb)
+        top = (res["top1"] != piece.logp.argmax(-1)).double().cpu().numpy().reshape(len(rankings), len(ks), Tb)
+        enough = count[None, None, :] >= np.asarray(ks)[None, :, None]
+        dlogp[:, :, f : f + Tb] = np.where(enough, d, math.nan)
+        flip[:, :, f : f + Tb] = np.where(enough, top, math.nan)
+    return _long(sa, rankings, "k", ks, {"dlogp": dlogp, "flip": flip})
+
+
+def _long(sa: SentenceAnalysis, rankings: Sequence[str], name: str, values: Sequence, cols: dict) -> pd.DataFrame:
+    R, K, T = len(rankings), len(values), len(sa.targets)
+    return pd.DataFrame({
+        "row": np.tile(np.arange(T), R * K), "target": list(sa.targets) * (R * K),
+        "ranking": np.repeat(list(rankings), K * T), name: np.tile(np.repeat(list(values), T), R),
+        **{k: v.reshape(-1) for k, v in cols.items()},
+    })
+
+
+# --------------------------------------------------------------------------- (f) comprehensiveness, sufficiency
+@torch.no_grad()
+def aopc(ckpt: Checkpoint, sa: SentenceAnalysis, rankings: Sequence[str] = ("attention", *TEXT_METHODS, "random"),
+         fractions: Sequence[float] = FRACTIONS, seed: int = 0, attributions: dict | None = None) -> pd.DataFrame:
+    """ERASER's comprehensiveness and sufficiency (DeYoung et al. 2020) of each ranking, per row and fraction
+    ``f`` of the row's word slots (``k = ceil(f n)``, at least 1): ``comprehensiveness`` = log P(target) as read
+    minus with the top ``k`` word slots dropped (large: the ranking found what mattered), ``sufficiency`` = the
+    same with every other word slot dropped (small: those ``k`` suffice). Masking: the module docstring (the
+    start slot and the ``<s>`` slot always kept). Long frame ``row, target, ranking, fraction, slots`` (``k``);
+    NaN for a row without word slots. The AOPC of a ranking is the mean over the fractions
+    (:func:`aopc_summary`)."""
+    _check_rankings(ckpt, rankings)
+    if not fractions or any(not 0 < x <= 1 for x in fractions):
+        raise FaithfulnessError("fractions must be in (0, 1]")
+    attributions = dict(attributions or {})
+    rng = np.random.default_rng(seed)
+    T, R, K = len(sa.targets), len(rankings), len(fractions)
+    comp, suff = np.full((R, K, T), math.nan), np.full((R, K, T), math.nan)
+    slots = np.zeros((R, K, T))
+    for piece in _read(ckpt, sa):
+        Tb, f = len(piece.inputs), piece.first
+        words = piece.words.cpu().numpy()
+        count = words.sum(1)  # (Tb,)
+        ks = np.stack([np.clip(np.ceil(x * count - 1e-9), 1, None).astype(int) for x in fractions])  # (K, Tb)
+        masks = []
+        for ranking in rankings:
+            ranks = _ranks(_slot_scores(ckpt, sa, piece, ranking, rng, attributions), words)
+            top = [words & (ranks < k[:, None]) for k in ks]
+            masks += top + [words & ~t for t in top]  # comprehensiveness: drop the top; sufficiency: keep only it
+        dropped = torch.from_numpy(np.stack(masks)).to(piece.h.device)  # (R * 2K, Tb, Tb)
+        res = _outputs(ckpt.model, piece, drop_slots(piece.attention.expand(len(masks), -1, -1), dropped))
+        d = (piece.base - res["logp"]).double().cpu().numpy().reshape(R, 2, K, Tb)
+        has = count[None, None, :] > 0
+        comp[:, :, f : f + Tb] = np.where(has, d[:, 0], math.nan)
+        suff[:, :, f : f + Tb] = np.where(has, d[:, 1], math.nan)
+        slots[:, :, f : f + Tb] = np.where(has, ks[None], 0)
+    return _long(sa, rankings, "fraction", list(fractions),
+                 {"slots": slots.astype(int), "comprehensiveness": comp, "sufficiency": suff})
+
+
+def aopc_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per ranking, the AOPC of comprehensiveness and of sufficiency: the mean over rows of each row's mean over
+    the fractions (rows without word slots left out)."""
+    per_row = frame.groupby(["ranking", "row"], sort=False)[["comprehensiveness", "sufficiency"]].mean()
+    return per_row.groupby("ranking", sort=False).mean()
+
+
+# --------------------------------------------------------------------------- (g) two paths
+@torch.no_grad()
+def two_paths(ckpt: Checkpoint, sa: SentenceAnalysis, rows: Sequence[int] | None = None) -> pd.DataFrame:
+    """How much of a prediction's dependence on an earlier word travels through the attention read, and how much
+    through the recurrent state.
+
+    A row's head reads two things (:mod:`vizlm.models.base`): its own recurrent output ``h_t`` (the query, and the
+    output layer's input beside the read) and the memory slots before it (earlier outputs; RM's hold the words'
+    embeddings). The word at position ``p`` of the row's reading reaches row ``r >= p`` through both. With the
+    text read again with that word replaced by ``<unk>`` (occlusion, as :mod:`vizlm.inspect.attribution`'s), per (row,
+    position) pair, each a change of log P(target) in nats (as read minus as changed):
+
+    * ``total``: the row as in the occluded reading (= the occlusion attribution);
+    * ``read``: the row's own output as read, its memory from the occluded reading: the word's effect through the
+      attention read alone (the weights and what they read both move), the recurrent state kept;
+    * ``state``: the row's own output from the occluded reading, its memory as read: the recurrent path alone, the
+      memory kept;
+    * ``interaction`` = total - read - state.
+
+    Defined alike for every built-in attention family, which reads its memory as a carried one
+    (:func:`vizlm.inspect.attribution.row_head`); the current word (``distance`` 1) has no slot, so its ``read`` is 0.
+    Long frame ``row, target, position, distance`` (vizlm's: 1 = the word just read) and the four changes, over
+    the positions attribution covers (not a reading's ``<s>``). ``rows``: only those predicted words (each as in
+    the whole text's frame; the reading is computed up to the last of them)."""
+    model = ckpt.model
+    wanted = None if rows is None else np.zeros(len(sa.targets), dtype=bool)
+    if rows is not None:
+        for r in rows:
+            wanted[_check_row(sa, r)] = True
+    records = []
+    for piece in _read(ckpt, sa, wanted):
+        Tb, f = len(piece.inputs), piece.first
+        if Tb < 2:
+            continue
+        dev = piece.h.device
+        occluded = piece.inputs.expand(Tb - 1, Tb).clone()  # (P, Tb) copy i occludes position i + 1
+        occluded[torch.arange(Tb - 1), torch.arange(1, Tb)] = ckpt.vocab.unk_id
+        h_all = torch.cat([piece.h, model.encode(occluded)])  # (P + 1, Tb, D): the reading as read, then copies
+        pos, rows = np.nonzero(np.arange(Tb)[None, :] >= np.arange(1, Tb)[:, None])  # pairs: copy, row >= position
+        if wanted is not None:
+            keep = wanted[f + rows]
+            pos, rows = pos[keep], rows[keep]
+        copy_, rows_t = torch.from_numpy(pos + 1).to(dev), torch.from_numpy(rows).to(dev)
+        zero = torch.zeros_like(copy_)
+        tgt = piece.targets[rows_t]
+        out = {}
+        per_call = max(1, (1 << 17) // Tb)  # positions per call, as the attribution's budget
+        for name, now, mem in (("base", zero, zero), ("total", copy_, copy_), ("read", zero, copy_),
+                               ("state", copy_, zero)):
+            parts = []
+            for i in range(0, len(rows_t), per_call):
+                sl = slice(i, i + per_call)
+                ro = row_head(model, h_all[now[sl]], rows_t[sl], memory_h=h_all[mem[sl]]).readout
+                logp = F.linear(ro.features[:, 0], ro.weight, ro.bias).log_softmax(-1)  # (n, V)
+                parts.append(logp.gather(1, tgt[sl, None])[:, 0])
+            out[name] = torch.cat(parts).double().cpu().numpy()
+        position = pos + 1
+        rec = {"row": f + rows, "position": f + position, "distance": distance(rows - position),
+               **{k: out["base"] - out[k] for k in ("total", "read", "state")}}
+        rec["interaction"] = rec["total"] - rec["read"] - rec["state"]
+        records.append(pd.DataFrame(rec))
+    frame = pd.concat(records, ignore_index=True) if records else pd.DataFrame(
+        columns=["row", "position", "distance", "total", "read", "state", "interaction"])
+    frame.insert(1, "target", [sa.targets[r] for r in frame.row])
+    return frame
+
+
+# --------------------------------------------------------------------------- over a split
+TESTS = ("agreement", "permutations", "adversarial", "uniform", "erasure", "aopc", "paths")
+
+
+def collect(ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None, permutations_n: int = PERMUTATIONS,
+            epsilon: float = EPSILON, adversary_steps: int = ADVERSARY_STEPS, methods: Sequence[str] = TEXT_METHODS,
+            n_steps: int = DEFAULT_STEPS, passage_tokens: int = PASSAGE_TOKENS, other: Checkpoint | None = None,
+            seed: int = 0, progress: Callable[[float], None] | None = None,
+            select: Sequence[int] | None = None) -> tuple[dict[str, pd.DataFrame], int]:
+    """``(frames, units)``: every test's frame over the first ``limit`` sentences of a processed split (or the
+    sentences ``select`` names, by their index in the split, ascending), each with a ``unit`` column (the
+    sentence, or a document model's passage, :func:`vizlm.inspect.attribution.reading_units`, each read from a zero
+    state), not cached; and the number of units."""
+    if not ckpt.has_attention:
+        raise FaithfulnessError(f"{ckpt.label} has no attention: there is nothing to test")
+    methods = list(methods)
+    data = load_corpus(corpus, split)
+    document = getattr(ckpt.model.config, "context", "sentence") == "document"
+    index = _selected(len(data.sentences), limit, select)
+    sentences = [data.sentences[i] for i in index]
+    units = reading_units(sentences, [data.ids[i] for i in index], document, passage_tokens)
+    parts: dict[str, list[pd.DataFrame]] = {t: [] for t in TESTS}
+    for k, unit in enumerate(units):
+        sa = analyze_sentences(ckpt, [sentences[i] for i in unit], top_k=0, effects=True, max_effect_pairs=0,
+                               max_tokens=None)
+        atts = {m: attribute(ckpt, sa, m, n_steps) for m in ["slot-effect", *methods]}
+        frames = {
+            "agreement": agreement_table(ckpt, sa, methods, n_steps, atts),
+            "permutations": permutations(ckpt, sa, permutations_n, seed + k),
+            "adversarial": adversarial(ckpt, sa, epsilon, adversary_steps, seed=seed + k),
+            "uniform": uniform_baseline(ckpt, sa, other),
+            "erasure": erasure_curves(ckpt, sa, rankings=[*RANKINGS, *methods], seed=seed + k, attributions=atts),
+            "aopc": aopc(ckpt, sa, rankings=["attention", "gradient", *methods, "random"], seed=seed + k,
+                         attributions=atts),
+            "paths": two_paths(ckpt, sa),
+        }
+        for name, frame in frames.items():
+            parts[name].append(frame.assign(unit=k))
+        if progress:
+            progress((k + 1) / len(units))
+    return {name: pd.concat(xs, ignore_index=True) if xs else pd.DataFrame() for name, xs in parts.items()}, len(units)
+
+
+def _selected(n: int, limit: int | None, select: Sequence[int] | None) -> list[int]:
+    """The split's sentences a corpus run reads: ``select`` (indices, ascending, checked) or the first ``limit``."""
+    if select is None:
+        return list(range(n))[:limit]
+    index = [int(i) for i in select]
+    if any(b <= a for a, b in pairwise(index)) or (index and not 0 <= index[0] <= index[-1] < n):
+        raise FaithfulnessError(f"select must name sentences of the split (0..{n - 1}) in ascending order")
+    return index
+
+
+def statistics(frames: dict[str, pd.DataFrame], n_units: int, n_boot: int = N_BOOT, seed: int = 0) -> dict:
+    """The corpus statistics of :func:`collect`'s frames (JSON-able), every interval a 95% bootstrap over units."""
+
+    def ci(values, units, stat="mean"):
+        return cluster_interval(np.asarray(values, float), np.asarray(units, int), n_units, stat, n_boot, seed)
+
+    out: dict = {}
+    a = frames["agreement"]
+    if len(a):
+        chosen = a[a.positions >= 2]  # a row with one position ranks nothing
+        pairs = [c for c in a.columns if "~" in c]
+        out["agreement"] = {"rows": len(chosen), "kendall_tau": {c: ci(chosen[c], chosen.unit) for c in pairs},
+                            "ceiling": [c for c in pairs if not c.startswith("attention~")]}
+    p = frames["permutations"]
+    if len(p):
+        shuffled = p[p.word_slots >= 2]
+        bins = []
+        for lo, hi in pairwise(WEIGHT_BINS):
+            top = hi == WEIGHT_BINS[-1]
+            sel = shuffled[(shuffled.max_weight >= lo) & ((shuffled.max_weight <= hi) if top else (shuffled.max_weight < hi))]
+            bins.append({"lo": lo, "hi": hi, "rows": len(sel),
+                         **{c: ci(sel[c], sel.unit, "median") for c in ("median_tvd", "median_jsd", "median_abs_dlogp")}})
+        out["permutations"] = {
+            "rows": len(shuffled), "binned_by": "the row's largest weight on a word slot", "bins": bins,
+            "all": {c: ci(shuffled[c], shuffled.unit, "median") for c in ("median_tvd", "median_jsd", "median_abs_dlogp")},
+            "fixed_weight": ci(shuffled.fixed_weight, shuffled.unit)}
+    v = frames["adversarial"]
+    if len(v):
+        moved = v[v.slots >= 2]
+        out["adversarial"] = {"rows": len(moved), "mean_jsd": ci(moved.jsd, moved.unit),
+                              "median_jsd": ci(moved.jsd, moved.unit, "median"),
+                              "share_over_half_ln2": ci((moved.jsd > 0.5 * math.log(2)).astype(float), moved.unit),
+                              "mean_abs_dlogp": ci(moved.dlogp.abs(), moved.unit)}
+    u = frames["uniform"]
+    if len(u):
+        out["uniform"] = {"tokens": len(u), "nll": ci(-u.logprob, u.unit), "uniform_nll": ci(-u.uniform_logprob, u.unit),
+                          "uniform_minus_own": ci(u.logprob - u.uniform_logprob, u.unit)}
+        if "frozen_logprob" in u:
+            out["uniform"] |= {"frozen_nll": ci(-u.frozen_logprob, u.unit),
+                               "frozen_minus_own": ci(u.logprob - u.frozen_logprob, u.unit)}
+    e = frames["erasure"]
+    if len(e):
+        out["erasure"] = {r: {"k": [int(k) for k in sorted(g.k.unique())],
+                              "dlogp": [ci(gk.dlogp, gk.unit) for _, gk in g.groupby("k")],
+                              "flip": [ci(gk.flip, gk.unit) for _, gk in g.groupby("k")]}
+                          for r, g in e.groupby("ranking", sort=False)}
+    o = frames["aopc"]
+    if len(o):
+        out["aopc"] = {}
+        for r, g in o.groupby("ranking", sort=False):
+            rows = g.groupby(["unit", "row"])[["comprehensiveness", "sufficiency"]].mean().reset_index()
+            out["aopc"][r] = {
+                "comprehensiveness": ci(rows.comprehensiveness, rows.unit), "sufficiency": ci(rows.sufficiency, rows.unit),
+                "by_fraction": {str(f): {c: ci(gf[c], gf.unit) for c in ("comprehensiveness", "sufficiency")}
+                                for f, gf in g.groupby("fraction")}}
+    t = frames["paths"]
+    if len(t):
+        by = {"distance": [], "read": [], "state": [], "total": [], "read_share": []}
+        for lo, hi in [(d, d) for d in range(1, MAX_DISTANCE + 1)] + [(MAX_DISTANCE + 1, None)]:
+            sel = t[(t.distance >= lo) & ((t.distance <= hi) if hi is not None else True)]
+            by["distance"].append(str(lo) if hi is not None else f">{MAX_DISTANCE}")
+            for c in ("read", "state", "total"):
+                by[c].append(ci(sel[c].abs(), sel.unit))
+            units = sel.unit.to_numpy(int)
+            read = np.bincount(units, weights=sel.read.abs().to_numpy(), minlength=n_units)
+            both = read + np.bincount(units, weights=sel.state.abs().to_numpy(), minlength=n_units)
+            by["read_share"].append(_ratio(read, both, n_boot, seed))
+        out["paths"] = by
+    return out
+
+
+def _ratio(num: np.ndarray, den: np.ndarray, n_boot: int, seed: int) -> dict:
+    """``{"value", "lo", "hi"}``: ``sum(num) / sum(den)`` of per-unit sums, with a 95% bootstrap interval over the
+    units (the same draws as :func:`vizlm.inspect.attribution.cluster_interval`'s)."""
+    total = float(den.sum())
+    if not len(den) or total <= 0:
+        return {"value": math.nan, "lo": math.nan, "hi": math.nan}
+    draws = bootstrap_draws(len(den), n_boot, seed)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        boot = (draws @ num) / (draws @ den)
+    boot = boot[np.isfinite(boot)]
+    return {"value": float(num.sum()) / total, "lo": float(np.quantile(boot, 0.025)),
+            "hi": float(np.quantile(boot, 0.975))}
+
+
+def _cache_parts(ckpt: Checkpoint, corpus: str, split: str, limit: int | None, permutations_n: int, epsilon: float,
+                 adversary_steps: int, methods: Sequence[str], n_steps: int, passage_tokens: int,
+                 other: Checkpoint | None, n_boot: int, seed: int) -> dict:
+    """The cache key of :func:`corpus_faithfulness` (every parameter), its arguments checked."""
+    if not ckpt.has_attention:
+        raise FaithfulnessError(f"{ckpt.label} has no attention: there is nothing to test")
+    for m in methods:
+        if m not in TEXT_METHODS:
+            raise FaithfulnessError(f"unknown word-level method {m!r}; valid: {', '.join(TEXT_METHODS)}")
+    n_steps = check_steps(n_steps)
+    document = getattr(ckpt.model.config, "context", "sentence") == "document"
+    return {"kind": "faithfulness", "version": FAITHFULNESS_VERSION, "checkpoint": checkpoint_digest(ckpt),
+            "corpus": split_checksum(corpus, split), "split": split, "limit": limit, "permutations": permutations_n,
+            "epsilon": epsilon, "adversary_steps": adversary_steps, "adversary_lr": ADVERSARY_LR,
+            "methods": list(methods), "n_steps": n_steps, "ks": list(ERASE_K), "fractions": list(FRACTIONS),
+            "n_boot": n_boot, "seed": seed, "context": "document" if document else "sentence",
+            "passage_tokens": passage_tokens if document else None,
+            "other": None if other is None else checkpoint_digest(other)}
+
+
+def is_stored(ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None, permutations_n: int = PERMUTATIONS,
+              epsilon: float = EPSILON, adversary_steps: int = ADVERSARY_STEPS, methods: Sequence[str] = TEXT_METHODS,
+              n_steps: int = DEFAULT_STEPS, passage_tokens: int = PASSAGE_TOKENS, other: Checkpoint | None = None,
+              n_boot: int = N_BOOT, seed: int = 0) -> bool:
+    """Whether :func:`corpus_faithfulness` with these arguments is read from the disk cache rather than computed:
+    the cost is said only for what will be computed."""
+    return stored(_cache_parts(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods, n_steps,
+                               passage_tokens, other, n_boot, seed))
+
+
+# Every test over a split, the first time: seconds per token of the split, measured with the default parameters
+# (100 permutations, 200 adversary steps, the three word-level methods) on a busy 2-core machine: the output layer
+# over the vocabulary dominates (the bundled AMSRN and an 8-unit one with its 10,000 words cost alike, ~1.5 s).
+SECONDS_PER_TOKEN = 0.05
+SECONDS_PER_TOKEN_WORD = 1.5e-4  # per token and word of the vocabulary
+
+
+def estimate_seconds(ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None) -> float:
+    """The expected time of :func:`corpus_faithfulness` of ``ckpt`` over the first ``limit`` sentences of a split
+    with the default parameters, from their tokens and the vocabulary: an order of magnitude, said before it
+    starts."""
+    sentences = load_corpus(corpus, split).sentences
+    tokens = sum(len(x) + 1 for x in (sentences[:limit] if limit is not None else sentences))  # with </s>
+    return tokens * (SECONDS_PER_TOKEN + SECONDS_PER_TOKEN_WORD * len(ckpt.vocab))
+
+
+def corpus_faithfulness(
+    ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None, permutations_n: int = PERMUTATIONS,
+    epsilon: float = EPSILON, adversary_steps: int = ADVERSARY_STEPS, methods: Sequence[str] = TEXT_METHODS,
+    n_steps: int = DEFAULT_STEPS, passage_tokens: int = PASSAGE_TOKENS, other: Checkpoint | None = None,
+    n_boot: int = N_BOOT, seed: int = 0, use_cache: bool = True, progress: Callable[[float], None] | None = None,
+    select: Sequence[int] | None = None,
+) -> dict:
+    """Every test over a processed split (its first ``limit`` sentences, or those ``select`` names), cached
+    (:mod:`vizlm.inspect.cache`, keyed by the checkpoints' and the split's checksums and every parameter): :func:`statistics`
+    of :func:`collect`.
+
+    ``agreement`` (mean tau-b per pair, the ``ceiling`` pairs named), ``permutations`` (binned by the row's largest
+    word-slot weight, :data:`WEIGHT_BINS`: per bin the median over rows of each row's median TVD, JSD and
+    ``|delta log P|``), ``adversarial`` (JSD found within ``epsilon``), ``uniform`` (per-token NLL as read, with
+    uniform and with ``other``'s attention), ``erasure`` (per ranking and k: mean delta log P, flip rate), ``aopc``
+    (per ranking: comprehensiveness and sufficiency, their AOPC and per fraction), ``paths`` (per distance: mean
+    ``|read|``, ``|state|``, ``|total|`` and the read's share of ``|read| + |state|``); ``masking``: how slots are
+    dropped. Every interval a 95% bootstrap over units (sentences, or a document model's passages), ``n_boot``
+    resamples from ``seed``."""
+    parts = _cache_parts(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods, n_steps,
+                         passage_tokens, other, n_boot, seed)
+    methods, n_steps, document = parts["methods"], parts["n_steps"], parts["context"] == "document"
+    if select is not None:  # only when given: the keys of runs without it stay as they were
+        parts["select"] = _selected(len(load_corpus(corpus, split).sentences), limit, select)
+
+    def compute() -> dict:
+        frames, units = collect(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods, n_steps,
+                                passage_tokens, other, seed, progress, select)
+        return {"model": ckpt.label, "corpus": corpus, "split": split, "context": parts["context"], "units": units,
+                "resampled": "passages" if document else "sentences", "masking": MASKING, "unit": "nats",
+                "permutations_per_row": permutations_n, "epsilon": epsilon,
+                "other": None if other is None else other.label, **statistics(frames, units, n_boot, seed)}
+
+    return cached(parts, compute, use_cache)
