@@ -42,7 +42,9 @@ from vizlm.modeling.checkpoint import Checkpoint, bundled_checkpoints, load_chec
 from vizlm.data.registry import example_passages  # noqa: E402
 from vizlm.present.export import chart_spec  # noqa: E402
 from vizlm.models import build_model  # noqa: E402
-from vizlm.present.plots import attention_heatmap, heatmap_rows, highlighted_html, text_span  # noqa: E402
+from vizlm.inspect.highlight import DEFAULT  # noqa: E402
+from vizlm.present.fragments import highlighted_html, text_span  # noqa: E402
+from vizlm.present.heatmap import attention_heatmap, heatmap_rows  # noqa: E402
 from vizlm.present.serialize import analysis_dict  # noqa: E402
 
 TARGET_P95_MS = 500.0
@@ -95,7 +97,7 @@ def main(argv=None) -> int:
             analysis_dict(sa)
             if sa.attention is not None:
                 slot_effect_rows(c, sa, [row])
-                chart_spec(attention_heatmap(sa, 0.2, rows=heatmap_rows(sa, row), selected=row), validate=False)
+                chart_spec(attention_heatmap(sa, DEFAULT, rows=heatmap_rows(sa, row), selected=row), validate=False)
 
     def click():
         r = rng.randrange(T)
@@ -103,7 +105,7 @@ def main(argv=None) -> int:
             highlighted_html(sa, r, span=text_span(sa, r))
             if sa.attention is not None:
                 slot_effect_rows(c, sa, [r])
-                chart_spec(attention_heatmap(sa, 0.2, rows=heatmap_rows(sa, r), selected=r), validate=False)
+                chart_spec(attention_heatmap(sa, DEFAULT, rows=heatmap_rows(sa, r), selected=r), validate=False)
 
     runs = {"analyze": lambda: [analyze(c, text, max_effect_pairs=0) for c in ckpts], "page_view": page_view,
             "click": click}

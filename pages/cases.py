@@ -9,14 +9,15 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from vizlm.inspect.analysis import DEFAULT_THRESHOLD
+from vizlm.inspect.highlight import DEFAULT, Share
 from vizlm.app import checkpoints as ck
 from vizlm.app import jobs, results
 from vizlm.app import widgets as ui
 from vizlm.app.shell import EXPLORER, page_setup
 from vizlm.inspect.cases import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, LABEL_DESCRIPTIONS, corpus_cases, gallery_order
 from vizlm.present.links import explorer_query
-from vizlm.present.plots import attention_key_html, case_counts_chart, highlighted_html
+from vizlm.present.charts import case_counts_chart
+from vizlm.present.fragments import attention_key_html, highlighted_html
 
 page_setup()
 
@@ -28,12 +29,12 @@ RANK_ORDER = {"above_uniform": "the most weight above an even spread first", "we
               "attribution": "the attended word that raised the prediction most first (by attribution)"}
 
 
-def case_report(name: str, key: str, corpus: str, split: str, threshold: float, limit: int | None, examples: int,
+def case_report(name: str, key: str, corpus: str, split: str, highlight: Share, limit: int | None, examples: int,
                 rank: str) -> dict:
     """vizlm.inspect.cases.corpus_cases (disk-cached) in the background for every session (vizlm.app.jobs)."""
     version = results.corpus_version(corpus, split)  # a corpus prepared again is read again
-    return jobs.result(("cases", key, corpus, split, version, threshold, limit, examples, rank), corpus_cases,
-                       ck.get_checkpoint(name), corpus, split, threshold=threshold, limit=limit,
+    return jobs.result(("cases", key, corpus, split, version, highlight, limit, examples, rank), corpus_cases,
+                       ck.get_checkpoint(name), corpus, split, highlight, limit=limit,
                        examples_per_label=examples, rank=rank,
                        text=f"Labelling the attention of {name} on {corpus}/{split}"
                             + (" and attributing its predictions" if rank == "attribution" else "")).to_dict()
@@ -44,9 +45,9 @@ with st.sidebar:
                                          "No attention model among the checkpoints: cases label attention highlights.")
     label_name, corpus, split = ui.corpus_picker("cases_corpus", models)
     limit = ui.sample_picker("cases_sample", default=ui.sample_label(ui.sample_slug(GALLERY_LIMIT)))
-    st.session_state.setdefault("cases_threshold", DEFAULT_THRESHOLD)
-    threshold = st.slider("Attention threshold", 0.05, 1.0, step=0.05, key="cases_threshold",
-                          help="A (predicted word, earlier word) pair counts when its attention weight reaches this.")
+    st.session_state.setdefault("cases_threshold", DEFAULT.share)
+    highlight = Share(st.slider("Attention threshold", 0.05, 1.0, step=0.05, key="cases_threshold",
+                                help="A (predicted word, earlier word) pair counts when its attention weight reaches this."))
     st.session_state.setdefault("cases_examples", GALLERY_EXAMPLES)
     per_label = st.slider("Examples per label", 3, 30, key="cases_examples")
     st.session_state.setdefault("cases_rank", GALLERY_RANK)
@@ -75,7 +76,7 @@ ui.off_corpus_warning(models, corpus, split)  # a model not trained on this corp
 reports = {}
 for name in models:
     try:
-        reports[name] = case_report(name, ck.model_key(name), corpus, split, threshold, limit, per_label, rank)
+        reports[name] = case_report(name, ck.model_key(name), corpus, split, highlight, limit, per_label, rank)
     except (ValueError, ck.UserError) as exc:  # this model fails alone, by name: the others are shown
         ui.show_error(f"{name}: {exc}")
 if not reports:
@@ -176,15 +177,15 @@ for i, (name, lab, ex) in enumerate(examples[:SHOW]):
             first = results.sentence_index(corpus, split, reading["document"][0])
             sa = results.analyze_corpus_passage(name, corpus, split, first, idx)
             span = (reading["span"][0], min(reading["span"][1] or len(sa.tokens), len(sa.tokens)))
-            st.html(highlighted_html(sa, reading["target"], threshold=threshold, caption=False, span=span))
+            st.html(highlighted_html(sa, reading["target"], highlight, caption=False, span=span))
             text = ex["sentence"]
         elif idx is not None:
             sa = results.analyze_corpus_sentence(name, corpus, split, idx)
-            st.html(highlighted_html(sa, ex["target"], threshold=threshold, caption=False))
+            st.html(highlighted_html(sa, ex["target"], highlight, caption=False))
             text = results.sentence_text(corpus, split, idx)
         else:
             st.markdown(ui.md_escape(ex.get("sentence", "")))
             text = ex.get("sentence", "")
         st.caption(ui.md_escape(ex["evidence"]))
         st.page_link(EXPLORER, label="Open in the Explorer", icon=":material/open_in_new:",
-                     query_params=explorer_query(name, text, target=ex["target"], threshold=threshold))
+                     query_params=explorer_query(name, text, target=ex["target"], highlight=highlight))

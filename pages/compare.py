@@ -17,7 +17,7 @@ from vizlm.app import widgets as ui
 from vizlm.app.shell import EXPLORER, page_setup
 from vizlm.present.export import safe_filename
 from vizlm.present.links import CompareState, explorer_query
-from vizlm.present.plots import comparison_scatter
+from vizlm.present.charts import comparison_scatter
 
 page_setup()
 

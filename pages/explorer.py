@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import streamlit as st
 
-from vizlm.api import DEFAULT_THRESHOLD
 from vizlm.app import checkpoints as ck
 from vizlm.app import explorer as ex
 from vizlm.app import results
@@ -35,7 +34,7 @@ def explorer() -> None:
         st.stop()
     ex.seed_from_url(names)
 
-    names, model, compare, threshold, top_k, measure = ex.sidebar()
+    names, model, compare, highlight, measure = ex.sidebar()
     text = ex.text_input(model, compare)
 
     # ---------------------------------------------------------------- validation
@@ -44,11 +43,10 @@ def explorer() -> None:
                 icon=":material/edit:")
         st.stop()
     shown = [model] + ([compare] if compare else [])
-    analyses, docs = {}, {}
+    analyses = {}
     for name in shown:
         try:
             analyses[name] = results.analyze_text(name, text)
-            docs[name] = results.analysis_dict(name, text, threshold, top_k)
         except ck.UserError as exc:
             ui.show_error(exc)
             st.stop()
@@ -57,24 +55,23 @@ def explorer() -> None:
         st.info(note[:1].upper() + note[1:] + ".", icon=":material/info:")
     ex.warn_unknown(analyses, names)
 
-    r = ex.word_picker(sa, text, threshold, top_k)
-    ui.write_explorer_query(ExplorerState(model, compare or None, text,
-                                          threshold if threshold is not None else DEFAULT_THRESHOLD, top_k, r, measure))
+    r = ex.word_picker(sa, text, highlight)
+    ui.write_explorer_query(ExplorerState(model, compare or None, text, highlight, r, measure))
 
     # ---------------------------------------------------------------- per-model panels
     cols = st.columns(len(shown), gap="large")
     for col, name in zip(cols, shown):
         with col:
-            ex.model_panel(name, analyses[name], docs[name], r, threshold, top_k, text, measure)
+            ex.model_panel(name, analyses[name], r, highlight, text, measure)
 
     # ---------------------------------------------------------------- whole-text views
     st.divider()
     # Only the open tab runs: each view costs a chart or an export, so nothing is drawn unseen.
     views = {
-        "Heat map": lambda: render_heatmaps(analyses, text, threshold, top_k, r, measure),
+        "Heat map": lambda: render_heatmaps(analyses, text, highlight, r, measure),
         "Surprisal per word": lambda: render_surprisal(analyses),
         "AMSRN gates": lambda: render_gates(analyses),
-        "Data & downloads": lambda: render_data(analyses, r, threshold, top_k),
+        "Data & downloads": lambda: render_data(analyses, r, highlight),
     }
     if all(a.gates is None for a in analyses.values()):  # only AMSRN models have selection gates
         del views["AMSRN gates"]

@@ -11,7 +11,7 @@ from vizlm.app import widgets as ui
 from vizlm.app.shell import page_setup
 from vizlm.modeling.checkpoint import meta_corpus
 from vizlm.present.export import export_frame, safe_filename
-from vizlm.present.plots import training_curve_chart
+from vizlm.present.charts import training_curve_chart
 from vizlm.present.tables import config_items, epochs_text, models_frame, paper_frame
 
 page_setup()

@@ -23,7 +23,7 @@ from vizlm.inspect.attribution import BY_DISTANCE
 from vizlm.data.registry import example_sentences
 from vizlm.present.export import safe_filename
 from vizlm.present.links import explorer_query
-from vizlm.present.plots import positions_chart, sentence_positions_chart
+from vizlm.present.charts import positions_chart, sentence_positions_chart
 
 page_setup()
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from vizlm.core import paths
-from vizlm.inspect.analysis import DEFAULT_THRESHOLD
+from vizlm.inspect.highlight import DEFAULT
 from vizlm.inspect.attribution import BY_DISTANCE, corpus_attribution
 from vizlm.inspect.cache import SHIPPED_SUFFIX
 from vizlm.inspect.cases import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, corpus_cases
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                 if ckpt.has_attention:
                     if (corpus, split) == first_view(ckpt):
                         positions_corpus([ckpt], corpus, split, window=MAX_WINDOW, effects=True)
-                    corpus_cases(ckpt, corpus, split, threshold=DEFAULT_THRESHOLD, limit=GALLERY_LIMIT,
+                    corpus_cases(ckpt, corpus, split, DEFAULT, limit=GALLERY_LIMIT,
                                  examples_per_label=GALLERY_EXAMPLES, rank=GALLERY_RANK)
                 print(f"{name} {corpus}/{split}: {time.perf_counter() - t:.0f} s", flush=True)
             for entry in sorted(Path(cache).glob("*.json")):

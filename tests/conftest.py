@@ -112,7 +112,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 def vega_colours(values: list[float], scale) -> list[tuple[int, int, int]]:
     """The colour Vega draws for each of ``values`` on the Altair ``scale`` (one rect each, rendered to SVG):
-    what the Python palettes of :mod:`vizlm.present.plots` must match."""
+    what the Python palettes of :mod:`vizlm.present.style` must match."""
     import re
 
     import altair as alt

@@ -17,13 +17,14 @@ from conftest import ROOT, vega_colours
 
 import vizlm
 from vizlm import api, cli
-from vizlm.present import export, plots
+from vizlm.present import charts, export, heatmap, style
 from vizlm.inspect.analysis import AnalysisError, SentenceAnalysis, analyze
 from vizlm.modeling.checkpoint import CheckpointError, load_checkpoint
 from vizlm.data.registry import DataError, DataMissingError
 from vizlm.core.errors import InputError, VizlmError
 from vizlm.core.files import OverwriteError
 from vizlm.present.serialize import AnalysisFileError
+from vizlm.inspect.highlight import Share
 
 TEXT = "The dogs in the park are barking because they saw a cat ."
 PASSAGE = "The jury praised the city . It said the election was fair .\nThe mayor thanked them ."
@@ -220,7 +221,7 @@ def test_highlights_are_computed_once_per_setting(a):
     assert a.highlights(top_k=2) is a.highlights(top_k=2) and a.highlights(top_k=2) is not a.highlights()
     fresh = SentenceAnalysis(**{f: getattr(a, f) for f in SentenceAnalysis.__dataclass_fields__})
     assert [[h.slot for h in row] for row in a.highlights(threshold=0.1)] == \
-        [[h.slot for h in row] for row in fresh.highlights(0.1)]
+        [[h.slot for h in row] for row in fresh.highlighted(Share(0.1))]
     assert all(h.weight >= 0.1 for row in a.highlights(threshold=0.1) for h in row)
     own = vizlm.load("amsrn").analyze(TEXT, threshold=0.05)
     assert own.highlights() is own.highlights(threshold=0.05) and own.to_dict()["threshold"] == 0.05
@@ -306,25 +307,25 @@ def test_export_files(a, tmp_path):
 # --------------------------------------------------------------------------- charts and notebook HTML
 def test_chart_is_the_apps(a):
     ours = export.chart_spec(a.chart(target=3), validate=False)
-    app = export.chart_spec(plots.attention_heatmap(a, threshold=0.2, measure="weight", selected=3), validate=False)
+    app = export.chart_spec(heatmap.attention_heatmap(a, Share(0.2), measure="weight", selected=3), validate=False)
     assert ours == app
     effect = a.chart(measure="effect").to_dict()  # validated against the Vega-Lite schema
     assert "redblue" in json.dumps(effect)
     long = vizlm.load("kvp-doc").analyze(" ".join([TEXT] * 6))
     window = export.chart_spec(long.chart(target=50), validate=False)
-    rows = plots.heatmap_rows(long, 50)
-    assert window == export.chart_spec(plots.attention_heatmap(long, threshold=0.2, rows=rows, selected=50), validate=False)
+    rows = heatmap.heatmap_rows(long, 50)
+    assert window == export.chart_spec(heatmap.attention_heatmap(long, Share(0.2), rows=rows, selected=50), validate=False)
 
 
 def test_effect_colours_match_the_chart_scheme():
     """Effects are coloured in Python for the notebook's heat map: as Vega draws EFFECT_SCHEME."""
     values = [-1.0, -0.6, -0.2, 0.0, 0.3, 0.7, 1.0]
-    scale = alt.Scale(scheme=plots.EFFECT_SCHEME, domain=[-plots.EFFECT_DOMAIN_BITS, plots.EFFECT_DOMAIN_BITS],
+    scale = alt.Scale(scheme=style.EFFECT_SCHEME, domain=[-style.EFFECT_DOMAIN_BITS, style.EFFECT_DOMAIN_BITS],
                       domainMid=0)
     for v, rgb in zip(values, vega_colours(values, scale)):
-        ours = plots._rgb(plots.effect_colour(v))
+        ours = style._rgb(style.effect_colour(v))
         assert max(abs(p - q) for p, q in zip(ours, rgb)) <= 8, (v, ours, rgb)
-    assert plots.effect_colour(5.0) == plots.effect_colour(1.0)
+    assert style.effect_colour(5.0) == style.effect_colour(1.0)
 
 
 def test_notebook_html_is_static_and_shows_the_word(a):
@@ -334,7 +335,7 @@ def test_notebook_html_is_static_and_shows_the_word(a):
     assert "memory slots of this word" in html and "attention effect" in html
     T = len(a.targets)
     cells = html.count("<td style=\"font-size:0.8em;width:") + html.count("<td style=\"width:")
-    assert cells == T * len(plots.window_slots(a.allowed(), (0, T)))  # one cell per row and shown slot
+    assert cells == T * len(heatmap.window_slots(a.allowed(), (0, T)))  # one cell per row and shown slot
     park = a.target_index("park")
     view = a.show(target="park")
     assert isinstance(view, vizlm.View) and view._repr_html_() == view.html
@@ -368,7 +369,7 @@ def test_compare(lm):
     assert len(frame) == c.summary["sentences"] <= 40 and list(frame["log_ratio"]) == sorted(frame["log_ratio"])
     assert c.most_improved(3).equals(frame.head(3))
     assert export.chart_spec(c.chart(), validate=False) == \
-        export.chart_spec(plots.comparison_scatter(frame, "lstm", "amsrn"), validate=False)
+        export.chart_spec(charts.comparison_scatter(frame, "lstm", "amsrn"), validate=False)
     html = c._repr_html_()
     assert "bootstrap interval" in html and "<svg" in html and "<script" not in html.lower()
     assert "amsrn" in repr(c)
@@ -396,9 +397,9 @@ def test_positions():
     assert set(frame["model"]) == {"kvp-doc"} and p.skipped == ["lstm-doc"]
     assert sorted(frame["offset"]) == [1, 2, 3, 4, 5] and (frame["mean"] >= 0).all()
     assert "kvp-doc" in p.effects and 0 <= p.effects["kvp-doc"]["share_over_1_bit"] <= 1
-    assert export.chart_spec(p.chart(), validate=False) == export.chart_spec(plots.positions_chart(frame), validate=False)
+    assert export.chart_spec(p.chart(), validate=False) == export.chart_spec(charts.positions_chart(frame), validate=False)
     assert export.chart_spec(p.chart("effect"), validate=False) == \
-        export.chart_spec(plots.positions_chart(frame, measure="effect"), validate=False)
+        export.chart_spec(charts.positions_chart(frame, measure="effect"), validate=False)
     html = p._repr_html_()
     assert "Fig. 3" in html and "kvp-doc" in html and html.count("<svg") == 2 and "<script" not in html.lower()
 

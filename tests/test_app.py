@@ -270,7 +270,7 @@ def test_corpus_pages_open_with_models_of_one_language_as_many_as_colours():
     setting), Cases with every attention model of one language; both with at most one model per
     chart colour. Models of two languages together get a message, not a corpus one of them cannot read."""
     from vizlm.app import checkpoints as ck
-    from vizlm.present.plots import CATEGORICAL
+    from vizlm.present.style import CATEGORICAL
 
     attn = ck.attention_model_names()
     assert "amsrn-sinica" in attn and ck.language("amsrn-sinica") == "Chinese" and ck.language("amsrn") == "English"
@@ -376,7 +376,7 @@ def test_models_cards_say_the_epoch_cap_and_write_values_for_people():
 
 
 def test_training_curve_fits_its_axis_and_marks_a_continued_run():
-    from vizlm.present.plots import training_curve_chart
+    from vizlm.present.charts import training_curve_chart
 
     log = [{"epoch": e, "train_perplexity": 150 - e, "valid_perplexity": 160 - e} for e in (1, 2, 3)]
     log += [dict(epoch=4, train_perplexity=140, valid_perplexity=150, stage="continued")]
@@ -673,7 +673,7 @@ def test_small_probabilities_show_their_significant_digits():
 
     from vizlm.inspect.analysis import analyze
     from vizlm.modeling.checkpoint import load_checkpoint
-    from vizlm.present.plots import format_prob
+    from vizlm.present.style import format_prob
 
     sa = analyze(load_checkpoint("amsrn"), EFFECT_TEXT)
     r = int(np.argmin(sa.probs))  # the least likely word
@@ -942,7 +942,8 @@ def test_compare_scatter_shows_both_groups_across_the_page(monkeypatch):
 
     from vizlm.app import widgets
     from vizlm.present.export import chart_spec
-    from vizlm.present.plots import SCATTER_OPACITY, comparison_scatter
+    from vizlm.present.charts import comparison_scatter
+    from vizlm.present.style import SCATTER_OPACITY
 
     ppl_b = [50.0, 150.0] * 3 + [150.0] * 4  # B lower in 3 sentences, A in 7, in sentence order
     table = pd.DataFrame({"sentence_id": list("abcdefghij"), "text": list("abcdefghij"), "length": 5,
@@ -1526,7 +1527,7 @@ def test_a_long_text_attributes_only_the_window_shown(monkeypatch):
     """An attribution measure on a long text computes the heat map's window of rows around the selected word,
     not every row: the cost follows what is shown."""
     from vizlm import api
-    from vizlm.present.plots import WINDOW_ROWS
+    from vizlm.present.style import WINDOW_ROWS
 
     asked = []
     real = api.Model.attribute
@@ -1560,7 +1561,7 @@ def test_each_models_attribution_download_exports_its_own_rows(monkeypatch):
     monkeypatch.setattr(views.st, "caption", lambda *a, **k: None)
     monkeypatch.setattr(views.st, "vega_lite_chart", lambda *a, **k: None)
     monkeypatch.setattr(views, "download_row", lambda items, key: callbacks.setdefault(key, items))
-    monkeypatch.setattr(views, "export_attribution", lambda a, f, th, k, rows, target: exported.append((a, rows)))
+    monkeypatch.setattr(views, "export_attribution", lambda a, f, setting, rows, target: exported.append((a, rows)))
     views.render_attribution_maps(analyses, "x", "occlusion", 0.2, None, 3)
     for key in ("attr_a", "attr_b"):
         callbacks[key][0][1]()

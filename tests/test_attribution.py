@@ -20,6 +20,7 @@ from vizlm.modeling.checkpoint import Checkpoint
 from vizlm.data.registry import SPECIALS, Vocab
 from vizlm.core.errors import VizlmError
 from vizlm.models import build_model
+from vizlm.inspect.highlight import DEFAULT, Share, TopK
 
 VOCAB = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])
 PASSAGE = [["w4", "w9", "w9", "w20"], ["w7", "w30", "w4"], ["w11", "w5"]]  # three sentences, one document
@@ -525,42 +526,42 @@ def test_highlights_text_and_heat_map_show_only_what_a_row_read(name, kw, contex
     another sentence read alone), largest |attribution| first; the running text colours exactly the words
     read at those positions; the heat map has a cell for every covered pair and no other (a valid
     Vega-Lite spec), in bits."""
-    from vizlm.present import export, plots
+    from vizlm.present import export, fragments, heatmap
 
     ckpt = tiny(name, **kw, context=context)
     res = at.attribute(ckpt, analyze_sentences(ckpt, PASSAGE), "gradient-x-input")
     T = len(res.targets)
     for r in range(T):
         size = np.abs(res.scores[r]) * res.covered[r]
-        top = res.highlights(r, top_k=3)
+        top = res.highlighted(r, TopK(3))
         assert top == sorted(top, key=lambda p: -size[p]) and len(top) == min(3, int((size > 0).sum()))
-        lit = res.highlights(r, threshold=0.25)
+        lit = res.highlighted(r, Share(0.25))
         assert all(res.covered[r, p] and p <= r for p in lit)
         assert set(lit) == {p for p in range(T) if size[p] > 0 and size[p] >= 0.25 * size.max()}
         frame = res.row_frame(r)
         assert list(frame.position) == sorted(np.flatnonzero(res.covered[r]), key=lambda p: (-size[p], p))
         assert_same_math(torch.from_numpy(frame.attribution_bits.to_numpy().copy()),
                          torch.from_numpy(res.scores[r, frame.position] / math.log(2)))
-        html = plots.attribution_html(res, r, top_k=2)
+        html = fragments.attribution_html(res, r, TopK(2))
         words = [m.split(">", 1)[1].split("<", 1)[0] for m in html.split('class="vz-tok vz-attributed"')[1:]]
         norms = res.analysis.norms
-        expected = [norms[p - 1] for p in res.highlights(r, top_k=2) if norms[p - 1] != "</s>"]
+        expected = [norms[p - 1] for p in res.highlighted(r, TopK(2)) if norms[p - 1] != "</s>"]
         assert sorted(words) == sorted(expected)
-    spec = export.chart_spec(plots.attribution_heatmap(res, top_k=2, selected=3))  # validated
+    spec = export.chart_spec(heatmap.attribution_heatmap(res, TopK(2), selected=3))  # validated
     cells = next(d for d in spec["datasets"].values() if d and "attribution" in d[0])
     assert len(cells) == int(res.covered.sum())
     assert all(c["distance"] >= 1 for c in cells)
     with pytest.raises(at.AttributionError, match="out of range"):
-        res.highlights(T)
+        res.highlighted(T)
 
 
 def test_attribution_html_escapes_every_word():
     vocab = Vocab(list(SPECIALS) + ["<script>alert(1)</script>", "=cmd|' /C calc'!A0", "w1"])
     ckpt = tiny("lstm", vocab=vocab)
-    from vizlm.present import plots
+    from vizlm.present import fragments
 
     res = at.attribute(ckpt, [["<script>alert(1)</script>", "=cmd|' /C calc'!A0", "w1"]], "occlusion")
-    html = plots.attribution_html(res, 2, top_k=3) + plots.attribution_key_html(1.0, "occlusion")
+    html = fragments.attribution_html(res, 2, TopK(3)) + fragments.attribution_key_html(1.0, "occlusion")
     assert "<script>" not in html and "&lt;script&gt;" in html
 
 
@@ -631,38 +632,38 @@ def test_heat_map_outlines_show_on_light_and_dark_cells(what):
     """A highlighted cell's outline is the same on every cell: black (visible on the light cells and on the
     white around the map) inside a white halo (visible on the dark ones). A white outline chosen for a dark
     cell vanished where the cell borders the map's blank part: top 3 looked like two boxes."""
-    from vizlm.present import export, plots
+    from vizlm.present import export, heatmap, style
 
     ckpt = tiny("kvp", window=3)
     sa = analyze_sentences(ckpt, PASSAGE)
-    chart = (plots.attribution_heatmap(at.attribute(ckpt, sa, "gradient-x-input"), top_k=3) if what == "attribution"
-             else plots.attention_heatmap(sa, top_k=3))
+    chart = (heatmap.attribution_heatmap(at.attribute(ckpt, sa, "gradient-x-input"), TopK(3)) if what == "attribution"
+             else heatmap.attention_heatmap(sa, TopK(3)))
     layers = _outline_layers(export.chart_spec(chart))
     strokes = [layer["mark"].get("stroke") for layer in layers]
     assert all("stroke" not in layer.get("encoding", {}) for layer in layers)  # no colour chosen per cell
-    assert strokes == [plots.OUTLINE_HALO, plots.OUTLINE_COLOUR]
-    assert plots.text_colour(plots.OUTLINE_COLOUR) == "#ffffff"  # dark: shows on white and light cells
+    assert strokes == [style.OUTLINE_HALO, style.OUTLINE_COLOUR]
+    assert style.text_colour(style.OUTLINE_COLOUR) == "#ffffff"  # dark: shows on white and light cells
 
 
 def test_the_default_highlight_shows_the_largest_words_of_a_long_reading():
     """Without a setting, a row highlights the positions with at least a fifth of its largest |attribution|:
     in a long passage, where no word holds a fifth of the total, the words that matter most are still shown
     (at least one in every row that read a word), in the running text and in its caption's count."""
-    from vizlm.present import plots
+    from vizlm.present import fragments
 
     ckpt = tiny("amsrn", context="document")
     passage = [[f"w{4 + (i * 7 + j) % 30}" for j in range(10)] for i in range(6)]  # 65 predicted words
     res = at.attribute(ckpt, analyze_sentences(ckpt, passage), "gradient-x-input")
     last = len(res.targets) - 1
     size = np.abs(res.scores[last]) * res.covered[last]
-    assert size.max() < at.DEFAULT_SHARE * size.sum()  # a share of the total would highlight nothing here
+    assert size.max() < DEFAULT.share * size.sum()  # a share of the total would highlight nothing here
     for r in range(1, last + 1):
-        lit = res.highlights(r)
+        lit = res.highlighted(r)
         size = np.abs(res.scores[r]) * res.covered[r]
         assert lit and lit[0] == int(np.argmax(size))
-        assert set(lit) == {p for p in range(len(size)) if size[p] > 0 and size[p] >= at.DEFAULT_SHARE * size.max()}
-    html = plots.attribution_html(res, last)
-    assert f"({len(res.highlights(last))} word" in html and html.count("vz-attributed") >= 1
+        assert set(lit) == {p for p in range(len(size)) if size[p] > 0 and size[p] >= DEFAULT.share * size.max()}
+    html = fragments.attribution_html(res, last)
+    assert f"({len(res.highlighted(last))} word" in html and html.count("vz-attributed") >= 1
 
 
 def test_one_distance_convention_for_attention_and_attribution():
@@ -685,11 +686,11 @@ def test_one_distance_convention_for_attention_and_attribution():
 def test_an_unknown_word_is_labelled_alike_on_both_axes():
     """A word outside the vocabulary is written as typed on a heat map's rows as on its columns (it was "<unk>"
     on one axis and the word on the other)."""
-    from vizlm.present import plots
+    from vizlm.present import heatmap, style
 
     ckpt = tiny("kvp", window=3)
     sa = analyze_sentences(ckpt, [["w4", "zebra", "w9", "w20"]])
     assert "<unk>" in sa.targets
-    rows, slots = plots.target_axis_labels(sa), plots.slot_axis_labels(sa)
-    positions = plots.position_axis_labels(at.attribute(ckpt, sa, "gradient-x-input"))
+    rows, slots = style.target_axis_labels(sa), style.slot_axis_labels(sa)
+    positions = heatmap.position_axis_labels(at.attribute(ckpt, sa, "gradient-x-input"))
     assert rows[1] == "3 zebra" and "3 zebra" in slots and "3 zebra" in positions

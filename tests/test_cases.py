@@ -30,6 +30,7 @@ from vizlm.models import build_model
 from vizlm.data.resources import Collocations, collocation_rows, load_collocations
 from vizlm.present.serialize import analysis_dict
 from vizlm.data.tagger import Tagger, load_tagger, simplify_tag, train_counts
+from vizlm.inspect.highlight import Share, TopK
 
 COLLOCATIONS = Collocations({("more", "than", 2): (166, 6.13), ("on", "the", 2): (900, 0.5), ("in", "of", 2): (3, 7.0)})
 
@@ -327,8 +328,8 @@ def test_label_cases_returns_every_highlight_and_skips_start_slots():
     doc = cases[0].to_dict()
     assert {"target", "word", "slot", "token", "attended", "weight", "labels", "evidence"} <= set(doc)
     assert json.loads(json.dumps(doc)) == doc and doc["weight"] == 0.6
-    assert label_cases(sa, threshold=0.7, collocations=COLLOCATIONS) == []
-    assert [c.token for c in label_cases(sa, top_k=1, collocations=COLLOCATIONS)] == [1, 2, 1]
+    assert label_cases(sa, Share(0.7), collocations=COLLOCATIONS) == []
+    assert [c.token for c in label_cases(sa, TopK(1), collocations=COLLOCATIONS)] == [1, 2, 1]
     targets = analysis_dict(sa)["targets"]
     assert targets[5]["cases"][0]["labels"] == ["trigger"]
 
@@ -410,7 +411,7 @@ def tiny_ckpt() -> Checkpoint:
 
 def test_corpus_cases_on_a_tiny_model(tiny_ckpt):
     torch.set_num_threads(1)
-    report = corpus_cases(tiny_ckpt, "brown", "test", threshold=0.05, limit=50, examples_per_label=3)
+    report = corpus_cases(tiny_ckpt, "brown", "test", setting=Share(0.05), limit=50, examples_per_label=3)
     assert report.sentences == 50 and report.source == "brown/test"
     assert set(report.counts) == set(LABELS) and report.pairs > report.labelled > 0
     assert max(report.counts.values()) <= report.labelled <= sum(report.counts.values())
@@ -434,8 +435,8 @@ def test_corpus_cases_on_a_tiny_model(tiny_ckpt):
         assert math.isclose(c.observed, doc["shares"][label]) and 0 <= c.chance <= 1
         assert c.units == len({i.rpartition(":")[0] for i in test.ids[:50]}) == 1 and c.low is c.high is None
     # the same numbers again (deterministic), and a higher threshold only removes pairs
-    assert corpus_cases(tiny_ckpt, "brown", "test", threshold=0.05, limit=50, examples_per_label=3).to_dict() == doc
-    assert corpus_cases(tiny_ckpt, "brown", "test", threshold=0.3, limit=50).pairs < report.pairs
+    assert corpus_cases(tiny_ckpt, "brown", "test", setting=Share(0.05), limit=50, examples_per_label=3).to_dict() == doc
+    assert corpus_cases(tiny_ckpt, "brown", "test", setting=Share(0.3), limit=50).pairs < report.pairs
 
 
 def test_corpus_cases_agrees_with_analyze_tokens(tiny_ckpt):
@@ -445,11 +446,11 @@ def test_corpus_cases_agrees_with_analyze_tokens(tiny_ckpt):
     pairs = 0
     for norms, tags in zip(test.sentences[:30], test.tags[:30]):
         sa = analyze_tokens(tiny_ckpt, norms, tags=tags)
-        for case in label_cases(sa, threshold=0.1):
+        for case in label_cases(sa, Share(0.1)):
             pairs += 1
             for label in case.labels:
                 expected[label] += 1
-    report = corpus_cases(tiny_ckpt, "brown", "test", threshold=0.1, limit=30)
+    report = corpus_cases(tiny_ckpt, "brown", "test", setting=Share(0.1), limit=30)
     assert report.pairs == pairs and report.counts == expected and sum(expected.values()) > 0
     batched = dict(analyze_batch(tiny_ckpt, test.sentences[:30], tags=test.tags, top_k=5))
     single = analyze_tokens(tiny_ckpt, test.sentences[7], tags=test.tags[7])
@@ -461,7 +462,7 @@ def test_corpus_cases_agrees_with_analyze_tokens(tiny_ckpt):
 
 def test_corpus_cases_on_given_sentences_and_without_attention(tiny_ckpt):
     sents = [["the", "market", "fell", "and", "the", "market", "rose", "."]]
-    report = corpus_cases(tiny_ckpt, sentences=sents, ids=["line0"], threshold=0.0)
+    report = corpus_cases(tiny_ckpt, sentences=sents, ids=["line0"], setting=Share(0.0))
     assert report.source == "text" and report.pairs == sum(range(1, 8))  # rows 2..8 see 1..7 word slots
     assert report.examples["trigger"][0]["sentence_id"] == "line0"
     vocab = tiny_ckpt.vocab
@@ -488,7 +489,7 @@ def test_phrase_needs_two_different_words_and_no_number():
 
 def test_gallery_keeps_one_example_per_word_pair(tiny_ckpt):
     sents = [["the", "market", "fell", "and", "the", "market", "rose"]] * 6 + [["the", "city", "had", "taxes", "and", "taxes"]]
-    report = corpus_cases(tiny_ckpt, sentences=sents, threshold=0.0, examples_per_label=5)
+    report = corpus_cases(tiny_ckpt, sentences=sents, setting=Share(0.0), examples_per_label=5)
     for label, examples in report.examples.items():
         pairs = [(e["attended"], e["word"]) for e in examples]
         assert len(pairs) == len(set(pairs)), (label, pairs)
@@ -514,13 +515,13 @@ def test_a_corpus_report_is_cached_by_checkpoint_split_and_arguments(monkeypatch
     b = Checkpoint(model, vocab, "b")
     b.digest = checkpoint_digest(a)  # the same files, loaded under another name
     report = lambda ckpt, **kw: corpus_cases(ckpt, "wsj", "test", **{"limit": 30, **kw})  # noqa: E731
-    first = report(a, threshold=0.05)
-    again = report(b, threshold=0.05)
+    first = report(a, setting=Share(0.05))
+    again = report(b, setting=Share(0.05))
     assert len(calls) == 1 and first.pairs > 0
     assert again.model == "b" and {**again.to_dict(), "model": "a"} == json.loads(json.dumps(first.to_dict()))
-    report(a, threshold=0.1)
-    report(a, threshold=0.05, limit=31)
-    report(a, threshold=0.05, use_cache=False)
+    report(a, setting=Share(0.1))
+    report(a, setting=Share(0.05), limit=31)
+    report(a, setting=Share(0.05), use_cache=False)
     assert len(calls) == 4
 
 
@@ -536,7 +537,7 @@ def test_ranking_by_attribution_stores_gradient_x_input_of_the_attended_word(tin
     tolerance = {"rel": TOLERANCE[torch.float32]["rtol"], "abs": TOLERANCE[torch.float32]["atol"]}
     test = load_corpus("brown", "test")
     sents, tags = test.sentences[:20], test.tags[:20]
-    report = corpus_cases(tiny_ckpt, sentences=sents, tags=tags, threshold=0.05, examples_per_label=5,
+    report = corpus_cases(tiny_ckpt, sentences=sents, tags=tags, setting=Share(0.05), examples_per_label=5,
                           rank="attribution")
     assert report.rank == "attribution"
     examples = [e for examples in report.examples.values() for e in examples]
@@ -561,15 +562,15 @@ def test_attribution_is_computed_only_for_its_ranking(tiny_ckpt, monkeypatch):
     monkeypatch.setattr(cases, "attribute", lambda *a, **k: calls.append(1) or real(*a, **k))
     sents = [["the", "market", "fell", "and", "the", "market", "rose", "."]] * 2
     for rank in ("weight", "effect", "above_uniform"):
-        report = corpus_cases(tiny_ckpt, sentences=sents, threshold=0.0, rank=rank)
+        report = corpus_cases(tiny_ckpt, sentences=sents, setting=Share(0.0), rank=rank)
         assert report.examples["trigger"] and all(
             e["attribution_bits"] is None for examples in report.examples.values() for e in examples)
     assert calls == []
-    report = corpus_cases(tiny_ckpt, sentences=sents, threshold=0.0, rank="attribution")
+    report = corpus_cases(tiny_ckpt, sentences=sents, setting=Share(0.0), rank="attribution")
     assert len(calls) == 2  # one per sentence with a labelled pair
     assert all(isinstance(e["attribution_bits"], float) for examples in report.examples.values() for e in examples)
     # a report stored before examples had the field (the shipped ones) reads as one without it computed
-    doc = corpus_cases(tiny_ckpt, sentences=sents, threshold=0.0).to_dict()
+    doc = corpus_cases(tiny_ckpt, sentences=sents, setting=Share(0.0)).to_dict()
     for examples in doc["examples"].values():
         for e in examples:
             del e["attribution_bits"]
@@ -588,7 +589,7 @@ def test_attribution_of_a_document_model_s_cases(tiny_ckpt):
     model = build_model("kvp", vocab_size=len(vocab), emb_dim=8, hidden_dim=6, context="document", window=3).eval()
     doc = Checkpoint(model, vocab, "kvp-doc")
     sents = [["the", "market", "fell", "."], ["the", "market", "rose", "."], ["taxes", "rose", "and", "taxes", "fell"]]
-    report = corpus_cases(doc, sentences=sents, ids=["d:0", "d:1", "d:2"], threshold=0.0, examples_per_label=5,
+    report = corpus_cases(doc, sentences=sents, ids=["d:0", "d:1", "d:2"], setting=Share(0.0), examples_per_label=5,
                           rank="attribution")
     bits = attribute(doc, sents, "gradient-x-input", max_tokens=None).bits
     examples = [e for examples in report.examples.values() for e in examples]

@@ -18,6 +18,7 @@ from vizlm.data.registry import SPECIALS, Vocab
 from vizlm.models import build_model
 from vizlm.models import effects as fx
 from vizlm.present.serialize import analysis_dict
+from vizlm.inspect.highlight import Share
 
 
 def targets_of(batch: torch.Tensor) -> torch.Tensor:
@@ -156,7 +157,7 @@ def test_analysis_carries_the_effects(name, kw):
     np.testing.assert_allclose(sa.read_effect, ref_read[0].numpy(), atol=1e-10)
     np.testing.assert_allclose(sa.slot_effects, ref_slots[0].numpy(), atol=1e-10)
     np.testing.assert_allclose(sa.read_effect_bits, sa.read_effect / math.log(2))
-    doc = analysis_dict(sa, threshold=0.1, cases=False)
+    doc = analysis_dict(sa, Share(0.1), cases=False)
     assert json.loads(json.dumps(doc, allow_nan=False)) == doc  # plain JSON, round trip
     for r, t in enumerate(doc["targets"]):
         assert t["read_effect_bits"] == pytest.approx(sa.read_effect[r] / LN2, abs=1e-12)
@@ -188,7 +189,7 @@ def test_analysis_without_start_slot():
     assert not allowed[0].any() and not allowed[:, 0].any() and allowed[1:, 1].all()
     assert sa.read_effect[0] == 0 and (sa.slot_effects[0] == 0).all() and (sa.slot_effects[:, 0] == 0).all()
     assert np.abs(sa.read_effect[1:]).max() > 1e-3
-    doc = analysis_dict(sa, threshold=0.1, cases=False)
+    doc = analysis_dict(sa, Share(0.1), cases=False)
     assert json.loads(json.dumps(doc, allow_nan=False)) == doc
     first = doc["targets"][0]
     assert first["highlights"] == [] and first["start_weight"] == 0 and first["attention"] == [0.0]
@@ -260,11 +261,11 @@ def test_cases_carry_effects_and_rank_by_them():
         "the owners are running because the dogs are running and the cat is running .",
     )]
     sa = analyze_tokens(ckpt, sents[0])
-    cases = label_cases(sa, threshold=0.05)
+    cases = label_cases(sa, Share(0.05))
     assert cases and all(c.effect == pytest.approx(sa.slot_effects[c.target, c.slot] / LN2) for c in cases)
     ranked = by_effect(cases)
     assert [c.effect for c in ranked] == sorted((c.effect for c in cases), reverse=True)
-    by = {rank: corpus_cases(ckpt, sentences=sents, threshold=0.05, rank=rank, examples_per_label=4)
+    by = {rank: corpus_cases(ckpt, sentences=sents, setting=Share(0.05), rank=rank, examples_per_label=4)
           for rank in ("weight", "effect")}
     assert by["weight"].counts == by["effect"].counts and by["effect"].rank == "effect"
     for rank, report in by.items():
@@ -322,16 +323,16 @@ def test_effect_by_position_and_read_share_match_brute_force():
 def test_effect_heatmap_and_positions_chart():
     import pandas as pd
 
-    from vizlm.present import plots
+    from vizlm.present import charts, heatmap, style
 
     sa = analyze_tokens(tiny_ckpt("kvp", window=3), WORDS)
-    weight = plots.attention_heatmap(sa, threshold=0.3).to_dict()
-    effect = plots.attention_heatmap(sa, threshold=0.3, measure="effect").to_dict()
+    weight = heatmap.attention_heatmap(sa, Share(0.3)).to_dict()
+    effect = heatmap.attention_heatmap(sa, Share(0.3), measure="effect").to_dict()
     colour = effect["layer"][0]["encoding"]["color"]
     assert weight["layer"][0]["encoding"]["color"]["field"] == "weight"
     assert colour["field"] == "effect" and "bits" in " ".join(colour["title"])
-    assert colour["scale"]["scheme"] == plots.EFFECT_SCHEME and colour["scale"]["domainMid"] == 0
-    assert colour["scale"]["domain"] == [-plots.EFFECT_DOMAIN_BITS, plots.EFFECT_DOMAIN_BITS]
+    assert colour["scale"]["scheme"] == style.EFFECT_SCHEME and colour["scale"]["domainMid"] == 0
+    assert colour["scale"]["domain"] == [-style.EFFECT_DOMAIN_BITS, style.EFFECT_DOMAIN_BITS]
     assert "effect" in effect["title"]["text"]
     (rows,) = effect["datasets"].values()
     T = len(sa.targets)
@@ -340,9 +341,9 @@ def test_effect_heatmap_and_positions_chart():
         r, j = int(row["target"].split()[0]) - 2, int(row["slot"].split()[0])
         assert row["effect"] == pytest.approx(sa.slot_effects[r, j] / LN2)
     with pytest.raises(ValueError, match="no slot effects"):
-        plots.attention_heatmap(analyze_tokens(tiny_ckpt("kvp", window=3), WORDS, effects=False), measure="effect")
+        heatmap.attention_heatmap(analyze_tokens(tiny_ckpt("kvp", window=3), WORDS, effects=False), measure="effect")
     with pytest.raises(ValueError, match="measure"):
-        plots.attention_heatmap(sa, measure="volume")
+        heatmap.attention_heatmap(sa, measure="volume")
     from vizlm.present.export import export_analysis
 
     svg = export_analysis(sa, "svg", measure="effect").decode()
@@ -351,6 +352,6 @@ def test_effect_heatmap_and_positions_chart():
     assert "effect_bits" in csv.splitlines()[0] and "read_effect_bits" in csv.splitlines()[0]
     frame = pd.DataFrame({"model": ["kvp"] * 2, "offset": [1, 2], "mean": [0.6, 0.4], "lo": [0.5, 0.3], "hi": [0.7, 0.5],
                           "count": [10, 10], "effect": [0.3, -0.1], "effect_lo": [0.2, -0.2], "effect_hi": [0.4, 0.0]})
-    spec = plots.positions_chart(frame, measure="effect").to_dict()
+    spec = charts.positions_chart(frame, measure="effect").to_dict()
     line = spec["layer"][-1]["encoding"]
     assert line["y"]["field"] == "effect" and "bits" in line["y"]["title"]

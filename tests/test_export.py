@@ -19,8 +19,9 @@ import pandas as pd
 import pytest
 from conftest import vega_colours
 
-from vizlm.present import export, plots, render
+from vizlm.present import charts, export, fragments, heatmap, render, style
 from vizlm.inspect.analysis import SentenceAnalysis
+from vizlm.inspect.highlight import Share, TopK
 
 PAYLOAD = "<script>alert(1)</script>"
 FORMULA = "=SUM(A1)"
@@ -109,52 +110,52 @@ def test_every_chart_builds_a_valid_spec(sa):
         "difference": [2.0, -50.0, float("nan")],
         "log_ratio": [0.1, -0.2, float("nan")],
     })
-    charts = [
-        plots.attention_heatmap(sa, threshold=0.3),
-        plots.attention_heatmap(sa, top_k=1),
-        plots.positions_chart(positions),
-        plots.comparison_scatter(table, "lstm", "kvp"),
-        plots.surprisal_chart([sa]),
-        plots.surprisal_chart([sa, make_analysis(seed=1, model="kvp")]),
-        plots.gates_chart(sa),
-        plots.gates_chart(sa, dims=True),
+    figures = [
+        heatmap.attention_heatmap(sa, Share(0.3)),
+        heatmap.attention_heatmap(sa, TopK(1)),
+        charts.positions_chart(positions),
+        charts.comparison_scatter(table, "lstm", "kvp"),
+        charts.surprisal_chart([sa]),
+        charts.surprisal_chart([sa, make_analysis(seed=1, model="kvp")]),
+        charts.gates_chart(sa),
+        charts.gates_chart(sa, dims=True),
         # the charts the app's pages draw (moved out of the app, so the CLI can export them too)
-        plots.training_curve_chart("lstm", [{"epoch": 1, "train_perplexity": 300.0, "valid_perplexity": 250.0},
+        charts.training_curve_chart("lstm", [{"epoch": 1, "train_perplexity": 300.0, "valid_perplexity": 250.0},
                                             {"epoch": 2, "train_perplexity": 200.0, "valid_perplexity": 190.0, "stage": "2"}]),
-        plots.case_counts_chart(pd.DataFrame({"model": ["kvp", "kvp", "amsrn"], "label": ["trigger", "unlabelled", "phrase"],
+        charts.case_counts_chart(pd.DataFrame({"model": ["kvp", "kvp", "amsrn"], "label": ["trigger", "unlabelled", "phrase"],
                                               "count": [3, 5, 1], "share": [0.3, 0.5, 0.1]})),
-        plots.sentence_positions_chart(pd.DataFrame({"target": [0, 1], "word": ["a", PAYLOAD], "offset": [1, 2],
+        charts.sentence_positions_chart(pd.DataFrame({"target": [0, 1], "word": ["a", PAYLOAD], "offset": [1, 2],
                                                      "weight": [0.5, 0.25], "attended": ["<s>", "a"]}), "kvp", PAYLOAD),
     ]
-    for chart in charts:
+    for chart in figures:
         assert isinstance(chart, alt.TopLevelMixin)
         spec = chart.to_dict()  # validates against the Vega-Lite schema
         assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/")
     # the non-finite perplexity row cannot be drawn on a log axis and is dropped
-    scatter = charts[3].to_dict()
+    scatter = figures[3].to_dict()
     points = [d for name, d in scatter["datasets"].items() if any("sentence" in row for row in d)][0]
     assert len(points) == 2
     # two models with the same name stay apart
-    bars = charts[5].to_dict()
+    bars = figures[5].to_dict()
     models = {row["model"] for rows in bars["datasets"].values() for row in rows}
     assert models == {"kvp", "kvp (2)"}
-    legend = plots.legend_html(["kvp", PAYLOAD])
+    legend = fragments.legend_html(["kvp", PAYLOAD])
     assert PAYLOAD not in legend and "&lt;" in legend and legend.count("border-radius:50%") == 2
 
 
-@pytest.mark.parametrize("n", [3, len(plots.CATEGORICAL), len(plots.CATEGORICAL) + 1, 16, 20])
+@pytest.mark.parametrize("n", [3, len(style.CATEGORICAL), len(style.CATEGORICAL) + 1, 16, 20])
 def test_every_model_of_a_chart_has_its_own_colour_and_the_legend_agrees(n):
     """Beyond the eight colour-blind-safe colours, a wider palette: no two models share a colour,
     and the HTML key (shared by charts side by side) shows the chart's colours."""
     frame = pd.DataFrame([{"model": f"m{i}", "offset": d, "mean": 0.5, "lo": 0.4, "hi": 0.6, "count": 3}
                           for i in range(n) for d in (1, 2)])
-    spec = plots.positions_chart(frame).to_dict()
+    spec = charts.positions_chart(frame).to_dict()
     scale = spec.get("spec", spec)["layer"][0]["encoding"]["color"]["scale"]  # small multiples beyond a few models
     assert scale["domain"] == [f"m{i}" for i in range(n)] and len(set(scale["range"])) == n
-    assert re.findall(r"background:(#[0-9a-fA-F]{6})", plots.legend_html(scale["domain"])) == scale["range"]
+    assert re.findall(r"background:(#[0-9a-fA-F]{6})", fragments.legend_html(scale["domain"])) == scale["range"]
 
 
-@pytest.mark.parametrize("measure", plots.MEASURES)
+@pytest.mark.parametrize("measure", style.MEASURES)
 def test_eight_models_by_position_are_small_multiples(measure):
     """Eight models' lines in one panel crowded it, and two that sit on 0 hid each other: beyond
     OVERLAY_MODELS each model gets its own panel (one y scale, so they compare), in the page's width at
@@ -166,26 +167,26 @@ def test_eight_models_by_position_are_small_multiples(measure):
                               "hi": 0.5, "count": 3, "effect": 0.0 if i < 2 else 0.1, "effect_lo": 0.0,
                               "effect_hi": 0.2} for i in range(n) for d in range(1, 11)])
 
-    spec = chart_spec(plots.positions_chart(frame(8), measure=measure))  # validates against the Vega-Lite schema
+    spec = chart_spec(charts.positions_chart(frame(8), measure=measure))  # validates against the Vega-Lite schema
     assert spec["facet"]["field"] == "model" and spec["facet"]["sort"] == [f"model-{i}" for i in range(8)]
-    assert spec["columns"] == plots.FACET_COLUMNS and "resolve" not in spec  # one y scale for every panel
+    assert spec["columns"] == charts.FACET_COLUMNS and "resolve" not in spec  # one y scale for every panel
     layers = spec["spec"]["layer"]
     line = next(layer for layer in layers if layer["mark"]["type"] == "line")
     assert line["encoding"]["y"]["field"] == ("effect" if measure == "effect" else "mean")
     # the panels and their y axis fit the main column at 1440 px beside the sidebar (about 900 px)
-    assert plots.FACET_COLUMNS * (spec["spec"]["width"] + 30) + 80 <= 900
+    assert charts.FACET_COLUMNS * (spec["spec"]["width"] + 30) + 80 <= 900
     assert len(line["encoding"]["x"]["title"]) * 6 <= spec["spec"]["width"] + 30  # a panel's axis title fits it
-    few = chart_spec(plots.positions_chart(frame(plots.OVERLAY_MODELS), measure=measure))
+    few = chart_spec(charts.positions_chart(frame(charts.OVERLAY_MODELS), measure=measure))
     assert "facet" not in few and any(layer["mark"]["type"] == "line" for layer in few["layer"])
 
 
 def test_heatmap_cells_axes_and_scale(sa):
-    spec = plots.attention_heatmap(sa, threshold=0.3).to_dict()
+    spec = heatmap.attention_heatmap(sa, Share(0.3)).to_dict()
     T = len(sa.targets)
     (rows,) = spec["datasets"].values()
     assert len(rows) == T * (T + 1) // 2  # causal: row r sees slots 0..r, future cells left out
     rect = spec["layer"][0]["encoding"]
-    assert rect["color"]["scale"] == {"scheme": plots.SCHEME, "domain": [0.0, 1.0]}
+    assert rect["color"]["scale"] == {"scheme": style.SCHEME, "domain": [0.0, 1.0]}
     assert rect["x"]["scale"]["domain"][:3] == ["0 <s>", "1 <s>", "2 the"]
     assert rect["y"]["scale"]["domain"][0] == "2 the" and rect["y"]["scale"]["domain"][-1] == f"{T + 1} </s>"
     assert {t["field"] for t in rect["tooltip"]} >= {"predicting", "attended", "weight"}
@@ -196,7 +197,7 @@ def test_heatmap_cells_axes_and_scale(sa):
 
 def test_heatmap_leaves_cells_outside_the_window_blank():
     sa = make_analysis(window=3)
-    (rows,) = plots.attention_heatmap(sa).to_dict()["datasets"].values()
+    (rows,) = heatmap.attention_heatmap(sa).to_dict()["datasets"].values()
     T = len(sa.targets)
     assert len(rows) == sum(min(r + 1, 3) for r in range(T))
     assert all(r["weight"] > 0 for r in rows)
@@ -205,22 +206,22 @@ def test_heatmap_leaves_cells_outside_the_window_blank():
 def test_charts_without_attention_or_gates_say_so():
     lstm = make_analysis(attention=False, gates=False, model="lstm")
     with pytest.raises(ValueError, match="no attention"):
-        plots.attention_heatmap(lstm)
+        heatmap.attention_heatmap(lstm)
     with pytest.raises(ValueError, match="no selection gates"):
-        plots.gates_chart(lstm)
-    html_text = plots.highlighted_html(lstm, 2)
+        charts.gates_chart(lstm)
+    html_text = fragments.highlighted_html(lstm, 2)
     assert "has no attention" in html_text
 
 
 def test_html_palette_matches_the_chart_scheme():
     """highlighted_html colours words in Python; they must match what Vega draws for the same weight."""
     weights = [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0]
-    scale = alt.Scale(scheme=plots.SCHEME, domain=list(plots.WEIGHT_DOMAIN))
+    scale = alt.Scale(scheme=style.SCHEME, domain=list(style.WEIGHT_DOMAIN))
     for w, rgb in zip(weights, vega_colours(weights, scale)):
-        ours = plots._rgb(plots.palette(w))
+        ours = style._rgb(style.palette(w))
         assert max(abs(a - b) for a, b in zip(ours, rgb)) <= 6, (w, ours, rgb)
-    assert plots.palette(5.0) == plots.palette(1.0)  # clipped
-    assert plots.text_colour(plots.palette(0.0)) == "#ffffff" and plots.text_colour(plots.palette(1.0)) == "#000000"
+    assert style.palette(5.0) == style.palette(1.0)  # clipped
+    assert style.text_colour(style.palette(0.0)) == "#ffffff" and style.text_colour(style.palette(1.0)) == "#000000"
 
 
 # --------------------------------------------------------------------------- HTML fragments
@@ -228,7 +229,7 @@ def test_html_palette_matches_the_chart_scheme():
 
 def test_highlighted_html_escapes_and_marks(sa):
     target = 6  # predicting "sat": may attend to <s> and the six words before it
-    text = plots.highlighted_html(sa, target, threshold=None, top_k=2)
+    text = fragments.highlighted_html(sa, target, TopK(2))
     assert PAYLOAD not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
     tags = parse_html(text)
     assert "script" not in {t for t, _ in tags}
@@ -249,11 +250,11 @@ def test_highlighted_html_escapes_and_marks(sa):
     start = [a for t, a in tags if t == "span" and a.get("class") == "vz-start"]
     assert len(start) == 1 and "sentence start" in start[0]["title"]
     with pytest.raises(IndexError):
-        plots.highlighted_html(sa, len(sa.targets))
+        fragments.highlighted_html(sa, len(sa.targets))
 
 
 def test_sentence_strip_html(sa):
-    text = plots.sentence_strip_html(sa, selected=1)
+    text = fragments.sentence_strip_html(sa, selected=1)
     assert PAYLOAD not in text and "&lt;script&gt;" in text and "猫" in text and "🐈" in text
     chips = [a for t, a in parse_html(text) if t == "span" and "vz-chip" in a.get("class", "")]
     assert len(chips) == len(sa.targets)
@@ -263,27 +264,27 @@ def test_sentence_strip_html(sa):
 def test_small_probabilities_keep_significant_digits():
     """"0.0004 instead of 0.0004" hid a 0.16-bit effect and "0.0000" a probability: below 0.01
     two significant digits, never 0 for a nonzero probability."""
-    assert [plots.format_prob(p) for p in (1.0, 0.1234, 0.0315, 0.01)] == ["1.000", "0.123", "0.032", "0.010"]
-    assert [plots.format_prob(p) for p in (0.00041, 0.000358, 0.0012, 3e-6, 1e-300)] == [
+    assert [style.format_prob(p) for p in (1.0, 0.1234, 0.0315, 0.01)] == ["1.000", "0.123", "0.032", "0.010"]
+    assert [style.format_prob(p) for p in (0.00041, 0.000358, 0.0012, 3e-6, 1e-300)] == [
         "4.1e-4", "3.6e-4", "1.2e-3", "3.0e-6", "1.0e-300"]
-    assert plots.format_prob(0.0) == "0.000" and plots.format_prob(float("nan")) == "–"
+    assert style.format_prob(0.0) == "0.000" and style.format_prob(float("nan")) == "–"
     small = make_analysis()
     small.logprobs[:] = np.log(0.00041)
     small.top_probs[:] = 0.0004
-    tags = parse_html(plots.sentence_strip_html(small))
+    tags = parse_html(fragments.sentence_strip_html(small))
     chips = [a for t, a in tags if t == "span" and "vz-chip" in a.get("class", "")]
     assert all("P(" in c["title"] and "= 4.1e-4" in c["title"] and "4.0e-4" in c["title"] for c in chips)
-    assert "P = 4.1e-4" in plots.highlighted_html(small, 6)
+    assert "P = 4.1e-4" in fragments.highlighted_html(small, 6)
 
 
 # --------------------------------------------------------------------------- exports
 
 
 def test_png_export_has_the_declared_size(sa):
-    chart = plots.attention_heatmap(sa, threshold=0.2)
+    chart = heatmap.attention_heatmap(sa, Share(0.2))
     w1, h1 = png_size(export.chart_bytes(chart, "png", scale=1.0))
     assert 250 < w1 < 1200 and 250 < h1 < 1200, (w1, h1)
-    w2, h2 = png_size(export.export_analysis(sa, "png", threshold=0.2))  # the same chart at the default scale 2
+    w2, h2 = png_size(export.export_analysis(sa, "png", Share(0.2)))  # the same chart at the default scale 2
     assert (w2, h2) == (2 * w1, 2 * h1)
 
 
@@ -340,7 +341,7 @@ def test_chart_html_without_attention_shows_surprisal():
 
 
 def test_csv_round_trip_neutralises_formulas(sa):
-    data = export.export_analysis(sa, "csv", threshold=0.3)
+    data = export.export_analysis(sa, "csv", Share(0.3))
     df = pd.read_csv(io.BytesIO(data), keep_default_na=False)
     T = len(sa.targets)
     assert len(df) == T * (T + 1) // 2
@@ -383,7 +384,7 @@ def test_json_round_trip_has_no_nan(sa):
     bad.logprobs = bad.logprobs.copy()
     bad.logprobs[2] = -np.inf  # probability 0: infinite surprisal and perplexity
     for analysis in (sa, bad):
-        data = export.export_analysis(analysis, "json", threshold=0.3)
+        data = export.export_analysis(analysis, "json", Share(0.3))
         d = json.loads(data.decode("utf-8"), parse_constant=_no_constants)
         assert d["tokens"] == TOKENS and len(d["targets"]) == len(analysis.targets)
         assert d["threshold"] == 0.3
@@ -425,7 +426,7 @@ def test_a_renderer_crash_fails_one_export_not_the_process(monkeypatch, tmp_path
     crash.write_text("#!/bin/sh\nkill -ABRT $$\n")  # what vl-convert's non-unwinding panic does
     crash.chmod(0o755)
     monkeypatch.setattr(render.sys, "executable", str(crash))
-    chart = plots.attention_heatmap(make_analysis(), threshold=0.2)
+    chart = heatmap.attention_heatmap(make_analysis(), Share(0.2))
     with pytest.raises(render.RenderError, match="could not be drawn"):
         export.chart_bytes(chart, "png")
     monkeypatch.undo()
@@ -442,7 +443,7 @@ def test_charts_over_five_thousand_rows_export():
                           "ppl_a": rng.uniform(20, 900, n), "ppl_b": rng.uniform(20, 900, n)})
     table["log_ratio"] = np.log(table["ppl_b"] / table["ppl_a"])
     table["difference"] = table["ppl_b"] - table["ppl_a"]
-    chart = plots.comparison_scatter(table, "lstm", "amsrn")
+    chart = charts.comparison_scatter(table, "lstm", "amsrn")
     for fmt in ("html", "svg", "png"):
         assert export.chart_bytes(chart, fmt)
     assert len(export.chart_spec(chart)["datasets"]) >= 1

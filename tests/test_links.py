@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vizlm.inspect.analysis import DEFAULT_THRESHOLD, MAX_TEXT_CHARS
+from vizlm.inspect.analysis import MAX_TEXT_CHARS
+from vizlm.inspect.highlight import DEFAULT, Share, TopK
 from vizlm.present.links import MAX_TOP_K, CompareState, ExplorerState, explorer_query, parse_compare_query, parse_query
 
 NAMES = ["lstm", "amsrn", "kvp"]
@@ -17,32 +18,32 @@ def parse(**params):
 def test_valid_values_give_no_notes_and_round_trip():
     state, notes = parse(model="kvp", compare="lstm", text="the end .", threshold="0.35", target="2")
     assert notes == []
-    assert state == ExplorerState("kvp", "lstm", "the end .", 0.35, None, 2)
+    assert state == ExplorerState("kvp", "lstm", "the end .", Share(0.35), 2)
     assert parse(**state.query())[0] == state
-    assert explorer_query("kvp", "x")["threshold"] == f"{DEFAULT_THRESHOLD:g}"
+    assert explorer_query("kvp", "x")["threshold"] == f"{DEFAULT.share:g}"
 
 
 @pytest.mark.parametrize("raw, expected", [("7", 1.0), ("-5", 0.0), ("1e9", 1.0)])
 def test_threshold_out_of_range_is_clamped_with_a_note(raw, expected):
     state, notes = parse(threshold=raw)
-    assert state.threshold == expected
+    assert state.highlight == Share(expected)
     assert len(notes) == 1 and "outside 0 to 1" in notes[0] and f"{expected:g}" in notes[0]
 
 
 @pytest.mark.parametrize("raw", ["nan", "inf", "-inf", "abc", ""])
 def test_threshold_not_a_number_falls_back_with_a_note(raw):
     state, notes = parse(threshold=raw)
-    assert state.threshold == DEFAULT_THRESHOLD
+    assert state.highlight == DEFAULT
     assert len(notes) == 1 and "not a number" in notes[0]
 
 
 def test_top_k_and_target():
     state, notes = parse(topk="50")
-    assert state.top_k == MAX_TOP_K and "outside 1 to" in notes[0]
+    assert state.highlight == TopK(MAX_TOP_K) and "outside 1 to" in notes[0]
     state, notes = parse(topk="0")
-    assert state.top_k == 1 and notes
+    assert state.highlight == TopK(1) and notes
     state, notes = parse(topk="x")
-    assert state.top_k is None and "not a whole number" in notes[0]
+    assert not isinstance(state.highlight, TopK) and "not a whole number" in notes[0]
     for bad in ("-1", "two"):
         state, notes = parse(target=bad)
         assert state.target is None and "not a word number" in notes[0]

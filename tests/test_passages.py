@@ -19,7 +19,7 @@ from test_cases import COLLOCATIONS, make_sa
 
 from vizlm import cli
 from vizlm.inspect import corpus_stats as corpus
-from vizlm.present import export, plots
+from vizlm.present import export, fragments, heatmap, style
 from vizlm.inspect.analysis import (
     BOUNDARY,
     MAX_TOKENS,
@@ -45,6 +45,7 @@ from vizlm.modeling.evaluate import score_documents
 from vizlm.present.links import ExplorerState, parse_query
 from vizlm.present.serialize import analysis_dict
 from vizlm.data.text import passage_sentences, sentence_spans, split_sentences
+from vizlm.inspect.highlight import Share
 
 VOCAB = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])  # 40 words: conftest's TINY vocabulary
 # three sentences of the tiny vocabulary: the second repeats words of the first (a trigger across a boundary)
@@ -160,9 +161,9 @@ def test_a_sentence_read_alone_rests_on_its_own_start_slot(name, kw, sentences):
     outside = ~sentence_blocks(sa)
     assert (sa.attention[outside] == 0).all() and (sa.slot_effects[outside] == 0).all()
     assert not (sa.readable() & outside).any() and not (sa.allowed() & outside).any()
-    doc = analysis_dict(sa, threshold=0.0, cases=False)
-    xlab = plots.slot_axis_labels(sa)
-    spec = export.chart_spec(plots.attention_heatmap(sa, threshold=0.0))
+    doc = analysis_dict(sa, Share(0.0), cases=False)
+    xlab = style.slot_axis_labels(sa)
+    spec = export.chart_spec(heatmap.attention_heatmap(sa, Share(0.0)))
     cells = spec["datasets"][spec["layer"][0]["data"]["name"]]
     for k, (f, words) in enumerate(zip(first, passage)):
         alone = analyze_tokens(c, words, max_effect_pairs=None)
@@ -174,12 +175,12 @@ def test_a_sentence_read_alone_rests_on_its_own_start_slot(name, kw, sentences):
         for r in rows:
             assert all(f <= h["slot"] < f + len(rows) for h in doc["targets"][r]["highlights"])
             assert all(h["token"] == -1 for h in doc["targets"][r]["highlights"] if h["slot"] == f)
-        ylab = set(plots.target_axis_labels(sa)[f : f + len(rows)])
+        ylab = set(style.target_axis_labels(sa)[f : f + len(rows)])
         columns = {cell["slot"] for cell in cells if cell["target"] in ylab}  # the heat map's cells of these rows
         assert columns <= set(xlab[f : f + len(rows)])
         if k:  # the first sentence's start slot is not this sentence's
             assert (sa.attention[rows, 0] == 0).all() and xlab[0] not in columns
-            html_doc = plots.highlighted_html(sa, f + 1, threshold=0.0)  # the sentence's second word
+            html_doc = fragments.highlighted_html(sa, f + 1, Share(0.0))  # the sentence's second word
             assert "slot 0 (start state)" not in html_doc
             assert (f"slot {f} (start state)" in html_doc) == bool(sa.allowed()[f + 1, f])
 
@@ -265,18 +266,18 @@ def passage_sa():
 
 def test_heatmap_window_boundaries_and_selected_row(passage_sa):
     sa = passage_sa
-    rows = plots.heatmap_rows(sa, 30)
-    assert rows[1] - rows[0] == plots.WINDOW_ROWS and rows[0] <= 30 < rows[1]
-    assert plots.heatmap_rows(sa, 58) == (len(sa.targets) - plots.WINDOW_ROWS, len(sa.targets))
-    spec = export.chart_spec(plots.attention_heatmap(sa, threshold=0.2, rows=rows, selected=30))
+    rows = heatmap.heatmap_rows(sa, 30)
+    assert rows[1] - rows[0] == style.WINDOW_ROWS and rows[0] <= 30 < rows[1]
+    assert heatmap.heatmap_rows(sa, 58) == (len(sa.targets) - style.WINDOW_ROWS, len(sa.targets))
+    spec = export.chart_spec(heatmap.attention_heatmap(sa, Share(0.2), rows=rows, selected=30))
     cells = spec["datasets"][spec["layer"][0]["data"]["name"]]
-    targets = plots.target_axis_labels(sa)
+    targets = style.target_axis_labels(sa)
     assert {c["target"] for c in cells} <= set(targets[rows[0] : rows[1]])
     rules = [layer for layer in spec["layer"] if layer.get("mark", {}).get("type") == "rule"]
     assert len(rules) == 2  # the slot lines and the row lines between sentences
-    assert any(layer.get("mark", {}).get("stroke") == plots.SELECTED_COLOUR for layer in spec["layer"])
+    assert any(layer.get("mark", {}).get("stroke") == style.SELECTED_COLOUR for layer in spec["layer"])
     assert "a window" in spec["title"]["subtitle"]
-    effect = export.chart_spec(plots.attention_heatmap(sa, measure="effect", rows=rows))
+    effect = export.chart_spec(heatmap.attention_heatmap(sa, measure="effect", rows=rows))
     assert effect["layer"][0]["encoding"]["color"]["field"] == "effect"
 
 
@@ -286,11 +287,11 @@ def test_a_heat_map_window_shows_the_selected_row_s_recent_slots():
     use: the selected row's most recent slots are in it."""
     sa = analyze_sentences(ckpt("amsrn", memory=100), [SENTENCES[i % 3] for i in range(12)])  # 59 rows
     selected = 45
-    rows = plots.heatmap_rows(sa, selected)
-    spec = export.chart_spec(plots.attention_heatmap(sa, rows=rows, selected=selected))
+    rows = heatmap.heatmap_rows(sa, selected)
+    spec = export.chart_spec(heatmap.attention_heatmap(sa, rows=rows, selected=selected))
     columns = spec["layer"][0]["encoding"]["x"]["scale"]["domain"]
-    xlab = plots.slot_axis_labels(sa)
-    assert columns[0] == xlab[0] and len(columns) == 1 + plots.WINDOW_ROWS  # the start slot and 40 slots
+    xlab = style.slot_axis_labels(sa)
+    assert columns[0] == xlab[0] and len(columns) == 1 + style.WINDOW_ROWS  # the start slot and 40 slots
     assert columns[-1] == xlab[rows[1] - 1]  # the newest slot of the window's last row
     recent = [xlab[j] for j in np.flatnonzero(sa.allowed()[selected])][-20:]
     assert set(recent) <= set(columns) and xlab[selected] in columns  # up to the selected row's own newest slot
@@ -300,16 +301,16 @@ def test_a_heat_map_window_shows_the_selected_row_s_recent_slots():
 
 def test_running_text_marks_sentence_boundaries(passage_sa):
     sa = passage_sa
-    html_doc = plots.highlighted_html(sa, 30, threshold=0.0)
+    html_doc = fragments.highlighted_html(sa, 30, Share(0.0))
     assert html_doc.count('class="vz-boundary') == len(sa.boundaries)
     assert "vz-outside" in html_doc  # memory of 6: the older words are not in this word's memory
     alone = dataclasses.replace(sa, context="sentence")  # the same numbers, drawn as a sentence reading
-    assert plots.highlighted_html(alone, 30).count("border-left:3px") == len(sa.boundaries)
-    first, end = plots.text_span(sa, 30)
+    assert fragments.highlighted_html(alone, 30).count("border-left:3px") == len(sa.boundaries)
+    first, end = fragments.text_span(sa, 30)
     assert 0 < first <= 30 - 6 and end < len(sa.tokens)
-    part = plots.highlighted_html(sa, 30, span=(first, end))
+    part = fragments.highlighted_html(sa, 30, span=(first, end))
     assert "earlier tokens left out" in part and "later text left out" in part
-    strip = plots.sentence_strip_html(sa, 30, span=(first, end))
+    strip = fragments.sentence_strip_html(sa, 30, span=(first, end))
     assert strip.count("vz-chip") < len(sa.targets)
 
 
@@ -319,9 +320,9 @@ def test_exports_of_a_passage(passage_sa):
     assert set(rows["sentence"]) == set(range(12)) and (rows["current"] == BOUNDARY).any()
     doc = json.loads(export.export_analysis(sa, "json"))
     assert doc["context"] == "document" and doc["sentences"] == 12 and len(doc["targets"]) == len(sa.targets)
-    page = export.export_analysis(sa, "html", rows=plots.heatmap_rows(sa, 20), selected=20).decode()
+    page = export.export_analysis(sa, "html", rows=heatmap.heatmap_rows(sa, 20), selected=20).decode()
     assert "vizlm-strip" in page and "&lt;/s&gt;" in page
-    svg = export.export_analysis(sa, "svg", rows=plots.heatmap_rows(sa, 20), selected=20)
+    svg = export.export_analysis(sa, "svg", rows=heatmap.heatmap_rows(sa, 20), selected=20)
     assert svg.lstrip().startswith(b"<svg")
     png = export.export_analysis(sa, "png")  # every row
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
@@ -383,7 +384,7 @@ def test_cases_of_a_document_checkpoint_come_with_their_passage():
     c = ckpt("amsrn", memory=8, selection="shared")
     sents = [SENTENCES[k % 3] for k in range(9)]
     ids = [f"d{k // 6}:{k % 6}" for k in range(9)]
-    report = corpus_cases(c, sentences=sents, ids=ids, threshold=0.05, examples_per_label=5)
+    report = corpus_cases(c, sentences=sents, ids=ids, setting=Share(0.05), examples_per_label=5)
     assert report.sentences == 9
     shown = [e for exs in report.examples.values() for e in exs]
     assert shown and all(e["reading"]["context"] == "document" for e in shown)
@@ -453,5 +454,5 @@ def test_a_blank_line_starts_a_new_document(context, tmp_path):
 def test_the_app_s_unchecked_heat_map_spec_is_the_valid_one(passage_sa):
     """The app skips Altair's schema check (half the time of a heat map, redrawn on every click):
     the spec it draws is the one that passes the check."""
-    chart = plots.attention_heatmap(passage_sa, threshold=0.2, rows=plots.heatmap_rows(passage_sa, 30), selected=30)
+    chart = heatmap.attention_heatmap(passage_sa, Share(0.2), rows=heatmap.heatmap_rows(passage_sa, 30), selected=30)
     assert export.chart_spec(chart, validate=False) == export.chart_spec(chart)

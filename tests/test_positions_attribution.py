@@ -1,5 +1,5 @@
 """Attribution by distance beside the attention by position: the frame built from
-:func:`vizlm.inspect.attribution.corpus_attribution` results and its chart (vizlm.present.plots), on a tiny corpus."""
+:func:`vizlm.inspect.attribution.corpus_attribution` results and its chart (vizlm.present.charts), on a tiny corpus."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from conftest import TINY
 from corpora import make_corpus
 
 from vizlm.inspect import attribution as at
-from vizlm.present import export, plots
+from vizlm.present import charts, export
 from vizlm.modeling.checkpoint import Checkpoint
 from vizlm.data.registry import Vocab
 from vizlm.models import build_model
@@ -47,8 +47,8 @@ def results(tmp_path_factory) -> list[dict]:
 
 
 def test_frame_holds_each_model_s_shares_in_order(results):
-    frame = plots.attribution_positions_frame(results, window=WINDOW)
-    assert list(frame.columns) == plots.ATTRIBUTION_POSITION_COLUMNS
+    frame = charts.attribution_positions_frame(results, window=WINDOW)
+    assert list(frame.columns) == charts.ATTRIBUTION_POSITION_COLUMNS
     assert list(dict.fromkeys(frame["model"])) == ["kvp", "lstm"]  # the given order: the colours follow it
     for res in results:
         rows = frame[frame["model"] == res["model"]]
@@ -61,16 +61,16 @@ def test_frame_holds_each_model_s_shares_in_order(results):
     assert lstm["attention"].isna().all()
     # a share of |attribution| per word: the positions and what lies further back make up at most the whole
     assert 0 < kvp["mean"].sum() <= 1 + 1e-9
-    assert len(plots.attribution_positions_frame(results)) == 2 * 7  # without a window: every offset kept
+    assert len(charts.attribution_positions_frame(results)) == 2 * 7  # without a window: every offset kept
     # a result read back from JSON (the disk cache) may hold null for NaN
     back = json.loads(json.dumps(results[1]).replace("NaN", "null"))
     back["positions"]["mean"][WINDOW] = None
-    assert math.isnan(plots.attribution_positions_frame([back], WINDOW)["mean"].iloc[WINDOW])
+    assert math.isnan(charts.attribution_positions_frame([back], WINDOW)["mean"].iloc[WINDOW])
 
 
 def test_chart_validates_and_colours_models_as_the_attention_plot(results):
-    frame = plots.attribution_positions_frame(results, window=WINDOW)
-    spec = export.chart_spec(plots.attribution_positions_chart(frame))  # validates against the Vega-Lite schema
+    frame = charts.attribution_positions_frame(results, window=WINDOW)
+    spec = export.chart_spec(charts.attribution_positions_chart(frame))  # validates against the Vega-Lite schema
     line = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "line")
     assert line["encoding"]["y"]["field"] == "mean" and line["encoding"]["y"]["title"] == "share of |attribution|"
     assert line["encoding"]["x"]["field"] == "distance" and "1 = the word just before it" in line["encoding"]["x"]["title"]
@@ -81,7 +81,7 @@ def test_chart_validates_and_colours_models_as_the_attention_plot(results):
     # the same colour per model as positions_chart draws for the same models in the same order
     weights = pd.DataFrame({"model": ["kvp", "lstm"], "offset": [1, 1], "mean": [0.5, 0.5], "lo": [0.4, 0.4],
                             "hi": [0.6, 0.6], "count": [1, 1]})
-    theirs = export.chart_spec(plots.positions_chart(weights))
+    theirs = export.chart_spec(charts.positions_chart(weights))
     ours_scale = line["encoding"]["color"]["scale"]
     theirs_scale = next(lyr for lyr in theirs["layer"] if lyr["mark"]["type"] == "line")["encoding"]["color"]["scale"]
     assert ours_scale == theirs_scale
@@ -94,12 +94,12 @@ def test_chart_validates_and_colours_models_as_the_attention_plot(results):
 
 
 def test_chart_without_the_current_word_and_without_data(results):
-    frame = plots.attribution_positions_frame(results, window=WINDOW)
-    spec = export.chart_spec(plots.attribution_positions_chart(frame, current=False))
+    frame = charts.attribution_positions_frame(results, window=WINDOW)
+    spec = export.chart_spec(charts.attribution_positions_chart(frame, current=False))
     assert all(layer["mark"]["type"] in ("area", "line") for layer in spec["layer"])
     data = next(iter(spec["datasets"].values()))
     assert min(row["distance"] for row in data) == 2  # offset 0 (distance 1, the word just read) left out
     with pytest.raises(ValueError, match="no position"):
-        plots.attribution_positions_chart(frame.assign(mean=math.nan))
+        charts.attribution_positions_chart(frame.assign(mean=math.nan))
     with pytest.raises(ValueError, match="missing column"):
-        plots.attribution_positions_chart(frame.drop(columns="count"))
+        charts.attribution_positions_chart(frame.drop(columns="count"))

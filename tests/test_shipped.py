@@ -10,7 +10,7 @@ import torch
 from conftest import TOLERANCE
 
 from vizlm.inspect import attribution, cases, corpus_stats as corpus
-from vizlm.inspect.analysis import DEFAULT_THRESHOLD
+from vizlm.inspect.highlight import DEFAULT
 from vizlm.inspect.attribution import BY_DISTANCE, corpus_attribution
 from vizlm.inspect.cases import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, corpus_cases
 from vizlm.modeling.checkpoint import bundled_checkpoints, bundled_dir, load_checkpoint, meta_corpus
@@ -52,7 +52,7 @@ def test_the_corpus_pages_first_views_of_bundled_models_are_shipped(monkeypatch,
                 if (corpus_name, split) == (meta_corpus(ckpt.meta), HELD_OUT[0]):  # the split the pages open with
                     for window in (MAX_WINDOW, 10):
                         assert not positions_corpus([ckpt], corpus_name, split, window=window).frame.empty, where
-                report = corpus_cases(ckpt, corpus_name, split, threshold=DEFAULT_THRESHOLD, limit=GALLERY_LIMIT,
+                report = corpus_cases(ckpt, corpus_name, split, setting=DEFAULT, limit=GALLERY_LIMIT,
                                       examples_per_label=GALLERY_EXAMPLES, rank=GALLERY_RANK)
                 assert report.model == name and report.sentences > 0, where
     assert not list(tmp_path.iterdir())  # nothing needed computing
@@ -69,7 +69,7 @@ def test_a_shipped_entry_is_what_computing_gives(monkeypatch, tmp_path):
     torch.testing.assert_close(torch.tensor(shipped["nll"]), torch.tensor(computed["nll"]),
                                **TOLERANCE[torch.float32])
     # the Cases report: its rules may have changed since (then raise cases.CASES_VERSION and ship again)
-    kw = {"threshold": DEFAULT_THRESHOLD, "limit": GALLERY_LIMIT, "examples_per_label": GALLERY_EXAMPLES,
+    kw = {"setting": DEFAULT, "limit": GALLERY_LIMIT, "examples_per_label": GALLERY_EXAMPLES,
           "rank": GALLERY_RANK}
     shipped, computed = (corpus_cases(ckpt, "brown", "test", use_cache=use, **kw) for use in (True, False))
     assert (shipped.pairs, shipped.counts) == (computed.pairs, computed.counts)

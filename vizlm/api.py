@@ -37,12 +37,11 @@ import numpy as np
 import pandas as pd
 
 from vizlm.inspect import corpus_stats as stats
-from vizlm.present import export, notebook, plots
+from vizlm.present import charts, export, heatmap, notebook, style
 from vizlm.core import files
 from vizlm.inspect import faithfulness as faith
 from vizlm.inspect.analysis import (  # noqa: F401 - ATTENTION_OFF, READINGS: facts the front ends read from here
     ATTENTION_OFF,
-    DEFAULT_THRESHOLD,
     READINGS,
     SentenceAnalysis,
     analyze,
@@ -54,6 +53,7 @@ from vizlm.inspect.attribution import METHODS as ATTRIBUTION_METHODS  # noqa: F4
 from vizlm.inspect.attribution import SAY_COST_S  # noqa: F401 - read by the CLI from here
 from vizlm.inspect.attribution import TEXT_METHODS as ATTRIBUTION_TEXT_METHODS
 from vizlm.inspect.attribution import Attribution as _Attribution
+from vizlm.inspect.highlight import DEFAULT, MAX_TOP_K, Setting, fields, setting  # noqa: F401 - MAX_TOP_K: read by the CLI from here
 from vizlm.modeling.checkpoint import (
     MAX_META_BYTES,
     META,
@@ -72,7 +72,8 @@ from vizlm.core.distributed import SINGLE, Context, resolve_device
 from vizlm.core.errors import InputError, VizlmError
 from vizlm.models import ATTENTION_MODELS, PluginError
 from vizlm.present.render import RenderError
-from vizlm.present.serialize import AnalysisFileError, analysis_dict, analysis_from_dict, cases_by_target
+from vizlm.present.serialize import AnalysisFileError, analysis_dict, analysis_from_dict
+from vizlm.present.word_view import cases_by_target, default_target
 from vizlm.data.text import MAX_TOKENS  # noqa: F401 - read by the front ends from here
 
 __all__ = [
@@ -84,25 +85,12 @@ __all__ = [
 # about 5,000 (a few seconds on one core); one 400-word sentence has 80,000 (half a minute), so past this
 # only the read effects are computed, with a note. The CLI's analyze and export use the same bound.
 EFFECT_PAIRS = 10_000
-MAX_TOP_K = 50  # more highlights than this per word are no longer a highlight
 MAX_UPLOAD_MB = 50  # an uploaded checkpoint's weights (the app's limit); every bundled model is a few MB
 MAX_ANALYSIS_BYTES = 512 * 2**20  # Analysis.load: a 400-word passage's JSON is ~10 MB
 SVG_MAX_POINTS = 3_000  # a comparison's notebook view draws its scatter up to this many sentences
 
 
 # --------------------------------------------------------------------------- checking arguments
-def _threshold(value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= float(value) <= 1:
-        raise InputError(f"the threshold must be a number from 0 to 1, not {value!r}")
-    return float(value)
-
-
-def _top_k(value) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 1 <= int(value) <= MAX_TOP_K:
-        raise InputError(f"top_k must be a whole number from 1 to {MAX_TOP_K}, not {value!r}")
-    return int(value)
-
-
 def _whole(value, name: str, low: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < low:
         raise InputError(f"{name} must be a whole number of at least {low}, not {value!r}")
@@ -119,20 +107,9 @@ def _permutations(value) -> int:
     return n
 
 
-def _setting(threshold, top_k, default: tuple[float | None, int | None]) -> tuple[float | None, int | None]:
-    """(threshold, top_k) as asked: top_k when given, else the threshold, else ``default``."""
-    if threshold is not None and top_k is not None:
-        raise InputError("give a threshold or a top_k, not both")
-    if top_k is not None:
-        return None, _top_k(top_k)
-    if threshold is not None:
-        return _threshold(threshold), None
-    return default
-
-
 def _measure(value) -> str:
-    if value not in plots.MEASURES:
-        raise InputError(f"measure must be one of {', '.join(plots.MEASURES)}, not {value!r}")
+    if value not in style.MEASURES:
+        raise InputError(f"measure must be one of {', '.join(style.MEASURES)}, not {value!r}")
     return value
 
 
@@ -400,14 +377,14 @@ class Model:
         """Analyse ``text``, a sentence or a passage (sentences end at a line break, at . ! ? before a
         capital, or 。！？; a blank line ends a document), read in the model's context.
 
-        ``threshold`` (default :data:`vizlm.inspect.analysis.DEFAULT_THRESHOLD`) or ``top_k`` is the analysis's
-        highlight setting (its methods take another). With ``effects`` an attention model's read
+        ``threshold`` (the share of a row's attention, default :data:`vizlm.inspect.highlight.DEFAULT`) or ``top_k``
+        is the analysis's highlight setting (its methods take another). With ``effects`` an attention model's read
         effects are computed, and its slot effects while there are at most ``max_effect_pairs`` (word,
         slot) pairs (None: always); past that a note says so. ``predictions``: the top predictions kept
         per word. The text is cut at :data:`vizlm.data.text.MAX_TOKENS` tokens, with a note."""
         if not isinstance(text, str):
             raise InputError(f"analyze() takes a text (str), not {type(text).__name__}")
-        setting = _setting(threshold, top_k, (DEFAULT_THRESHOLD, None))
+        highlight = setting(threshold, top_k)
         if max_effect_pairs is not None:
             max_effect_pairs = _whole(max_effect_pairs, "max_effect_pairs", 0)
         predictions = min(_whole(predictions, "predictions", 0), len(self.checkpoint.vocab))
@@ -417,7 +394,7 @@ class Model:
             sa.notes.append(f"slot effects not computed: the text has {pairs:,} (word, slot) pairs with weight, more "
                             f"than the {max_effect_pairs:,} computed at most (shorter sentences have fewer); the read "
                             "effects are")
-        return Analysis.of(sa, *setting)
+        return Analysis.of(sa, highlight)
 
     def attribute(self, text: str, method: str = "integrated-gradients", n_steps: int = 32, rows=None,
                   progress: Callable[[float], None] | None = None, cancel: Callable[[], bool] | None = None):
@@ -545,20 +522,31 @@ class Analysis(SentenceAnalysis):
     (T lists of k words) and ``top_probs`` [T, k]. Lists: ``tokens`` / ``norms`` / ``offsets`` / ``unk`` [n],
     ``targets`` [T]. The same as tidy frames: :meth:`frame`, :meth:`attention_frame`, :meth:`cases`.
 
-    ``threshold`` / ``top_k``: the highlight setting that :meth:`highlights`, :meth:`cases`,
-    :meth:`to_dict` and the display use when not given another; each setting is computed once.
+    ``highlight``: the highlight setting (:mod:`vizlm.inspect.highlight`, made from ``threshold`` / ``top_k`` by
+    :meth:`Model.analyze`) that :meth:`highlights`, :meth:`cases`, :meth:`to_dict` and the display use when not
+    given another; each setting is computed once. The layers below take the setting as an argument: this class adds
+    methods for people and overrides none of theirs.
     """
 
-    threshold: float | None = DEFAULT_THRESHOLD
-    top_k: int | None = None
+    highlight: Setting = DEFAULT
 
     @classmethod
-    def of(cls, sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None) -> Analysis:
+    def of(cls, sa: SentenceAnalysis, highlight: Setting = DEFAULT) -> Analysis:
         """``sa`` as an :class:`Analysis` (its arrays shared, not copied)."""
-        if isinstance(sa, cls) and (sa.threshold, sa.top_k) == (threshold, top_k):
+        if isinstance(sa, cls) and sa.highlight == highlight:
             return sa
-        fields = {f: getattr(sa, f) for f in SentenceAnalysis.__dataclass_fields__}
-        return cls(**fields, threshold=threshold, top_k=top_k)
+        shared = {f: getattr(sa, f) for f in SentenceAnalysis.__dataclass_fields__}
+        return cls(**shared, highlight=highlight)
+
+    @property
+    def threshold(self) -> float | None:
+        """The highlight setting's threshold (None in top-k mode)."""
+        return fields(self.highlight)[0]
+
+    @property
+    def top_k(self) -> int | None:
+        """The highlight setting's k (None in threshold mode)."""
+        return fields(self.highlight)[1]
 
     def __repr__(self) -> str:
         what = "no attention" if self.attention is None else \
@@ -566,8 +554,8 @@ class Analysis(SentenceAnalysis):
         return (f"Analysis(model={self.model!r}, tokens={len(self.tokens)}, targets={len(self.targets)}, "
                 f"perplexity={self.perplexity:.2f}, {what}, context={self.context!r})")
 
-    def _setting(self, threshold, top_k) -> tuple[float | None, int | None]:
-        return _setting(threshold, top_k, (self.threshold, self.top_k))
+    def _setting(self, threshold, top_k) -> Setting:
+        return setting(threshold, top_k, self.highlight)
 
     @property
     def slot_tokens(self) -> list[int]:
@@ -576,23 +564,20 @@ class Analysis(SentenceAnalysis):
 
     def default_target(self, threshold: float | None = None, top_k: int | None = None) -> int:
         """The word a view opens on: the first with a labelled case, else the last word before ``</s>``."""
-        for r, cases in sorted(cases_by_target(self, *self._setting(threshold, top_k)).items()):
-            if any(c.get("labels") for c in cases):
-                return r
-        return max(0, len(self.targets) - 2)
+        return default_target(self, self._setting(threshold, top_k))
 
     def highlights(self, threshold: float | None = None, top_k: int | None = None, rows=None):
         """Per predicted word (or per row of ``rows``), the memory slots with weight >= ``threshold`` or
         the ``top_k`` heaviest (:class:`vizlm.inspect.analysis.Highlight`: slot, word, token, weight,
         effect_bits), heaviest first; computed once per setting (default: the analysis's own)."""
-        return super().highlights(*self._setting(threshold, top_k), rows=rows)
+        return self.highlighted(self._setting(threshold, top_k), rows=rows)
 
     def cases(self, threshold: float | None = None, top_k: int | None = None) -> pd.DataFrame:
         """The labelled cases of the highlights (:mod:`vizlm.inspect.cases`), one row per (target, attended slot,
         label): target, word, slot, attended, label, evidence, weight, effect_bits."""
         rows = [{"target": c["target"], "word": c["word"], "slot": c["slot"], "attended": c["attended"], "label": label,
                  "evidence": c["evidence"].get(label, ""), "weight": c["weight"], "effect_bits": c["effect"]}
-                for _, cs in sorted(cases_by_target(self, *self._setting(threshold, top_k)).items())
+                for _, cs in sorted(cases_by_target(self, self._setting(threshold, top_k)).items())
                 for c in cs for label in c["labels"]]
         return pd.DataFrame(rows, columns=["target", "word", "slot", "attended", "label", "evidence", "weight",
                                            "effect_bits"])
@@ -630,26 +615,26 @@ class Analysis(SentenceAnalysis):
         export (:func:`vizlm.present.export.analysis_records`): model, target_index, target, current, sentence,
         target_unk, prob, surprisal_bits, read_effect_bits, slot, attended, attended_token, weight,
         effect_bits, highlighted (by this setting). One row per word for a model without attention."""
-        return pd.DataFrame(export.analysis_records(self, *self._setting(threshold, top_k)))
+        return pd.DataFrame(export.analysis_records(self, self._setting(threshold, top_k)))
 
     def to_dict(self, threshold: float | None = None, top_k: int | None = None, cases: bool = True) -> dict:
         """The JSON document the exports write (:func:`vizlm.present.serialize.analysis_dict`): JSON types only."""
-        return analysis_dict(self, *self._setting(threshold, top_k), cases=cases)
+        return analysis_dict(self, self._setting(threshold, top_k), cases=cases)
 
     @classmethod
     def from_dict(cls, doc: dict) -> Analysis:
         """The analysis a :meth:`to_dict` document holds (also an export of an earlier vizlm)."""
         sa = analysis_from_dict(doc)
         try:
-            setting = _setting(doc.get("threshold"), doc.get("top_k"), (DEFAULT_THRESHOLD, None))
+            highlight = setting(doc.get("threshold"), doc.get("top_k"))
         except InputError as exc:
             raise AnalysisFileError(f"the analysis's highlight setting: {exc}") from None
-        return cls.of(sa, *setting)
+        return cls.of(sa, highlight)
 
     def save(self, path: str | os.PathLike, force: bool = False) -> Path:
         """Write the JSON of :meth:`to_dict` (what ``vizlm export --format json`` writes) to ``path``,
         atomically; an existing file with other content is replaced only with ``force``."""
-        return files.write_bytes(path, export.export_analysis(self, "json", *self._setting(None, None)), force=force,
+        return files.write_bytes(path, export.export_analysis(self, "json", self.highlight), force=force,
                                  how="pass force=True")
 
     @classmethod
@@ -682,30 +667,30 @@ class Analysis(SentenceAnalysis):
             raise InputError(f"unknown export format {fmt or Path(path).name!r}; choose one of: {', '.join(export.FORMATS)}")
         files.check_replace(path, None, force, how="pass force=True")
         row = None if target is None else self.target_index(target)
-        rows = plots.heatmap_rows(self, row) if row is not None and len(self.targets) > plots.WINDOW_ROWS else None
-        data = export.export_analysis(self, fmt, *self._setting(None, None), measure=_measure(measure),
+        rows = heatmap.heatmap_rows(self, row) if row is not None and len(self.targets) > style.WINDOW_ROWS else None
+        data = export.export_analysis(self, fmt, self.highlight, measure=_measure(measure),
                                       rows=rows, selected=row)
         return files.write_bytes(path, data, force=force, how="pass force=True")
 
     def chart(self, measure: str = "weight", target: int | str | None = None) -> alt.TopLevelMixin:
         """The app's heat map (an Altair chart; surprisal bars for a model without attention), coloured by
         ``measure`` (``weight`` or ``effect``), the highlights outlined; ``target`` outlines that word's
-        row and, in a long text, draws the :data:`vizlm.present.plots.WINDOW_ROWS` rows around it."""
+        row and, in a long text, draws the :data:`vizlm.present.style.WINDOW_ROWS` rows around it."""
         measure = _measure(measure)
         if measure == "effect" and self.attention is not None and self.slot_effects is None:
             raise InputError("this analysis has no slot effects (a long text); analyze it with "
                              "max_effect_pairs=None to compute every one")
         row = None if target is None else self.target_index(target)
-        rows = plots.heatmap_rows(self, row) if row is not None and len(self.targets) > plots.WINDOW_ROWS else None
-        return export.analysis_chart(self, *self._setting(None, None), measure=measure, rows=rows, selected=row)
+        rows = heatmap.heatmap_rows(self, row) if row is not None and len(self.targets) > style.WINDOW_ROWS else None
+        return export.analysis_chart(self, self.highlight, measure=measure, rows=rows, selected=row)
 
     def html(self, target: int | str | None = None, measure: str = "weight", threshold: float | None = None,
              top_k: int | None = None) -> str:
         """The notebook view as a self-contained HTML string (no JavaScript): :meth:`show`'s."""
-        threshold, top_k = self._setting(threshold, top_k)
-        row = self.default_target(threshold, top_k) if target is None else self.target_index(target)
-        cases = cases_by_target(self, threshold, top_k).get(row, [])
-        return notebook.analysis_html(self, row, threshold, top_k, _measure(measure), cases)
+        highlight = self._setting(threshold, top_k)
+        row = default_target(self, highlight) if target is None else self.target_index(target)
+        cases = cases_by_target(self, highlight).get(row, [])
+        return notebook.analysis_html(self, row, highlight, _measure(measure), cases)
 
     def show(self, target: int | str | None = None, measure: str = "weight", threshold: float | None = None,
              top_k: int | None = None) -> View:
@@ -734,11 +719,16 @@ class Attribution(_Attribution):
         """The word a view opens on: the last word before ``</s>``."""
         return max(0, len(self.targets) - 2)
 
+    def highlights(self, row: int | str, threshold: float | None = None, top_k: int | None = None) -> list[int]:
+        """The positions row ``row`` depended on most, largest ``|attribution|`` first: those with at least
+        ``threshold`` (default 0.2) of the row's largest ``|attribution|``, or the ``top_k`` largest
+        (:meth:`vizlm.inspect.attribution.Attribution.highlighted`). ``row``: a number or a predicted word."""
+        return self.highlighted(row, setting(threshold, top_k))
+
     def html(self, target: int | str | None = None, threshold: float | None = None, top_k: int | None = None) -> str:
         """The notebook view as a self-contained HTML string (no JavaScript): :meth:`show`'s."""
-        threshold, top_k = _setting(threshold, top_k, (None, None))
         row = self.default_target() if target is None else self.row_of(target)
-        return notebook.attribution_html(self, row, threshold, top_k)
+        return notebook.attribution_html(self, row, setting(threshold, top_k))
 
     def show(self, target: int | str | None = None, threshold: float | None = None, top_k: int | None = None) -> View:
         """The view of one predicted word (an index or the word; default: the last word of the text): the running
@@ -807,7 +797,7 @@ class Comparison:
 
     def chart(self) -> alt.LayerChart:
         """The app's scatter: per-sentence perplexity of a (x) against b (y), log axes, the diagonal."""
-        return plots.comparison_scatter(self.result.table, self.a, self.b)
+        return charts.comparison_scatter(self.result.table, self.a, self.b)
 
     def to_dict(self) -> dict:
         return export.json_safe(self.result.to_dict())
@@ -924,7 +914,7 @@ class Positions:
             raise InputError("none of these models has attention: there is nothing to draw")
         if measure == "effect" and not self.result.frame["effect"].notna().any():
             raise InputError("these positions were computed without effects (effects=False)")
-        return plots.positions_chart(self.result.frame, measure=measure)
+        return charts.positions_chart(self.result.frame, measure=measure)
 
     def to_dict(self) -> dict:
         return export.json_safe(self.result.to_dict())

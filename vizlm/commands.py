@@ -27,7 +27,6 @@ from vizlm.api import (
     ATTENTION_OFF,
     ATTRIBUTION_MAX_STEPS,
     ATTRIBUTION_METHODS,
-    DEFAULT_THRESHOLD,
     MAX_TOKENS,
     MAX_TOP_K,
     READINGS,
@@ -37,6 +36,7 @@ from vizlm.api import (
     positions,
 )
 from vizlm.inspect.cases import LABELS, RANKINGS
+from vizlm.inspect.highlight import DEFAULT, NONE, Share, setting
 from vizlm.data.registry import CORPORA, MAX_TEXT_FILE_BYTES, read_text_file
 from vizlm.core.distributed import DEVICES, session
 from vizlm.data.ingest import wikitext_note
@@ -180,7 +180,7 @@ def _model_device(p) -> None:
 def _highlight_mode(p) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--threshold", type=fraction, default=None,
-                      help=f"highlight slots with weight >= this, from 0 to 1 (default {DEFAULT_THRESHOLD:g})")
+                      help=f"highlight slots with weight >= this, from 0 to 1 (default {DEFAULT.share:g})")
     mode.add_argument("--top-k", type=whole(1, TOP_K_MAX), default=None,
                       help=f"highlight the k heaviest slots instead (1 to {TOP_K_MAX})")
 
@@ -220,8 +220,8 @@ def add_analysis_commands(sub) -> None:
     p.add_argument("--checkpoint", required=True, help="attention checkpoint")
     _source(p)
     p.add_argument("--label", choices=LABELS, help="only this label's examples")
-    p.add_argument("--threshold", type=fraction, default=DEFAULT_THRESHOLD,
-                   help=f"attention weight that counts as a highlight, from 0 to 1 (default {DEFAULT_THRESHOLD:g})")
+    p.add_argument("--threshold", type=fraction, default=DEFAULT.share,
+                   help=f"attention weight that counts as a highlight, from 0 to 1 (default {DEFAULT.share:g})")
     p.add_argument("--examples", type=whole(0), default=10, help="strongest examples listed per label")
     p.add_argument("--rank", choices=RANKINGS, default="weight",
                    help="which examples are the strongest: the heaviest, those whose slot helped the prediction most, "
@@ -426,7 +426,7 @@ def cmd_positions(args) -> int:
             return 0
     if (args.png or args.svg) and not stats.frame.empty:
         from vizlm.present.export import chart_bytes
-        from vizlm.present.plots import positions_chart
+        from vizlm.present.charts import positions_chart
 
         chart = positions_chart(stats.frame)
         if effects:
@@ -466,11 +466,11 @@ def cmd_cases(args) -> int:
     if args.text_file:
         sents, ids, _, _ = _sentences(args, "analyse")
         with scoring_progress(attending, sents, "cases"):
-            report = corpus_cases(ckpt, sentences=sents, ids=ids, threshold=args.threshold,
+            report = corpus_cases(ckpt, sentences=sents, ids=ids, setting=Share(args.threshold),
                                   examples_per_label=args.examples, rank=args.rank)
     else:
         with scoring_progress(attending, None, "cases"):
-            report = corpus_cases(ckpt, args.corpus, args.split, threshold=args.threshold,
+            report = corpus_cases(ckpt, args.corpus, args.split, Share(args.threshold),
                                   examples_per_label=args.examples, rank=args.rank)
     doc = report.to_dict()
     if args.label:
@@ -537,7 +537,7 @@ def cmd_attribute(args) -> int:
         result = model.attribute(args.text, method=method, n_steps=args.steps,
                                  progress=lambda f: bar.update(max(0, int(100 * f) - bar.n)))
     if args.out is not None:
-        data = export_attribution(result, args.format, threshold=args.threshold, top_k=args.top_k)
+        data = export_attribution(result, args.format, setting(args.threshold, args.top_k, NONE))
         files.write_bytes(args.out, data, force=args.force)
         print(f"wrote {args.out} ({len(data):,} bytes)", file=sys.stderr)
     doc = result.to_dict()

@@ -9,6 +9,6 @@
 
 Every number the app shows comes from the library: a typed text's analysis through the Python API
 (:mod:`vizlm.api`, as a notebook gets it), the rest from :mod:`vizlm.inspect.corpus_stats`, :mod:`vizlm.inspect.cases`,
-:mod:`vizlm.present.plots` and :mod:`vizlm.present.export`; pages under ``pages/`` are thin:
+:mod:`vizlm.present.heatmap`, :mod:`vizlm.present.fragments`, :mod:`vizlm.present.charts` and :mod:`vizlm.present.export`; pages under ``pages/`` are thin:
 inputs -> validation -> one call -> rendering.
 """

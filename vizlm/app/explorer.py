@@ -18,20 +18,14 @@ from vizlm.app import checkpoints as ck
 from vizlm.app import faithfulness, jobs, results
 from vizlm.app import widgets as ui
 from vizlm.inspect.attribution import TEXT_METHODS
+from vizlm.inspect.highlight import DEFAULT, Setting, Share, TopK
 from vizlm.modeling.checkpoint import meta_corpus
 from vizlm.data.registry import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, example_passages, example_sentences, user_corpora
+from vizlm.present.word_view import WordView, default_target, word_view
 from vizlm.present.links import DEFAULT_TEXT, DEFAULT_TEXTS, EXPLORER_MEASURES, MAX_TOP_K, MEASURE_LABELS, parse_query
-from vizlm.present.plots import (
-    attention_key_html,
-    attribution_html,
-    attribution_key_html,
-    attribution_scale,
-    format_prob,
-    heatmap_rows,
-    highlighted_html,
-    sentence_strip_html,
-    text_span,
-)
+from vizlm.present.fragments import attention_key_html, attribution_html, attribution_key_html, highlighted_html, sentence_strip_html, text_span
+from vizlm.present.heatmap import heatmap_rows
+from vizlm.present.style import attribution_scale, format_prob
 from vizlm.data.text import tokenize
 
 UNKNOWN_WARNING = 0.5  # share of out-of-vocabulary words above which a model is said not to read the text
@@ -59,9 +53,9 @@ def seed_from_url(names: list[str]) -> None:
         model=state.model,
         compare=state.compare or "",
         text=state.text,
-        mode="Top-k" if state.top_k else "Threshold",
-        threshold=state.threshold,
-        topk=state.top_k or 3,
+        mode="Top-k" if isinstance(state.highlight, TopK) else "Threshold",
+        threshold=state.highlight.share if isinstance(state.highlight, Share) else DEFAULT.share,
+        topk=state.highlight.k if isinstance(state.highlight, TopK) else 3,
         measure=state.measure,
         _target_url=state.target,
         _url_notes=notes,
@@ -187,7 +181,7 @@ def warn_unknown(analyses: dict[str, Analysis], names: list[str]) -> None:
                    icon=":material/translate:")
 
 
-def target_key(sa: Analysis, text: str, threshold: float | None, top_k: int | None) -> str:
+def target_key(sa: Analysis, text: str, highlight: Setting) -> str:
     """The Session State key of the word picker for this text (a new text forgets the old selection),
     holding the word the link asks for, else the one already picked, else :meth:`Analysis.default_target`."""
     T = len(sa.targets)
@@ -203,7 +197,7 @@ def target_key(sa: Analysis, text: str, threshold: float | None, top_k: int | No
         st.warning(f"The link selects word {wanted}, but this text has {T} predicted words (0 to {T - 1}); picking one.",
                    icon=":material/link:")
     if st.session_state.get(key) not in range(T):
-        st.session_state[key] = sa.default_target(threshold, top_k)
+        st.session_state[key] = default_target(sa, highlight)
     return key
 
 
@@ -218,38 +212,41 @@ def _bits(x: float) -> str:
     return "+0.00 bits" if text == "-0.00 bits" else text
 
 
-def model_panel(name: str, sa: Analysis, doc: dict, r: int, threshold: float | None, top_k: int | None,
-                text: str, measure: str = EXPLORER_MEASURES[0]) -> None:
+def model_panel(name: str, sa: Analysis, r: int, highlight: Setting, text: str,
+                measure: str = EXPLORER_MEASURES[0]) -> None:
     """One model's column: its reading, the word's numbers, the running text with its attention (or, for an
     attribution ``measure``, with what the prediction depended on, beside the attention), the memory slots by
-    effect, the labelled cases and the top predictions (``doc``: :meth:`Analysis.to_dict`)."""
-    t = doc["targets"][r]
+    effect, the labelled cases and the top predictions (:func:`vizlm.present.word_view.word_view` of word ``r``)."""
+    attention_panel = measure not in TEXT_METHODS and sa.attention is not None
+    # the slot effects of this word, computed for it alone if need be (the attention panel's table and cases)
+    effect_bits = results.row_effect_bits(name, text, r) if attention_panel else None
+    t = word_view(sa, r, highlight, results.case_map(name, text, highlight), effect_bits)
     ppl = ck.perplexity(name)
     st.subheader(name, anchor=False, help=f"{ck.family(name)} checkpoint" + (f"; {ppl[0]} perplexity {ppl[1]:.1f}" if ppl else ""))
     several = " (one sentence: both readings agree)" if not sa.boundaries else ""
     st.caption(f":material/menu_book: **{sa.context}-level checkpoint**: {READINGS[sa.context]}{several}.")
     with st.container(horizontal=True, wrap=True, gap="medium"):  # wraps instead of cutting numbers off
-        st.metric("P(word)", format_prob(t["prob"]), help="probability the model gave the actual next word",
+        st.metric("P(word)", format_prob(t.prob), help="probability the model gave the actual next word",
                   width="content")
-        st.metric("Surprisal", f"{t['surprisal_bits']:.1f} bits", help="−log₂ P(word); lower is better", width="content")
-        if t["read_effect_bits"] is not None:
-            st.metric("Attention effect", _bits(t["read_effect_bits"]), width="content",
+        st.metric("Surprisal", f"{t.surprisal_bits:.1f} bits", help="−log₂ P(word); lower is better", width="content")
+        if t.read_effect_bits is not None:
+            st.metric("Attention effect", _bits(t.read_effect_bits), width="content",
                       help="log₂ P(word) with the attention read minus without it (the read set to zero): how much the "
                            "attention changed this prediction. +1 bit = twice as likely with the attention.")
         st.metric("Perplexity", f"{sa.perplexity:.0f}", help="perplexity of the whole text", width="content")
     if measure in TEXT_METHODS:
-        _attribution_panel(name, sa, r, threshold, top_k, text, measure)
+        _attribution_panel(name, sa, r, highlight, text, measure)
     elif sa.attention is None:
         st.html(sentence_strip_html(sa, selected=r, span=text_span(sa, r)))
         st.caption(f"{name} has no attention: it predicts from its recurrent state alone. Each word shows the "
                    "probability this model gave it; the bar colour is its surprisal. Pick an attribution measure in the "
                    "sidebar to see which earlier words its prediction depended on.")
     else:
-        _attention_panel(name, sa, t, r, threshold, top_k, text)
+        _attention_panel(sa, t, highlight, effect_bits)
     if sa.gates is not None:
-        st.caption(f"AMSRN selection gate g₁ for this step: mean {t['gate_mean']:.2f} over {sa.gates.shape[1]} units (see the Gates tab).")
+        st.caption(f"AMSRN selection gate g₁ for this step: mean {t.gate_mean:.2f} over {sa.gates.shape[1]} units (see the Gates tab).")
     st.dataframe(
-        {"next word": [x["word"] for x in t["top"]], "probability": [format_prob(x["prob"]) for x in t["top"]]},
+        {"next word": [w for w, _ in t.top], "probability": [format_prob(p) for _, p in t.top]},
         column_config={"next word": st.column_config.TextColumn("next word", width="small"),
                        "probability": st.column_config.TextColumn("probability", width="small")},
         hide_index=True, width="stretch", height=213,
@@ -258,14 +255,13 @@ def model_panel(name: str, sa: Analysis, doc: dict, r: int, threshold: float | N
         faithfulness.word_panel(name, text, r)  # on request: one word's adversary and two paths
 
 
-def _attribution_panel(name: str, sa: Analysis, r: int, threshold: float | None, top_k: int | None, text: str,
-                       method: str) -> None:
+def _attribution_panel(name: str, sa: Analysis, r: int, highlight: Setting, text: str, method: str) -> None:
     """What row ``r``'s prediction depended on (``method``), the running text highlighted by it, a table of
     the words read with their attribution and, for an attention model, their weight and the agreement."""
     # the window of rows the heat map shows around this word: a long text costs that window, not every row
     attr = results.attribution(name, text, method, heatmap_rows(sa, r))
     span = text_span(sa, r)
-    st.html(attribution_html(attr, r, threshold=threshold, top_k=top_k, span=span)
+    st.html(attribution_html(attr, r, highlight, span=span)
             + attribution_key_html(attribution_scale(attr, [r]), method))
     frame = attr.row_frame(r)
     if frame.empty:
@@ -312,16 +308,15 @@ def _attribution_panel(name: str, sa: Analysis, r: int, threshold: float | None,
     st.dataframe(table, column_config=config, hide_index=True, width="stretch")
 
 
-def _attention_panel(name: str, sa: Analysis, t: dict, r: int, threshold: float | None, top_k: int | None,
-                     text: str) -> None:
-    st.html(highlighted_html(sa, r, threshold=threshold, top_k=top_k, span=text_span(sa, r)) + attention_key_html())
-    if (t["start_weight"] or 0) >= ATTENTION_OFF:
-        st.caption(f":material/power_settings_new: **Attention mostly off for this word:** {t['start_weight']:.0%} of the "
+def _attention_panel(sa: Analysis, t: WordView, highlight: Setting, effect_bits) -> None:
+    r = t.row
+    st.html(highlighted_html(sa, r, highlight, span=text_span(sa, r)) + attention_key_html())
+    if (t.start_weight or 0) >= ATTENTION_OFF:
+        st.caption(f":material/power_settings_new: **Attention mostly off for this word:** {t.start_weight:.0%} of the "
                    "weight is on the empty start slot (a zero vector), so the read adds little to the prediction.")
-    st.caption(f"**Attention changed log₂ P(word) by {_bits(t['read_effect_bits'])}**: without its read, "
-               f"P(word) would be {format_prob(t['prob_without_read'])} instead of {format_prob(t['prob'])}.")
-    effect_bits = results.row_effect_bits(name, text, r)  # [S] bits, computed for this word if need be
-    slots = sa.slot_table(r, effect_bits, threshold=threshold, top_k=top_k)
+    st.caption(f"**Attention changed log₂ P(word) by {_bits(t.read_effect_bits)}**: without its read, "
+               f"P(word) would be {format_prob(t.prob_without_read)} instead of {format_prob(t.prob)}.")
+    slots = sa.slot_table(r, effect_bits, setting=highlight)
     st.caption("Memory slots of this word, **largest |effect| first** (then by weight): the highlighted ones "
                "and the three whose effect is largest.")
     st.dataframe(
@@ -336,9 +331,7 @@ def _attention_panel(name: str, sa: Analysis, t: dict, r: int, threshold: float 
         },
         hide_index=True, width="stretch",
     )
-    # the slot effect of each case, also when it was computed for this word alone (a long text)
-    cases = [{**c, "effect": c.get("effect") if c.get("effect") is not None or effect_bits is None
-              else float(effect_bits[c["slot"]])} for c in t["cases"] if c.get("labels")]
+    cases = [c for c in t.cases if c.get("labels")]  # with their slot effects, computed for this word if need be
     cases.sort(key=lambda c: (c.get("effect") is None, -(c.get("effect") or 0.0)))  # most helpful first
     if cases:
         for c in cases:
@@ -346,19 +339,19 @@ def _attention_panel(name: str, sa: Analysis, t: dict, r: int, threshold: float 
             for lab in c["labels"]:
                 why = c["evidence"].get(lab, "") if isinstance(c["evidence"], dict) else c["evidence"]
                 st.markdown(f"{ui.label_badge(lab)} **{ui.md_escape(c['attended'])}** → "
-                            f"**{ui.md_escape(t['word'])}** · weight {c['weight']:.2f}{effect}  \n"
+                            f"**{ui.md_escape(t.word)}** · weight {c['weight']:.2f}{effect}  \n"
                             f":small[{ui.md_escape(why)}]")
         if len(cases) > 1:
             st.caption("Cases ranked by effect: the pair whose slot helped the prediction most first.")
-    elif t["highlights"]:
+    elif t.highlights:
         st.caption("The attended words above match no trigger / causal / phrase / grammar rule.")
     else:
         st.caption("No earlier word reaches the threshold for this word; lower it or use top-k.")
 
 
-def sidebar() -> tuple[list[str], str, str, float | None, int | None, str]:
+def sidebar() -> tuple[list[str], str, str, Setting, str]:
     """The sidebar: the upload, the model and the one to compare it with, the measure and the highlight
-    setting. Returns (every model name, model, compare ("" for none), threshold, top_k, measure)."""
+    setting. Returns (every model name, model, compare ("" for none), the highlight setting, measure)."""
     models_box = st.sidebar.container()
     ui.upload_widget()
     names = ck.model_names()  # an upload may have added one
@@ -392,13 +385,12 @@ def sidebar() -> tuple[list[str], str, str, float | None, int | None, str]:
                                     help="Highlight every earlier word with at least this share (of the attention, or of "
                                          "the largest |attribution| of the word's reading: the same on a sentence and a "
                                          "long passage), or the k largest.")
-        threshold, top_k = None, None
         if mode == "Top-k":
-            top_k = st.slider("Words to highlight", 1, MAX_TOP_K, key="topk")
+            highlight = TopK(st.slider("Words to highlight", 1, MAX_TOP_K, key="topk"))
         else:
-            threshold = st.slider("Share of the largest |attribution|" if attributed else "Attention threshold", 0.0, 1.0, step=0.01,
-                                  key="threshold")
-    return names, model, compare, threshold, top_k, measure
+            highlight = Share(st.slider("Share of the largest |attribution|" if attributed else "Attention threshold",
+                                        0.0, 1.0, step=0.01, key="threshold"))
+    return names, model, compare, highlight, measure
 
 
 def text_input(model: str, compare: str) -> str:
@@ -444,10 +436,10 @@ def text_input(model: str, compare: str) -> str:
     return text
 
 
-def word_picker(sa: Analysis, text: str, threshold: float | None, top_k: int | None) -> int:
+def word_picker(sa: Analysis, text: str, highlight: Setting) -> int:
     """The predicted word to look at (a row of ``sa``), picked among the words of the text."""
     T = len(sa.targets)
-    tkey = target_key(sa, text, threshold, top_k)
+    tkey = target_key(sa, text, highlight)
     if sa.boundaries:
         documents = f" in {len(sa.breaks) + 1} documents (a blank line ends one)" if sa.breaks else ""
         st.caption(f"A passage of {len(sa.boundaries) + 1} sentences{documents}, {T} predicted words (each sentence "

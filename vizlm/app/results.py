@@ -28,8 +28,10 @@ from vizlm.inspect.attribution import Attribution, estimate_seconds
 from vizlm.app.checkpoints import UserError, get_checkpoint, model_key
 from vizlm.data.registry import Corpus, DataError, corpus_folder, load_corpus, passage_start
 from vizlm.core.errors import VizlmError
+from vizlm.inspect.highlight import Setting
 from vizlm.present.export import chart_spec
-from vizlm.present.plots import attention_heatmap, attribution_heatmap
+from vizlm.present.word_view import cases_by_target
+from vizlm.present.heatmap import attention_heatmap, attribution_heatmap
 from vizlm.data.text import MAX_TOKENS, detokenize, passage_sentences, token_row
 
 # Cache sizes bound the server's memory: a 400-word text's analysis is ~2 MB (with its dict ~4 MB),
@@ -58,14 +60,14 @@ def analyze_text(name: str, text: str) -> Analysis:
 
 
 @st.cache_data(show_spinner=False, max_entries=ANALYSIS_CACHE_ENTRIES)
-def _analysis_dict(name: str, key: str, text: str, threshold: float | None, top_k: int | None) -> dict:
-    return _analyze_text(name, key, text).to_dict(threshold, top_k)
+def _case_map(name: str, key: str, text: str, highlight: Setting) -> dict[int, list[dict]]:
+    return cases_by_target(_analyze_text(name, key, text), highlight)
 
 
-def analysis_dict(name: str, text: str, threshold: float | None, top_k: int | None) -> dict:
-    """:meth:`vizlm.api.Analysis.to_dict` (highlights and case labels for every target, the document the
-    JSON download holds) for the page, cached per setting."""
-    return _analysis_dict(name, model_key(name), text, threshold, top_k)
+def case_map(name: str, text: str, highlight: Setting) -> dict[int, list[dict]]:
+    """The case labels of every predicted word of ``text`` for one highlight setting
+    (:func:`vizlm.present.word_view.cases_by_target`), cached per setting: a page view reads one word's."""
+    return _case_map(name, model_key(name), text, highlight)
 
 
 def _attribute(name: str, text: str, method: str, rows: tuple[int, int] | None, progress=None,
@@ -96,18 +98,18 @@ def attribution(name: str, text: str, method: str, rows: tuple[int, int] | None 
 
 
 @st.cache_data(show_spinner=False, max_entries=HEATMAP_CACHE_ENTRIES)
-def _attribution_spec(name: str, key: str, text: str, method: str, threshold: float | None, top_k: int | None,
+def _attribution_spec(name: str, key: str, text: str, method: str, highlight: Setting,
                       rows: tuple[int, int] | None, selected: int | None, _attr: Attribution) -> dict:
-    chart = attribution_heatmap(_attr, threshold=threshold, top_k=top_k, rows=rows, selected=selected)
+    chart = attribution_heatmap(_attr, highlight, rows=rows, selected=selected)
     return chart_spec(chart, validate=False)  # the tests validate these specs
 
 
-def attribution_spec(name: str, text: str, method: str, threshold: float | None, top_k: int | None,
+def attribution_spec(name: str, text: str, method: str, highlight: Setting,
                      rows: tuple[int, int] | None = None, selected: int | None = None) -> dict:
-    """The attribution heat map of ``text`` (:func:`vizlm.present.plots.attribution_heatmap`) as a Vega-Lite spec,
+    """The attribution heat map of ``text`` (:func:`vizlm.present.heatmap.attribution_heatmap`) as a Vega-Lite spec,
     built once per input; only ``rows`` are attributed (None: every row)."""
     attr = attribution(name, text, method, rows)
-    return _attribution_spec(name, model_key(name), text, method, threshold, top_k, rows, selected, attr)
+    return _attribution_spec(name, model_key(name), text, method, highlight, rows, selected, attr)
 
 
 @st.cache_data(show_spinner=False, max_entries=ANALYSIS_CACHE_ENTRIES)
@@ -132,18 +134,18 @@ def row_effect_bits(name: str, text: str, row: int) -> np.ndarray | None:
 
 
 @st.cache_data(show_spinner=False, max_entries=HEATMAP_CACHE_ENTRIES)
-def _heatmap_spec(name: str, key: str, text: str, threshold: float | None, top_k: int | None, measure: str,
+def _heatmap_spec(name: str, key: str, text: str, highlight: Setting, measure: str,
                   rows: tuple[int, int] | None, selected: int | None) -> dict:
     sa = _full_effects(name, key, text) if measure == "effect" else _analyze_text(name, key, text)
-    heatmap = attention_heatmap(sa, threshold=threshold, top_k=top_k, measure=measure, rows=rows, selected=selected)
+    heatmap = attention_heatmap(sa, highlight, measure=measure, rows=rows, selected=selected)
     return chart_spec(heatmap, validate=False)  # a new window each click; the tests validate these specs
 
 
-def heatmap_spec(name: str, text: str, threshold: float | None, top_k: int | None, measure: str = "weight",
+def heatmap_spec(name: str, text: str, highlight: Setting, measure: str = "weight",
                  rows: tuple[int, int] | None = None, selected: int | None = None) -> dict:
     """The heat map of ``text`` (``measure``: attention weight or slot effect; ``rows``: a window of a long
     text, ``selected``: the outlined row) as a Vega-Lite spec, built once per input."""
-    return _heatmap_spec(name, model_key(name), text, threshold, top_k, measure, rows, selected)
+    return _heatmap_spec(name, model_key(name), text, highlight, measure, rows, selected)
 
 
 def corpus_version(corpus: str, split: str) -> tuple[int, int] | None:

@@ -13,29 +13,20 @@ from vizlm.app.checkpoints import get_checkpoint, has_attention
 from vizlm.app.results import attribution, attribution_spec, heatmap_spec
 from vizlm.inspect.attribution import LABELS as METHOD_LABELS
 from vizlm.inspect.attribution import BY_DISTANCE, TEXT_METHODS, is_stored
+from vizlm.inspect.highlight import Setting
 from vizlm.app.widgets import analysis_downloads, chart_downloads, download_row, md_escape, show_chart, show_error
 from vizlm.present.export import FORMATS, MIME, chart_html, export_attribution, safe_filename
-from vizlm.present.plots import (
-    OVERLAY_MODELS,
-    WINDOW_ROWS,
-    attention_heatmap,
-    attribution_positions_chart,
-    attribution_positions_frame,
-    gates_chart,
-    heatmap_rows,
-    highlighted_html,
-    legend_html,
-    sentence_strip_html,
-    surprisal_chart,
-    text_span,
-)
+from vizlm.present.charts import OVERLAY_MODELS, attribution_positions_chart, attribution_positions_frame, gates_chart, surprisal_chart
+from vizlm.present.fragments import highlighted_html, legend_html, sentence_strip_html, text_span
+from vizlm.present.heatmap import attention_heatmap, heatmap_rows
+from vizlm.present.style import WINDOW_ROWS
 
 
-def highlight_page(sa, target: int, threshold: float | None, top_k: int | None) -> bytes:
+def highlight_page(sa, target: int, highlight: Setting) -> bytes:
     """A standalone HTML page: the highlighted text above the attention heat map, as the page shows
     them (a long passage: the sentences around the word, the heat map rows around it)."""
-    chart = attention_heatmap(sa, threshold=threshold, top_k=top_k, rows=heatmap_rows(sa, target), selected=target)
-    body = highlighted_html(sa, target, threshold=threshold, top_k=top_k, span=text_span(sa, target))
+    chart = attention_heatmap(sa, highlight, rows=heatmap_rows(sa, target), selected=target)
+    body = highlighted_html(sa, target, highlight, span=text_span(sa, target))
     return chart_html(chart, title=f"vizlm: {sa.model}", body_html=body).encode("utf-8")
 
 
@@ -59,7 +50,7 @@ def _rows_view(T: int) -> str:
                                      "cells stay readable; every row makes a large map that scrolls.")
 
 
-def render_attribution_maps(analyses: dict, text: str, method: str, threshold: float | None, top_k: int | None,
+def render_attribution_maps(analyses: dict, text: str, method: str, highlight: Setting,
                             target: int) -> None:
     """Every model's attribution heat map (the LSTM's too) with its downloads: pictures of what is shown,
     every (word, word read) pair as CSV / JSON."""
@@ -69,19 +60,19 @@ def render_attribution_maps(analyses: dict, text: str, method: str, threshold: f
                "Outlined cells are the highlighted ones; hover a cell for its numbers (and the attention weight on it).")
     for name, sa in analyses.items():
         rows = heatmap_rows(sa, target) if view == "window" else None
-        spec = attribution_spec(name, text, method, threshold, top_k, rows, target)  # only these rows are attributed
+        spec = attribution_spec(name, text, method, highlight, rows, target)  # only these rows are attributed
         st.vega_lite_chart(spec, width="content", theme=None)
         attr = attribution(name, text, method, rows)
         stem = safe_filename(f"{name}-{method}-{sa.text[:30]}")
         # each callback binds this model's rows: a download runs after the loop, when `rows` is the last model's
-        download_row([(fmt.upper(), (lambda f=fmt, a=attr, r=rows: export_attribution(a, f, threshold, top_k, r, target)),
+        download_row([(fmt.upper(), (lambda f=fmt, a=attr, r=rows: export_attribution(a, f, highlight, r, target)),
                        f"{stem}.{fmt}", MIME[fmt]) for fmt in FORMATS], f"attr_{name}")
 
 
-def render_heatmaps(analyses: dict, text: str, threshold: float | None, top_k: int | None, target: int,
+def render_heatmaps(analyses: dict, text: str, highlight: Setting, target: int,
                     measure: str = "weight") -> None:
     if measure in TEXT_METHODS:
-        render_attribution_maps(analyses, text, measure, threshold, top_k, target)
+        render_attribution_maps(analyses, text, measure, highlight, target)
         return
     shown = {n: sa for n, sa in analyses.items() if sa.attention is not None}
     if not shown:
@@ -102,11 +93,11 @@ def render_heatmaps(analyses: dict, text: str, threshold: float | None, top_k: i
         rows = heatmap_rows(sa, target) if view == "window" else None
         if measure == "effect" and sa.slot_effects is None:  # every slot's effect, once per text (cached)
             with st.spinner(f"Computing the effect of every memory slot for {name}…", show_time=True):
-                spec = heatmap_spec(name, text, threshold, top_k, measure, rows, target)
+                spec = heatmap_spec(name, text, highlight, measure, rows, target)
         else:
-            spec = heatmap_spec(name, text, threshold, top_k, measure, rows, target)
+            spec = heatmap_spec(name, text, highlight, measure, rows, target)
         st.vega_lite_chart(spec, width="content", theme=None)
-        analysis_downloads(sa, threshold, top_k, key=f"heat_{name}", measure=measure, full=_with_effects(name, sa),
+        analysis_downloads(sa, highlight, key=f"heat_{name}", measure=measure, full=_with_effects(name, sa),
                            rows=rows, selected=target)
 
 
@@ -140,15 +131,15 @@ def render_gates(analyses: dict) -> None:
         chart_downloads(chart, safe_filename(f"gates-{name}-{sa.text[:20]}"), f"gates_{name}", frame)
 
 
-def render_data(analyses: dict, target: int, threshold: float | None, top_k: int | None) -> None:
+def render_data(analyses: dict, target: int, highlight: Setting) -> None:
     st.caption("Every predicted word with its probability (bar colour: surprisal, brighter = more surprising). "
                "Downloads: the attention heat map (PNG, SVG, standalone HTML) and all numbers (CSV, JSON).")
     for name, sa in analyses.items():
         st.markdown(f"**{md_escape(name)}** · perplexity {sa.perplexity:.1f}")
         st.html(sentence_strip_html(sa, selected=target))
-        analysis_downloads(sa, threshold, top_k, key=f"data_{name}", full=_with_effects(name, sa))
+        analysis_downloads(sa, highlight, key=f"data_{name}", full=_with_effects(name, sa))
         if sa.attention is not None:
-            st.download_button("Highlighted text + heat map (standalone HTML)", data=lambda sa=sa: highlight_page(sa, target, threshold, top_k),
+            st.download_button("Highlighted text + heat map (standalone HTML)", data=lambda sa=sa: highlight_page(sa, target, highlight),
                                file_name=safe_filename(f"{name}-highlight-{sa.text[:20]}") + ".html", mime="text/html",
                                key=f"dl_hl_{name}", icon=":material/download:", on_click="ignore")
 

@@ -20,11 +20,12 @@ from vizlm.app.checkpoints import (
     trained_corpus,
 )
 from vizlm.inspect.cases import LABELS
+from vizlm.inspect.highlight import Setting
 from vizlm.modeling.checkpoint import MAX_META_BYTES
 from vizlm.data.registry import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, HELD_OUT, DataError, corpus_card, user_corpora
 from vizlm.present.export import FORMATS, MIME, chart_bytes, export_analysis, export_frame, safe_filename
 from vizlm.present.links import CompareState, ExplorerState, parse_compare_query
-from vizlm.present.plots import CATEGORICAL
+from vizlm.present.style import CATEGORICAL
 from vizlm.present.tables import card_line
 
 # Streamlit badge colours per case label (distinct hues; the label is always written out too).
@@ -93,7 +94,7 @@ def chart_downloads(chart, stem: str, key: str, frame=None, title: str = "vizlm"
     download_row(items, key)
 
 
-def analysis_downloads(sa, threshold: float | None, top_k: int | None, key: str, measure: str = "weight",
+def analysis_downloads(sa, highlight: Setting, key: str, measure: str = "weight",
                        full: Callable | None = None, rows: tuple[int, int] | None = None,
                        selected: int | None = None) -> None:
     """The five export formats of one analysis (:func:`vizlm.present.export.export_analysis`); the pictures
@@ -103,7 +104,7 @@ def analysis_downloads(sa, threshold: float | None, top_k: int | None, key: str,
     stem = safe_filename(f"{sa.model}-{'effects-' if measure == 'effect' else ''}{sa.text[:30]}")
     full = full or (lambda: sa)
     def make(fmt: str) -> bytes:
-        return export_analysis(full(), fmt, threshold=threshold, top_k=top_k, measure=measure, rows=rows,
+        return export_analysis(full(), fmt, highlight, measure=measure, rows=rows,
                                selected=selected)
 
     download_row([(fmt.upper(), (lambda f=fmt: make(f)), f"{stem}.{fmt}", MIME[fmt]) for fmt in FORMATS], key)
@@ -297,7 +298,7 @@ def attention_models_picker(title: str, key: str, none_message: str,
     """Sidebar header and a multiselect of the attention models; stops the page if there are none.
     At first: the models trained on a corpus of yours when there are some (those of the first such corpus: the
     page opens on it), else those in the language of the first (one corpus scores them all), narrowed by
-    ``first``, as many as a chart has colours for (:data:`vizlm.present.plots.CATEGORICAL`)."""
+    ``first``, as many as a chart has colours for (:data:`vizlm.present.style.CATEGORICAL`)."""
     attn = by_kind(attention_model_names())
     st.header(title, anchor=False)
     if not attn:

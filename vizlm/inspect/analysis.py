@@ -55,13 +55,13 @@ from vizlm.models import effects as fx
 from vizlm.models.base import device_of
 from vizlm.data.tagger import tag_sentences
 from vizlm.data.text import MAX_TOKENS, clean_text, cut_point, passage_documents
+from vizlm.inspect.highlight import DEFAULT, ScoreRow, Setting, chosen
 
 # Longer texts are cut, with a note, to keep the app responsive: to MAX_TOKENS tokens
 # (vizlm.data.text, where --text-file reading splits at the same length), and before that to
 # MAX_TEXT_CHARS characters, so a huge text is never tokenised or tagged as a whole.
 # 50 characters a token is far more than English (about 6) or Chinese (1) needs.
 MAX_TEXT_CHARS = 50 * MAX_TOKENS
-DEFAULT_THRESHOLD = 0.2
 # In top-k mode a slot must still carry this much weight to count as attended: the third-heaviest
 # of a row that puts 98% on one slot is not "attended" (and must not be labelled as a case).
 MIN_TOP_K_WEIGHT = 0.05
@@ -97,7 +97,7 @@ class AnalysisError(VizlmError, ValueError):
 
 @dataclass
 class Highlight:
-    """One memory slot above the threshold (or among the top-k) for one target."""
+    """One memory slot a highlight setting picks (:meth:`SentenceAnalysis.highlighted`) for one target."""
 
     slot: int
     word: str  # the slot's label ("<s>" for the start slot and slot 1)
@@ -269,7 +269,7 @@ class SentenceAnalysis:
         return spearman(self.attention[use], self.slot_effects[use])
 
     def slot_table(self, row: int, effect_bits: Sequence[float] | None = None, limit: int = 8,
-                   threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None) -> list[dict]:
+                   setting: Setting = DEFAULT) -> list[dict]:
         """The memory slots worth showing for one predicted word, effect beside weight: the highlighted
         ones and the three with the largest effect, largest effect first (at most ``limit``).
 
@@ -285,7 +285,7 @@ class SentenceAnalysis:
         def effect(j: int) -> float | None:
             return None if effect_bits is None else _finite(effect_bits[j])
 
-        shown = {h.slot for h in self.highlights(threshold, top_k, rows=[row])[0]}
+        shown = {h.slot for h in self.highlighted(setting, rows=[row])[0]}
         strongest = sorted(allowed, key=lambda j: -abs(effect(j) or 0.0))[:3] if effect_bits is not None else []
         shown |= {int(j) for j in strongest}
         labels = self.slot_labels
@@ -299,53 +299,44 @@ class SentenceAnalysis:
         for the <s> slots: 0, 1 and the start slot after a restart (:attr:`start_slots`)."""
         return -1 if slot < 2 or self.restarts_after(slot - 1) else slot - 2
 
-    def highlights(self, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None,
-                   rows: Sequence[int] | None = None) -> list[list[Highlight]]:
-        """Per target (or per row of ``rows``), the slots with weight >= threshold, or the ``top_k``
-        heaviest slots, heaviest first (each with at least :data:`MIN_TOP_K_WEIGHT`).
+    def score_row(self, row: int) -> ScoreRow:
+        """Row ``row``'s attention as the highlight rule reads it (:class:`vizlm.inspect.highlight.Scores`): the
+        weights of the slots it could attend to (a weight is its share: a row sums to 1), top-k picks with at
+        least :data:`MIN_TOP_K_WEIGHT`."""
+        return ScoreRow(np.where(self.allowed()[row], self.attention[row], np.nan), 1.0, MIN_TOP_K_WEIGHT)
+
+    def highlighted(self, setting: Setting = DEFAULT, rows: Sequence[int] | None = None) -> list[list[Highlight]]:
+        """Per target (or per row of ``rows``), the slots ``setting`` highlights (:func:`vizlm.inspect.highlight.chosen`
+        of :meth:`score_row`), heaviest first.
 
         The one highlight rule: the heat map's outlines, the running text, the case labels and the
-        exports all read it. Computed once per (threshold, top_k) for every row and kept with the
+        exports all read it. Computed once per setting for every row and kept with the
         attention (a page view asks for one setting several times); treat the lists as read-only."""
-        every = self._all_highlights(threshold, top_k)
+        every = self._all_highlights(setting)
         return every if rows is None else [every[r] for r in rows]
 
-    def _all_highlights(self, threshold: float | None, top_k: int | None) -> list[list[Highlight]]:
-        key = ("top", int(top_k)) if top_k is not None else \
-            ("cut", float(threshold if threshold is not None else DEFAULT_THRESHOLD))
+    def _all_highlights(self, setting: Setting) -> list[list[Highlight]]:
         memo = self.__dict__.setdefault("_highlights", {})
-        hit = memo.get(key)
+        hit = memo.get(setting)
         if hit is not None and hit[0] is self.attention and hit[1] is self.slot_effects:
             return hit[2]
         if self.attention is None:
             out: list[list[Highlight]] = [[] for _ in self.targets]
         else:
-            out = self._highlight_rows(key)
-        memo[key] = (self.attention, self.slot_effects, out)
+            out = self._highlight_rows(setting)
+        memo[setting] = (self.attention, self.slot_effects, out)
         return out
 
-    def _highlight_rows(self, key: tuple) -> list[list[Highlight]]:
+    def _highlight_rows(self, setting: Setting) -> list[list[Highlight]]:
         labels = self.slot_labels
         effects = self.slot_effect_bits
-        mask = self.allowed()
-        out = []
 
         def effect(r: int, j: int) -> float | None:
             value = None if effects is None else float(effects[r, j])
             return value if value is not None and math.isfinite(value) else None
 
-        for r in range(len(self.targets)):
-            row = self.attention[r]
-            slots = np.flatnonzero(mask[r])  # the slots this row could attend to
-            if key[0] == "top":
-                slots = slots[np.argsort(-row[slots], kind="stable")[: key[1]]]
-                slots = slots[row[slots] >= MIN_TOP_K_WEIGHT]
-            else:
-                slots = slots[row[slots] >= key[1]]
-                slots = slots[np.argsort(-row[slots], kind="stable")]
-            out.append([Highlight(int(j), labels[j], self.slot_token(int(j)), float(row[j]), effect(r, int(j)))
-                        for j in slots])
-        return out
+        return [[Highlight(j, labels[j], self.slot_token(j), float(self.attention[r, j]), effect(r, j))
+                 for j in chosen(self.score_row(r), setting)] for r in range(len(self.targets))]
 
     def effect_summary(self) -> dict | None:
         """Sentence-level effects (bits): mean read effect, share of words it moves by more than

@@ -67,6 +67,7 @@ from vizlm.core.errors import VizlmError
 from vizlm.models import REGISTRY
 from vizlm.models.base import RecurrentLM, device_of, memory_of
 from vizlm.data.text import MAX_TOKENS
+from vizlm.inspect.highlight import DEFAULT, ScoreRow, Setting, chosen
 
 METHODS = {  # the interface's names -> what each measures
     "gradient-x-input": "gradient of log P(target) times the input embedding, summed over its dimensions",
@@ -95,12 +96,6 @@ ROW_BLOCK = 64  # targets attributed in one batch: the block's copies of the tex
 IG_ROW_BLOCK = 8
 POSITION_BUDGET = 1 << 17  # text positions per forward pass (copies x length): bounds memory on long passages
 TOP_K = 3
-# Attribution.highlights without a setting: the positions with at least a fifth of the row's largest |attribution|.
-# Relative to the largest, not to the row's total: the total spreads over every word read, so a share of it shrinks
-# with the length of the reading (in a 100-word passage no word holds a fifth of it and nothing was highlighted),
-# while a share of the largest means the same on a short sentence and a long passage and always shows the word
-# the prediction depended on most, with those that matter nearly as much.
-DEFAULT_SHARE = 0.2
 # corpus statistics
 ATTRIBUTION_VERSION = 1  # in the cache key: bump when the statistics change
 MAX_OFFSET = 30  # the most words back the position statistics keep (beyond: summed)
@@ -279,20 +274,19 @@ class Attribution:
             raise AttributionError(f"row {row!r} out of range: the text has {len(self.targets)} predicted words")
         return int(row)
 
-    def highlights(self, row: int | str, threshold: float | None = None, top_k: int | None = None) -> list[int]:
-        """The positions row ``row`` depended on most, by ``|attribution|``, largest first: the ``top_k``
-        largest, or those with at least ``threshold`` (default :data:`DEFAULT_SHARE`) of the row's largest
-        ``|attribution|``, so that the largest is always among them, however long the reading. Positions with
-        no attribution at all (exactly 0, e.g. a row reading only ``<s>``) are never highlighted. ``row``: a
-        number or a predicted word (:meth:`row_of`)."""
+    def score_row(self, row: int) -> ScoreRow:
+        """Row ``row``'s ``|attribution|`` as the highlight rule reads it (:class:`vizlm.inspect.highlight.Scores`):
+        a share is of the row's largest ``|attribution|``, so that the largest is always highlighted, however long the
+        reading; positions with no attribution at all (exactly 0, e.g. a row reading only ``<s>``) never are."""
+        size = np.abs(self.scores[row]) * self.covered[row]  # (T,)
+        return ScoreRow(np.where(size > 0, size, np.nan), float(size.max()), 0.0)
+
+    def highlighted(self, row: int | str, setting: Setting = DEFAULT) -> list[int]:
+        """The positions row ``row`` depended on most that ``setting`` picks (:func:`vizlm.inspect.highlight.chosen` of
+        :meth:`score_row`), largest ``|attribution|`` first. ``row``: a number or a predicted word (:meth:`row_of`)."""
         row = self.row_of(row)
         self._check_row(row)
-        size = np.abs(self.scores[row]) * self.covered[row]  # (T,)
-        order = [int(p) for p in np.argsort(-size, kind="stable") if size[p] > 0]
-        if top_k is not None:
-            return order[:top_k]
-        cut = DEFAULT_SHARE if threshold is None else threshold
-        return [p for p in order if size[p] >= cut * size.max()]
+        return chosen(self.score_row(row), setting)
 
     def row_frame(self, row: int | str) -> pd.DataFrame:
         """Row ``row``'s reading, most important first: position, input, distance (from the predicted word: 1

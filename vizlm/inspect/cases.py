@@ -4,7 +4,7 @@ The AMSRN paper (Liu & Lee) reads its attention maps by hand and finds four
 patterns when a word gets a large weight while another is predicted. This module
 turns them into explicit, documented rules. :func:`label_cases` takes every
 highlighted (target row, memory slot) pair of a :class:`~vizlm.inspect.analysis.SentenceAnalysis`
-(``sa.highlights(threshold, top_k)``; the two ``<s>`` slots are skipped) and returns
+(``sa.highlighted(setting)``; the two ``<s>`` slots are skipped) and returns
 one :class:`Case` per pair, **labelled or not**: ``labels`` may be empty, so the
 share of highlights the rules explain is visible. Each label comes with an
 evidence string saying which rule fired and on what.
@@ -131,7 +131,6 @@ import torch
 
 from vizlm.inspect.analysis import (
     BOUNDARY,
-    DEFAULT_THRESHOLD,
     MIN_TOP_K_WEIGHT,
     SentenceAnalysis,
     analyze_batch,
@@ -141,6 +140,8 @@ from vizlm.inspect.analysis import (
 )
 from vizlm.inspect.attribution import attribute
 from vizlm.inspect.cache import cached, checkpoint_digest
+from vizlm.inspect.highlight import DEFAULT, Setting, Share, TopK
+from vizlm.inspect.highlight import fields as setting_fields
 from vizlm.modeling.checkpoint import Checkpoint
 from vizlm.data.registry import document_sizes, load_corpus
 from vizlm.data.resources import Collocations, load_collocations
@@ -639,11 +640,11 @@ class Case:
 
 def label_cases(
     sa: SentenceAnalysis,
-    threshold: float | None = DEFAULT_THRESHOLD,
-    top_k: int | None = None,
+    setting: Setting = DEFAULT,
     collocations: Collocations | None = None,
 ) -> list[Case]:
-    """Every highlighted pair of ``sa`` (``<s>`` slots skipped) as a :class:`Case`; labels may be empty.
+    """Every pair of ``sa`` that ``setting`` highlights (``<s>`` slots skipped) as a :class:`Case`; labels may be
+    empty.
 
     ``collocations`` defaults to the shipped table (:func:`vizlm.data.resources.load_collocations`;
     no phrase labels if it is missing).
@@ -652,7 +653,7 @@ def label_cases(
     n = len(s.words)
     slots = sa.allowed().sum(1) if sa.attention is not None else None  # [T] slots each row could attend to
     cases = []
-    for t, h in _case_pairs(sa, threshold, top_k):
+    for t, h in _case_pairs(sa, setting):
         evidence = _labels(s, t, h.token)
         word = s.words[t] if t < n else sa.targets[t]
         cases.append(Case(t, word, h.slot, h.token, s.words[h.token], h.weight, list(evidence), evidence,
@@ -660,10 +661,10 @@ def label_cases(
     return cases
 
 
-def _case_pairs(sa: SentenceAnalysis, threshold: float | None, top_k: int | None):
+def _case_pairs(sa: SentenceAnalysis, setting: Setting):
     """``(row, highlight)`` of every pair that is a case: the highlights of word slots (not a start slot, not a
     boundary)."""
-    for t, row in enumerate(sa.highlights(threshold, top_k)):
+    for t, row in enumerate(sa.highlighted(setting)):
         for h in row:
             if h.token >= 0 and sa.norms[h.token] != BOUNDARY:
                 yield t, h
@@ -733,15 +734,14 @@ class LabelReading:
                                  "0 <= token < row <= words, and a word (not a boundary) at the token")
 
     @classmethod
-    def of(cls, sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None,
-           unit: Hashable = 0) -> LabelReading:
+    def of(cls, sa: SentenceAnalysis, setting: Setting = DEFAULT, unit: Hashable = 0) -> LabelReading:
         """The reading of ``sa`` with the pairs :func:`label_cases` labels at this highlight setting (``sa`` read
         without restarting: a sentence, or a document as running text)."""
         if sa.restarts:
             raise ValueError("an analysis read in several pieces (sentence by sentence): give each piece alone")
         tags = _rule_tags(sa)
         return cls(tuple(sa.norms), None if tags is None else tuple(tags),
-                   tuple((t, h.token) for t, h in _case_pairs(sa, threshold, top_k)), unit)
+                   tuple((t, h.token) for t, h in _case_pairs(sa, setting)), unit)
 
 
 @dataclass(frozen=True)
@@ -971,19 +971,19 @@ def corpus_cases(
     ckpt: Checkpoint,
     corpus: str | None = None,
     split: str = "test",
-    threshold: float | None = DEFAULT_THRESHOLD,
+    setting: Setting = DEFAULT,
     limit: int | None = None,
     examples_per_label: int = 10,
     *,
     sentences: list[list[str]] | None = None,
     ids: list[str] | None = None,
     tags: list[list[str]] | None = None,
-    top_k: int | None = None,
     data_dir: Path | None = None,
     rank: str = "weight",
     use_cache: bool = True,
 ) -> CaseReport:
-    """Label the highlights of ``ckpt`` on a corpus split (or on given ``sentences``).
+    """Label the highlights (``setting``: :mod:`vizlm.inspect.highlight`) of ``ckpt`` on a corpus split (or on given
+    ``sentences``).
 
     Every sentence is analysed like :func:`vizlm.inspect.analysis.analyze_tokens` does (with
     the gold tags where the corpus has them; forward passes batched; the slot effect of
@@ -1003,15 +1003,16 @@ def corpus_cases(
     if rank not in RANKINGS:
         raise ValueError(f"rank must be one of {', '.join(RANKINGS)}, not {rank!r}")
     if sentences is not None:
-        return _case_report(ckpt, "text", sentences, ids, tags, None, limit, threshold, top_k, examples_per_label, rank)
+        return _case_report(ckpt, "text", sentences, ids, tags, None, limit, setting, examples_per_label, rank)
     if corpus is None:
         raise ValueError("give a corpus name or sentences")
     c = load_corpus(corpus, split, data_dir)
 
     def compute() -> dict:
-        return _case_report(ckpt, f"{corpus}/{split}", c.sentences, c.ids, c.tags, c.originals, limit, threshold, top_k,
+        return _case_report(ckpt, f"{corpus}/{split}", c.sentences, c.ids, c.tags, c.originals, limit, setting,
                             examples_per_label, rank).to_dict()
 
+    threshold, top_k = setting_fields(setting)
     parts = {"kind": "cases", "version": CASES_VERSION, "checkpoint": checkpoint_digest(ckpt), "corpus": c.checksum,
              "context": ckpt.model.config.context, "threshold": threshold, "top_k": top_k,
              "limit": None if limit is None or limit >= len(c.sentences) else limit,
@@ -1021,7 +1022,7 @@ def corpus_cases(
 
 def _case_report(ckpt: Checkpoint, source: str, sentences: list[list[str]], ids: list[str] | None,
                  tags: list[list[str]] | None, originals: list[list[str]] | None, limit: int | None,
-                 threshold: float | None, top_k: int | None, examples_per_label: int, rank: str) -> CaseReport:
+                 setting: Setting, examples_per_label: int, rank: str) -> CaseReport:
     """:func:`corpus_cases` on ``sentences`` (uncached)."""
     ids = list(ids) if ids is not None else [f"s{i}" for i in range(len(sentences))]
     n = len(sentences) if limit is None else min(limit, len(sentences))
@@ -1036,7 +1037,8 @@ def _case_report(ckpt: Checkpoint, source: str, sentences: list[list[str]], ids:
         notes.append(f"{ckpt.label} has no attention: there are no highlights to label")
         n = 0
     # slot effects of the pairs that can be cases: word slots (>= 2) with the weight of a highlight
-    least = MIN_TOP_K_WEIGHT if top_k is not None else (threshold if threshold is not None else DEFAULT_THRESHOLD)
+    least = (setting.share if isinstance(setting, Share) else MIN_TOP_K_WEIGHT if isinstance(setting, TopK)
+             else math.inf)
 
     def candidates(att: torch.Tensor) -> torch.Tensor:
         return (att >= least) & (torch.arange(att.shape[-1], device=att.device) >= 2)
@@ -1053,7 +1055,7 @@ def _case_report(ckpt: Checkpoint, source: str, sentences: list[list[str]], ids:
         analysed += len(sa.boundaries) + 1
         sentence = sa.sentence_of()  # [T]
         where = (first, sa.boundaries) if document else sa.text  # what the example needs of its text
-        cases = label_cases(sa, threshold, top_k, collocations=collocations)
+        cases = label_cases(sa, setting, collocations=collocations)
         tags = _rule_tags(sa)
         readings_seen.append(LabelReading(tuple(sa.norms), None if tags is None else tuple(tags),
                                           tuple((case.target, case.token) for case in cases), int(doc_of[first])))
@@ -1096,5 +1098,5 @@ def _case_report(ckpt: Checkpoint, source: str, sentences: list[list[str]], ids:
     mean_effect = {label: (effect_sum[label] / effect_n[label] if effect_n[label] else None) for label in LABELS}
     chance = label_rates_vs_chance(readings_seen, collocations=collocations,
                                    unit="documents" if any(size > 1 for size in sizes) else "sentences")
-    return CaseReport(ckpt.label, source, threshold, top_k, analysed, pairs, labelled, counts, examples, notes, rank,
+    return CaseReport(ckpt.label, source, *setting_fields(setting), analysed, pairs, labelled, counts, examples, notes, rank,
                       mean_effect, {label: c.to_dict() for label, c in chance.items()})

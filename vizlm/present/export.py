@@ -32,8 +32,9 @@ import numpy as np
 import pandas as pd
 import vl_convert as vlc
 
-from vizlm.present import plots
-from vizlm.inspect.analysis import DEFAULT_THRESHOLD, LN2, SentenceAnalysis
+from vizlm.present import charts, fragments, heatmap
+from vizlm.inspect.analysis import LN2, SentenceAnalysis
+from vizlm.inspect.highlight import DEFAULT, NONE, Setting
 from vizlm.inspect.attribution import Attribution
 from vizlm.present.render import clean_spec, render
 from vizlm.present.serialize import analysis_dict, json_safe
@@ -94,7 +95,7 @@ def chart_html(chart: alt.TopLevelMixin, title: str = "vizlm", body_html: str = 
     """A standalone HTML page drawing ``chart`` with the JavaScript inlined (no network needed).
 
     ``body_html`` is inserted above the chart as is: pass escaped HTML (e.g. from
-    :mod:`vizlm.present.plots`).
+    :mod:`vizlm.present.fragments`).
     """
     spec = clean_spec(chart_spec(chart))
     embed_opts = {"renderer": "svg", "actions": {"export": True, "source": False, "compiled": False, "editor": False}}
@@ -205,19 +206,17 @@ def export_frame(df: pd.DataFrame, fmt: str) -> bytes:
 # --------------------------------------------------------------------------- one analysis
 
 
-def analysis_records(
-    sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None
-) -> list[dict]:
+def analysis_records(sa: SentenceAnalysis, setting: Setting = DEFAULT) -> list[dict]:
     """One row per (target, memory slot it may attend to); one row per target without attention.
 
     Columns: model, target_index, target (word predicted), current (word just read),
     sentence (of the target, 0-based: a passage has several), target_unk, prob, surprisal_bits,
     read_effect_bits, slot, attended (slot
     label), attended_token (index into ``tokens``, -1 for ``<s>``), weight,
-    effect_bits (the slot effect), highlighted (above ``threshold`` or among the
-    ``top_k``). Effects are empty where not computed.
+    effect_bits (the slot effect), highlighted (by the highlight ``setting``). Effects are empty where not
+    computed.
     """
-    hl = sa.highlights(threshold, top_k)
+    hl = sa.highlighted(setting)
     sentence = sa.sentence_of()  # [T]
     probs, surprisal = sa.probs, sa.surprisal
     read, effects = sa.read_effect_bits, sa.slot_effect_bits
@@ -256,22 +255,20 @@ def analysis_records(
 
 
 def analysis_chart(
-    sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None,
-    measure: str = "weight", rows: tuple[int, int] | None = None, selected: int | None = None,
+    sa: SentenceAnalysis, setting: Setting = DEFAULT, measure: str = "weight", rows: tuple[int, int] | None = None, selected: int | None = None,
 ) -> alt.TopLevelMixin:
     """The figure that stands for one analysis: the attention heat map (coloured by ``measure``: weight
-    or slot effect; ``rows`` and ``selected`` as :func:`vizlm.present.plots.attention_heatmap`), or surprisal
+    or slot effect; ``rows`` and ``selected`` as :func:`vizlm.present.heatmap.attention_heatmap`), or surprisal
     without attention."""
     if sa.attention is None:
-        return plots.surprisal_chart([sa])
-    return plots.attention_heatmap(sa, threshold=threshold, top_k=top_k, measure=measure, rows=rows, selected=selected)
+        return charts.surprisal_chart([sa])
+    return heatmap.attention_heatmap(sa, setting, measure=measure, rows=rows, selected=selected)
 
 
 def export_analysis(
     sa: SentenceAnalysis,
     fmt: str,
-    threshold: float | None = DEFAULT_THRESHOLD,
-    top_k: int | None = None,
+    setting: Setting = DEFAULT,
     scale: float = PNG_SCALE,
     cases: bool = True,
     measure: str = "weight",
@@ -283,16 +280,16 @@ def export_analysis(
     of the whole text)."""
     fmt = _check_format(fmt, FORMATS)
     if fmt == "csv":
-        return _csv_bytes(pd.DataFrame(analysis_records(sa, threshold, top_k)))
+        return _csv_bytes(pd.DataFrame(analysis_records(sa, setting)))
     if fmt == "json":
-        return _json_bytes(analysis_dict(sa, threshold, top_k, cases))
-    chart = analysis_chart(sa, threshold, top_k, measure, rows, selected)
+        return _json_bytes(analysis_dict(sa, setting, cases))
+    chart = analysis_chart(sa, setting, measure, rows, selected)
     if fmt != "html":
         return chart_bytes(chart, fmt, scale=scale)
     notes = "".join(f'<p class="vizlm-note">{html.escape(n)}</p>' for n in sa.notes)
     body = (
         f'<p class="vizlm-note">perplexity {sa.perplexity:.1f} · probability of each word below '
-        f"(bar colour: surprisal)</p>{plots.sentence_strip_html(sa)}{notes}"
+        f"(bar colour: surprisal)</p>{fragments.sentence_strip_html(sa)}{notes}"
     )
     return chart_html(chart, title=f"vizlm: {sa.model}", body_html=body).encode("utf-8")
 
@@ -307,11 +304,11 @@ def attribution_records(attr: Attribution) -> pd.DataFrame:
     return frame
 
 
-def export_attribution(attr: Attribution, fmt: str, threshold: float | None = None, top_k: int | None = None,
+def export_attribution(attr: Attribution, fmt: str, setting: Setting = NONE,
                        rows: tuple[int, int] | None = None, selected: int | None = None,
                        scale: float = PNG_SCALE) -> bytes:
     """One attribution (one method, one text, one model) as ``png`` / ``svg`` / ``html`` (its heat map,
-    :func:`vizlm.present.plots.attribution_heatmap`, the highlights outlined; ``rows``: a window, ``selected``: an
+    :func:`vizlm.present.heatmap.attribution_heatmap`, the highlights outlined; ``rows``: a window, ``selected``: an
     outlined row), ``csv`` (:func:`attribution_records`: every pair of the whole text) or ``json``
     (:meth:`Attribution.to_dict`: per word its attributions, IG's convergence delta, the agreement)."""
     fmt = _check_format(fmt, FORMATS)
@@ -319,7 +316,7 @@ def export_attribution(attr: Attribution, fmt: str, threshold: float | None = No
         return _csv_bytes(attribution_records(attr))
     if fmt == "json":
         return _json_bytes(attr.to_dict())
-    chart = plots.attribution_heatmap(attr, threshold=threshold, top_k=top_k, rows=rows, selected=selected)
+    chart = heatmap.attribution_heatmap(attr, setting, rows=rows, selected=selected)
     return chart_bytes(chart, fmt, scale=scale, title=f"vizlm: {attr.model}")
 
 

@@ -4,7 +4,7 @@ Two kinds of input. Over a split, the dict of :func:`vizlm.inspect.faithfulness.
 with its 95% bootstrap interval): each ``*_frame`` function turns one test of it into a tidy frame (what a
 chart draws and a CSV download holds) and each ``*_chart`` function draws that frame with its intervals. For
 one predicted word (the Explorer), the frames of :func:`vizlm.inspect.faithfulness.adversarial_row` and
-:func:`vizlm.inspect.faithfulness.two_paths`. Like :mod:`vizlm.present.plots`, nothing here displays a figure or calls a model.
+:func:`vizlm.inspect.faithfulness.two_paths`. Like :mod:`vizlm.present.charts`, nothing here displays a figure or calls a model.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pandas as pd
 
 from vizlm.inspect.attribution import LABELS as METHOD_LABELS
 from vizlm.inspect.faithfulness import MAX_DISTANCE
-from vizlm.present.plots import CATEGORICAL
+from vizlm.present.style import CATEGORICAL
 
 # How people read each ranking of word slots (erasure, AOPC) and each side of an agreement pair.
 RANKING_LABELS = {"attention": "attention weight", "gradient": "gradient wrt the weight", "random": "random",

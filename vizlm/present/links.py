@@ -14,11 +14,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from vizlm.inspect.analysis import DEFAULT_THRESHOLD, MAX_TEXT_CHARS
+from vizlm.inspect.analysis import MAX_TEXT_CHARS
+from vizlm.inspect.highlight import DEFAULT, Setting, Share, TopK
 from vizlm.data.registry import CORPORA
 from vizlm.inspect.attribution import LABELS as METHOD_LABELS
 from vizlm.inspect.attribution import TEXT_METHODS
-from vizlm.present.plots import MEASURES
+from vizlm.present.style import MEASURES
 
 MAX_TOP_K = 10  # the Explorer's top-k slider
 # What the Explorer's highlights and heat map show: the attention (its weight; its effect in the heat map),
@@ -37,8 +38,7 @@ class ExplorerState:
     model: str
     compare: str | None
     text: str
-    threshold: float
-    top_k: int | None
+    highlight: Setting  # Share (``threshold=``) or TopK (``topk=``)
     target: int | None
     measure: str = MEASURES[0]  # one of EXPLORER_MEASURES: weight (left out of the link), effect, an attribution
 
@@ -47,10 +47,10 @@ class ExplorerState:
         if self.compare:
             q["compare"] = self.compare
         q["text"] = self.text[:MAX_TEXT_CHARS]
-        if self.top_k:
-            q["topk"] = str(self.top_k)
+        if isinstance(self.highlight, TopK):
+            q["topk"] = str(self.highlight.k)
         else:
-            q["threshold"] = f"{self.threshold:g}"
+            q["threshold"] = f"{self.highlight.share:g}"
         if self.target is not None:
             q["target"] = str(self.target)
         if self.measure != MEASURES[0]:
@@ -59,9 +59,9 @@ class ExplorerState:
 
 
 def explorer_query(model: str, text: str, compare: str | None = None, target: int | None = None,
-                   threshold: float = DEFAULT_THRESHOLD) -> dict[str, str]:
+                   highlight: Share = DEFAULT) -> dict[str, str]:
     """Query parameters that open ``text`` in the Explorer (for ``st.page_link``)."""
-    return ExplorerState(model, compare, text, threshold, None, target).query()
+    return ExplorerState(model, compare, text, highlight, target).query()
 
 
 def parse_query(params: dict, names: list[str], default_model: str, default_compare: str | None,
@@ -83,7 +83,7 @@ def parse_query(params: dict, names: list[str], default_model: str, default_comp
     if len(text) > MAX_TEXT_CHARS:  # analysis reads no more than this anyway
         notes.append(f"the text in the link has {len(text):,} characters; only the first {MAX_TEXT_CHARS:,} are read")
         text = text[:MAX_TEXT_CHARS]
-    threshold, top_k, target, measure = DEFAULT_THRESHOLD, None, None, params.get("measure", MEASURES[0])
+    highlight, target, measure = DEFAULT, None, params.get("measure", MEASURES[0])
     if measure not in EXPLORER_MEASURES:
         notes.append(f"the measure {measure!r} in the link is not one of {', '.join(EXPLORER_MEASURES)}; "
                      f"showing the attention {MEASURES[0]}")
@@ -93,17 +93,17 @@ def parse_query(params: dict, names: list[str], default_model: str, default_comp
             value = float(params["threshold"])
             if not math.isfinite(value):
                 raise ValueError
-            threshold = min(1.0, max(0.0, value))
-            if threshold != value:
-                notes.append(f"the threshold {value:g} in the link is outside 0 to 1; using {threshold:g}")
+            highlight = Share(min(1.0, max(0.0, value)))
+            if highlight.share != value:
+                notes.append(f"the threshold {value:g} in the link is outside 0 to 1; using {highlight.share:g}")
         except ValueError:
-            notes.append(f"the threshold in the link is not a number between 0 and 1; using {DEFAULT_THRESHOLD:g}")
+            notes.append(f"the threshold in the link is not a number between 0 and 1; using {DEFAULT.share:g}")
     if "topk" in params:
         try:
             value = int(params["topk"])
-            top_k = min(MAX_TOP_K, max(1, value))
-            if top_k != value:
-                notes.append(f"top-k {value} in the link is outside 1 to {MAX_TOP_K}; using {top_k}")
+            highlight = TopK(min(MAX_TOP_K, max(1, value)))
+            if highlight.k != value:
+                notes.append(f"top-k {value} in the link is outside 1 to {MAX_TOP_K}; using {highlight.k}")
         except ValueError:
             notes.append("top-k in the link is not a whole number; using the threshold")
     if "target" in params:
@@ -114,7 +114,7 @@ def parse_query(params: dict, names: list[str], default_model: str, default_comp
         except ValueError:
             notes.append("the selected word in the link is not a word number; picking one")
             target = None
-    return ExplorerState(model, compare, text, threshold, top_k, target, measure), notes
+    return ExplorerState(model, compare, text, highlight, target, measure), notes
 
 
 @dataclass

@@ -2,9 +2,9 @@
 
 No JavaScript: inline styles and ``title`` tooltips only, so a notebook saved with its outputs
 still shows the highlighted text and the heat map on GitHub and nbviewer. The heat map is an
-HTML table coloured in Python with the app's scales (:func:`vizlm.present.plots.palette` for weights,
-:func:`vizlm.present.plots.effect_colour` for effects), the running text is the app's
-(:func:`vizlm.present.plots.highlighted_html`). Every piece of text is escaped (:func:`esc`): a text
+HTML table coloured in Python with the app's scales (:func:`vizlm.present.style.palette` for weights,
+:func:`vizlm.present.style.effect_colour` for effects), the running text is the app's
+(:func:`vizlm.present.fragments.highlighted_html`). Every piece of text is escaped (:func:`esc`): a text
 holding ``<script>`` shows it, never runs it. Nothing here calls a model.
 """
 
@@ -17,9 +17,11 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from vizlm.present import plots
+from vizlm.present import fragments, heatmap, style
 from vizlm.inspect.analysis import ATTENTION_OFF, DISTANCE_NOTE, READINGS, SentenceAnalysis, distance
+from vizlm.inspect.attribution import LABELS as METHOD_LABELS
 from vizlm.inspect.attribution import Attribution
+from vizlm.inspect.highlight import DEFAULT, NONE, Setting, describe
 from vizlm.inspect.cases import LABEL_DESCRIPTIONS
 from vizlm.data.text import clean_text
 
@@ -46,43 +48,39 @@ def _bits(x: float | None) -> str:
 
 def _swatch(colour: str, text: str) -> str:
     return (f'<span style="display:inline-block;min-width:2.6em;text-align:center;border-radius:3px;padding:0 3px;'
-            f'background:{colour};color:{plots.text_colour(colour)}">{esc(text)}</span>')
+            f'background:{colour};color:{style.text_colour(colour)}">{esc(text)}</span>')
 
 
 def colour_key(measure: str) -> str:
     """The heat map's colour scale as swatches."""
     if measure == "effect":
-        lim = plots.EFFECT_DOMAIN_BITS
-        items = [_swatch(plots.effect_colour(v), f"{v:+.1f}") for v in (-lim, -lim / 2, 0.0, lim / 2, lim)]
+        lim = style.EFFECT_DOMAIN_BITS
+        items = [_swatch(style.effect_colour(v), f"{v:+.1f}") for v in (-lim, -lim / 2, 0.0, lim / 2, lim)]
         return f'<div style="{_NOTE}">slot effect (bits; blue: the slot helped, red: it hurt) {" ".join(items)}</div>'
-    items = [_swatch(plots.palette(v), f"{v:.1f}") for v in (0.0, 0.25, 0.5, 0.75, 1.0)]
+    items = [_swatch(style.palette(v), f"{v:.1f}") for v in (0.0, 0.25, 0.5, 0.75, 1.0)]
     return f'<div style="{_NOTE}">attention weight {" ".join(items)}</div>'
 
 
-def heatmap_html(sa: SentenceAnalysis, measure: str = "weight", threshold: float | None = None,
-                 top_k: int | None = None, rows: tuple[int, int] | None = None, selected: int | None = None,
+def heatmap_html(sa: SentenceAnalysis, measure: str = "weight", setting: Setting = NONE, rows: tuple[int, int] | None = None, selected: int | None = None,
                  values: bool | None = None) -> str:
     """The attention heat map as an HTML table: the rows and columns of
-    :func:`vizlm.present.plots.attention_heatmap` (``rows``: a window; its columns: the slots the window may use,
-    :func:`vizlm.present.plots.window_slots`), coloured by weight or by slot effect (``measure``), the
+    :func:`vizlm.present.heatmap.attention_heatmap` (``rows``: a window; its columns: the slots the window may use,
+    :func:`vizlm.present.heatmap.window_slots`), coloured by weight or by slot effect (``measure``), the
     highlighted cells outlined, the ``selected`` row marked, a tooltip per cell. ``values`` writes the
     numbers in the cells (default: when there are at most :data:`MAX_VALUE_COLUMNS` columns)."""
-    if measure not in plots.MEASURES:
-        raise ValueError(f"measure must be one of {', '.join(plots.MEASURES)}, not {measure!r}")
+    if measure not in style.MEASURES:
+        raise ValueError(f"measure must be one of {', '.join(style.MEASURES)}, not {measure!r}")
     if sa.attention is None:
         return f'<div style="{_NOTE}">{esc(sa.model)} has no attention: no heat map.</div>'
     T = len(sa.targets)
     r0, r1 = rows if rows is not None else (0, T)
     allowed = sa.allowed()
-    columns = plots.window_slots(allowed, (r0, r1))
+    columns = heatmap.window_slots(allowed, (r0, r1))
     effects = sa.slot_effect_bits
     if measure == "effect" and effects is None:
         raise ValueError(f"the analysis of {sa.model!r} has no slot effects")
-    marked = set()
-    if threshold is not None or top_k is not None:
-        window = range(r0, r1)
-        marked = {(r, h.slot) for r, hs in zip(window, sa.highlights(threshold, top_k, rows=window)) for h in hs}
-    ylab, xlab = plots.target_axis_labels(sa), plots.slot_axis_labels(sa)
+    marked = heatmap.marked(sa, range(r0, r1), setting)
+    ylab, xlab = style.target_axis_labels(sa), style.slot_axis_labels(sa)
     labels, inputs = sa.slot_labels, sa.input_labels
     starts = set(sa.start_slots)
     values = len(columns) <= MAX_VALUE_COLUMNS if values is None else values
@@ -95,7 +93,7 @@ def heatmap_html(sa: SentenceAnalysis, measure: str = "weight", threshold: float
     head = "".join(f'<th style="{head_style}" title="{esc(xlab[j])}">{esc(xlab[j])}</th>' for j in columns)
     body = []
     for r in range(r0, r1):
-        outline = f"outline:2px solid {plots.SELECTED_COLOUR};" if r == selected else ""
+        outline = f"outline:2px solid {style.SELECTED_COLOUR};" if r == selected else ""
         cells = [(f'<th style="text-align:right;font-weight:normal;white-space:nowrap;padding:0 6px;{outline}" '
                   f'title="{esc(f"predicting {sa.targets[r]} after {inputs[r]}")}">{esc(ylab[r])}</th>')]
         for j in columns:
@@ -105,8 +103,8 @@ def heatmap_html(sa: SentenceAnalysis, measure: str = "weight", threshold: float
                 continue
             w = float(sa.attention[r, j])
             e = None if effects is None or not math.isfinite(effects[r, j]) else float(effects[r, j])
-            colour = plots.effect_colour(e) if measure == "effect" else plots.palette(w)
-            ink = plots.text_colour(colour)
+            colour = style.effect_colour(e) if measure == "effect" else style.palette(w)
+            ink = style.text_colour(colour)
             lit = f"outline:2px solid {ink};outline-offset:-3px;" if (r, j) in marked else ""
             tip = f"predicting {sa.targets[r]} after {inputs[r]} · slot {j} {labels[j]} · weight {w:.3f}"
             if e is not None:
@@ -117,7 +115,7 @@ def heatmap_html(sa: SentenceAnalysis, measure: str = "weight", threshold: float
                          f'title="{esc(tip)}">{shown}</td>')
         body.append(f"<tr>{''.join(cells)}</tr>")
     what = "effect of each memory slot on P(word), in bits" if measure == "effect" else "attention over memory"
-    rule = f"top {top_k}" if top_k is not None else f"weight ≥ {threshold:g}" if threshold is not None else ""
+    rule = describe(setting, "weight ≥ {share:g}")
     title = f"{sa.model}: {what}" + (f" (outlined: {rule})" if rule and marked else "")
     window = f"rows {r0}–{r1 - 1} of {T} (a window around the selected word) · " if (r0, r1) != (0, T) else ""
     return (f'<div class="vizlm-heatmap"><div style="font-weight:600;margin-top:8px">{esc(title)}</div>'
@@ -137,29 +135,29 @@ def _row_table(header: Sequence[str], rows: list[Sequence[str]]) -> str:
 
 def _word_facts(sa: SentenceAnalysis, target: int) -> str:
     p = float(sa.probs[target])
-    items = [f"P(word) <b>{esc(plots.format_prob(p))}</b>", f"surprisal <b>{float(sa.surprisal[target]):.1f} bits</b>"]
+    items = [f"P(word) <b>{esc(style.format_prob(p))}</b>", f"surprisal <b>{float(sa.surprisal[target]):.1f} bits</b>"]
     if sa.read_effect is not None:
         read = float(sa.read_effect_bits[target])
         with np.errstate(over="ignore"):
             without = float(np.exp(sa.logprobs[target] - sa.read_effect[target]))
         items.append(f"attention effect <b>{esc(_bits(read))}</b> (without the read P(word) would be "
-                     f"{esc(plots.format_prob(without))})")
-    top = ", ".join(f"{esc(w)} {esc(plots.format_prob(float(q)))}"
+                     f"{esc(style.format_prob(without))})")
+    top = ", ".join(f"{esc(w)} {esc(style.format_prob(float(q)))}"
                     for w, q in zip(sa.top_words[target][:5], sa.top_probs[target][:5]))
     if top:
         items.append(f"top predictions: {top}")
     return f'<div style="{_NOTE}color:#333">{" · ".join(items)}</div>'
 
 
-def _slot_rows(sa: SentenceAnalysis, target: int, threshold: float | None, top_k: int | None) -> str:
-    table = sa.slot_table(target, threshold=threshold, top_k=top_k)
+def _slot_rows(sa: SentenceAnalysis, target: int, setting: Setting) -> str:
+    table = sa.slot_table(target, setting=setting)
     if not table:
         return ""
     rows = []
     for e in table:
         w, b = e["weight"], e["effect_bits"]
-        rows.append([esc(f"{e['slot']} {e['word']}"), _swatch(plots.palette(w), f"{w:.3f}"),
-                     "–" if b is None else _swatch(plots.effect_colour(b), f"{b:+.3f}")])
+        rows.append([esc(f"{e['slot']} {e['word']}"), _swatch(style.palette(w), f"{w:.3f}"),
+                     "–" if b is None else _swatch(style.effect_colour(b), f"{b:+.3f}")])
     return ('<div style="font-weight:600;margin-top:6px;font-size:0.9em">memory slots of this word, largest |effect| '
             "first</div>" + _row_table(["memory slot", "weight", "effect (bits)"], rows))
 
@@ -179,12 +177,11 @@ def _case_lines(cases: list[dict], word: str) -> str:
     return "".join(lines)
 
 
-def analysis_html(sa: SentenceAnalysis, target: int, threshold: float | None = None, top_k: int | None = None,
-                  measure: str = "weight", cases: list[dict] | None = None) -> str:
+def analysis_html(sa: SentenceAnalysis, target: int, setting: Setting = DEFAULT, measure: str = "weight", cases: list[dict] | None = None) -> str:
     """One analysis as the Explorer shows it, for word ``target``: the running text with its attention
     highlighted, the word's probability and attention effect, its memory slots (weight and effect),
     its labelled ``cases``, and the heat map (coloured by ``measure``; a long text: the
-    :data:`vizlm.present.plots.WINDOW_ROWS` rows around the word). Self-contained, no JavaScript."""
+    :data:`vizlm.present.style.WINDOW_ROWS` rows around the word). Self-contained, no JavaScript."""
     T = len(sa.targets)
     if not 0 <= target < T:
         raise IndexError(f"target {target} out of range: the text has {T} predicted words (0..{T - 1})")
@@ -195,49 +192,48 @@ def analysis_html(sa: SentenceAnalysis, target: int, threshold: float | None = N
               f'<span style="font-weight:normal;color:#555">· {esc(facts)}</span></div>'),
              f'<div style="{_NOTE}">{esc(sa.context)}-level checkpoint: {esc(READINGS.get(sa.context, ""))}</div>']
     parts += [f'<div style="{_NOTE}">note: {esc(n)}</div>' for n in sa.notes]
-    span = plots.text_span(sa, target)
+    span = fragments.text_span(sa, target)
     if sa.attention is None:
-        parts.append(plots.sentence_strip_html(sa, selected=target, span=span))
+        parts.append(fragments.sentence_strip_html(sa, selected=target, span=span))
         parts.append(_word_facts(sa, target))
         return f'<div class="vizlm-analysis" style="{_BOX}">{"".join(parts)}</div>'
-    parts.append(plots.highlighted_html(sa, target, threshold=threshold, top_k=top_k, span=span))
-    parts.append(plots.attention_key_html())
+    parts.append(fragments.highlighted_html(sa, target, setting, span=span))
+    parts.append(fragments.attention_key_html())
     parts.append(_word_facts(sa, target))
     start = float(sa.attention[target, sa.first_rows()[target]])
     if start >= ATTENTION_OFF:
         parts.append(f'<div style="{_NOTE}">attention mostly off for this word: {start:.0%} of the weight is on the '
                      "empty start slot</div>")
-    parts.append(_slot_rows(sa, target, threshold, top_k))
+    parts.append(_slot_rows(sa, target, setting))
     parts.append(_case_lines(cases or [], sa.targets[target]))
-    rows = plots.heatmap_rows(sa, target)
+    rows = heatmap.heatmap_rows(sa, target)
     if measure == "effect" and sa.slot_effects is None:
         parts.append(f'<div style="{_NOTE}">no slot effects were computed for this text: the heat map shows the '
                      "weights</div>")
         measure = "weight"
-    parts.append(heatmap_html(sa, measure, threshold, top_k, rows=rows, selected=target))
+    parts.append(heatmap_html(sa, measure, setting, rows=rows, selected=target))
     return f'<div class="vizlm-analysis" style="{_BOX}">{"".join(parts)}</div>'
 
 
 ATTRIBUTION_ROWS = 10  # the words of a row's reading listed in the notebook view, largest |attribution| first
 
 
-def attribution_html(attr: Attribution, target: int, threshold: float | None = None,
-                     top_k: int | None = None) -> str:
+def attribution_html(attr: Attribution, target: int, setting: Setting = DEFAULT) -> str:
     """One attribution as the Explorer shows it, for word ``target``: the running text with the words its
-    prediction depended on highlighted (:func:`vizlm.present.plots.attribution_html`), the colour key, and the
+    prediction depended on highlighted (:func:`vizlm.present.fragments.attribution_html`), the colour key, and the
     words it read, largest |attribution| first (bits, share, distance and, with attention, the weight).
     Self-contained, no JavaScript."""
     sa = attr.analysis
     T = len(attr.targets)
     if not 0 <= target < T:
         raise IndexError(f"target {target} out of range: the text has {T} predicted words (0..{T - 1})")
-    method = plots.METHOD_LABELS.get(attr.method, attr.method)
+    method = METHOD_LABELS.get(attr.method, attr.method)
     parts = [(f'<div style="font-weight:600;font-size:1.05em">{esc(attr.model)} '
               f'<span style="font-weight:normal;color:#555">· {esc(method)} · {T} predicted words</span></div>'),
              f'<div style="{_NOTE}">{esc(attr.context)}-level checkpoint: {esc(READINGS.get(attr.context, ""))}</div>']
-    span = plots.text_span(sa, target) if sa is not None else None
-    parts.append(plots.attribution_html(attr, target, threshold=threshold, top_k=top_k, span=span))
-    parts.append(plots.attribution_key_html(plots.attribution_scale(attr, [target]), attr.method))
+    span = fragments.text_span(sa, target) if sa is not None else None
+    parts.append(fragments.attribution_html(attr, target, setting, span=span))
+    parts.append(fragments.attribution_key_html(style.attribution_scale(attr, [target]), attr.method))
     frame = attr.row_frame(target)
     if frame.empty:
         parts.append(f'<div style="{_NOTE}">no word of this text was read before this one: nothing to attribute</div>')

@@ -14,7 +14,7 @@ The document (JSON types only, no NaN: :func:`json_safe`)::
     slots                           [S] label of each memory slot
     sentences, documents, breaks    counts; token indices of the boundaries that end a document
     perplexity, truncated, notes
-    threshold, top_k                the highlight setting of "highlights" and "cases"
+    threshold, top_k                the highlight setting of "highlights" and "cases" (vizlm.inspect.highlight.fields)
     effects                         sentence-level effect summary (None without attention)
     targets                         [T] one entry per predicted word:
         index, word, prob, logprob, surprisal_bits, top [{word, prob}],
@@ -33,8 +33,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from vizlm.inspect.analysis import DEFAULT_THRESHOLD, LN2, SentenceAnalysis
-from vizlm.inspect.cases import label_cases
+from vizlm.inspect.analysis import LN2, SentenceAnalysis
+from vizlm.inspect.highlight import DEFAULT, Setting, fields
+from vizlm.present.word_view import cases_by_target
 from vizlm.core.errors import VizlmError
 
 FORMAT = "vizlm-analysis"
@@ -80,28 +81,12 @@ def _finite(x) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def cases_by_target(sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD,
-                    top_k: int | None = None) -> dict[int, list[dict]]:
-    """Target index -> the labelled cases of its highlights (:func:`vizlm.inspect.cases.label_cases`), as
-    dicts; computed once per (threshold, top_k) and kept with the analysis, like its highlights."""
-    hl = sa.highlights(threshold, top_k)  # one list per setting: it keys the cases too
-    memo = sa.__dict__.setdefault("_cases", {})
-    hit = memo.get(id(hl))
-    if hit is not None and hit[0] is hl:
-        return hit[1]
-    out: dict[int, list[dict]] = {}
-    for c in label_cases(sa, threshold=threshold, top_k=top_k):
-        out.setdefault(c.target, []).append(c.to_dict())
-    memo[id(hl)] = (hl, out)
-    return out
-
-
-def analysis_dict(sa: SentenceAnalysis, threshold: float | None = DEFAULT_THRESHOLD, top_k: int | None = None,
-                  cases: bool = True) -> dict:
+def analysis_dict(sa: SentenceAnalysis, setting: Setting = DEFAULT, cases: bool = True) -> dict:
     """The JSON document of one analysis (the module docstring lists its keys), highlights and, unless
-    ``cases=False``, case labels for ``threshold`` or ``top_k``. JSON types only, no NaN."""
-    hl = sa.highlights(threshold, top_k)
-    case_map = cases_by_target(sa, threshold, top_k) if cases else {}
+    ``cases=False``, case labels for the highlight ``setting``. JSON types only, no NaN."""
+    hl = sa.highlighted(setting)
+    case_map = cases_by_target(sa, setting) if cases else {}
+    threshold, top_k = fields(setting)
     read_bits, slot_bits = sa.read_effect_bits, sa.slot_effect_bits
     # plain floats, row by row (numpy scalars cost 10x in a passage's 400 rows)
     probs, surprisal, top_probs = sa.probs.tolist(), sa.surprisal.tolist(), sa.top_probs.tolist()

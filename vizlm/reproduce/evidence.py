@@ -731,7 +731,7 @@ def write_cases(name: str, source: Path | str, corpus: str, split: str, limit: i
 
     from vizlm.core import files
     from vizlm.inspect.cache import checkpoint_digest
-    from vizlm.inspect.cases import DEFAULT_THRESHOLD, corpus_cases
+    from vizlm.inspect.cases import corpus_cases
     from vizlm.data.registry import load_corpus
 
     log = log or sys.stderr
@@ -744,7 +744,7 @@ def write_cases(name: str, source: Path | str, corpus: str, split: str, limit: i
     doc = {
         "checkpoint": name, "checkpoint_sha256": checkpoint_digest(ckpt), "context": meta_context(ckpt.meta),
         "corpus": corpus, "split": split, "corpus_sha256": load_corpus(corpus, split).checksum, "limit": limit,
-        "threshold": DEFAULT_THRESHOLD, "pairs": report.pairs, "chance": report.chance,
+        "threshold": report.threshold, "pairs": report.pairs, "chance": report.chance,
         "written_by": f"vizlm reproduce --cases {name}", "commit": paths.commit(), "source": _display(Path(source)),
         "wall_s": round(time.perf_counter() - start, 1),
     }
