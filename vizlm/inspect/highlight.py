@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
-from typing import Protocol, Union
+from typing import Protocol
 
 import numpy as np
 
@@ -65,7 +65,7 @@ class NoOutline:
     """Highlight nothing."""
 
 
-Setting = Union[Share, TopK, NoOutline]
+Setting = Share | TopK | NoOutline
 NONE = NoOutline()
 DEFAULT = Share(0.2)
 

@@ -31,6 +31,7 @@ from vizlm.present.style import (
     word_axis,
 )
 
+
 def _distance_x(current: bool = True, ordinal: bool = False, short: bool = False) -> alt.X:
     """The x axis of every chart by position: the distance from the predicted word (:data:`vizlm.inspect.analysis.DISTANCE_NOTE`), the
     nearest word on the right, where the text would go on. ``short``: a title for a small panel."""

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from vizlm.data.text import clean_text
 from vizlm.inspect.analysis import BOUNDARY, SentenceAnalysis
 from vizlm.inspect.attribution import LABELS as METHOD_LABELS
 from vizlm.inspect.attribution import Attribution
-from vizlm.data.text import clean_text
 from vizlm.inspect.highlight import DEFAULT, Setting, describe
 from vizlm.present.style import (
     SELECTED_COLOUR,
@@ -245,7 +245,7 @@ class _AttributionReading(_Reading):
         self.bits = attr.bits[target]
         self.lim = attribution_scale(attr, [target])
         self.total = float(np.abs(self.bits * attr.covered[target]).sum())
-        self.starts = set(int(r) for r in attr.analysis.first_rows())  # positions reading <s>, not a word of the text
+        self.starts = {int(r) for r in attr.analysis.first_rows()}  # positions reading <s>, not a word of the text
         self.rule = describe(setting, "≥ {share:g} of the largest |attribution|")
 
     def read_at(self, i: int) -> int | None:

@@ -34,6 +34,7 @@ from vizlm.present.style import (
     word_axis,
 )
 
+
 def heatmap_rows(sa: SentenceAnalysis, selected: int, size: int | None = None) -> tuple[int, int]:
     """The rows ``(first, end)`` of a heat map window of ``size`` rows (default :data:`WINDOW_ROWS`)
     around the ``selected`` one; every row when the text has no more."""
@@ -254,8 +255,8 @@ def attention_heatmap(
     subtitle = _window_subtitle(sa, (r0, r1))
     if effect_mode:
         biggest = float(np.nanmax(np.abs(effects[mask]))) if mask.any() else 0.0
-        subtitle = [subtitle, f"log-probability minus the same with the slot dropped · blue: the slot helped, red: it "
-                              f"hurt (clipped at ±{EFFECT_DOMAIN_BITS:g} bit) · largest here {biggest:.2g} bits"]
+        subtitle = [subtitle, (f"log-probability minus the same with the slot dropped · blue: the slot helped, red: it "
+                               f"hurt (clipped at ±{EFFECT_DOMAIN_BITS:g} bit) · largest here {biggest:.2g} bits")]
     grid = Grid(
         df, "slot", "memory slot (attended word)", row_domain, slot_domain,
         value="effect" if effect_mode else "weight",
@@ -338,8 +339,8 @@ def attribution_heatmap(
         dark=(alt.datum.attribution >= 0.6 * lim) | (alt.datum.attribution <= -0.6 * lim),
         tooltip=tooltip, title=head,
         subtitle=[_window_subtitle(sa, (r0, r1)),
-                  f"attribution of log₂ P(word) to each word read · blue: raised P(word), red: lowered it · "
-                  f"clipped at ±{lim:.2g} bits ({HEATMAP_SCALE_QUANTILE:.0%} of the cells shown are within)"],
+                  (f"attribution of log₂ P(word) to each word read · blue: raised P(word), red: lowered it · "
+                   f"clipped at ±{lim:.2g} bits ({HEATMAP_SCALE_QUANTILE:.0%} of the cells shown are within)")],
         overlays=_boundary_rules(sa, ylab, slot_like, row_domain, col_domain)
         + _selected_row(ylab, row_domain, selected, (r0, r1)),
         outlined=bool(lit),

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from vizlm.inspect.analysis import Highlight, SentenceAnalysis
-from vizlm.inspect.highlight import DEFAULT, Setting
 from vizlm.inspect.cases import label_cases
+from vizlm.inspect.highlight import DEFAULT, Setting
 
 
 @dataclass(frozen=True)
