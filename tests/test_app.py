@@ -1550,6 +1550,7 @@ def test_each_models_attribution_download_exports_its_own_rows(monkeypatch):
     from types import SimpleNamespace
 
     from vizlm.app import views
+    from vizlm.inspect.highlight import Share
 
     analyses = {"a": SimpleNamespace(targets=list(range(60)), text="x"), "b": SimpleNamespace(targets=list(range(60)), text="x")}
     windows = {"a": [1, 2], "b": [7, 8, 9]}
@@ -1562,7 +1563,7 @@ def test_each_models_attribution_download_exports_its_own_rows(monkeypatch):
     monkeypatch.setattr(views.st, "vega_lite_chart", lambda *a, **k: None)
     monkeypatch.setattr(views, "download_row", lambda items, key: callbacks.setdefault(key, items))
     monkeypatch.setattr(views, "export_attribution", lambda a, f, setting, rows, target: exported.append((a, rows)))
-    views.render_attribution_maps(analyses, "x", "occlusion", 0.2, None, 3)
+    views.render_attribution_maps(analyses, "x", "occlusion", Share(0.2), 3)
     for key in ("attr_a", "attr_b"):
         callbacks[key][0][1]()
     assert exported == [("a", [1, 2]), ("b", [7, 8, 9])]
