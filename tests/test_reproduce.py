@@ -101,6 +101,15 @@ def test_bad_manifests_are_refused(tmp_path):
             experiments.load_manifest(bad)
 
 
+@pytest.mark.parametrize("name", ["attribution", "faithfulness", "cases"])
+def test_a_run_is_not_named_after_a_folder_of_corpus_evidence(tmp_path, name):
+    """evidence/attribution/, evidence/faithfulness/ and evidence/cases/ hold corpus-wide evidence, not a run's."""
+    bad = tmp_path / "m.toml"
+    bad.write_text(TINY + f'\n[run.{name}]\npaper = "liu-lee"\nmodel = "lstm"\n')
+    with pytest.raises(ValueError, match=f"may not be named '{name}'"):
+        experiments.load_manifest(bad)
+
+
 @pytest.mark.parametrize("name", ["../../escape", "/any/absolute/folder", "a/b", "..", "Upper", "x\u202e"])
 def test_run_names_are_folder_names_checked_when_the_manifest_is_read(tmp_path, name, capsys):
     """A run's name is its folder in runs/ and evidence/: a path in its place would train (and write

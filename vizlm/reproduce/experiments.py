@@ -322,7 +322,7 @@ def load_manifest(path: Path | None = None) -> dict[str, Run]:
             check_folder_name(name, "run name")
         except DataError as exc:
             raise ValueError(f"{path}: {exc}") from None
-        if name in (corpus_evidence.ATTRIBUTION, corpus_evidence.CASES):
+        if name in (corpus_evidence.ATTRIBUTION, corpus_evidence.FAITHFULNESS, corpus_evidence.CASES):
             raise ValueError(f"{path}: a run may not be named {name!r}: evidence/{name}/ holds corpus-wide evidence")
         unknown = set(spec) - _FIELDS
         if unknown:
