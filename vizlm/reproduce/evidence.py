@@ -259,7 +259,7 @@ class AttributionEvidence:
         """The mean of ``key`` over the targets with its 95% interval resampling the units (the library's
         :func:`vizlm.inspect.attribution.cluster_mean`, with the seed and resamples the config records); None when
         the model has no such quantity (agreement without attention)."""
-        from vizlm.inspect.attribution import cluster_mean
+        from vizlm.inspect.attribution_corpus import cluster_mean
 
         if key not in self.sums:
             return None
@@ -328,7 +328,7 @@ def write_attribution(name: str, source: Path | str, corpus: str, split: str, me
     Written whole; existing evidence is replaced only with ``force``."""
     import time
 
-    from vizlm.inspect import attribution as va
+    from vizlm.inspect import attribution_corpus as va
     from vizlm.inspect.cache import checkpoint_digest
     from vizlm.data.registry import load_corpus
 
@@ -443,7 +443,7 @@ def faithfulness_sums(frames: dict, n_units: int) -> dict[str, np.ndarray]:
                 mean(f"aopc.{r}.{_fraction_key(f)}.{c}", gf[c], gf.unit)
     t = frames["paths"]
     if len(t):
-        from vizlm.inspect.faithfulness import MAX_DISTANCE
+        from vizlm.inspect.faithfulness_corpus import MAX_DISTANCE
 
         for d in range(1, MAX_DISTANCE + 2):  # MAX_DISTANCE + 1: every distance beyond
             sel = t[t.distance == d] if d <= MAX_DISTANCE else t[t.distance > MAX_DISTANCE]
@@ -481,7 +481,7 @@ class FaithfulnessEvidence:
     def mean(self, name: str, resample: str = "documents") -> dict | None:
         """The mean of ``name`` over its rows with a 95% bootstrap interval resampling ``resample`` (the config's
         seed and resamples); None when the evidence has no such quantity."""
-        from vizlm.inspect.attribution import cluster_mean
+        from vizlm.inspect.attribution_corpus import cluster_mean
 
         if f"{name}.sum" not in self.arrays:
             return None
@@ -489,7 +489,7 @@ class FaithfulnessEvidence:
 
     def pooled(self, names: list[str], resample: str = "documents") -> dict | None:
         """The mean over the rows of several quantities together (e.g. distances 3 to 5 of the two paths)."""
-        from vizlm.inspect.attribution import cluster_mean
+        from vizlm.inspect.attribution_corpus import cluster_mean
 
         if any(f"{n}.sum" not in self.arrays for n in names):
             return None
@@ -500,7 +500,7 @@ class FaithfulnessEvidence:
         with a 95% bootstrap interval from the draws of :func:`mean` (:func:`vizlm.inspect.attribution.bootstrap_draws`)."""
         import math
 
-        from vizlm.inspect.attribution import bootstrap_draws
+        from vizlm.inspect.attribution_corpus import bootstrap_draws
 
         if any(f"{n}.sum" not in self.arrays for n in [*num, *den]):
             return None
@@ -518,7 +518,7 @@ class FaithfulnessEvidence:
     def difference(self, a: str, b: str, resample: str = "documents") -> dict | None:
         """The mean of ``a - b`` over the rows both have (two rankings of the same rows: the same counts) with its
         95% interval, a paired comparison; None when they are not of the same rows."""
-        from vizlm.inspect.attribution import cluster_mean
+        from vizlm.inspect.attribution_corpus import cluster_mean
 
         if f"{a}.sum" not in self.arrays or f"{b}.sum" not in self.arrays:
             return None
@@ -530,7 +530,7 @@ class FaithfulnessEvidence:
     def median(self, name: str, resample: str = "documents", where: tuple[str, float, float, bool] | None = None) -> dict | None:
         """The median of the rows' ``name`` (``.value``) with its 95% bootstrap interval; ``where``:
         ``(other, lo, hi, closed)``, the rows whose ``other`` lies in [lo, hi) ([lo, hi] when ``closed``)."""
-        from vizlm.inspect.attribution import cluster_interval
+        from vizlm.inspect.attribution_corpus import cluster_interval
 
         if f"{name}.value" not in self.arrays:
             return None
@@ -561,7 +561,7 @@ class FaithfulnessEvidence:
         the report's."""
         from itertools import pairwise
 
-        from vizlm.inspect.faithfulness import MAX_DISTANCE, WEIGHT_BINS
+        from vizlm.inspect.faithfulness_corpus import MAX_DISTANCE, WEIGHT_BINS
 
         def m(name):
             return self.mean(name, resample)
@@ -656,8 +656,9 @@ def write_faithfulness(name: str, source: Path | str, corpus: str, split: str, l
     replaced only with ``force``."""
     import time
 
-    from vizlm.inspect import faithfulness as vf
-    from vizlm.inspect.attribution import DEFAULT_STEPS, N_BOOT, PASSAGE_TOKENS, TEXT_METHODS, model_window, reading_units
+    from vizlm.inspect import faithfulness_corpus as vf
+    from vizlm.inspect.attribution import DEFAULT_STEPS, TEXT_METHODS
+    from vizlm.inspect.attribution_corpus import N_BOOT, PASSAGE_TOKENS, model_window, reading_units
     from vizlm.inspect.cache import checkpoint_digest
     from vizlm.data.registry import load_corpus
 
