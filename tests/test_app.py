@@ -20,7 +20,7 @@ import torch
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
-from vizlm.inspect.attribution import BY_DISTANCE
+from vizlm.inspect.attribution_corpus import BY_DISTANCE
 from vizlm.inspect.cases import LABELS
 from vizlm.modeling.checkpoint import bundled_checkpoints, bundled_dir, save_checkpoint
 from vizlm.data.registry import Vocab

@@ -202,7 +202,7 @@ def test_attribution_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pat
     corpus_attribution's; the report's tables read them alone; existing evidence is kept unless --force."""
     import torch
 
-    from vizlm.inspect import attribution
+    from vizlm.inspect import attribution_corpus
     from vizlm.modeling.checkpoint import save_checkpoint
     from vizlm.data.registry import Vocab
     from vizlm.models import build_model
@@ -220,7 +220,7 @@ def test_attribution_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pat
     ev = corpus_evidence.read_attribution("tiny-kvp")
     assert ev.config["limit"] == 12 and ev.config["commit"] is not None and ev.config["window"] == 3
     ckpt = load_checkpoint(tmp_path / "checkpoints" / "tiny-kvp")
-    lib = attribution.corpus_attribution(ckpt, "brown", "test", "occlusion", limit=12)
+    lib = attribution_corpus.corpus_attribution(ckpt, "brown", "test", "occlusion", limit=12)
     assert ev.statistic("kendall_tau") == pytest.approx(lib["agreement"]["kendall_tau"], rel=1e-12)
     assert ev.statistic("moved_1_bit") == pytest.approx(lib["permutation"]["share_over_1_bit"], rel=1e-12)
     assert ev.statistic("beyond_window") == pytest.approx(lib["positions"]["beyond_window"], rel=1e-12)
@@ -311,7 +311,7 @@ def test_faithfulness_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pa
     documents; existing evidence is kept unless --force."""
     import torch
 
-    from vizlm.inspect import attribution, faithfulness
+    from vizlm.inspect import attribution, faithfulness_corpus
     from vizlm.modeling.checkpoint import save_checkpoint
     from vizlm.data.registry import Vocab
     from vizlm.models import build_model
@@ -334,9 +334,9 @@ def test_faithfulness_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pa
     assert (c["limit"], c["permutations"], c["n_steps"], c["units"], c["unit"]) == (3, 4, 2, 3, "sentences")
     assert c["commit"] is not None and c["written_by"] == "vizlm reproduce --faithfulness tiny-kvp" and c["wall_s"] >= 0
     ckpt = load_checkpoint(tmp_path / "checkpoints" / "tiny-kvp")
-    lib = faithfulness.corpus_faithfulness(ckpt, "brown", "test", limit=3, permutations_n=4, n_steps=2, adversary_steps=3)
+    lib = faithfulness_corpus.corpus_faithfulness(ckpt, "brown", "test", limit=3, permutations_n=4, n_steps=2, adversary_steps=3)
     got = ev.statistics("units")
-    assert set(got) == set(faithfulness.TESTS) and got["erasure"].keys() == lib["erasure"].keys()
+    assert set(got) == set(faithfulness_corpus.TESTS) and got["erasure"].keys() == lib["erasure"].keys()
     _same(got, lib)
     assert np.isfinite(got["adversarial"]["mean_jsd"]["value"]) and got["paths"]["read_share"][1]["value"] > 0
     by_doc = ev.statistics()  # the report's: the same numbers, the documents resampled (one: the first 3 sentences)

@@ -9,9 +9,9 @@ import pytest
 import torch
 from conftest import TOLERANCE
 
-from vizlm.inspect import attribution, cases, corpus_stats as corpus
+from vizlm.inspect import attribution_corpus, cases, corpus_stats as corpus
 from vizlm.inspect.analysis import DEFAULT_THRESHOLD
-from vizlm.inspect.attribution import BY_DISTANCE, corpus_attribution
+from vizlm.inspect.attribution_corpus import BY_DISTANCE, corpus_attribution
 from vizlm.inspect.cases import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, corpus_cases
 from vizlm.modeling.checkpoint import bundled_checkpoints, bundled_dir, load_checkpoint, meta_corpus
 from vizlm.inspect.corpus_stats import MAX_WINDOW, positions_corpus, split_scores
@@ -38,7 +38,7 @@ def test_the_corpus_pages_first_views_of_bundled_models_are_shipped(monkeypatch,
     monkeypatch.setattr(corpus, "_nll", refuse)
     monkeypatch.setattr(corpus, "_position_sums", refuse)
     monkeypatch.setattr(cases, "_case_report", refuse)
-    monkeypatch.setattr(attribution, "collect", refuse)
+    monkeypatch.setattr(attribution_corpus, "collect", refuse)
     where = ""
     for name in bundled_checkpoints():
         ckpt = load_checkpoint(bundled_dir() / name)

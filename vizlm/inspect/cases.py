@@ -688,7 +688,7 @@ def attribute_cases(ckpt: Checkpoint, sa: SentenceAnalysis, cases: list[Case]) -
     each target's ``log2 P(word)`` to its attended word (:data:`ATTRIBUTION_METHOD`, gradient x input, over
     ``sa``'s reading: :func:`vizlm.inspect.attribution.attribute`). Memory slot ``j`` holds input position ``j - 1``, so
     a case's is column ``slot - 1`` of its target's row. One batched gradient pass per reading (per
-    :data:`vizlm.inspect.attribution.ROW_BLOCK` targets); none when there are no cases. Sets the field in place."""
+    :data:`vizlm.inspect.attribution_methods.ROW_BLOCK` targets); none when there are no cases. Sets the field in place."""
     if cases:
         bits = attribute(ckpt, sa, ATTRIBUTION_METHOD).bits  # (T, T): predicted word r, input position p
         for case in cases:

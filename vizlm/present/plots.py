@@ -594,7 +594,7 @@ def _number(x) -> float:
 
 
 def attribution_positions_frame(results: Sequence[dict], window: int | None = None) -> pd.DataFrame:
-    """One row per (model, offset) of :func:`vizlm.inspect.attribution.corpus_attribution` results (its ``positions``
+    """One row per (model, offset) of :func:`vizlm.inspect.attribution_corpus.corpus_attribution` results (its ``positions``
     part), offsets ``0..window`` (every one it kept without ``window``), the models in the given order (their
     colours in :func:`attribution_positions_chart`, as in :func:`positions_chart`).
 

@@ -4,7 +4,7 @@
 
     attribution/CHECKPOINT/     config.json and sums.safetensors: per unit (sentence, or a document model's
                                 passage) the sum and count of each quantity of the corpus attribution
-                                (:data:`vizlm.inspect.attribution.UNIT_SUMS`)
+                                (:data:`vizlm.inspect.attribution_corpus.UNIT_SUMS`)
     faithfulness/CHECKPOINT/    config.json and sums.safetensors: what every statistic of the faithfulness tests
                                 and its interval are computed from (:func:`faithfulness_sums`), each unit's document
     cases/CHECKPOINT.json       each case label's rate beside its distance-matched chance rate
@@ -59,7 +59,7 @@ ATTRIBUTION_FILES = ("config.json", "sums.safetensors")
 class AttributionEvidence:
     """A bundled checkpoint's attribution over a corpus split, read back (:func:`read_attribution`): per unit
     (sentence, or a document model's passage) the sum and count of each quantity of
-    :data:`vizlm.inspect.attribution.UNIT_SUMS` it has."""
+    :data:`vizlm.inspect.attribution_corpus.UNIT_SUMS` it has."""
 
     name: str
     config: dict
@@ -67,9 +67,9 @@ class AttributionEvidence:
 
     def statistic(self, key: str) -> dict | None:
         """The mean of ``key`` over the targets with its 95% interval resampling the units (the library's
-        :func:`vizlm.inspect.attribution.cluster_mean`, with the seed and resamples the config records); None when
+        :func:`vizlm.inspect.attribution_corpus.cluster_mean`, with the seed and resamples the config records); None when
         the model has no such quantity (agreement without attention)."""
-        from vizlm.inspect.attribution import cluster_mean
+        from vizlm.inspect.attribution_corpus import cluster_mean
 
         if key not in self.sums:
             return None
@@ -132,11 +132,11 @@ def read_attribution(name: str) -> AttributionEvidence | None:
 def write_attribution(name: str, source: Path | str, corpus: str, split: str, method: str, limit: int | None,
                       force: bool = False, log=None) -> Path:
     """Attribute the predictions of checkpoint ``source`` over ``corpus``/``split`` (its first ``limit``
-    sentences; :func:`vizlm.inspect.attribution.collect`) and keep, in ``evidence/attribution/NAME/``, the per-unit
-    sums the report's means and intervals are computed from (:func:`vizlm.inspect.attribution.unit_sums`) and a
+    sentences; :func:`vizlm.inspect.attribution_corpus.collect`) and keep, in ``evidence/attribution/NAME/``, the per-unit
+    sums the report's means and intervals are computed from (:func:`vizlm.inspect.attribution_corpus.unit_sums`) and a
     config: the checkpoint's and the corpus's checksums, every parameter, the command and the commit.
     Written whole; existing evidence is replaced only with ``force``."""
-    from vizlm.inspect import attribution as va
+    from vizlm.inspect import attribution_corpus as va
 
     log = log or sys.stderr
     dest = attribution_folder(name)
@@ -185,11 +185,11 @@ def _fraction_key(f: float) -> str:
 
 
 def faithfulness_sums(frames: dict, n_units: int) -> dict[str, np.ndarray]:
-    """What the report needs of :func:`vizlm.inspect.faithfulness.collect`'s frames to recompute every statistic of
-    :func:`vizlm.inspect.faithfulness.statistics` and its interval: per unit the sum and count of each quantity a mean is
+    """What the report needs of :func:`vizlm.inspect.faithfulness_corpus.collect`'s frames to recompute every statistic of
+    :func:`vizlm.inspect.faithfulness_corpus.statistics` and its interval: per unit the sum and count of each quantity a mean is
     taken of (``NAME.sum``, ``NAME.count``, float64 [units]), and, for the medians (Jain & Wallace's per-row
     medians, the adversary's JSD), the rows' values with their unit (``NAME.value``, ``NAME.unit``). The rows
-    chosen are :func:`~vizlm.inspect.faithfulness.statistics`' (its test: the evidence gives its numbers)."""
+    chosen are :func:`~vizlm.inspect.faithfulness_corpus.statistics`' (its test: the evidence gives its numbers)."""
     out: dict[str, np.ndarray] = {}
 
     def mean(name: str, values, units) -> None:
@@ -241,7 +241,7 @@ def faithfulness_sums(frames: dict, n_units: int) -> dict[str, np.ndarray]:
                 mean(f"aopc.{r}.{_fraction_key(f)}.{c}", gf[c], gf.unit)
     t = frames["paths"]
     if len(t):
-        from vizlm.inspect.faithfulness import MAX_DISTANCE
+        from vizlm.inspect.faithfulness_corpus import MAX_DISTANCE
 
         for d in range(1, MAX_DISTANCE + 2):  # MAX_DISTANCE + 1: every distance beyond
             sel = t[t.distance == d] if d <= MAX_DISTANCE else t[t.distance > MAX_DISTANCE]
@@ -262,7 +262,7 @@ class FaithfulnessEvidence:
 
     def clusters(self, resample: str = "documents") -> tuple[np.ndarray, int]:
         """``(cluster of each unit, number of clusters)``: the documents (the Brown splits sample documents, as
-        :mod:`vizlm.reproduce.verdicts` resamples them) or the units themselves (as :func:`~vizlm.inspect.faithfulness.corpus_faithfulness`)."""
+        :mod:`vizlm.reproduce.verdicts` resamples them) or the units themselves (as :func:`~vizlm.inspect.faithfulness_corpus.corpus_faithfulness`)."""
         n = int(self.config["units"])
         if resample == "units":
             return np.arange(n), n
@@ -283,7 +283,7 @@ class FaithfulnessEvidence:
 
     def pooled(self, names: list[str], resample: str = "documents") -> dict | None:
         """The mean over the rows of several quantities together (e.g. distances 3 to 5 of the two paths)."""
-        from vizlm.inspect.attribution import cluster_mean
+        from vizlm.inspect.attribution_corpus import cluster_mean
 
         if any(f"{n}.sum" not in self.arrays for n in names):
             return None
@@ -291,8 +291,8 @@ class FaithfulnessEvidence:
 
     def ratio(self, num: list[str], den: list[str], resample: str = "documents") -> dict | None:
         """``sum(num) / sum(den)`` of the sums of quantities (the read's share: |read| / (|read| + |state|)),
-        with a 95% bootstrap interval from the draws of :func:`mean` (:func:`vizlm.inspect.attribution.bootstrap_draws`)."""
-        from vizlm.inspect.attribution import bootstrap_draws
+        with a 95% bootstrap interval from the draws of :func:`mean` (:func:`vizlm.inspect.attribution_corpus.bootstrap_draws`)."""
+        from vizlm.inspect.attribution_corpus import bootstrap_draws
 
         if any(f"{n}.sum" not in self.arrays for n in [*num, *den]):
             return None
@@ -310,7 +310,7 @@ class FaithfulnessEvidence:
     def difference(self, a: str, b: str, resample: str = "documents") -> dict | None:
         """The mean of ``a - b`` over the rows both have (two rankings of the same rows: the same counts) with its
         95% interval, a paired comparison; None when they are not of the same rows."""
-        from vizlm.inspect.attribution import cluster_mean
+        from vizlm.inspect.attribution_corpus import cluster_mean
 
         if f"{a}.sum" not in self.arrays or f"{b}.sum" not in self.arrays:
             return None
@@ -322,7 +322,7 @@ class FaithfulnessEvidence:
     def median(self, name: str, resample: str = "documents", where: tuple[str, float, float, bool] | None = None) -> dict | None:
         """The median of the rows' ``name`` (``.value``) with its 95% bootstrap interval; ``where``:
         ``(other, lo, hi, closed)``, the rows whose ``other`` lies in [lo, hi) ([lo, hi] when ``closed``)."""
-        from vizlm.inspect.attribution import cluster_interval
+        from vizlm.inspect.attribution_corpus import cluster_interval
 
         if f"{name}.value" not in self.arrays:
             return None
@@ -347,11 +347,11 @@ class FaithfulnessEvidence:
         return np.bincount(cluster, weights=s, minlength=n), np.bincount(cluster, weights=c, minlength=n)
 
     def statistics(self, resample: str = "documents") -> dict:
-        """:func:`vizlm.inspect.faithfulness.statistics`' numbers from the evidence alone, in its layout (agreement,
+        """:func:`vizlm.inspect.faithfulness_corpus.statistics`' numbers from the evidence alone, in its layout (agreement,
         permutations by weight bin, adversarial, uniform, erasure, aopc, paths), every interval resampling
         ``resample``: ``"units"`` gives the library's own intervals (sentences or passages), ``"documents"``
         the report's."""
-        from vizlm.inspect.faithfulness import MAX_DISTANCE, WEIGHT_BINS
+        from vizlm.inspect.faithfulness_corpus import MAX_DISTANCE, WEIGHT_BINS
 
         def m(name):
             return self.mean(name, resample)
@@ -436,13 +436,16 @@ def write_faithfulness(name: str, source: Path | str, corpus: str, split: str, l
                        per_document: int | None = None, permutations: int | None = None, n_steps: int | None = None,
                        adversary_steps: int | None = None, force: bool = False, log=None) -> Path:
     """Run the faithfulness tests of checkpoint ``source`` over ``corpus``/``split`` (the first ``per_document``
-    sentences of each document, else the first ``limit`` sentences; :func:`vizlm.inspect.faithfulness.collect`) and
+    sentences of each document, else the first ``limit`` sentences; :func:`vizlm.inspect.faithfulness_corpus.collect`) and
     keep, in ``evidence/faithfulness/NAME/``, what every statistic and its interval are computed from
     (:func:`faithfulness_sums`, with each unit's document) and a config: the checkpoint's and the corpus's
     checksums, every parameter, the command, the commit and the wall time. Written whole; existing evidence is
     replaced only with ``force``."""
     from vizlm.inspect import faithfulness as vf
-    from vizlm.inspect.attribution import DEFAULT_STEPS, N_BOOT, PASSAGE_TOKENS, TEXT_METHODS, model_window, reading_units
+    from vizlm.inspect import faithfulness_corpus as vfc
+    from vizlm.inspect import faithfulness_erasure as vfe
+    from vizlm.inspect.attribution import DEFAULT_STEPS, TEXT_METHODS
+    from vizlm.inspect.attribution_corpus import N_BOOT, PASSAGE_TOKENS, model_window, reading_units
 
     log = log or sys.stderr
     dest = faithfulness_folder(name)
@@ -464,7 +467,7 @@ def write_faithfulness(name: str, source: Path | str, corpus: str, split: str, l
     numbering = {d: k for k, d in enumerate(dict.fromkeys(doc_of))}
     progress = _Progress(name, "faithfulness", log)
 
-    frames, n_units = vf.collect(ckpt, corpus, split, limit, permutations, adversary_steps=adversary_steps,
+    frames, n_units = vfc.collect(ckpt, corpus, split, limit, permutations, adversary_steps=adversary_steps,
                                  n_steps=n_steps, progress=progress, select=select)
     if n_units != len(units):
         raise EvidenceError(f"{name}: {n_units} units read, {len(units)} expected")
@@ -477,8 +480,8 @@ def write_faithfulness(name: str, source: Path | str, corpus: str, split: str, l
         "units": n_units, "unit": "passages" if document else "sentences", "documents": len(numbering),
         "resampled": "documents", "targets": len(frames["uniform"]), "permutations": permutations,
         "epsilon": vf.EPSILON, "adversary_steps": adversary_steps, "adversary_lr": vf.ADVERSARY_LR,
-        "methods": list(TEXT_METHODS), "n_steps": n_steps, "ks": list(vf.ERASE_K), "fractions": list(vf.FRACTIONS),
-        "weight_bins": list(vf.WEIGHT_BINS), "max_distance": vf.MAX_DISTANCE, "masking": vf.MASKING,
+        "methods": list(TEXT_METHODS), "n_steps": n_steps, "ks": list(vfe.ERASE_K), "fractions": list(vfe.FRACTIONS),
+        "weight_bins": list(vfc.WEIGHT_BINS), "max_distance": vfc.MAX_DISTANCE, "masking": vfe.MASKING,
         "passage_tokens": PASSAGE_TOKENS if document else None, "frozen": None, "seed": 0, "n_boot": N_BOOT,
         "written_by": f"vizlm reproduce --faithfulness {name}", "commit": commit, "source": display_path(Path(source)),
         "threads": torch.get_num_threads(), "wall_s": round(progress.seconds(), 1),

@@ -112,7 +112,8 @@ class FaithfulnessPlan:
 
 def load_faithfulness_plan(path: Path | None = None) -> FaithfulnessPlan | None:
     """The ``[faithfulness]`` table of ``experiments.toml``, checked; None when it has none."""
-    from vizlm.inspect.attribution import MAX_PERMUTATIONS, MAX_STEPS
+    from vizlm.inspect.attribution import MAX_STEPS
+    from vizlm.inspect.attribution_corpus import MAX_PERMUTATIONS
 
     plan, path = _load_plan(path, "faithfulness", FaithfulnessPlan)
     if plan is None:
@@ -215,7 +216,9 @@ def attribution_report(plan: AttributionPlan) -> list[str]:
     per model, where its predictions' |attribution| lies by distance, and, for attention models, how the
     attention agrees with it and how far shuffling it moves the prediction; each a mean over the predicted
     words with a 95% bootstrap interval over the units (sentences, or a document model's passages)."""
-    from vizlm.inspect.attribution import DISTANCE_BINS, LABELS, TOP_K
+    from vizlm.inspect.agreement import TOP_K
+    from vizlm.inspect.attribution import LABELS
+    from vizlm.inspect.attribution_corpus import DISTANCE_BINS
 
     shown = {n: corpus_evidence.read_attribution(n) for n in plan.checkpoints}
     what = f"{plan.corpus} {plan.split}" + (f", its first {plan.limit:,} sentences" if plan.limit else "")
