@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from vizlm.inspect import cases as vc
-from vizlm.inspect.analysis import BOUNDARY, SentenceAnalysis, analyze_batch, analyze_tokens
+from vizlm.inspect.analysis import SentenceAnalysis, analyze_batch, analyze_tokens
+from vizlm.inspect.reading import BOUNDARY
 from vizlm.inspect.cases import (
     LABELS,
     Case,

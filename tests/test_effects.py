@@ -12,7 +12,8 @@ import torch
 from conftest import ATTENTION_MODELS, TINY, all_variants, assert_same_math, tiny_model
 from reference import reference_effects
 
-from vizlm.inspect.analysis import LN2, analyze_batch, analyze_tokens, slot_effect_rows, spearman, with_slot_effects
+from vizlm.inspect.analysis import LN2, analyze_batch, analyze_tokens, spearman
+from vizlm.inspect.effects import slot_effect_rows, with_slot_effects
 from vizlm.modeling.checkpoint import Checkpoint
 from vizlm.data.registry import SPECIALS, Vocab
 from vizlm.models import build_model

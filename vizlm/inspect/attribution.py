@@ -59,7 +59,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vizlm.inspect.analysis import LN2, SentenceAnalysis, distance, analyze, analyze_sentences, with_slot_effects
+from vizlm.inspect.analysis import LN2, SentenceAnalysis, distance, analyze, analyze_sentences
+from vizlm.inspect.effects import with_slot_effects
 from vizlm.inspect.cache import cached, checkpoint_digest, stored
 from vizlm.modeling.checkpoint import Checkpoint
 from vizlm.data.registry import Vocab, load_corpus, split_checksum

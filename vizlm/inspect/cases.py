@@ -129,16 +129,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vizlm.inspect.analysis import (
-    BOUNDARY,
-    DEFAULT_THRESHOLD,
-    MIN_TOP_K_WEIGHT,
-    SentenceAnalysis,
-    analyze_batch,
-    analyze_sentences,
-    split_at_boundaries,
-    tag_passage,
-)
+from vizlm.inspect.analysis import DEFAULT_THRESHOLD, MIN_TOP_K_WEIGHT, SentenceAnalysis, analyze_batch, analyze_sentences
+from vizlm.inspect.reading import BOUNDARY, split_at_boundaries, tag_passage
 from vizlm.inspect.attribution import attribute
 from vizlm.inspect.cache import cached, checkpoint_digest
 from vizlm.modeling.checkpoint import Checkpoint
@@ -712,7 +704,7 @@ class LabelReading:
     """One reading as the chance baseline needs it: a stretch of text a model read without restarting (a sentence,
     or a document read as running text) and its highlighted pairs.
 
-    ``words`` [n]: the normalised tokens (:data:`~vizlm.inspect.analysis.BOUNDARY` between two sentences); ``tags`` [n]:
+    ``words`` [n]: the normalised tokens (:data:`~vizlm.inspect.reading.BOUNDARY` between two sentences); ``tags`` [n]:
     simplified Brown tags, or None (untagged: the rules that need tags are skipped); ``pairs``: the highlighted
     ``(row t, attended token a)``, ``0 <= a < t <= n`` (row ``t`` predicts ``words[t]``, row ``n`` the end; the
     attended word is not a boundary); ``unit``: what the bootstrap resamples it with (its document; its own
