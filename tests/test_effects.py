@@ -249,7 +249,8 @@ ENGLISH = Vocab([*SPECIALS, "the", "dogs", "cat", "park", "are", "is", "barking"
 
 
 def test_cases_carry_effects_and_rank_by_them():
-    from vizlm.inspect.cases import by_effect, corpus_cases, label_cases
+    from vizlm.inspect.case_gallery import by_effect, corpus_cases
+    from vizlm.inspect.cases import label_cases
 
     ckpt = Checkpoint(tiny_model("amsrn"), ENGLISH, "amsrn")
     torch.nn.init.uniform_(ckpt.model.read_proj.weight, -300, 300)

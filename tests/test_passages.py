@@ -23,7 +23,8 @@ from vizlm.present import export, plots
 from vizlm.inspect.analysis import MAX_TOKENS, analyze, analyze_sentences, analyze_tokens
 from vizlm.inspect.effects import slot_effect_rows, with_slot_effects
 from vizlm.inspect.reading import BOUNDARY, READINGS, split_at_boundaries
-from vizlm.inspect.cases import corpus_cases, label_cases
+from vizlm.inspect.case_gallery import corpus_cases
+from vizlm.inspect.cases import label_cases
 from vizlm.modeling.checkpoint import Checkpoint, bundled_checkpoints, bundled_dir, load_checkpoint, save_checkpoint
 from vizlm.data.registry import (
     SPECIALS,

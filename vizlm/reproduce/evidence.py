@@ -731,7 +731,8 @@ def write_cases(name: str, source: Path | str, corpus: str, split: str, limit: i
 
     from vizlm.core import files
     from vizlm.inspect.cache import checkpoint_digest
-    from vizlm.inspect.cases import DEFAULT_THRESHOLD, corpus_cases
+    from vizlm.inspect.analysis import DEFAULT_THRESHOLD
+    from vizlm.inspect.case_gallery import corpus_cases
     from vizlm.data.registry import load_corpus
 
     log = log or sys.stderr
