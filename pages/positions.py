@@ -14,7 +14,7 @@ import streamlit as st
 
 import vizlm
 from vizlm.inspect import corpus_stats as vc
-from vizlm.inspect.analysis import READINGS, split_at_boundaries
+from vizlm.inspect.reading import READINGS, split_at_boundaries
 from vizlm.app import checkpoints as ck
 from vizlm.app import jobs, results, views
 from vizlm.app import widgets as ui

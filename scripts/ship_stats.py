@@ -35,7 +35,7 @@ from vizlm.core import paths
 from vizlm.inspect.analysis import DEFAULT_THRESHOLD
 from vizlm.inspect.attribution_corpus import BY_DISTANCE, corpus_attribution
 from vizlm.inspect.cache import SHIPPED_SUFFIX
-from vizlm.inspect.cases import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, corpus_cases
+from vizlm.inspect.case_gallery import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, corpus_cases
 from vizlm.modeling.checkpoint import bundled_checkpoints, bundled_dir, load_checkpoint, meta_corpus
 from vizlm.inspect.corpus_stats import MAX_WINDOW, positions_corpus, split_scores
 from vizlm.data.registry import CORPORA, CORPUS_LANGUAGE, HELD_OUT

@@ -9,10 +9,10 @@ import pytest
 import torch
 from conftest import TOLERANCE
 
-from vizlm.inspect import attribution_corpus, cases, corpus_stats as corpus
+from vizlm.inspect import attribution_corpus, case_gallery as cases, corpus_stats as corpus
 from vizlm.inspect.analysis import DEFAULT_THRESHOLD
 from vizlm.inspect.attribution_corpus import BY_DISTANCE, corpus_attribution
-from vizlm.inspect.cases import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, corpus_cases
+from vizlm.inspect.case_gallery import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, corpus_cases
 from vizlm.modeling.checkpoint import bundled_checkpoints, bundled_dir, load_checkpoint, meta_corpus
 from vizlm.inspect.corpus_stats import MAX_WINDOW, positions_corpus, split_scores
 from vizlm.data.registry import CORPORA, CORPUS_LANGUAGE, HELD_OUT
@@ -68,7 +68,7 @@ def test_a_shipped_entry_is_what_computing_gives(monkeypatch, tmp_path):
     assert shipped["tokens"] == computed["tokens"]
     torch.testing.assert_close(torch.tensor(shipped["nll"]), torch.tensor(computed["nll"]),
                                **TOLERANCE[torch.float32])
-    # the Cases report: its rules may have changed since (then raise cases.CASES_VERSION and ship again)
+    # the Cases report: its rules may have changed since (then raise case_gallery.CASES_VERSION and ship again)
     kw = {"threshold": DEFAULT_THRESHOLD, "limit": GALLERY_LIMIT, "examples_per_label": GALLERY_EXAMPLES,
           "rank": GALLERY_RANK}
     shipped, computed = (corpus_cases(ckpt, "brown", "test", use_cache=use, **kw) for use in (True, False))

@@ -41,15 +41,14 @@ from vizlm.present import export, notebook, plots
 from vizlm.core import files
 from vizlm.inspect import faithfulness as faith
 from vizlm.inspect import faithfulness_corpus as faith_corpus
-from vizlm.inspect.analysis import (  # noqa: F401 - ATTENTION_OFF, READINGS: facts the front ends read from here
+from vizlm.inspect.analysis import (  # noqa: F401 - ATTENTION_OFF: a fact the front ends read from here
     ATTENTION_OFF,
     DEFAULT_THRESHOLD,
-    READINGS,
     SentenceAnalysis,
     analyze,
-    context_of,
     distance,
 )
+from vizlm.inspect.reading import READINGS, context_of  # noqa: F401 - READINGS: a fact the front ends read from here
 from vizlm.inspect.attribution import MAX_STEPS as ATTRIBUTION_MAX_STEPS  # noqa: F401 - read by the CLI from here
 from vizlm.inspect.attribution import METHODS as ATTRIBUTION_METHODS  # noqa: F401 - read by the CLI from here
 from vizlm.inspect.attribution import SAY_COST_S  # noqa: F401 - read by the CLI from here

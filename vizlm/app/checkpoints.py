@@ -346,7 +346,7 @@ def perplexity(name: str) -> tuple[str, float] | None:
 
 
 def context(name: str) -> str:
-    """How the model reads text: ``"sentence"`` or ``"document"`` (:data:`vizlm.inspect.analysis.READINGS`)."""
+    """How the model reads text: ``"sentence"`` or ``"document"`` (:data:`vizlm.inspect.reading.READINGS`)."""
     return meta_context(model_meta(name))
 
 

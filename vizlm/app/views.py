@@ -8,7 +8,8 @@ import math
 import pandas as pd
 import streamlit as st
 
-from vizlm.inspect.analysis import distance, with_slot_effects
+from vizlm.inspect.analysis import distance
+from vizlm.inspect.effects import with_slot_effects
 from vizlm.app.checkpoints import get_checkpoint, has_attention
 from vizlm.app.results import attribution, attribution_spec, heatmap_spec
 from vizlm.inspect.attribution import LABELS as METHOD_LABELS

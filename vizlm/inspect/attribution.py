@@ -54,7 +54,8 @@ import torch
 
 from vizlm.data.text import MAX_TOKENS
 from vizlm.inspect.agreement import TOP_K, agreement, nanmean
-from vizlm.inspect.analysis import LN2, SentenceAnalysis, analyze, analyze_sentences, distance, with_slot_effects
+from vizlm.inspect.analysis import LN2, SentenceAnalysis, analyze, analyze_sentences, distance
+from vizlm.inspect.effects import with_slot_effects
 from vizlm.inspect.attribution_methods import (
     IG_ROW_BLOCK,
     AttributionError,

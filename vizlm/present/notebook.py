@@ -18,9 +18,10 @@ import numpy as np
 import pandas as pd
 
 from vizlm.present import plots
-from vizlm.inspect.analysis import ATTENTION_OFF, DISTANCE_NOTE, READINGS, SentenceAnalysis, distance
+from vizlm.inspect.analysis import ATTENTION_OFF, DISTANCE_NOTE, SentenceAnalysis, distance
+from vizlm.inspect.reading import READINGS
 from vizlm.inspect.attribution import Attribution
-from vizlm.inspect.cases import LABEL_DESCRIPTIONS
+from vizlm.inspect.case_rules import LABEL_DESCRIPTIONS
 from vizlm.data.text import clean_text
 
 MAX_VALUE_COLUMNS = 16  # a heat map with at most this many columns writes its values in the cells

@@ -30,10 +30,11 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from vizlm.inspect.analysis import BOUNDARY, DEFAULT_THRESHOLD, SentenceAnalysis, distance
+from vizlm.inspect.analysis import DEFAULT_THRESHOLD, SentenceAnalysis, distance
+from vizlm.inspect.reading import BOUNDARY
 from vizlm.inspect.attribution import LABELS as METHOD_LABELS
 from vizlm.inspect.attribution import DEFAULT_SHARE, Attribution
-from vizlm.inspect.cases import LABELS
+from vizlm.inspect.case_rules import LABELS
 from vizlm.data.text import clean_text
 
 SCHEME = "viridis"  # Vega scheme name used by every attention colour scale

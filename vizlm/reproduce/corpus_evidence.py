@@ -503,12 +503,13 @@ def cases_path(name: str) -> Path:
 def write_cases(name: str, source: Path | str, corpus: str, split: str, limit: int | None, force: bool = False,
                 log=None) -> Path:
     """Label the highlights of checkpoint ``source`` over ``corpus``/``split`` (its first ``limit`` sentences,
-    the Cases page's threshold; :func:`vizlm.inspect.cases.corpus_cases`) and keep each label's rate beside its
-    distance-matched chance rate with the interval of their difference (:func:`vizlm.inspect.cases.label_rates_vs_chance`)
+    the Cases page's threshold; :func:`vizlm.inspect.case_gallery.corpus_cases`) and keep each label's rate beside its
+    distance-matched chance rate with the interval of their difference (:func:`vizlm.inspect.case_chance.label_rates_vs_chance`)
     in ``evidence/cases/NAME.json``, with the checkpoint's and the corpus's checksums, the command and the commit.
     Existing evidence is replaced only with ``force``."""
     from vizlm.core import files
-    from vizlm.inspect.cases import DEFAULT_THRESHOLD, corpus_cases
+    from vizlm.inspect.analysis import DEFAULT_THRESHOLD
+    from vizlm.inspect.case_gallery import corpus_cases
 
     log = log or sys.stderr
     dest = cases_path(name)
