@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from vizlm.inspect import attribution as at  # noqa: E402
+from vizlm.inspect import attribution_corpus
 from vizlm.modeling.checkpoint import load_checkpoint  # noqa: E402
 from vizlm.data.registry import load_corpus  # noqa: E402
 
@@ -97,7 +98,7 @@ def main(argv=None) -> int:
         ckpt = load_checkpoint(ROOT / args.corpus_model)
         n = len(load_corpus("brown", "test").sentences)
         w = time.perf_counter()
-        stats = at.corpus_agreement(ckpt, "brown", "test", limit=args.corpus_limit, use_cache=False)
+        stats = attribution_corpus.corpus_agreement(ckpt, "brown", "test", limit=args.corpus_limit, use_cache=False)
         seconds = time.perf_counter() - w
         done = args.corpus_limit or n
         results["corpus"] = {"model": ckpt.label, "sentences": done, "seconds": seconds,

@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from reference import reference  # noqa: E402
 
-from vizlm.inspect.analysis import analyze, slot_effect_rows  # noqa: E402
+from vizlm.inspect.analysis import analyze  # noqa: E402
+from vizlm.inspect.effects import slot_effect_rows
 from vizlm.modeling.checkpoint import bundled_checkpoints, load_checkpoint, meta_corpus  # noqa: E402
 from vizlm.inspect.corpus_stats import compare_corpus, positions_corpus  # noqa: E402
 from vizlm.models import build_model  # noqa: E402

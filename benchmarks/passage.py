@@ -37,7 +37,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vizlm.inspect.analysis import BOUNDARY, analyze, slot_effect_rows  # noqa: E402
+from vizlm.inspect.analysis import analyze  # noqa: E402
+from vizlm.inspect.effects import slot_effect_rows
+from vizlm.inspect.reading import BOUNDARY
 from vizlm.modeling.checkpoint import Checkpoint, bundled_checkpoints, load_checkpoint  # noqa: E402
 from vizlm.data.registry import example_passages  # noqa: E402
 from vizlm.present.export import chart_spec  # noqa: E402

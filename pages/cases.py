@@ -1,7 +1,7 @@
 """Cases: how often each model's attention highlights fit the trigger / causal / phrase / grammar
 patterns of the AMSRN paper, and a gallery of the strongest examples, drawn like the Explorer.
 
-Thin page: inputs -> one library call per model (:func:`vizlm.inspect.cases.corpus_cases`) -> render.
+Thin page: inputs -> one library call per model (:func:`vizlm.inspect.case_gallery.corpus_cases`) -> render.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from vizlm.app import checkpoints as ck
 from vizlm.app import jobs, results
 from vizlm.app import widgets as ui
 from vizlm.app.shell import EXPLORER, page_setup
-from vizlm.inspect.cases import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, LABEL_DESCRIPTIONS, corpus_cases, gallery_order
+from vizlm.inspect.case_gallery import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, corpus_cases, gallery_order
+from vizlm.inspect.case_rules import LABEL_DESCRIPTIONS
 from vizlm.present.links import explorer_query
 from vizlm.present.charts import case_counts_chart
 from vizlm.present.fragments import attention_key_html, highlighted_html
@@ -22,7 +23,7 @@ from vizlm.present.fragments import attention_key_html, highlighted_html
 page_setup()
 
 
-# how the gallery picks its strongest examples (vizlm.inspect.cases.RANKINGS; the default: vizlm.inspect.cases.GALLERY_RANK)
+# how the gallery picks its strongest examples (vizlm.inspect.case_gallery.RANKINGS; the default: vizlm.inspect.case_gallery.GALLERY_RANK)
 RANK_LABELS = {"above_uniform": "Above uniform", "weight": "Weight", "effect": "Effect", "attribution": "Attribution"}
 RANK_ORDER = {"above_uniform": "the most weight above an even spread first", "weight": "heaviest first",
               "effect": "the most helpful slot first (by effect)",
@@ -31,7 +32,7 @@ RANK_ORDER = {"above_uniform": "the most weight above an even spread first", "we
 
 def case_report(name: str, key: str, corpus: str, split: str, highlight: Share, limit: int | None, examples: int,
                 rank: str) -> dict:
-    """vizlm.inspect.cases.corpus_cases (disk-cached) in the background for every session (vizlm.app.jobs)."""
+    """vizlm.inspect.case_gallery.corpus_cases (disk-cached) in the background for every session (vizlm.app.jobs)."""
     version = results.corpus_version(corpus, split)  # a corpus prepared again is read again
     return jobs.result(("cases", key, corpus, split, version, highlight, limit, examples, rank), corpus_cases,
                        ck.get_checkpoint(name), corpus, split, highlight, limit=limit,
@@ -64,7 +65,7 @@ with st.sidebar:
                                      "a document for a document-level model, so a first report takes longer.")
 
 st.title("Cases", anchor=False)
-st.caption("When a model attends strongly to an earlier word, why? Transparent rules (see `vizlm/inspect/cases.py`) label "
+st.caption("When a model attends strongly to an earlier word, why? Transparent rules (see `vizlm/inspect/case_rules.py`) label "
            "each highlighted pair as **trigger**, **causal**, **phrase** or **grammar** — or leave it unlabelled. A "
            "document-level model reads each document as running text, so its pairs can cross sentence boundaries (an "
            "entity mentioned in an earlier sentence); a sentence-level model reads every sentence alone.")
@@ -118,7 +119,7 @@ with right:
     for lab, text in LABEL_DESCRIPTIONS.items():
         st.markdown(f"{ui.label_badge(lab)} :small[{text}]")
 
-# each label's rate beside its distance-matched chance rate (vizlm.inspect.cases.label_rates_vs_chance)
+# each label's rate beside its distance-matched chance rate (vizlm.inspect.case_chance.label_rates_vs_chance)
 chance = pd.DataFrame([{"label": lab, "model": name, "rate": c["observed"], "chance": c["chance"], "ratio": c["enrichment"],
                         "low": c["low"], "high": c["high"], "resampled": f"{c['units']:,} {c['unit']}"}
                        for name, rep in reports.items() for lab, c in rep.get("chance", {}).items()])

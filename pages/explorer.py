@@ -5,7 +5,7 @@ page: sidebar inputs -> validation (``st.stop()``) -> one cached call of the Pyt
 (:meth:`vizlm.api.Model.analyze`, through :mod:`vizlm.app.results`) -> rendering; the URL state,
 the example picker, the selected word and a model's panel are :mod:`vizlm.app.explorer`'s.
 A passage of several sentences is read as running text by document checkpoints and a
-sentence at a time by sentence checkpoints (:data:`vizlm.inspect.analysis.READINGS`); each panel says which.
+sentence at a time by sentence checkpoints (:data:`vizlm.inspect.reading.READINGS`); each panel says which.
 Its state lives in the URL: ``?model=amsrn&compare=lstm&text=...&threshold=0.2&target=3``
 (``topk=3`` instead of ``threshold`` for top-k mode, ``measure=effect`` for the heat map coloured by
 effect, ``measure=integrated-gradients`` / ``gradient-x-input`` / ``occlusion`` for what each prediction

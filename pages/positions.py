@@ -14,12 +14,12 @@ import streamlit as st
 
 import vizlm
 from vizlm.inspect import corpus_stats as vc
-from vizlm.inspect.analysis import READINGS, split_at_boundaries
+from vizlm.inspect.reading import READINGS, split_at_boundaries
 from vizlm.app import checkpoints as ck
 from vizlm.app import jobs, results, views
 from vizlm.app import widgets as ui
 from vizlm.app.shell import EXPLORER, page_setup
-from vizlm.inspect.attribution import BY_DISTANCE
+from vizlm.inspect.attribution_corpus import BY_DISTANCE
 from vizlm.data.registry import example_sentences
 from vizlm.present.export import safe_filename
 from vizlm.present.links import explorer_query

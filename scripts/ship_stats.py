@@ -7,7 +7,7 @@ page's defaults; and on the split the pages open with (the test split of the mod
 corpus) its attention by position at ``vizlm.inspect.corpus_stats.MAX_WINDOW`` (any narrower window is read
 from it; the slot effects of 30 positions cost minutes a split, so the others are computed
 when first asked) and, for every model, its attribution by distance over that whole split
-(:data:`vizlm.inspect.attribution.BY_DISTANCE`, what the page's "Attribution by distance" shows). Each is the cache entry the library would write (``vizlm.inspect.cache``), gzipped;
+(:data:`vizlm.inspect.attribution_corpus.BY_DISTANCE`, what the page's "Attribution by distance" shows). Each is the cache entry the library would write (``vizlm.inspect.cache``), gzipped;
 the app reads it when the user's cache has none. Run it again when a bundled checkpoint or a
 corpus changes (a changed file has a new checksum, so an old entry is never used for it):
 
@@ -33,9 +33,9 @@ import torch
 
 from vizlm.core import paths
 from vizlm.inspect.highlight import DEFAULT
-from vizlm.inspect.attribution import BY_DISTANCE, corpus_attribution
+from vizlm.inspect.attribution_corpus import BY_DISTANCE, corpus_attribution
 from vizlm.inspect.cache import SHIPPED_SUFFIX
-from vizlm.inspect.cases import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, corpus_cases
+from vizlm.inspect.case_gallery import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, corpus_cases
 from vizlm.modeling.checkpoint import bundled_checkpoints, bundled_dir, load_checkpoint, meta_corpus
 from vizlm.inspect.corpus_stats import MAX_WINDOW, positions_corpus, split_scores
 from vizlm.data.registry import CORPORA, CORPUS_LANGUAGE, HELD_OUT

@@ -20,8 +20,8 @@ import torch
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
-from vizlm.inspect.attribution import BY_DISTANCE
-from vizlm.inspect.cases import LABELS
+from vizlm.inspect.attribution_corpus import BY_DISTANCE
+from vizlm.inspect.case_rules import LABELS
 from vizlm.modeling.checkpoint import bundled_checkpoints, bundled_dir, save_checkpoint
 from vizlm.data.registry import Vocab
 from vizlm.models import build_model

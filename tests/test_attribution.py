@@ -14,7 +14,10 @@ import torch
 from conftest import TINY, all_variants, assert_same_math, tiny_model
 from corpora import make_corpus
 
+from vizlm.inspect import agreement as ag
 from vizlm.inspect import attribution as at
+from vizlm.inspect import attribution_corpus as ac
+from vizlm.inspect import attribution_methods as am
 from vizlm.inspect.analysis import analyze_sentences
 from vizlm.modeling.checkpoint import Checkpoint
 from vizlm.data.registry import SPECIALS, Vocab
@@ -66,21 +69,21 @@ def piece_ids(vocab, words):
 # --------------------------------------------------------------------------- input and errors
 def test_bad_input_raises_a_vizlm_error():
     lstm, amsrn = tiny("lstm"), tiny("amsrn")
-    with pytest.raises(at.AttributionError, match="unknown attribution method"):
+    with pytest.raises(am.AttributionError, match="unknown attribution method"):
         at.attribute(lstm, ["w1", "w2"], "saliency")
     with pytest.raises(VizlmError):
         at.attribute(lstm, "   ", "occlusion")
     with pytest.raises(VizlmError):
         at.attribute(lstm, [], "occlusion")
-    with pytest.raises(at.AttributionError, match="no attention"):
+    with pytest.raises(am.AttributionError, match="no attention"):
         at.attribute(lstm, ["w1", "w2"], "slot-effect")
-    with pytest.raises(at.AttributionError, match="no attention"):
+    with pytest.raises(am.AttributionError, match="no attention"):
         at.attribute(lstm, ["w1", "w2"], "occlusion").agreement()
-    with pytest.raises(at.AttributionError, match="no attention"):
-        at.corpus_agreement(lstm, "brown", "test", limit=2)
-    with pytest.raises(at.AttributionError, match="n_steps"):
+    with pytest.raises(am.AttributionError, match="no attention"):
+        ac.corpus_agreement(lstm, "brown", "test", limit=2)
+    with pytest.raises(am.AttributionError, match="n_steps"):
         at.attribute(amsrn, ["w1"], "integrated-gradients", n_steps=0)
-    assert issubclass(at.AttributionError, ValueError)
+    assert issubclass(am.AttributionError, ValueError)
 
 
 def test_model_is_not_changed():
@@ -310,33 +313,33 @@ def test_attribution_finds_the_copied_word(copy_models, name):
 
 # --------------------------------------------------------------------------- agreement
 def test_kendall_tau_b_by_hand():
-    assert at.kendall_tau([1, 2, 3], [1, 2, 3]) == 1.0
-    assert at.kendall_tau([1, 2, 3], [3, 2, 1]) == -1.0
-    assert at.kendall_tau([1, 2, 3], [1, 3, 2]) == pytest.approx(1 / 3)
+    assert ag.kendall_tau([1, 2, 3], [1, 2, 3]) == 1.0
+    assert ag.kendall_tau([1, 2, 3], [3, 2, 1]) == -1.0
+    assert ag.kendall_tau([1, 2, 3], [1, 3, 2]) == pytest.approx(1 / 3)
     # ties: pairs (0,1) tied in x; S = 2 of 3 pairs, tau-b = 2 / sqrt(2 * 3)
-    assert at.kendall_tau([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / math.sqrt(6))
+    assert ag.kendall_tau([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / math.sqrt(6))
     # ties in both: x ties (0,1), y ties (2,3); concordant 4, discordant 0 of 6 pairs: 4 / sqrt(5 * 5)
-    assert at.kendall_tau([1, 1, 2, 3], [1, 2, 3, 3]) == pytest.approx(4 / 5)
-    assert math.isnan(at.kendall_tau([1, 1, 1], [1, 2, 3]))
-    assert math.isnan(at.kendall_tau([1], [1]))
+    assert ag.kendall_tau([1, 1, 2, 3], [1, 2, 3, 3]) == pytest.approx(4 / 5)
+    assert math.isnan(ag.kendall_tau([1, 1, 1], [1, 2, 3]))
+    assert math.isnan(ag.kendall_tau([1], [1]))
 
 
 def test_agreement_by_hand():
     att = np.array([0.0, 0.5, 0.3, 0.15, 0.05, 0.0])
     attr = np.array([9.0, -2.0, 0.1, 1.0, 0.5, 7.0])
     pos = [1, 2, 3, 4]  # the positions both cover: 0 and 5 are ignored
-    a = at.agreement(att, attr, pos)  # |attr| over pos: 2, 0.1, 1, 0.5 -> ranks 4, 1, 3, 2; att ranks 4, 3, 2, 1
+    a = ag.agreement(att, attr, pos)  # |attr| over pos: 2, 0.1, 1, 0.5 -> ranks 4, 1, 3, 2; att ranks 4, 3, 2, 1
     assert a["positions"] == 4 and a["top1"] == 1.0
-    assert a["kendall_tau"] == pytest.approx(at.kendall_tau([0.5, 0.3, 0.15, 0.05], [2, 0.1, 1, 0.5]))
+    assert a["kendall_tau"] == pytest.approx(ag.kendall_tau([0.5, 0.3, 0.15, 0.05], [2, 0.1, 1, 0.5]))
     assert a["kendall_tau"] == pytest.approx(1 / 3)  # 4 concordant, 2 discordant ((1,2), (1,3)) of 6 pairs
     assert a["top_k_overlap"] == pytest.approx(2 / 3)  # {1, 2, 3} and {1, 3, 4}
-    signed = at.agreement(att, attr, pos, absolute=False)  # the negative word is now the least important
+    signed = ag.agreement(att, attr, pos, absolute=False)  # the negative word is now the least important
     assert signed["top1"] == 0.0
-    tie = at.agreement(np.array([0.5, 0.5, 0.0]), np.array([1.0, 2.0, 2.0]), [0, 1, 2])
+    tie = ag.agreement(np.array([0.5, 0.5, 0.0]), np.array([1.0, 2.0, 2.0]), [0, 1, 2])
     assert tie["top1"] == 1.0  # position 1 is both a heaviest and a most important one
-    none = at.agreement(att, attr, [])
+    none = ag.agreement(att, attr, [])
     assert none["positions"] == 0 and math.isnan(none["kendall_tau"])
-    one = at.agreement(att, attr, [2])
+    one = ag.agreement(att, attr, [2])
     assert one["top1"] == 1.0 and one["top_k_overlap"] == 1.0 and math.isnan(one["kendall_tau"])
 
 
@@ -348,7 +351,7 @@ def test_text_agreement_uses_the_positions_both_cover():
         both = np.flatnonzero(res.attended[r] & res.covered[r])
         assert rows.positions[r] == len(both) <= 3  # the window
         assert (both < r).all()
-        expect = at.agreement(res.attention[r], res.scores[r], both)
+        expect = ag.agreement(res.attention[r], res.scores[r], both)
         assert rows.top1[r] == expect["top1"] or (math.isnan(rows.top1[r]) and math.isnan(expect["top1"]))
     summary = res.agreement_summary()
     assert summary["targets"] == int((rows.positions >= 2).sum())
@@ -371,7 +374,7 @@ def test_row_head_equals_the_whole_head(name, kw, dtype):
         with torch.no_grad():
             h = model.encode(ids)
             whole = model.head(h).readout.features[torch.arange(7), rows]  # (N, F)
-            alone = at.row_head(model, h, rows).readout.features[:, 0]  # (N, F)
+            alone = am.row_head(model, h, rows).readout.features[:, 0]  # (N, F)
         assert_same_math(alone, whole)
 
 
@@ -380,7 +383,7 @@ def test_permutation_moves_only_by_the_shuffle():
     """With two slots a shuffle is the identity or the swap: every shift is 0 or the swap's, computed here."""
     ckpt = tiny("attention", window=2)
     sa = analyze_sentences(ckpt, [["w4", "w9", "w2", "w20", "w7"]])
-    dlogp, tvd = at.permutation_shift(ckpt, sa, permutations=8, seed=3)
+    dlogp, tvd = ac.permutation_shift(ckpt, sa, permutations=8, seed=3)
     ids, targets = piece_ids(VOCAB, sa.norms)
     model = ckpt.model
     with torch.no_grad():
@@ -404,7 +407,7 @@ def _permutation_reference(ckpt, sa, permutations, seed):
     rng = np.random.default_rng(seed)
     model, T, allowed = ckpt.model, len(sa.targets), sa.allowed()
     dlogp, tvd = np.full((T, permutations), math.nan), np.full((T, permutations), math.nan)
-    for first, inputs, targets in at.reading_pieces(ckpt, sa):
+    for first, inputs, targets in am.reading_pieces(ckpt, sa):
         Tb = len(inputs)
         with torch.no_grad():
             h = model.encode(inputs[None])
@@ -439,12 +442,12 @@ def test_permutation_shift_equals_the_whole_output_layer(monkeypatch, name, kw, 
     and compares the distributions in place; it gives the first version's numbers (every row, every
     permutation, one call) from the same random draws, within the dtype's tolerance, in either context and
     whatever the chunk size."""
-    monkeypatch.setattr(at, "PERMUTATION_ROWS", 5)  # several calls per piece
+    monkeypatch.setattr(ac, "PERMUTATION_ROWS", 5)  # several calls per piece
     for context in ("sentence", "document"):
         ckpt = tiny(name, context=context, **kw)
         ckpt.model.to(dtype)
         sa = analyze_sentences(ckpt, PASSAGE, top_k=0)
-        dlogp, tvd = at.permutation_shift(ckpt, sa, permutations=6, seed=5)
+        dlogp, tvd = ac.permutation_shift(ckpt, sa, permutations=6, seed=5)
         ref_d, ref_t = _permutation_reference(ckpt, sa, 6, 5)
         assert (np.isnan(dlogp) == np.isnan(ref_d)).all() and np.isfinite(dlogp).any()
         ok = np.isfinite(ref_d)
@@ -456,11 +459,11 @@ def test_permutation_shift_equals_the_whole_output_layer(monkeypatch, name, kw, 
 def test_cluster_interval():
     values = np.array([1.0, 2.0, 3.0, 4.0, math.nan])
     units = np.array([0, 0, 1, 2, 2])
-    mean = at.cluster_interval(values, units, 3, "mean", n_boot=200)
+    mean = ac.cluster_interval(values, units, 3, "mean", n_boot=200)
     assert mean["value"] == 2.5 and mean["n"] == 4 and mean["lo"] <= 2.5 <= mean["hi"]
-    median = at.cluster_interval(values, units, 3, "median", n_boot=200)
+    median = ac.cluster_interval(values, units, 3, "median", n_boot=200)
     assert median["value"] == 2.5 and 1.0 <= median["lo"] <= median["hi"] <= 4.0
-    same = at.cluster_interval(np.full(6, 0.25), np.arange(6), 6, "median", n_boot=50)
+    same = ac.cluster_interval(np.full(6, 0.25), np.arange(6), 6, "median", n_boot=50)
     assert same["lo"] == same["hi"] == 0.25
 
 
@@ -471,12 +474,12 @@ def test_corpus_statistics_on_a_tiny_corpus(monkeypatch, tmp_path, context):
     monkeypatch.setenv("VIZLM_CACHE", str(tmp_path / "cache"))
     vocab = Vocab.for_corpus("brown", data)
     ckpt = tiny("kvp", vocab=vocab, window=3, context=context)
-    res = at.corpus_attribution(ckpt, "brown", "test", "occlusion", limit=10, permutations=4, max_offset=4,
+    res = ac.corpus_attribution(ckpt, "brown", "test", "occlusion", limit=10, permutations=4, max_offset=4,
                                 passage_tokens=20, n_boot=100)
     # brute force: the units' attributions one by one
     from vizlm.data.registry import load_corpus
     corpus = load_corpus("brown", "test")
-    units = at.reading_units(corpus.sentences[:10], corpus.ids, context == "document", 20)
+    units = ac.reading_units(corpus.sentences[:10], corpus.ids, context == "document", 20)
     assert res["units"] == len(units)
     if context == "document":
         assert any(len(u) > 1 for u in units)
@@ -500,20 +503,20 @@ def test_corpus_statistics_on_a_tiny_corpus(monkeypatch, tmp_path, context):
     assert perm["median_abs_dlogp"]["value"] >= 0 and 0 <= perm["mean_tvd"]["value"] <= 1
     assert res["positions"]["window"] == 3 and 0 <= res["positions"]["beyond_window"]["value"] <= 1
     # the per-unit sums the evidence keeps give the same means and intervals, and the distance bins partition
-    rows_, n = at.collect(ckpt, "brown", "test", "occlusion", limit=10, permutations=4, max_offset=4, passage_tokens=20)
-    sums = at.unit_sums(rows_, n)
+    rows_, n = ac.collect(ckpt, "brown", "test", "occlusion", limit=10, permutations=4, max_offset=4, passage_tokens=20)
+    sums = ac.unit_sums(rows_, n)
     for name, stat in (("kendall_tau", res["agreement"]["kendall_tau"]), ("top1", res["agreement"]["top1_share"]),
                        ("top3_overlap", res["agreement"]["top3_overlap"]), ("abs_dlogp", perm["mean_abs_dlogp"]),
                        ("tvd", perm["mean_tvd"]), ("moved_1_bit", perm["share_over_1_bit"]),
                        ("beyond_window", res["positions"]["beyond_window"])):
-        assert at.cluster_mean(*sums[name], n_boot=100) == pytest.approx(stat, rel=1e-12), name
-    bins = sum(sums[b][0] for b in at.DISTANCE_BINS)  # per unit: each row's shares over the bins sum to 1
+        assert ac.cluster_mean(*sums[name], n_boot=100) == pytest.approx(stat, rel=1e-12), name
+    bins = sum(sums[b][0] for b in ac.DISTANCE_BINS)  # per unit: each row's shares over the bins sum to 1
     assert bins == pytest.approx(sums["share_now"][1]) and sums["share_now"][1].sum() > 0
-    assert at.cluster_mean(*sums["share_now"], n_boot=100)["value"] == pytest.approx(
+    assert ac.cluster_mean(*sums["share_now"], n_boot=100)["value"] == pytest.approx(
         np.nanmean(rows_["share"][:, 0]), rel=1e-12)
     # cached: served again without computing
-    monkeypatch.setattr(at, "attribute", lambda *a, **k: pytest.fail("recomputed"))
-    again = at.corpus_attribution(ckpt, "brown", "test", "occlusion", limit=10, permutations=4, max_offset=4,
+    monkeypatch.setattr(ac, "attribute", lambda *a, **k: pytest.fail("recomputed"))
+    again = ac.corpus_attribution(ckpt, "brown", "test", "occlusion", limit=10, permutations=4, max_offset=4,
                                   passage_tokens=20, n_boot=100)
     assert again["agreement"]["targets"] == rows
 
@@ -551,7 +554,7 @@ def test_highlights_text_and_heat_map_show_only_what_a_row_read(name, kw, contex
     cells = next(d for d in spec["datasets"].values() if d and "attribution" in d[0])
     assert len(cells) == int(res.covered.sum())
     assert all(c["distance"] >= 1 for c in cells)
-    with pytest.raises(at.AttributionError, match="out of range"):
+    with pytest.raises(am.AttributionError, match="out of range"):
         res.highlighted(T)
 
 
@@ -585,9 +588,9 @@ def test_rows_of_a_window_equal_the_same_rows_of_the_whole_text(method, name, kw
         assert np.isnan(part.convergence_delta[:3]).all()
     assert [t["index"] for t in part.to_dict()["targets"]] == list(rows) and set(part.frame().row) <= set(rows)
     assert part.row_frame(4).equals(whole.row_frame(4)) or len(part.row_frame(4)) == len(whole.row_frame(4))
-    with pytest.raises(at.AttributionError, match="not computed"):
+    with pytest.raises(am.AttributionError, match="not computed"):
         part.row_frame(9)
-    with pytest.raises(at.AttributionError, match="rows must be from 0"):
+    with pytest.raises(am.AttributionError, match="rows must be from 0"):
         at.attribute(ckpt, sa, method, rows=[len(sa.targets)])
     # the cost follows the rows: the estimate of a window is smaller than the whole text's
     assert 0 < at.estimate_seconds(ckpt, sa, method, rows=rows) < at.estimate_seconds(ckpt, sa, method)
@@ -596,10 +599,10 @@ def test_rows_of_a_window_equal_the_same_rows_of_the_whole_text(method, name, kw
 def test_steps_are_bounded_before_anything_is_allocated():
     ckpt = tiny("lstm")
     for bad in (10**6, at.MAX_STEPS + 1, 0, -3, 2.5, "32", True):
-        with pytest.raises(at.AttributionError, match=f"from 1 to {at.MAX_STEPS}"):
+        with pytest.raises(am.AttributionError, match=f"from 1 to {at.MAX_STEPS}"):
             at.attribute(ckpt, ["w1", "w2"], "integrated-gradients", n_steps=bad)
-    with pytest.raises(at.AttributionError, match=f"from 1 to {at.MAX_STEPS}"):
-        at.corpus_attribution(ckpt, "nope", "test", method="integrated-gradients", n_steps=10**6)
+    with pytest.raises(am.AttributionError, match=f"from 1 to {at.MAX_STEPS}"):
+        ac.corpus_attribution(ckpt, "nope", "test", method="integrated-gradients", n_steps=10**6)
 
 
 def test_progress_is_reported_and_cancel_stops_between_batches():
@@ -613,11 +616,11 @@ def test_progress_is_reported_and_cancel_stops_between_batches():
         calls.append(1)
         return len(calls) >= 3
 
-    with pytest.raises(at.AttributionCancelled):  # integrated gradients: asked before each batch of steps
+    with pytest.raises(am.AttributionCancelled):  # integrated gradients: asked before each batch of steps
         at.attribute(ckpt, PASSAGE, "integrated-gradients", n_steps=4, cancel=cancel)
     assert len(calls) == 3
     for method in ("gradient-x-input", "occlusion"):
-        with pytest.raises(at.AttributionCancelled):
+        with pytest.raises(am.AttributionCancelled):
             at.attribute(ckpt, PASSAGE, method, cancel=lambda: True)
 
 

@@ -9,27 +9,19 @@ import numpy as np
 import pytest
 import torch
 
-from vizlm.inspect import cases as vc
-from vizlm.inspect.analysis import BOUNDARY, SentenceAnalysis, analyze_batch, analyze_tokens
-from vizlm.inspect.cases import (
-    LABELS,
-    Case,
-    CaseReport,
-    LabelChance,
-    LabelReading,
-    corpus_cases,
-    gallery_order,
-    label_cases,
-    label_rates_vs_chance,
-    stem,
-    tag_tokens,
-)
+from vizlm.inspect import case_chance as vc
+from vizlm.inspect.analysis import SentenceAnalysis, analyze_batch, analyze_tokens
+from vizlm.inspect.reading import BOUNDARY
+from vizlm.inspect.case_chance import LabelChance, LabelReading, label_rates_vs_chance
+from vizlm.inspect.case_gallery import CaseReport, corpus_cases, gallery_order
+from vizlm.inspect.case_rules import LABELS, stem
+from vizlm.inspect.cases import Case, label_cases
 from vizlm.modeling.checkpoint import Checkpoint
 from vizlm.data.registry import EOS, Vocab, load_corpus
 from vizlm.models import build_model
 from vizlm.data.resources import Collocations, collocation_rows, load_collocations
 from vizlm.present.serialize import analysis_dict
-from vizlm.data.tagger import Tagger, load_tagger, simplify_tag, train_counts
+from vizlm.data.tagger import Tagger, load_tagger, simplify_tag, tag_tokens, train_counts
 from vizlm.inspect.highlight import Share, TopK
 
 COLLOCATIONS = Collocations({("more", "than", 2): (166, 6.13), ("on", "the", 2): (900, 0.5), ("in", "of", 2): (3, 7.0)})
@@ -501,7 +493,7 @@ def test_gallery_keeps_one_example_per_word_pair(tiny_ckpt):
 def test_a_corpus_report_is_cached_by_checkpoint_split_and_arguments(monkeypatch, tmp_path):
     """The Cases page's report of a split is computed once (then read from the cache, equal, under the
     name the checkpoint is loaded as); another threshold or limit is another report."""
-    import vizlm.inspect.cases as cases
+    import vizlm.inspect.case_gallery as cases
     from vizlm.inspect.cache import checkpoint_digest
 
     monkeypatch.setenv("VIZLM_CACHE", str(tmp_path))
@@ -555,7 +547,7 @@ def test_ranking_by_attribution_stores_gradient_x_input_of_the_attended_word(tin
 
 def test_attribution_is_computed_only_for_its_ranking(tiny_ckpt, monkeypatch):
     """The other rankings (the default, and the shipped reports) never attribute: their examples say None."""
-    import vizlm.inspect.cases as cases
+    import vizlm.inspect.case_gallery as cases
 
     calls = []
     real = cases.attribute

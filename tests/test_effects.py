@@ -12,7 +12,8 @@ import torch
 from conftest import ATTENTION_MODELS, TINY, all_variants, assert_same_math, tiny_model
 from reference import reference_effects
 
-from vizlm.inspect.analysis import LN2, analyze_batch, analyze_tokens, slot_effect_rows, spearman, with_slot_effects
+from vizlm.inspect.analysis import LN2, analyze_batch, analyze_tokens, spearman
+from vizlm.inspect.effects import slot_effect_rows, with_slot_effects
 from vizlm.modeling.checkpoint import Checkpoint
 from vizlm.data.registry import SPECIALS, Vocab
 from vizlm.models import build_model
@@ -249,7 +250,8 @@ ENGLISH = Vocab([*SPECIALS, "the", "dogs", "cat", "park", "are", "is", "barking"
 
 
 def test_cases_carry_effects_and_rank_by_them():
-    from vizlm.inspect.cases import by_effect, corpus_cases, label_cases
+    from vizlm.inspect.case_gallery import by_effect, corpus_cases
+    from vizlm.inspect.cases import label_cases
 
     ckpt = Checkpoint(tiny_model("amsrn"), ENGLISH, "amsrn")
     torch.nn.init.uniform_(ckpt.model.read_proj.weight, -300, 300)

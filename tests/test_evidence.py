@@ -14,7 +14,7 @@ from conftest import ROOT
 from test_reproduce import TINY
 
 from vizlm import cli
-from vizlm.reproduce import evidence, runner as reproduce
+from vizlm.reproduce import corpus_evidence, corpus_runs, evidence, experiments, report, runner
 from vizlm.core import paths
 from vizlm.inspect.cache import checkpoint_digest
 from vizlm.modeling.checkpoint import load_checkpoint
@@ -32,10 +32,10 @@ def trained_once(tmp_path_factory):
         for key, sub in LOCATIONS:
             mp.setenv(key, str(root / sub))
         (root / "experiments.toml").write_text(TINY)
-        runs = reproduce.load_manifest(root / "experiments.toml")
+        runs = experiments.load_manifest(root / "experiments.toml")
         for name in ("base", "amsrn-tiny"):
-            reproduce.run_one(runs[name], runs, dry_run=True)
-            reproduce.write_evidence(runs[name])
+            runner.run_one(runs[name], runs, dry_run=True)
+            runner.write_evidence(runs[name])
     return root
 
 
@@ -46,7 +46,7 @@ def trained(trained_once, tmp_path, monkeypatch):
     for key, sub in LOCATIONS:
         monkeypatch.setenv(key, str(tmp_path / sub))
     manifest = tmp_path / "experiments.toml"
-    return manifest, reproduce.load_manifest(manifest)
+    return manifest, experiments.load_manifest(manifest)
 
 
 def test_evidence_holds_what_the_tables_need(trained):
@@ -69,7 +69,7 @@ def test_evidence_holds_what_the_tables_need(trained):
 def test_versus_from_evidence_equals_the_comparison_of_the_models(trained):
     """The report's ratio and interval, from the stored NLLs, are those of scoring the two models."""
     _, runs = trained
-    got = reproduce.versus(runs["amsrn-tiny"], runs["base"])
+    got = report.versus(runs["amsrn-tiny"], runs["base"])
     n = len(runs["base"].evidence().nll["test"])  # a dry run's evidence: the split's first batch, as its metrics
     assert n == 64
     ids, _, _ = split_texts("brown", "test")
@@ -89,8 +89,8 @@ def test_the_report_reads_no_weights(trained, monkeypatch):
         for f in runs[name].folder.iterdir():
             if f.is_file():
                 f.unlink()
-    monkeypatch.setattr(reproduce, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
-    text = reproduce.report(runs)
+    monkeypatch.setattr(runner, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
+    text = report.report(runs)
     row = next(line for line in text.splitlines() if line.startswith("| amsrn-tiny "))
     assert "vs base over sentences" in row and "| finished |" in row
     assert "| base-s2 | lstm | sentence |" in text and "| not run |" in text
@@ -101,7 +101,7 @@ def test_existing_evidence_is_replaced_only_with_force(trained, capsys):
     manifest, runs = trained
     before = (evidence.folder("base") / "nll.safetensors").read_bytes()
     with pytest.raises(evidence.EvidenceError, match="exists already"):
-        reproduce.write_evidence(runs["base"])
+        runner.write_evidence(runs["base"])
     assert cli.main(["reproduce", "--manifest", str(manifest), "--evidence", "base"]) == 2
     assert "--force" in capsys.readouterr().err
     assert cli.main(["reproduce", "--manifest", str(manifest), "--evidence", "base", "--force"]) == 0
@@ -138,41 +138,42 @@ def test_results_md_is_what_the_evidence_in_the_repository_gives(monkeypatch, tm
     monkeypatch.setenv("VIZLM_HOME", str(ROOT))
     monkeypatch.setenv("VIZLM_RUNS", str(tmp_path / "no-runs"))  # whatever this machine trained is not evidence
     monkeypatch.setenv("VIZLM_EVIDENCE", str(ROOT / "evidence"))
-    monkeypatch.setattr(reproduce, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
-    runs = reproduce.load_manifest(ROOT / reproduce.MANIFEST)
-    claims = reproduce.load_claims(ROOT / reproduce.MANIFEST, runs)
+    monkeypatch.setattr(runner, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
+    runs = experiments.load_manifest(ROOT / experiments.MANIFEST)
+    claims = experiments.load_claims(ROOT / experiments.MANIFEST, runs)
     monkeypatch.setattr(evidence, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
+    monkeypatch.setattr(corpus_evidence, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
     start = time.perf_counter()
-    text = reproduce.report(runs, claims, reproduce.load_attribution(ROOT / reproduce.MANIFEST),
-                            cases=reproduce.load_cases_plan(ROOT / reproduce.MANIFEST),
-                            faithfulness=reproduce.load_faithfulness_plan(ROOT / reproduce.MANIFEST))
+    text = report.report(runs, claims, corpus_runs.load_attribution(ROOT / experiments.MANIFEST),
+                         cases=corpus_runs.load_cases_plan(ROOT / experiments.MANIFEST),
+                         faithfulness=corpus_runs.load_faithfulness_plan(ROOT / experiments.MANIFEST))
     assert time.perf_counter() - start < 60
     stored = (ROOT / "docs" / "RESULTS.md").read_text(encoding="utf-8")
-    begin, end = stored.index(reproduce.REPORT_BEGIN), stored.index(reproduce.REPORT_END) + len(reproduce.REPORT_END)
+    begin, end = stored.index(report.REPORT_BEGIN), stored.index(report.REPORT_END) + len(report.REPORT_END)
     assert stored[begin:end] + "\n" == text, "docs/RESULTS.md differs from `vizlm reproduce --report`: rerun it"
 
 
 def test_every_finished_run_in_the_repository_has_whole_evidence(monkeypatch):
     root = ROOT / "evidence"
     monkeypatch.setenv("VIZLM_EVIDENCE", str(root))
-    runs = reproduce.load_manifest(ROOT / reproduce.MANIFEST)
+    runs = experiments.load_manifest(ROOT / experiments.MANIFEST)
     folders = [p for p in root.iterdir()
                if p.is_dir() and not p.name.startswith(".")
-               and p.name not in (evidence.ATTRIBUTION, evidence.CASES, evidence.FAITHFULNESS)]
+               and p.name not in (corpus_evidence.ATTRIBUTION, corpus_evidence.CASES, corpus_evidence.FAITHFULNESS)]
     assert {p.name for p in folders} <= set(runs), "evidence of a run the manifest does not name"
-    plan = reproduce.load_attribution(ROOT / reproduce.MANIFEST)
-    assert set(evidence.attribution_names()) <= set(plan.checkpoints), "attribution evidence the manifest does not name"
-    for name in evidence.attribution_names():  # whole, with its command and commit, of the bundled weights
-        ev = evidence.read_attribution(name)
+    plan = corpus_runs.load_attribution(ROOT / experiments.MANIFEST)
+    assert set(corpus_evidence.attribution_names()) <= set(plan.checkpoints), "attribution evidence the manifest does not name"
+    for name in corpus_evidence.attribution_names():  # whole, with its command and commit, of the bundled weights
+        ev = corpus_evidence.read_attribution(name)
         assert ev.config["commit"] and "+dirty" not in ev.config["commit"] and ev.config["written_by"], name
         assert (ev.config["corpus"], ev.config["split"], ev.config["method"], ev.config["limit"]) == (
             plan.corpus, plan.split, plan.method, plan.limit), name
         assert ev.config["checkpoint_sha256"] == checkpoint_digest(load_checkpoint(ROOT / "checkpoints" / name)), name
         assert all(len(s) == ev.config["units"] == len(c) for s, c in ev.sums.values()), name
-    faith = reproduce.load_faithfulness_plan(ROOT / reproduce.MANIFEST)
-    assert set(evidence.faithfulness_names()) <= set(faith.checkpoints), "faithfulness evidence the manifest does not name"
-    for name in evidence.faithfulness_names():  # whole, with its command and commit, of the bundled weights
-        ev = evidence.read_faithfulness(name)
+    faith = corpus_runs.load_faithfulness_plan(ROOT / experiments.MANIFEST)
+    assert set(corpus_evidence.faithfulness_names()) <= set(faith.checkpoints), "faithfulness evidence the manifest does not name"
+    for name in corpus_evidence.faithfulness_names():  # whole, with its command and commit, of the bundled weights
+        ev = corpus_evidence.read_faithfulness(name)
         c = ev.config
         assert c["commit"] and "+dirty" not in c["commit"] and c["written_by"], name
         assert [c[k] for k in ("corpus", "split", "per_document", "limit", "permutations", "n_steps", "adversary_steps")] == [
@@ -181,9 +182,9 @@ def test_every_finished_run_in_the_repository_has_whole_evidence(monkeypatch):
         assert c["checkpoint_sha256"] == checkpoint_digest(load_checkpoint(ROOT / "checkpoints" / name)), name
         per_unit = [a for k, a in ev.arrays.items() if k.endswith((".sum", ".count")) or k == "unit.document"]
         assert per_unit and all(len(a) == c["units"] for a in per_unit), name
-    cases = reproduce.load_cases_plan(ROOT / reproduce.MANIFEST)
+    cases = corpus_runs.load_cases_plan(ROOT / experiments.MANIFEST)
     for name in cases.checkpoints:  # the case evidence of the bundled weights, with its command and commit
-        doc = evidence.read_cases(name)
+        doc = corpus_evidence.read_cases(name)
         assert doc is not None and doc["commit"] and "+dirty" not in doc["commit"] and doc["written_by"], name
         assert (doc["corpus"], doc["split"], doc["limit"]) == (cases.corpus, cases.split, cases.limit), name
         assert doc["checkpoint_sha256"] == checkpoint_digest(load_checkpoint(ROOT / "checkpoints" / name)), name
@@ -201,7 +202,7 @@ def test_attribution_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pat
     corpus_attribution's; the report's tables read them alone; existing evidence is kept unless --force."""
     import torch
 
-    from vizlm.inspect import attribution
+    from vizlm.inspect import attribution_corpus
     from vizlm.modeling.checkpoint import save_checkpoint
     from vizlm.data.registry import Vocab
     from vizlm.models import build_model
@@ -216,19 +217,19 @@ def test_attribution_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pat
     manifest = tmp_path / "experiments.toml"
     manifest.write_text(TINY + '\n[attribution]\nmethod = "occlusion"\nlimit = 12\ncheckpoints = ["tiny-kvp", "tiny-lstm", "never"]\n')
     assert cli.main(["reproduce", "--manifest", str(manifest), "--attribution", "tiny-kvp", "tiny-lstm"]) == 0
-    ev = evidence.read_attribution("tiny-kvp")
+    ev = corpus_evidence.read_attribution("tiny-kvp")
     assert ev.config["limit"] == 12 and ev.config["commit"] is not None and ev.config["window"] == 3
     ckpt = load_checkpoint(tmp_path / "checkpoints" / "tiny-kvp")
-    lib = attribution.corpus_attribution(ckpt, "brown", "test", "occlusion", limit=12)
+    lib = attribution_corpus.corpus_attribution(ckpt, "brown", "test", "occlusion", limit=12)
     assert ev.statistic("kendall_tau") == pytest.approx(lib["agreement"]["kendall_tau"], rel=1e-12)
     assert ev.statistic("moved_1_bit") == pytest.approx(lib["permutation"]["share_over_1_bit"], rel=1e-12)
     assert ev.statistic("beyond_window") == pytest.approx(lib["positions"]["beyond_window"], rel=1e-12)
-    assert evidence.read_attribution("tiny-lstm").statistic("kendall_tau") is None  # no attention, no agreement
+    assert corpus_evidence.read_attribution("tiny-lstm").statistic("kendall_tau") is None  # no attention, no agreement
     chance = ev.statistic("top1_chance")  # 1 / n of the n positions a prediction could attend to (window 3)
     assert chance["n"] == lib["agreement"]["targets"] and 1 / 3 <= chance["value"] <= 1 / 2
-    plan = reproduce.load_attribution(manifest)
-    monkeypatch.setattr(evidence, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
-    text = "\n".join(reproduce.attribution_report(plan))
+    plan = corpus_runs.load_attribution(manifest)
+    monkeypatch.setattr(corpus_evidence, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
+    text = "\n".join(corpus_runs.attribution_report(plan))
     tau = lib["agreement"]["kendall_tau"]
     assert f"| tiny-kvp | {tau['n']:,} | {tau['value']:+.3f} ({tau['lo']:+.3f}–{tau['hi']:+.3f}) |" in text
     assert "| never | not run |" in text and "| tiny-lstm | sentence | — |" in text
@@ -265,21 +266,21 @@ def test_case_labels_against_chance_are_evidence_and_a_table(trained, tmp_path):
     evidence/cases/NAME.json, and the report's table read from that alone."""
     manifest, runs = trained
     source = runs["amsrn-tiny"].folder
-    path = evidence.write_cases("amsrn-tiny", source, "brown", "test", limit=30)
-    doc = evidence.read_cases("amsrn-tiny")
-    assert path == evidence.cases_path("amsrn-tiny") and doc["limit"] == 30 and doc["commit"] is not None
+    path = corpus_evidence.write_cases("amsrn-tiny", source, "brown", "test", limit=30)
+    doc = corpus_evidence.read_cases("amsrn-tiny")
+    assert path == corpus_evidence.cases_path("amsrn-tiny") and doc["limit"] == 30 and doc["commit"] is not None
     assert doc["pairs"] > 0 and set(doc["chance"]) <= {"trigger", "causal", "phrase", "grammar"}
     for c in doc["chance"].values():
         assert 0 <= c["observed"] <= 1 and 0 <= c["chance"] <= 1 and c["pairs"] == doc["pairs"]
     with pytest.raises(evidence.EvidenceError, match="--force"):
-        evidence.write_cases("amsrn-tiny", source, "brown", "test", limit=30)
-    plan = reproduce.CasesPlan(checkpoints=["amsrn-tiny", "other"], limit=30)
-    lines = reproduce.cases_report(plan)
+        corpus_evidence.write_cases("amsrn-tiny", source, "brown", "test", limit=30)
+    plan = corpus_runs.CasesPlan(checkpoints=["amsrn-tiny", "other"], limit=30)
+    lines = corpus_runs.cases_report(plan)
     rows = [line for line in lines if line.startswith("| amsrn-tiny |")]
     assert len(rows) == len(doc["chance"]) and "Not labelled yet: other" in lines[-2]
     manifest.write_text(manifest.read_text() + '\n[cases]\ncheckpoints = ["../x"]\n')
     with pytest.raises(ValueError, match="checkpoint"):
-        reproduce.load_cases_plan(manifest)
+        corpus_runs.load_cases_plan(manifest)
 
 
 def test_reproduce_cases_without_a_cases_table_says_so(trained, capsys):
@@ -310,7 +311,7 @@ def test_faithfulness_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pa
     documents; existing evidence is kept unless --force."""
     import torch
 
-    from vizlm.inspect import attribution, faithfulness
+    from vizlm.inspect import attribution, faithfulness_corpus
     from vizlm.modeling.checkpoint import save_checkpoint
     from vizlm.data.registry import Vocab
     from vizlm.models import build_model
@@ -328,30 +329,30 @@ def test_faithfulness_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pa
     manifest.write_text(TINY + '\n[faithfulness]\nlimit = 3\npermutations = 4\nn_steps = 2\nadversary_steps = 3\n'
                         'checkpoints = ["tiny-kvp", "never"]\n')
     assert cli.main(["reproduce", "--manifest", str(manifest), "--faithfulness", "tiny-kvp", "--threads", "1"]) == 0
-    ev = evidence.read_faithfulness("tiny-kvp")
+    ev = corpus_evidence.read_faithfulness("tiny-kvp")
     c = ev.config
     assert (c["limit"], c["permutations"], c["n_steps"], c["units"], c["unit"]) == (3, 4, 2, 3, "sentences")
     assert c["commit"] is not None and c["written_by"] == "vizlm reproduce --faithfulness tiny-kvp" and c["wall_s"] >= 0
     ckpt = load_checkpoint(tmp_path / "checkpoints" / "tiny-kvp")
-    lib = faithfulness.corpus_faithfulness(ckpt, "brown", "test", limit=3, permutations_n=4, n_steps=2, adversary_steps=3)
+    lib = faithfulness_corpus.corpus_faithfulness(ckpt, "brown", "test", limit=3, permutations_n=4, n_steps=2, adversary_steps=3)
     got = ev.statistics("units")
-    assert set(got) == set(faithfulness.TESTS) and got["erasure"].keys() == lib["erasure"].keys()
+    assert set(got) == set(faithfulness_corpus.TESTS) and got["erasure"].keys() == lib["erasure"].keys()
     _same(got, lib)
     assert np.isfinite(got["adversarial"]["mean_jsd"]["value"]) and got["paths"]["read_share"][1]["value"] > 0
     by_doc = ev.statistics()  # the report's: the same numbers, the documents resampled (one: the first 3 sentences)
     assert c["documents"] == 1 and by_doc["uniform"]["nll"]["value"] == got["uniform"]["nll"]["value"]
-    plan = reproduce.load_faithfulness_plan(manifest)
-    monkeypatch.setattr(evidence, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
-    text = "\n".join(reproduce.faithfulness_report(plan))
+    plan = corpus_runs.load_faithfulness_plan(manifest)
+    monkeypatch.setattr(corpus_evidence, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
+    text = "\n".join(corpus_runs.faithfulness_report(plan))
     u = by_doc["uniform"]
     assert f"| tiny-kvp | {math.exp(u['nll']['value']):.1f} (" in text and "Not run yet: never" in text
     capsys.readouterr()
-    before = (evidence.faithfulness_folder("tiny-kvp") / "sums.safetensors").read_bytes()
+    before = (corpus_evidence.faithfulness_folder("tiny-kvp") / "sums.safetensors").read_bytes()
     assert cli.main(["reproduce", "--manifest", str(manifest), "--faithfulness", "tiny-kvp"]) == 0
     assert "has faithfulness evidence" in capsys.readouterr().err
     with pytest.raises(evidence.EvidenceError, match="--force"):
-        evidence.write_faithfulness("tiny-kvp", tmp_path / "checkpoints" / "tiny-kvp", "brown", "test", limit=3)
-    assert (evidence.faithfulness_folder("tiny-kvp") / "sums.safetensors").read_bytes() == before
+        corpus_evidence.write_faithfulness("tiny-kvp", tmp_path / "checkpoints" / "tiny-kvp", "brown", "test", limit=3)
+    assert (corpus_evidence.faithfulness_folder("tiny-kvp") / "sums.safetensors").read_bytes() == before
     assert cli.main(["reproduce", "--manifest", str(manifest), "--faithfulness", "other"]) == 2
     assert "not in the manifest's [faithfulness] checkpoints" in capsys.readouterr().err
 
@@ -362,6 +363,6 @@ def test_faithfulness_samples_every_document(monkeypatch):
 
     ids = load_corpus("brown", "test").ids
     docs = {sid.rpartition(":")[0] for sid in ids}
-    picked = evidence.first_of_each_document("brown", "test", 2)
+    picked = corpus_evidence.first_of_each_document("brown", "test", 2)
     assert picked == sorted(picked) and {ids[i].rpartition(":")[0] for i in picked} == docs
     assert len(picked) == 2 * len(docs) and all(ids[i].rpartition(":")[2] in ("0", "1") for i in picked)

@@ -14,8 +14,12 @@ import torch
 from conftest import TOLERANCE
 from test_attribution import PASSAGE, tiny
 
+from vizlm.inspect import agreement as ag
 from vizlm.inspect import attribution as at
+from vizlm.inspect import attribution_methods as am
 from vizlm.inspect import faithfulness as fa
+from vizlm.inspect import faithfulness_corpus as fc
+from vizlm.inspect import faithfulness_erasure as fe
 from vizlm.inspect.analysis import analyze_sentences
 from vizlm.modeling.checkpoint import Checkpoint
 from vizlm.data.registry import SPECIALS, Vocab
@@ -74,7 +78,7 @@ def test_attention_is_faithful_on_the_copy_model(copy_model):
         sa = analyze_sentences(copy_model, [[key, "f0", "f3", "f1", key]])
         assert sa.attention[COPY_ROW, 2] > 0.99 and sa.top_words[COPY_ROW][0] == key
         # dropping the most attended slot flips the prediction; a random slot of three rarely matters as much
-        erase = fa.erasure_curves(copy_model, sa, ks=[1], rankings=["attention"])
+        erase = fe.erasure_curves(copy_model, sa, ks=[1], rankings=["attention"])
         row = erase[erase.row == COPY_ROW].iloc[0]
         assert row.flip == 1.0 and row.dlogp > 1.0
         # attention agrees with the slot effects: the key's slot is the one that matters
@@ -84,7 +88,7 @@ def test_attention_is_faithful_on_the_copy_model(copy_model):
         adv = fa.adversarial(copy_model, sa, epsilon=0.01, steps=150).iloc[COPY_ROW]
         assert abs(adv.dlogp) < 0.01 and adv.jsd < 0.05
         # comprehensiveness of the attention's top slot is large, its sufficiency nearly complete
-        ao = fa.aopc(copy_model, sa, rankings=["attention", "random"], fractions=[0.3])
+        ao = fe.aopc(copy_model, sa, rankings=["attention", "random"], fractions=[0.3])
         a = ao[(ao.row == COPY_ROW) & (ao.ranking == "attention")].iloc[0]
         assert a.comprehensiveness > 1.0 and abs(a.sufficiency) < 0.05
         # the key reaches the copy through the read alone: the LSTM does not read its input
@@ -130,9 +134,9 @@ def test_ignored_attention_changes_nothing(name, kw, context):
     assert np.nanmax(np.abs(adv.dlogp)) <= ATOL
     movable = adv.slots >= 2
     assert (adv.jsd[movable] > 0.2).all()  # far from the model's own weights, nothing changed
-    erase = fa.erasure_curves(ckpt, sa, rankings=["attention", "gradient", "random"])
+    erase = fe.erasure_curves(ckpt, sa, rankings=["attention", "gradient", "random"])
     assert np.nanmax(np.abs(erase.dlogp)) <= ATOL and np.nansum(erase.flip) == 0
-    ao = fa.aopc(ckpt, sa, rankings=["attention", "occlusion", "random"])
+    ao = fe.aopc(ckpt, sa, rankings=["attention", "occlusion", "random"])
     assert np.nanmax(np.abs(ao[["comprehensiveness", "sufficiency"]].to_numpy())) <= ATOL
     paths = fa.two_paths(ckpt, sa)
     assert np.abs(paths.read).max() <= ATOL
@@ -149,7 +153,7 @@ def _whole(model, ids, weights=None):
 
 
 def _pieces(ckpt, sa):
-    for first, inputs, targets in at.reading_pieces(ckpt, sa):
+    for first, inputs, targets in am.reading_pieces(ckpt, sa):
         yield first, inputs.tolist(), targets.tolist()
 
 
@@ -206,8 +210,8 @@ def test_permutations_equal_one_row_at_a_time(name, kw):
 def test_erasure_aopc_and_uniform_equal_one_row_at_a_time(name, kw):
     ckpt = tiny(name, **kw)
     sa = analyze_sentences(ckpt, PASSAGE)
-    erase = fa.erasure_curves(ckpt, sa, ks=[1, 2], rankings=["attention"])
-    ao = fa.aopc(ckpt, sa, rankings=["attention"], fractions=[0.5])
+    erase = fe.erasure_curves(ckpt, sa, ks=[1, 2], rankings=["attention"])
+    ao = fe.aopc(ckpt, sa, rankings=["attention"], fractions=[0.5])
     uni = fa.uniform_baseline(ckpt, sa)
     for first, ids, targets in _pieces(ckpt, sa):
         logp, att, _ = _whole(ckpt.model, ids)
@@ -285,12 +289,12 @@ def test_agreement_table_uses_the_attributions_agreement(name, kw):
     close(table["attention~occlusion"], occ.agreement().kendall_tau)
     close(table["attention~slot-effect"], at.attribute(ckpt, sa, "slot-effect").agreement().kendall_tau)
     both = gxi.attended & gxi.covered
-    ref = [at.kendall_tau(np.abs(gxi.scores[r, both[r]]), np.abs(occ.scores[r, both[r]])) for r in range(len(sa.targets))]
+    ref = [ag.kendall_tau(np.abs(gxi.scores[r, both[r]]), np.abs(occ.scores[r, both[r]])) for r in range(len(sa.targets))]
     close(table["gradient-x-input~occlusion"], ref)
     assert np.isfinite(table["gradient-x-input~occlusion"]).any()
     # the gradient ranking against central differences of one weight
     piece = fa._read(ckpt, sa)[0]
-    grad = fa._slot_scores(ckpt, sa, piece, "gradient", np.random.default_rng(0), {})
+    grad = fe._slot_scores(ckpt, sa, piece, "gradient", np.random.default_rng(0), {})
     ids, targets = piece.inputs.tolist(), piece.targets.tolist()
     r = len(ids) - 1
     j = max(_word_slots(ckpt.model, len(ids))[r])
@@ -322,7 +326,7 @@ def test_bad_input_is_refused():
     ckpt = tiny("kvp")
     sa = analyze_sentences(ckpt, PASSAGE)
     with pytest.raises(fa.FaithfulnessError, match="unknown ranking"):
-        fa.erasure_curves(ckpt, sa, rankings=["saliency"])
+        fe.erasure_curves(ckpt, sa, rankings=["saliency"])
     with pytest.raises(fa.FaithfulnessError, match="same family"):
         fa.uniform_baseline(ckpt, sa, other=tiny("kvp", window=3))
     with pytest.raises(fa.FaithfulnessError, match="epsilon"):
@@ -331,9 +335,9 @@ def test_bad_input_is_refused():
         fa.permutations(ckpt, sa, n=0)
     for select in ([5, 2], [3, 3], [-1], [10**9]):  # refused before any sentence is read
         with pytest.raises(fa.FaithfulnessError, match="ascending order"):
-            fa.collect(ckpt, "brown", "test", select=select)
+            fc.collect(ckpt, "brown", "test", select=select)
     with pytest.raises(fa.FaithfulnessError, match="ascending order"):
-        fa.corpus_faithfulness(ckpt, "brown", "test", select=[2, 1], use_cache=False)
+        fc.corpus_faithfulness(ckpt, "brown", "test", select=[2, 1], use_cache=False)
     assert issubclass(fa.FaithfulnessError, ValueError)
 
 
@@ -342,7 +346,7 @@ def test_model_is_not_changed():
     sa = analyze_sentences(ckpt, PASSAGE)
     before = {k: v.clone() for k, v in ckpt.model.state_dict().items()}
     fa.adversarial(ckpt, sa, steps=5)
-    fa.erasure_curves(ckpt, sa)
+    fe.erasure_curves(ckpt, sa)
     assert all(torch.equal(before[k], v) for k, v in ckpt.model.state_dict().items())
     assert all(p.grad is None for p in ckpt.model.parameters())
 
@@ -363,8 +367,8 @@ def test_corpus_statistics_on_a_tiny_corpus(monkeypatch, tmp_path, context):
     other = tiny("amsrn", seed=1, vocab=vocab, context=context)
     kw = {"limit": 6, "permutations_n": 5, "adversary_steps": 10, "methods": ["gradient-x-input", "occlusion"],
           "passage_tokens": 15, "other": other, "n_boot": 50}
-    res = fa.corpus_faithfulness(ckpt, "brown", "test", **kw)
-    frames, units = fa.collect(ckpt, "brown", "test", 6, 5, fa.EPSILON, 10, ["gradient-x-input", "occlusion"],
+    res = fc.corpus_faithfulness(ckpt, "brown", "test", **kw)
+    frames, units = fc.collect(ckpt, "brown", "test", 6, 5, fa.EPSILON, 10, ["gradient-x-input", "occlusion"],
                                passage_tokens=15, other=other)
     assert res["units"] == units and res["resampled"] == ("passages" if context == "document" else "sentences")
     if context == "document":
@@ -382,7 +386,7 @@ def test_corpus_statistics_on_a_tiny_corpus(monkeypatch, tmp_path, context):
     assert res["uniform"]["uniform_minus_own"]["value"] == pytest.approx((u.logprob - u.uniform_logprob).mean())
     assert "frozen_nll" in res["uniform"]
     assert set(res["erasure"]) == {"attention", "gradient", "random", "gradient-x-input", "occlusion"}
-    assert res["erasure"]["attention"]["k"] == list(fa.ERASE_K)
+    assert res["erasure"]["attention"]["k"] == list(fe.ERASE_K)
     assert set(res["aopc"]) == {"attention", "gradient", "gradient-x-input", "occlusion", "random"}
     paths = res["paths"]
     assert paths["distance"][0] == "1" and paths["read_share"][0]["value"] == 0.0  # the current word has no slot
@@ -391,10 +395,10 @@ def test_corpus_statistics_on_a_tiny_corpus(monkeypatch, tmp_path, context):
     assert paths["read_share"][1]["value"] == pytest.approx(near.read.abs().sum() / (near.read.abs().sum()
                                                                                      + near.state.abs().sum()))
     # cached: served again without computing; another parameter is another entry
-    monkeypatch.setattr(fa, "collect", lambda *a, **k: pytest.fail("recomputed"))
-    assert fa.corpus_faithfulness(ckpt, "brown", "test", **kw)["units"] == units
+    monkeypatch.setattr(fc, "collect", lambda *a, **k: pytest.fail("recomputed"))
+    assert fc.corpus_faithfulness(ckpt, "brown", "test", **kw)["units"] == units
     with pytest.raises(BaseException, match="recomputed"):
-        fa.corpus_faithfulness(ckpt, "brown", "test", **{**kw, "epsilon": 0.02})
+        fc.corpus_faithfulness(ckpt, "brown", "test", **{**kw, "epsilon": 0.02})
 
 
 # --------------------------------------------------------------------------- one predicted word (the Explorer's panel)
@@ -458,11 +462,11 @@ def test_the_api_door_checks_its_arguments_and_caches(split_result):
 
     lm, _, res = split_result
     assert res["units"] == 4 and res["model"] == lm.checkpoint.label
-    direct = fa.corpus_faithfulness(lm.checkpoint, "brown", "test", limit=4, permutations_n=5, adversary_steps=10,
+    direct = fc.corpus_faithfulness(lm.checkpoint, "brown", "test", limit=4, permutations_n=5, adversary_steps=10,
                                     methods=["gradient-x-input", "occlusion"])
     assert json.dumps(direct, sort_keys=True) == json.dumps(res, sort_keys=True)  # one cache entry (NaN != NaN)
     assert lm.faithfulness_seconds("brown", "test", limit=4) is not None  # the default tests are not cached
-    assert fa.is_stored(lm.checkpoint, "brown", "test", limit=4, permutations_n=5, adversary_steps=10,
+    assert fc.is_stored(lm.checkpoint, "brown", "test", limit=4, permutations_n=5, adversary_steps=10,
                         methods=["gradient-x-input", "occlusion"])
     for bad, match in (({"limit": 0}, "limit"), ({"permutations": 0}, "permutations"), ({"epsilon": -1}, "epsilon"),
                        ({"epsilon": True}, "epsilon"), ({"adversary_steps": 1.5}, "adversary_steps"),
@@ -480,7 +484,7 @@ def test_the_figures_draw_every_statistic_with_its_interval(split_result):
 
     _, _, res = split_result
     er = fp.erasure_frame(res)
-    assert set(er.ranking) == set(res["erasure"]) and list(er[er.ranking == "attention"].k) == list(fa.ERASE_K)
+    assert set(er.ranking) == set(res["erasure"]) and list(er[er.ranking == "attention"].k) == list(fe.ERASE_K)
     first = er[(er.ranking == "random") & (er.k == 1)].iloc[0]
     assert first.dlogp == res["erasure"]["random"]["dlogp"][0]["value"]
     assert first.flip_hi == res["erasure"]["random"]["flip"][0]["hi"]

@@ -9,7 +9,7 @@ import re
 import pandas as pd
 import pytest
 
-from vizlm.inspect import analysis
+from vizlm.inspect import analysis, reading
 from vizlm.modeling.checkpoint import load_checkpoint
 from vizlm.present.export import export_analysis, export_frame
 
@@ -31,12 +31,12 @@ def test_a_long_text_is_cut_before_it_is_tokenised_or_tagged(amsrn, monkeypatch)
     sa = analysis.analyze(amsrn, text)
     assert max(read) <= analysis.MAX_TEXT_CHARS < len(text)
     assert tagged == [analysis.MAX_TOKENS]
-    words = [w for w in sa.norms if w != analysis.BOUNDARY]
+    words = [w for w in sa.norms if w != reading.BOUNDARY]
     assert len(words) == analysis.MAX_TOKENS and len(sa.norms) == len(sa.tags) and sa.truncated > 0
     assert len(sa.boundaries) == analysis.MAX_TOKENS // 12  # a passage: 33 whole sentences and a part of one
     assert any(f"{len(text):,} characters" in n and f"first {analysis.MAX_TOKENS} tokens" in n for n in sa.notes), sa.notes
     assert text.startswith(sa.text)
-    assert all(sa.text[s:e] == w for w, (s, e) in zip(sa.tokens, sa.offsets) if w != analysis.BOUNDARY)
+    assert all(sa.text[s:e] == w for w, (s, e) in zip(sa.tokens, sa.offsets) if w != reading.BOUNDARY)
 
 
 def test_a_text_just_over_the_token_limit_keeps_the_token_note(amsrn):

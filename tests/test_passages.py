@@ -20,18 +20,11 @@ from test_cases import COLLOCATIONS, make_sa
 from vizlm import cli
 from vizlm.inspect import corpus_stats as corpus
 from vizlm.present import export, fragments, heatmap, style
-from vizlm.inspect.analysis import (
-    BOUNDARY,
-    MAX_TOKENS,
-    READINGS,
-    analyze,
-    analyze_sentences,
-    analyze_tokens,
-    slot_effect_rows,
-    split_at_boundaries,
-    with_slot_effects,
-)
-from vizlm.inspect.cases import corpus_cases, label_cases
+from vizlm.inspect.analysis import MAX_TOKENS, analyze, analyze_sentences, analyze_tokens
+from vizlm.inspect.effects import slot_effect_rows, with_slot_effects
+from vizlm.inspect.reading import BOUNDARY, READINGS, split_at_boundaries
+from vizlm.inspect.case_gallery import corpus_cases
+from vizlm.inspect.cases import label_cases
 from vizlm.modeling.checkpoint import Checkpoint, bundled_checkpoints, bundled_dir, load_checkpoint, save_checkpoint
 from vizlm.data.registry import (
     SPECIALS,

@@ -1,5 +1,5 @@
 """Attribution by distance beside the attention by position: the frame built from
-:func:`vizlm.inspect.attribution.corpus_attribution` results and its chart (vizlm.present.charts), on a tiny corpus."""
+:func:`vizlm.inspect.attribution_corpus.corpus_attribution` results and its chart (vizlm.present.charts), on a tiny corpus."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 from conftest import TINY
 from corpora import make_corpus
 
-from vizlm.inspect import attribution as at
+from vizlm.inspect import attribution_corpus as ac
 from vizlm.present import charts, export
 from vizlm.modeling.checkpoint import Checkpoint
 from vizlm.data.registry import Vocab
@@ -38,7 +38,7 @@ def results(tmp_path_factory) -> list[dict]:
         for name, kw in (("kvp", {"window": WINDOW}), ("lstm", {})):
             torch.manual_seed(0)
             model = build_model(name, **{**TINY, "vocab_size": len(vocab), **kw}, context="document").double().eval()
-            out.append(at.corpus_attribution(Checkpoint(model, vocab, name), "brown", "test", "gradient-x-input",
+            out.append(ac.corpus_attribution(Checkpoint(model, vocab, name), "brown", "test", "gradient-x-input",
                                              limit=8, permutations=0, max_offset=6, passage_tokens=20, n_boot=50))
         yield out
     finally:

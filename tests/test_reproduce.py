@@ -13,7 +13,7 @@ from conftest import ROOT
 
 from vizlm import cli
 from vizlm.core import files, paths
-from vizlm.reproduce import runner as reproduce, verdicts
+from vizlm.reproduce import corpus_runs, experiments, report, runner, verdicts
 from vizlm.models import REGISTRY, make_config
 
 TINY = """
@@ -55,7 +55,7 @@ blocked = "not implemented"
 
 
 def test_the_manifest_lists_every_run_of_the_issue():
-    runs = reproduce.load_manifest(ROOT / reproduce.MANIFEST)
+    runs = experiments.load_manifest(ROOT / experiments.MANIFEST)
     assert {"lstm", "lstm-continued", "lstm-97", "amsrn-shared", "lstm-doc", "kvp-doc-w5", "ngram-doc-n4",
             "salton-single-doc", "amsrn-doc", "lstm-sinica"} <= set(runs)
     for window in (1, 5, 10, 15):
@@ -88,17 +88,26 @@ def test_bad_manifests_are_refused(tmp_path):
     bad = tmp_path / "m.toml"
     bad.write_text(TINY.replace('init = "base"', 'init = "nowhere"'))
     with pytest.raises(ValueError, match="nowhere"):
-        reproduce.load_manifest(bad)
+        experiments.load_manifest(bad)
     bad.write_text(TINY.replace('paper = "daniluk"', 'paper = "someone"'))
     with pytest.raises(ValueError, match="unknown paper"):
-        reproduce.load_manifest(bad)
+        experiments.load_manifest(bad)
     bad.write_text(TINY + '\n[run.x]\npaper = "liu-lee"\nmodel = "lstm"\nlearning_rate = 1\n')
     with pytest.raises(ValueError, match="unknown field"):
-        reproduce.load_manifest(bad)
+        experiments.load_manifest(bad)
     for freeze in ("true", '"yes"'):  # freeze needs an init run, and is a boolean
         bad.write_text(TINY + f'\n[run.x]\npaper = "liu-lee"\nmodel = "amsrn"\nfreeze = {freeze}\n')
         with pytest.raises(ValueError, match="freeze must be true or false, and true needs an init run"):
-            reproduce.load_manifest(bad)
+            experiments.load_manifest(bad)
+
+
+@pytest.mark.parametrize("name", ["attribution", "faithfulness", "cases"])
+def test_a_run_is_not_named_after_a_folder_of_corpus_evidence(tmp_path, name):
+    """evidence/attribution/, evidence/faithfulness/ and evidence/cases/ hold corpus-wide evidence, not a run's."""
+    bad = tmp_path / "m.toml"
+    bad.write_text(TINY + f'\n[run.{name}]\npaper = "liu-lee"\nmodel = "lstm"\n')
+    with pytest.raises(ValueError, match=f"may not be named '{name}'"):
+        experiments.load_manifest(bad)
 
 
 @pytest.mark.parametrize("name", ["../../escape", "/any/absolute/folder", "a/b", "..", "Upper", "x\u202e"])
@@ -108,16 +117,16 @@ def test_run_names_are_folder_names_checked_when_the_manifest_is_read(tmp_path, 
     bad = tmp_path / "m.toml"
     bad.write_text(TINY + f'\n[run.{json.dumps(name)}]\npaper = "liu-lee"\nmodel = "lstm"\n', encoding="utf-8")
     with pytest.raises(ValueError, match=f"{bad}: run name"):
-        reproduce.load_manifest(bad)
+        experiments.load_manifest(bad)
     assert cli.main(["reproduce", "--manifest", str(bad), "--list"]) == 2
     err = capsys.readouterr().err
     assert str(bad) in err and "run name" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "m").exists()
 
 
-@pytest.mark.parametrize("table, load", [("attribution", reproduce.load_attribution),
-                                         ("faithfulness", reproduce.load_faithfulness_plan),
-                                         ("cases", reproduce.load_cases_plan)])
+@pytest.mark.parametrize("table, load", [("attribution", corpus_runs.load_attribution),
+                                         ("faithfulness", corpus_runs.load_faithfulness_plan),
+                                         ("cases", corpus_runs.load_cases_plan)])
 def test_the_checkpoints_tables_are_checked_alike(tmp_path, table, load):
     """[attribution], [faithfulness], [cases]: checkpoints are folder names, unknown fields are named."""
     bad = tmp_path / "m.toml"
@@ -142,7 +151,7 @@ def test_malformed_manifests_get_a_message_naming_the_file(tmp_path, text, messa
     bad = tmp_path / "m.toml"
     bad.write_text(text)
     with pytest.raises(ValueError, match=message):
-        reproduce.load_manifest(bad)
+        experiments.load_manifest(bad)
     assert cli.main(["reproduce", "--manifest", str(bad), "--list"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"vizlm reproduce: error: {bad}") and len(err.strip().splitlines()) == 1
@@ -153,7 +162,7 @@ def test_a_manifest_that_is_not_utf8_is_named_with_its_line(tmp_path):
     bad.write_bytes(TINY.encode() + b'\n[run.x]\npaper = "liu-lee"\nnote = "caf\xe9"\n')
     line = TINY.count("\n") + 4
     with pytest.raises(ValueError, match=f"{bad}: line {line} is not valid UTF-8 \\(byte 12 of the line\\)"):
-        reproduce.load_manifest(bad)
+        experiments.load_manifest(bad)
 
 
 @pytest.fixture
@@ -167,9 +176,9 @@ def manifest(tmp_path, monkeypatch):
 
 
 def test_reproduce_trains_what_is_missing_in_order_and_never_retrains(manifest, capsys):
-    runs = reproduce.load_manifest(manifest)
+    runs = experiments.load_manifest(manifest)
     assert [r.status() for r in runs.values()] == ["not run", "not run", "not run", "not run", "blocked"]
-    assert [r.name for r in reproduce.order(runs, ["amsrn-tiny"])] == ["base", "amsrn-tiny"]
+    assert [r.name for r in runner.order(runs, ["amsrn-tiny"])] == ["base", "amsrn-tiny"]
     code = cli.main(["reproduce", "--manifest", str(manifest), "--only", "amsrn-tiny", "--dry-run", "--threads", "1"])
     assert code == 0
     assert [r.status() for r in runs.values()] == ["finished", "finished", "not run", "not run", "blocked"]
@@ -190,7 +199,7 @@ def test_reproduce_trains_what_is_missing_in_order_and_never_retrains(manifest, 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
 def test_reproduce_on_a_gpu_this_machine_lacks_says_so_and_trains_nothing(manifest, capsys):
-    runs = reproduce.load_manifest(manifest)
+    runs = experiments.load_manifest(manifest)
     assert cli.main(["reproduce", "--manifest", str(manifest), "--only", "base", "--dry-run", "--device", "cuda"]) == 2
     assert "sees no CUDA device" in capsys.readouterr().err
     assert runs["base"].status() == "not run" and not runs["base"].folder.exists()
@@ -199,12 +208,12 @@ def test_reproduce_on_a_gpu_this_machine_lacks_says_so_and_trains_nothing(manife
 def test_a_folder_holding_another_manifests_run_is_foreign_and_kept(manifest, capsys):
     """Two manifests sharing a runs folder, a run name in both: the checkpoint there is not taken
     for this run (no evidence from it, no resume into it, nothing overwritten)."""
-    runs = reproduce.load_manifest(manifest)
+    runs = experiments.load_manifest(manifest)
     assert cli.main(["reproduce", "--manifest", str(manifest), "--only", "base-s2", "--dry-run", "--threads", "1"]) == 0
     weights = runs["base-s2"].folder / "model.safetensors"
     before = (weights.read_bytes(), weights.stat().st_mtime_ns)
     manifest.write_text(TINY.replace('seed = 2\n\n[run.amsrn-tiny-s2]', 'seed = 3\n\n[run.amsrn-tiny-s2]'))
-    runs = reproduce.load_manifest(manifest)
+    runs = experiments.load_manifest(manifest)
     other = runs["base-s2"]
     assert other.seed == 3 and other.status() == "foreign"
     assert "seed 2 (the manifest's: 3)" in other.foreign()
@@ -223,7 +232,7 @@ def test_jobs_train_runs_side_by_side_each_after_its_starting_point(manifest, ca
     the LSTM it starts from; a run that cannot train says why and the others still train."""
     assert cli.main(["reproduce", "--manifest", str(manifest), "--only", "base-s2", "--dry-run", "--threads", "1"]) == 0
     manifest.write_text(TINY.replace('seed = 2\n\n[run.amsrn-tiny-s2]', 'seed = 3\n\n[run.amsrn-tiny-s2]'))
-    runs = reproduce.load_manifest(manifest)  # base-s2's folder now holds another run (seed 2): refused, kept
+    runs = experiments.load_manifest(manifest)  # base-s2's folder now holds another run (seed 2): refused, kept
     capsys.readouterr()
     code = cli.main(["reproduce", "--manifest", str(manifest), "--only", "amsrn-tiny", "base-s2", "--dry-run",
                      "--jobs", "2"])
@@ -233,7 +242,7 @@ def test_jobs_train_runs_side_by_side_each_after_its_starting_point(manifest, ca
     assert err.index("base: finished") < err.index("amsrn-tiny: started"), "AMSRN starts after the LSTM it copies"
     assert "base-s2: error: base-s2: " in err and "holds another run: seed 2 (the manifest's: 3)" in err
     for name in ("base", "amsrn-tiny"):
-        assert f"training {name} -> {runs[name].folder}" in reproduce.job_log(runs[name]).read_text()
+        assert f"training {name} -> {runs[name].folder}" in runner.job_log(runs[name]).read_text()
     meta = json.loads((runs["amsrn-tiny"].folder / "config.json").read_text())
     assert meta["init_from"]["checkpoint"] == str(runs["base"].folder)
 
@@ -243,7 +252,7 @@ def test_one_at_a_time_a_run_that_cannot_train_says_why_and_the_others_still_tra
     runs after it; each says how it ended and the exit status is 1."""
     assert cli.main(["reproduce", "--manifest", str(manifest), "--only", "base-s2", "--dry-run", "--threads", "1"]) == 0
     manifest.write_text(TINY.replace('seed = 2\n\n[run.amsrn-tiny-s2]', 'seed = 3\n\n[run.amsrn-tiny-s2]'))
-    runs = reproduce.load_manifest(manifest)
+    runs = experiments.load_manifest(manifest)
     capsys.readouterr()
     code = cli.main(["reproduce", "--manifest", str(manifest), "--only", "base-s2", "amsrn-tiny", "--dry-run",
                      "--threads", "1"])
@@ -254,7 +263,7 @@ def test_one_at_a_time_a_run_that_cannot_train_says_why_and_the_others_still_tra
     assert runs["base"].status() == runs["amsrn-tiny"].status() == "finished" and runs["base-s2"].status() == "foreign"
     # an AMSRN that starts from the refused LSTM: skipped, saying why
     manifest.write_text(manifest.read_text().replace('init = "base"\ncontrol = "base-s2"', 'init = "base-s2"\ncontrol = "base-s2"'))
-    runs = reproduce.load_manifest(manifest)
+    runs = experiments.load_manifest(manifest)
     assert runs["amsrn-tiny-s2"].init == "base-s2"
     code = cli.main(["reproduce", "--manifest", str(manifest), "--only", "amsrn-tiny-s2", "--dry-run", "--threads", "1"])
     err = capsys.readouterr().err
@@ -263,7 +272,7 @@ def test_one_at_a_time_a_run_that_cannot_train_says_why_and_the_others_still_tra
 
 
 def test_a_run_another_process_is_training_is_listed_so_and_not_trained_twice(manifest, capsys):
-    runs = reproduce.load_manifest(manifest)
+    runs = experiments.load_manifest(manifest)
     with files.training_into(runs["base"].folder):  # as `vizlm reproduce --only base` in another terminal
         assert cli.main(["reproduce", "--manifest", str(manifest), "--list"]) == 0
         line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("base "))
@@ -276,7 +285,7 @@ def test_a_run_another_process_is_training_is_listed_so_and_not_trained_twice(ma
 
 
 def test_a_cut_run_is_partial_and_resumed(manifest):
-    runs = reproduce.load_manifest(manifest)
+    runs = experiments.load_manifest(manifest)
     base = runs["base"]
     (base.folder / "resume").mkdir(parents=True)
     (base.folder / "resume" / "state.json").write_text("{}")
@@ -287,7 +296,7 @@ def test_a_run_its_cap_stopped_goes_on_when_the_cap_is_raised(manifest, capsys):
     """The epoch cap is a bound: a run that reached it still improving is said to be capped, and
     when the manifest raises the cap it resumes (a run early stopping ended never does)."""
     assert cli.main(["reproduce", "--manifest", str(manifest), "--only", "base", "--dry-run", "--threads", "1"]) == 0
-    base = reproduce.load_manifest(manifest)["base"]
+    base = experiments.load_manifest(manifest)["base"]
     meta = json.loads((base.folder / "config.json").read_text())
     assert meta["train"]["epochs"] == 1 and meta["metrics"]["best_epoch"] == meta["metrics"]["epochs_trained"] == 1
     assert base.capped() is None, "a dry run is a pipeline check, not a run its cap stopped"
@@ -299,8 +308,8 @@ def test_a_run_its_cap_stopped_goes_on_when_the_cap_is_raised(manifest, capsys):
     assert cli.main(["reproduce", "--manifest", str(manifest), "--list"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("base "))
     assert "partial" in line and "cap" not in line, "TINY's bound is 2: the capped run goes on"
-    reproduce.write_evidence(base)
-    assert "base | lstm | sentence" in (text := reproduce.report({"base": base})) and "stopped at its 1-epoch cap" in text
+    runner.write_evidence(base)
+    assert "base | lstm | sentence" in (text := report.report({"base": base})) and "stopped at its 1-epoch cap" in text
     base.epochs = 2  # the manifest's bound (TINY) is higher: it goes on from its resume state
     assert base.status() == "partial"
     meta["metrics"]["epochs_trained"] = 3  # ...but had early stopping ended it (2 epochs without a new best)
@@ -309,33 +318,33 @@ def test_a_run_its_cap_stopped_goes_on_when_the_cap_is_raised(manifest, capsys):
 
 
 def test_report_is_generated_between_markers(manifest, tmp_path):
-    runs = reproduce.load_manifest(manifest)
+    runs = experiments.load_manifest(manifest)
     for name in ("base", "amsrn-tiny"):
-        reproduce.run_one(runs[name], runs, dry_run=True)
-        reproduce.write_evidence(runs[name])
+        runner.run_one(runs[name], runs, dry_run=True)
+        runner.write_evidence(runs[name])
     results = tmp_path / "RESULTS.md"
     results.write_text("# Results\n\nwritten by hand\n")
-    reproduce.write_report(runs, results)
+    report.write_report(runs, results)
     first = results.read_text()
-    assert "written by hand" in first and reproduce.REPORT_BEGIN in first and reproduce.REPORT_END in first
+    assert "written by hand" in first and report.REPORT_BEGIN in first and report.REPORT_END in first
     row = next(line for line in first.splitlines() if line.startswith("| amsrn-tiny "))
     assert "vs base" in row and "(" in row and "finished" in row
     assert "| later | rm | sentence |" in first and "blocked: not implemented" in first
-    assert [[r.name for r in g] for g in reproduce.seed_groups(runs)] == [["base", "base-s2"], ["amsrn-tiny", "amsrn-tiny-s2"]]
+    assert [[r.name for r in g] for g in experiments.seed_groups(runs)] == [["base", "base-s2"], ["amsrn-tiny", "amsrn-tiny-s2"]]
     alike = dict(runs, twin=dataclasses.replace(runs["base-s2"], name="twin", seed=runs["base"].seed))
-    assert [[r.name for r in g] for g in reproduce.seed_groups(alike)] == [["amsrn-tiny", "amsrn-tiny-s2"]], \
+    assert [[r.name for r in g] for g in experiments.seed_groups(alike)] == [["amsrn-tiny", "amsrn-tiny-s2"]], \
         "two runs with one seed are not a spread over seeds"
     seeds = next(line for line in first.splitlines() if line.startswith("| amsrn-tiny, amsrn-tiny-s2 "))
     assert "| 1 of 2 |" in seeds and "better in" in seeds, "a seed without its partner: no spread yet"
     for name in ("base-s2", "amsrn-tiny-s2"):
-        reproduce.run_one(runs[name], runs, dry_run=True)
-        reproduce.write_evidence(runs[name])
-    reproduce.write_report(runs, results)
+        runner.run_one(runs[name], runs, dry_run=True)
+        runner.write_evidence(runs[name])
+    report.write_report(runs, results)
     first = results.read_text()
     seeds = next(line for line in first.splitlines() if line.startswith("| amsrn-tiny, amsrn-tiny-s2 ")).split(" | ")
     assert seeds[1] == "2 of 2" and " ± " in seeds[3] and seeds[4].count("(") == 2 and " ± " in seeds[5], seeds
     assert seeds[6].endswith("of 2 |")
-    reproduce.write_report(runs, results)
+    report.write_report(runs, results)
     assert results.read_text() == first, "regenerating replaces the generated part, nothing else"
 
 
@@ -351,14 +360,14 @@ def test_reproduce_passes_freeze_to_training(manifest):
 
     manifest.write_text(TINY + '\n[run.frozen]\npaper = "liu-lee"\nmodel = "amsrn"\ninit = "base"\nfreeze = true\n'
                         'control = "base"\noptions = { selection = "shared" }\n')
-    runs = reproduce.load_manifest(manifest)
+    runs = experiments.load_manifest(manifest)
     assert cli.main(["reproduce", "--manifest", str(manifest), "--only", "frozen", "--dry-run", "--threads", "1"]) == 0
     meta = json.loads((runs["frozen"].folder / "config.json").read_text())
     assert meta["train"]["freeze"] is True and meta["train"]["run"] == "frozen"
     base = load_file(str(runs["base"].folder / "model.safetensors"))
     frozen = load_file(str(runs["frozen"].folder / "model.safetensors"))
     assert all(torch.equal(frozen[k], base[k]) for k in base)
-    assert "| frozen | amsrn selection=shared (init frozen) |" in reproduce.report(runs)
+    assert "| frozen | amsrn selection=shared (init frozen) |" in report.report(runs)
 
 
 CLAIMS = """
@@ -388,27 +397,27 @@ against = "base"
 
 def test_claims_are_decided_by_the_interval(manifest, monkeypatch):
     manifest.write_text(TINY + CLAIMS)
-    runs = reproduce.load_manifest(manifest)
-    claims = reproduce.load_claims(manifest, runs)
-    assert reproduce.decide(claims["beats"], runs)["verdict"] == "not tested"  # nothing trained yet
-    assert reproduce.decide(claims["later"], runs) == {"verdict": "not tested", "ours": "blocked: later (not implemented)"}
-    monkeypatch.setattr(reproduce.Run, "done", lambda self: not self.blocked)
+    runs = experiments.load_manifest(manifest)
+    claims = experiments.load_claims(manifest, runs)
+    assert report.decide(claims["beats"], runs)["verdict"] == "not tested"  # nothing trained yet
+    assert report.decide(claims["later"], runs) == {"verdict": "not tested", "ours": "blocked: later (not implemented)"}
+    monkeypatch.setattr(experiments.Run, "done", lambda self: not self.blocked)
     valid = {"base": 150.0, "amsrn-tiny": 140.0, "base-s2": 151.0, "amsrn-tiny-s2": 141.0}
-    monkeypatch.setattr(reproduce, "_metrics", lambda run: {"valid_perplexity": valid[run.name],
-                                                            "test_perplexity": valid[run.name] + 2})
-    assert reproduce.pick(["amsrn-tiny", "base"], runs).name == "amsrn-tiny"  # the lowest valid perplexity
+    monkeypatch.setattr(experiments, "run_metrics", lambda run: {"valid_perplexity": valid[run.name],
+                                                                 "test_perplexity": valid[run.name] + 2})
+    assert experiments.pick(["amsrn-tiny", "base"], runs).name == "amsrn-tiny"  # the lowest valid perplexity
     valid["base"] = 130.0
-    assert reproduce.pick(["amsrn-tiny", "base"], runs).name == "base"
+    assert experiments.pick(["amsrn-tiny", "base"], runs).name == "base"
     valid["base"] = 150.0
     interval, seen = {}, []
-    monkeypatch.setattr(reproduce, "seed_pair", lambda run, against: (run.name, against.name))
+    monkeypatch.setattr(report, "seed_pair", lambda run, against: (run.name, against.name))
 
     def fake(pairs, seed_var, **kw):
         seen.append((pairs, seed_var))
         return verdicts.Interval(interval["r"], interval["lo"], interval["hi"], 0.01, len(pairs), "documents",
                                  math.sqrt(seed_var), [interval["r"]] * len(pairs), np.zeros(10))
 
-    monkeypatch.setattr(reproduce.verdicts, "claim_interval", fake)
+    monkeypatch.setattr(report.verdicts, "claim_interval", fake)
     for (lo, r, hi), better, equal in [
         ((0.95, 0.96, 0.97), "reproduced", "not reproduced"),
         ((0.99, 1.00, 1.01), "not reproduced: no difference", "reproduced"),
@@ -416,9 +425,9 @@ def test_claims_are_decided_by_the_interval(manifest, monkeypatch):
         ((0.97, 0.99, 1.01), "not reproduced: no difference", "inconclusive: too few runs to tell"),
     ]:
         interval.update(lo=lo, r=r, hi=hi)
-        assert reproduce.decide(claims["beats"], runs)["verdict"] == better
-        assert reproduce.decide(claims["same"], runs)["verdict"] == equal
-    decided = reproduce.decide(claims["beats"], runs)
+        assert report.decide(claims["beats"], runs)["verdict"] == better
+        assert report.decide(claims["same"], runs)["verdict"] == equal
+    decided = report.decide(claims["beats"], runs)
     assert decided["runs"] == "amsrn-tiny vs base" and decided["direction"] == "no clear difference"
     assert "-1.0% (95% CI -3.0% to +1.0%; documents resampled, 2 seeds" in decided["ours"]
     # the seed pairs (amsrn-tiny-s2 vs base-s2 too) and the two arms' seed variances from their own seeds
@@ -427,7 +436,7 @@ def test_claims_are_decided_by_the_interval(manifest, monkeypatch):
     own = lambda a, b: np.var([math.log(a), math.log(b)], ddof=1)  # noqa: E731
     assert seed_var == pytest.approx(own(142, 143) + own(152, 153), rel=1e-9)
     # every ratio claim tested is counted for Holm's adjustment
-    decided = reproduce.decide_all(claims, runs)
+    decided = report.decide_all(claims, runs)
     assert decided["beats"]["holm"]["tested"] == 2 and "holm" not in decided["later"]
 
 
@@ -439,23 +448,23 @@ def test_a_mass_claim_reads_the_average_weight_by_position(manifest, monkeypatch
     manifest.write_text(TINY + '\n[run.kvp-tiny]\npaper = "daniluk"\nmodel = "kvp"\ncontext = "document"\n'
                         'options = { window = 3 }\n\n[claim.recent]\npaper = "daniluk"\nclaim = "recent"\n'
                         'paper_says = "Fig. 3"\nkind = "mass"\nrun = "kvp-tiny"\npositions = 2\nshare = 0.75\n')
-    runs = reproduce.load_manifest(manifest)
-    claim = reproduce.load_claims(manifest, runs)["recent"]
-    assert reproduce.decide(claim, runs)["verdict"] == "not tested"
-    reproduce.run_one(runs["kvp-tiny"], runs, dry_run=True)
-    reproduce.write_evidence(runs["kvp-tiny"])
+    runs = experiments.load_manifest(manifest)
+    claim = experiments.load_claims(manifest, runs)["recent"]
+    assert report.decide(claim, runs)["verdict"] == "not tested"
+    runner.run_one(runs["kvp-tiny"], runs, dry_run=True)
+    runner.write_evidence(runs["kvp-tiny"])
     stored = runs["kvp-tiny"].evidence().positions
     assert stored["window"] == 3 and stored["offset"] == [1, 2, 3] and sum(stored["mean"]) == pytest.approx(1, abs=0.02)
     means = {}
-    monkeypatch.setattr(reproduce.Run, "evidence", lambda self: types.SimpleNamespace(positions={
+    monkeypatch.setattr(experiments.Run, "evidence", lambda self: types.SimpleNamespace(positions={
         "window": 3, "offset": [3, 1, 2], "mean": [means[3], means[1], means[2]], "largest_weight": 0.61, "entropy": 0.85}))
     means.update({1: 0.5, 2: 0.3, 3: 0.2})
-    decided = reproduce.decide(claim, runs)
+    decided = report.decide(claim, runs)
     assert decided["verdict"] == "reproduced" and decided["runs"] == "kvp-tiny"
     assert decided["ours"] == ("80% of the weight on the 2 most recent of 3 positions (equal weights: 67%); a row's "
                                "largest weight 0.61 on average (equal weights: 0.33), its entropy 0.85 nats (1.10)")
     means.update({1: 0.4, 2: 0.3, 3: 0.3})
-    assert reproduce.decide(claim, runs)["verdict"] == "not reproduced"
+    assert report.decide(claim, runs)["verdict"] == "not reproduced"
 
 
 SWEEP = "".join(f"""
@@ -472,30 +481,30 @@ def test_a_sweep_is_a_table_row_with_its_best_on_valid_in_bold(manifest, monkeyp
     """Runs that differ only in a swept option (the window here) make one row of their paper's
     sweep table (their Fig. 2a); another seed is another setup, and a run alone is no sweep."""
     manifest.write_text(TINY + SWEEP)
-    runs = reproduce.load_manifest(manifest)
-    assert [(key, [r.name for r in g]) for key, g in reproduce.sweeps(runs)] == [("window", ["kv-w1", "kv-w5", "kv-w10"])]
+    runs = experiments.load_manifest(manifest)
+    assert [(key, [r.name for r in g]) for key, g in experiments.sweeps(runs)] == [("window", ["kv-w1", "kv-w5", "kv-w10"])]
     done = {"kv-w1": (131.0, 129.5), "kv-w5": (127.25, 126.0)}  # (valid, test); kv-w10 is not run yet
-    monkeypatch.setattr(reproduce.Run, "done", lambda self: self.name in done)
-    monkeypatch.setattr(reproduce, "_metrics", lambda run, meta=None: dict(zip(("valid_perplexity", "test_perplexity"), done[run.name])))
-    monkeypatch.setattr(reproduce, "comparison", lambda run, runs, spreads=None: None)
-    text = reproduce.report({k: v for k, v in runs.items() if k.startswith("kv-")})
+    monkeypatch.setattr(experiments.Run, "done", lambda self: self.name in done)
+    monkeypatch.setattr(experiments, "run_metrics", lambda run, meta=None: dict(zip(("valid_perplexity", "test_perplexity"), done[run.name])))
+    monkeypatch.setattr(report, "comparison", lambda run, runs, spreads=None: None)
+    text = report.report({k: v for k, v in runs.items() if k.startswith("kv-")})
     assert "### Daniluk et al.: running text within documents, from scratch, equal parameter counts: sweeps" in text
     assert "| model | window = 1 | window = 5 | window = 10 |" in text
     assert "| kv | 129.50 (131.00) | 126.00 (127.25) | not run |" in text, "no best of a sweep that is not whole"
     done["kv-w10"] = (128.0, 125.0)
-    assert "| kv | 129.50 (131.00) | **126.00 (127.25)** | 125.00 (128.00) |" in reproduce.report(runs)
+    assert "| kv | 129.50 (131.00) | **126.00 (127.25)** | 125.00 (128.00) |" in report.report(runs)
     done["kv-w1"] = (127.0, 127.5)  # the best on valid, not on test, is bold
-    assert "| kv | **127.50 (127.00)** | 126.00 (127.25) | 125.00 (128.00) |" in reproduce.report(runs)
+    assert "| kv | **127.50 (127.00)** | 126.00 (127.25) | 125.00 (128.00) |" in report.report(runs)
 
 
 def test_claims_in_the_report_and_bad_claims_refused(manifest, tmp_path):
     manifest.write_text(TINY + CLAIMS)
-    runs = reproduce.load_manifest(manifest)
+    runs = experiments.load_manifest(manifest)
     for name in ("base", "amsrn-tiny"):
-        reproduce.run_one(runs[name], runs, dry_run=True)
-        reproduce.write_evidence(runs[name])
+        runner.run_one(runs[name], runs, dry_run=True)
+        runner.write_evidence(runs[name])
     results = tmp_path / "RESULTS.md"
-    reproduce.write_report(runs, results, reproduce.load_claims(manifest, runs))
+    report.write_report(runs, results, experiments.load_claims(manifest, runs))
     text = results.read_text()
     row = next(line for line in text.splitlines() if line.startswith("| AMSRN beats the LSTM "))
     assert "| -6.9% |" in row and "amsrn-tiny vs base" in row and ("**reproduced**" in row or "**not reproduced" in row)
@@ -506,12 +515,12 @@ def test_claims_in_the_report_and_bad_claims_refused(manifest, tmp_path):
                               ('claim = "AMSRN beats the LSTM"', "", r"lacks \['claim'\]")]:
         manifest.write_text(TINY + CLAIMS.replace(old, new, 1))
         with pytest.raises(ValueError, match=message):
-            reproduce.load_claims(manifest)
+            experiments.load_claims(manifest)
 
 
 def test_the_manifest_states_each_claim_of_the_issue():
-    runs = reproduce.load_manifest(ROOT / reproduce.MANIFEST)
-    claims = reproduce.load_claims(ROOT / reproduce.MANIFEST, runs)
+    runs = experiments.load_manifest(ROOT / experiments.MANIFEST)
+    claims = experiments.load_claims(ROOT / experiments.MANIFEST, runs)
     assert {"amsrn-beats-lstm", "selection-is-essential", "entropy-helps", "attention-beats-lstm", "kv-beats-attention",
             "kvp-beats-kv", "kvp-equals-4gram", "kvp-flat-in-window", "attention-on-last-5"} <= set(claims)
     for claim in claims.values():  # a claim compares runs of one protocol, its paper's own
@@ -523,22 +532,22 @@ def test_bundle_stores_half_precision_when_it_is_harmless(manifest, tmp_path, mo
     """A finished run is copied into checkpoints/ as float16 (half the bytes) when that moves its
     test perplexity by < 0.1%, loads back as float32, and is marked bundled in the manifest."""
     monkeypatch.setenv("VIZLM_CHECKPOINTS", str(tmp_path / "ck"))
-    runs = reproduce.load_manifest(manifest)
-    reproduce.run_one(runs["base"], runs, dry_run=True)
+    runs = experiments.load_manifest(manifest)
+    runner.run_one(runs["base"], runs, dry_run=True)
     assert cli.main(["reproduce", "--manifest", str(manifest), "--bundle", "base", "--as", "tiny-lstm"]) == 0
     dest = tmp_path / "ck" / "tiny-lstm"
     from vizlm.modeling.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(dest)
     storage = ckpt.meta["storage"]
-    assert storage["dtype"] == "float16" and abs(storage["relative_change"]) < reproduce.HALF_PRECISION_TOLERANCE
+    assert storage["dtype"] == "float16" and abs(storage["relative_change"]) < runner.HALF_PRECISION_TOLERANCE
     assert ckpt.meta["metrics"]["test_perplexity"] == storage["test_perplexity_float16"]
     assert all(p.dtype == torch.float32 for p in ckpt.model.parameters())
     full = load_checkpoint(runs["base"].folder)
     assert (dest / "model.safetensors").stat().st_size < 0.6 * (runs["base"].folder / "model.safetensors").stat().st_size
     for (k, a), b in zip(full.model.state_dict().items(), ckpt.model.state_dict().values()):
         assert torch.equal(a.half().float(), b), k
-    again = reproduce.load_manifest(manifest)
+    again = experiments.load_manifest(manifest)
     assert again["base"].bundled == "tiny-lstm" and again["base"].folder == dest and again["base"].status() == "finished"
     assert cli.main(["reproduce", "--manifest", str(manifest), "--bundle", "base"]) == 2  # already bundled
     assert "already bundled" in capsys.readouterr().err
@@ -553,7 +562,7 @@ def test_the_runs_marked_stale_are_those_the_plateau_rule_would_have_trained_oth
     from vizlm.data.tokens import open_split
     from vizlm.modeling.train import TrainConfig
 
-    runs = reproduce.load_manifest(ROOT / reproduce.MANIFEST)
+    runs = experiments.load_manifest(ROOT / experiments.MANIFEST)
     plateau = {}
     changed = set()
     for run in runs.values():
@@ -604,14 +613,14 @@ def test_a_run_takes_its_dropout_from_the_best_of_its_sweep_on_valid(manifest, m
     """Dropout chosen on valid for one model and used for all: the run trains after its sweep, with the
     dropout of the sweep's run of lowest valid perplexity."""
     manifest.write_text(TINY + DROPOUT)
-    runs = reproduce.load_manifest(manifest)
-    assert [r.name for r in reproduce.order(runs, ["kvp-picked"])] == ["lstm-d0", "lstm-d5", "kvp-picked"]
+    runs = experiments.load_manifest(manifest)
+    assert [r.name for r in runner.order(runs, ["kvp-picked"])] == ["lstm-d0", "lstm-d5", "kvp-picked"]
     with pytest.raises(ValueError, match="not all finished"):
         runs["kvp-picked"].model_kwargs(runs)
-    assert reproduce._skipped(runs["kvp-picked"], runs, {}) == "skipped: lstm-d0 did not finish (not run)"
-    monkeypatch.setattr(reproduce.Run, "done", lambda self: not self.blocked)
+    assert runner._skipped(runs["kvp-picked"], runs, {}) == "skipped: lstm-d0 did not finish (not run)"
+    monkeypatch.setattr(experiments.Run, "done", lambda self: not self.blocked)
     valid = {"lstm-d0": 150.0, "lstm-d5": 140.0}
-    monkeypatch.setattr(reproduce, "_metrics", lambda run, meta=None: {"valid_perplexity": valid[run.name]})
+    monkeypatch.setattr(experiments, "run_metrics", lambda run, meta=None: {"valid_perplexity": valid[run.name]})
     assert runs["kvp-picked"].model_kwargs(runs)["dropout"] == 0.5
     valid["lstm-d0"] = 130.0
     assert runs["kvp-picked"].model_kwargs(runs)["dropout"] == 0.0
@@ -624,10 +633,10 @@ def test_a_run_takes_its_dropout_from_the_best_of_its_sweep_on_valid(manifest, m
 def test_a_bad_dropout_sweep_is_refused(manifest, field, match):
     manifest.write_text(TINY + DROPOUT.replace('dropout_from = ["lstm-d0", "lstm-d5"]', field))
     with pytest.raises(ValueError, match=match):
-        reproduce.load_manifest(manifest)
+        experiments.load_manifest(manifest)
     manifest.write_text(TINY + DROPOUT.replace("options = { window = 3 }", "options = { window = 3, dropout = 0.1 }"))
     with pytest.raises(ValueError, match="may not set its own dropout"):
-        reproduce.load_manifest(manifest)
+        experiments.load_manifest(manifest)
 
 
 def test_a_claim_at_another_size_is_set_beside_its_own(manifest):
@@ -636,16 +645,16 @@ def test_a_claim_at_another_size_is_set_beside_its_own(manifest):
     variant = ('\n[claim.beats-big]\npaper = "liu-lee"\nclaim = "(k = 16) AMSRN beats the LSTM"\nkind = "better"\n'
                'run = "amsrn-big"\nagainst = "base-big"\nvariant_of = "beats"\n')
     manifest.write_text(TINY + big + CLAIMS + variant)
-    runs = reproduce.load_manifest(manifest)
-    claims = reproduce.load_claims(manifest, runs)
-    text = reproduce.report(runs, claims)
+    runs = experiments.load_manifest(manifest)
+    claims = experiments.load_claims(manifest, runs)
+    text = report.report(runs, claims)
     assert "### Does the verdict depend on the size?" in text and "| claim | k = 8 | k = 16 |" in text
     assert "| AMSRN beats the LSTM | not tested (not run: amsrn-tiny, base) | not tested (not run: amsrn-big, base-big) |" in text
     summary = text.split("### Does the verdict")[0]
     assert "(k = 16) AMSRN" not in summary  # a variant is in the table of sizes, not the summary
     manifest.write_text(TINY + big + CLAIMS + variant.replace('variant_of = "beats"', 'variant_of = "nothing"'))
     with pytest.raises(ValueError, match="variant_of must name a claim"):
-        reproduce.load_claims(manifest, reproduce.load_manifest(manifest))
+        experiments.load_claims(manifest, experiments.load_manifest(manifest))
 
 
 @pytest.mark.parametrize("words, flags", [

@@ -14,7 +14,7 @@ from conftest import ROOT
 
 import vizlm
 from vizlm import cli
-from vizlm.reproduce import evidence, runner as reproduce
+from vizlm.reproduce import evidence, experiments, report
 from vizlm.core import paths
 from vizlm.modeling.checkpoint import meta_corpus
 from vizlm.data.registry import corpus_card
@@ -99,35 +99,35 @@ def _repository_state() -> dict[str, bytes | int]:
 def test_the_repository_manifest_keeps_its_places(monkeypatch):
     for key in ("VIZLM_RUNS", "VIZLM_EVIDENCE", "VIZLM_HOME"):
         monkeypatch.delenv(key, raising=False)
-    for given in (None, ROOT / reproduce.MANIFEST):
-        where = reproduce.locations(given)
+    for given in (None, ROOT / experiments.MANIFEST):
+        where = experiments.locations(given)
         assert where.own and (where.runs, where.evidence) == (paths.runs_dir(), paths.evidence_dir())
         assert (where.runs, where.evidence, where.report) == (ROOT / "runs", ROOT / "evidence", ROOT / "docs" / "RESULTS.md")
     monkeypatch.setenv("VIZLM_RUNS", "/elsewhere/runs")
-    assert reproduce.locations().runs == Path("/elsewhere/runs"), "the variable, as before"
-    runs = reproduce.load_manifest(ROOT / reproduce.MANIFEST)
+    assert experiments.locations().runs == Path("/elsewhere/runs"), "the variable, as before"
+    runs = experiments.load_manifest(ROOT / experiments.MANIFEST)
     assert runs["kvp-doc-w5"].command() == "vizlm reproduce --only kvp-doc-w5", "its evidence records this command"
 
 
 def test_a_manifest_of_yours_keeps_its_results_in_a_folder_beside_it(tmp_path, monkeypatch):
     for key in ("VIZLM_RUNS", "VIZLM_EVIDENCE", "VIZLM_HOME"):
         monkeypatch.delenv(key, raising=False)
-    where = reproduce.locations(tmp_path / "mine.toml")
+    where = experiments.locations(tmp_path / "mine.toml")
     assert not where.own
     assert (where.runs, where.evidence, where.report) == (tmp_path / "mine" / "runs", tmp_path / "mine" / "evidence",
                                                           tmp_path / "mine" / "RESULTS.md")
-    beside = reproduce.locations(ROOT / "mine.toml")  # even beside experiments.toml: not the repository's folders
+    beside = experiments.locations(ROOT / "mine.toml")  # even beside experiments.toml: not the repository's folders
     assert {beside.runs, beside.evidence, beside.report}.isdisjoint({ROOT / "runs", ROOT / "evidence",
                                                                      ROOT / "docs" / "RESULTS.md"})
     monkeypatch.setenv("VIZLM_EVIDENCE", str(ROOT / "evidence"))  # set for the repository's work, still set
     with pytest.raises(ValueError, match=r"VIZLM_EVIDENCE is the repository's evidence folder .* pass --evidence-dir"):
-        reproduce.locations(tmp_path / "mine.toml")
-    assert reproduce.locations(tmp_path / "mine.toml", evidence_dir=ROOT / "evidence").evidence == ROOT / "evidence"
+        experiments.locations(tmp_path / "mine.toml")
+    assert experiments.locations(tmp_path / "mine.toml", evidence_dir=ROOT / "evidence").evidence == ROOT / "evidence"
     monkeypatch.setenv("VIZLM_RUNS", str(tmp_path / "r"))
     monkeypatch.setenv("VIZLM_EVIDENCE", str(tmp_path / "e"))
-    where = reproduce.locations(tmp_path / "mine.toml")
+    where = experiments.locations(tmp_path / "mine.toml")
     assert (where.runs, where.evidence) == (tmp_path / "r", tmp_path / "e"), "the user's variables win"
-    where = reproduce.locations(tmp_path / "mine.toml", tmp_path / "r2", tmp_path / "e2", tmp_path / "out.md")
+    where = experiments.locations(tmp_path / "mine.toml", tmp_path / "r2", tmp_path / "e2", tmp_path / "out.md")
     assert (where.runs, where.evidence, where.report) == (tmp_path / "r2", tmp_path / "e2", tmp_path / "out.md"), \
         "the options win over the variables"
     with where.applied():
@@ -152,8 +152,8 @@ def test_the_example_manifest_is_daniluks_protocol_on_your_corpus(monkeypatch):
     for key in ("VIZLM_RUNS", "VIZLM_EVIDENCE"):
         monkeypatch.delenv(key, raising=False)
     path = ROOT / "examples" / "my-corpus.toml"
-    runs = reproduce.load_manifest(path)
-    claims = reproduce.load_claims(path, runs)
+    runs = experiments.load_manifest(path)
+    claims = experiments.load_claims(path, runs)
     assert {r.corpus for r in runs.values()} == {"mycorpus"} and {r.context for r in runs.values()} == {"document"}
     assert {(r.model, tuple(r.options.items())) for r in runs.values()} == {
         ("lstm", ()), ("attention", (("window", 5),)), ("kv", (("window", 5),)), ("kvp", (("window", 5),)),
@@ -165,7 +165,7 @@ def test_the_example_manifest_is_daniluks_protocol_on_your_corpus(monkeypatch):
     text = path.read_text(encoding="utf-8")
     for said in ("vizlm prepare --corpus mycorpus --from FOLDER", "--all", "--report", "do not apply", "bootstrap"):
         assert said in text, said
-    assert reproduce.locations(path).runs == path.parent / "my-corpus" / "runs"
+    assert experiments.locations(path).runs == path.parent / "my-corpus" / "runs"
 
 
 @pytest.mark.slow
@@ -212,7 +212,7 @@ def test_your_manifest_trains_on_your_corpus_and_reports_beside_it(yours, capsys
     assert cli.main([*args, "--report"]) == 0
     results = folder / "RESULTS.md"
     text = results.read_text(encoding="utf-8")
-    assert text.startswith("# Results of mine.toml") and reproduce.REPORT_BEGIN in text
+    assert text.startswith("# Results of mine.toml") and report.REPORT_BEGIN in text
     assert f"--manifest {yours.name} --report" in text and "(`evidence/`)" in text and "Corpus: `tiny`" in text
     assert "not expected here" in text and "on `tiny`" in text and "WSJ" not in text
     interval = f"{compared['ratio']:.3f} ({compared['low']:.3f}–{compared['high']:.3f}) vs lstm-doc over documents"

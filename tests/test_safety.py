@@ -80,7 +80,7 @@ def test_one_process_at_a_time_trains_into_a_folder(tmp_path, capsys):
 
     folder = tmp_path / "busy"
     holder = subprocess.Popen(
-        [sys.executable, "-c", ("import sys, time; from vizlm import files\n"
+        [sys.executable, "-c", ("import sys, time; from vizlm.core import files\n"
                                 "with files.training_into(sys.argv[1]): print('held', flush=True); time.sleep(60)"),
          str(folder)],
         stdout=subprocess.PIPE, text=True)

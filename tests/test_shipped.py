@@ -9,10 +9,10 @@ import pytest
 import torch
 from conftest import TOLERANCE
 
-from vizlm.inspect import attribution, cases, corpus_stats as corpus
+from vizlm.inspect import attribution_corpus, case_gallery as cases, corpus_stats as corpus
 from vizlm.inspect.highlight import DEFAULT
-from vizlm.inspect.attribution import BY_DISTANCE, corpus_attribution
-from vizlm.inspect.cases import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, corpus_cases
+from vizlm.inspect.attribution_corpus import BY_DISTANCE, corpus_attribution
+from vizlm.inspect.case_gallery import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, corpus_cases
 from vizlm.modeling.checkpoint import bundled_checkpoints, bundled_dir, load_checkpoint, meta_corpus
 from vizlm.inspect.corpus_stats import MAX_WINDOW, positions_corpus, split_scores
 from vizlm.data.registry import CORPORA, CORPUS_LANGUAGE, HELD_OUT
@@ -38,7 +38,7 @@ def test_the_corpus_pages_first_views_of_bundled_models_are_shipped(monkeypatch,
     monkeypatch.setattr(corpus, "_nll", refuse)
     monkeypatch.setattr(corpus, "_position_sums", refuse)
     monkeypatch.setattr(cases, "_case_report", refuse)
-    monkeypatch.setattr(attribution, "collect", refuse)
+    monkeypatch.setattr(attribution_corpus, "collect", refuse)
     where = ""
     for name in bundled_checkpoints():
         ckpt = load_checkpoint(bundled_dir() / name)
@@ -68,7 +68,7 @@ def test_a_shipped_entry_is_what_computing_gives(monkeypatch, tmp_path):
     assert shipped["tokens"] == computed["tokens"]
     torch.testing.assert_close(torch.tensor(shipped["nll"]), torch.tensor(computed["nll"]),
                                **TOLERANCE[torch.float32])
-    # the Cases report: its rules may have changed since (then raise cases.CASES_VERSION and ship again)
+    # the Cases report: its rules may have changed since (then raise case_gallery.CASES_VERSION and ship again)
     kw = {"setting": DEFAULT, "limit": GALLERY_LIMIT, "examples_per_label": GALLERY_EXAMPLES,
           "rank": GALLERY_RANK}
     shipped, computed = (corpus_cases(ckpt, "brown", "test", use_cache=use, **kw) for use in (True, False))

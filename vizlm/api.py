@@ -40,14 +40,14 @@ from vizlm.inspect import corpus_stats as stats
 from vizlm.present import charts, export, heatmap, notebook, style
 from vizlm.core import files
 from vizlm.inspect import faithfulness as faith
-from vizlm.inspect.analysis import (  # noqa: F401 - ATTENTION_OFF, READINGS: facts the front ends read from here
+from vizlm.inspect import faithfulness_corpus as faith_corpus
+from vizlm.inspect.analysis import (  # noqa: F401 - ATTENTION_OFF: a fact the front ends read from here
     ATTENTION_OFF,
-    READINGS,
     SentenceAnalysis,
     analyze,
-    context_of,
     distance,
 )
+from vizlm.inspect.reading import READINGS, context_of  # noqa: F401 - READINGS: a fact the front ends read from here
 from vizlm.inspect.attribution import MAX_STEPS as ATTRIBUTION_MAX_STEPS  # noqa: F401 - read by the CLI from here
 from vizlm.inspect.attribution import METHODS as ATTRIBUTION_METHODS  # noqa: F401 - read by the CLI from here
 from vizlm.inspect.attribution import SAY_COST_S  # noqa: F401 - read by the CLI from here
@@ -98,8 +98,8 @@ def _whole(value, name: str, low: int = 1) -> int:
 
 
 def _permutations(value) -> int:
-    """A permutation count: 0 (no permutation test) up to :data:`vizlm.inspect.attribution.MAX_PERMUTATIONS`."""
-    from vizlm.inspect.attribution import MAX_PERMUTATIONS
+    """A permutation count: 0 (no permutation test) up to :data:`vizlm.inspect.attribution_corpus.MAX_PERMUTATIONS`."""
+    from vizlm.inspect.attribution_corpus import MAX_PERMUTATIONS
 
     n = _whole(value, "permutations", low=0)
     if n > MAX_PERMUTATIONS:
@@ -408,7 +408,7 @@ class Model:
         A long text costs its tokens times the steps (:meth:`attribute_seconds` says how long beforehand):
         ``rows`` (row indices or a ``range``) computes only those predicted words, each as in the whole
         text's attribution; ``progress(fraction)`` is called as it goes; ``cancel()`` returning True stops it
-        (:class:`vizlm.inspect.attribution.AttributionCancelled`) between two batches of passes."""
+        (:class:`vizlm.inspect.attribution_methods.AttributionCancelled`) between two batches of passes."""
         from vizlm.inspect.attribution import attribute, check_steps
 
         if not isinstance(text, str):
@@ -423,7 +423,8 @@ class Model:
         """The expected time of :meth:`attribute` with these arguments, in seconds, from the text's tokens and the
         steps (:func:`vizlm.inspect.attribution.estimate_seconds`: an order of magnitude, measured on one core)."""
         from vizlm.inspect.analysis import analyze
-        from vizlm.inspect.attribution import METHODS, AttributionError, estimate_seconds
+        from vizlm.inspect.attribution import METHODS, estimate_seconds
+        from vizlm.inspect.attribution_methods import AttributionError
 
         if not isinstance(text, str):
             raise InputError(f"attribute_seconds() takes a text (str), not {type(text).__name__}")
@@ -436,12 +437,12 @@ class Model:
                            limit: int | None = None, n_steps: int = 32, permutations: int = 10,
                            progress: Callable[[float], None] | None = None) -> dict:
         """:meth:`attribute` over a corpus split (its first ``limit`` sentences), cached on disk
-        (:func:`vizlm.inspect.attribution.corpus_attribution`): attribution by distance beside the attention's
+        (:func:`vizlm.inspect.attribution_corpus.corpus_attribution`): attribution by distance beside the attention's
         (Daniluk et al.'s Fig. 3) and, for attention models, the agreement and Jain & Wallace's permutation
         test (``permutations`` shuffles of each row; 0: none, as the Positions page's attribution by distance,
-        :data:`vizlm.inspect.attribution.BY_DISTANCE`), each with a 95% bootstrap interval over sentences (a document
+        :data:`vizlm.inspect.attribution_corpus.BY_DISTANCE`), each with a 95% bootstrap interval over sentences (a document
         model's: passages)."""
-        from vizlm.inspect.attribution import corpus_attribution
+        from vizlm.inspect.attribution_corpus import corpus_attribution
 
         _check_split(corpus, split)
         if limit is not None:
@@ -456,7 +457,7 @@ class Model:
                             n_steps: int = 32, other: Model | str | None = None, seed: int = 0,
                             progress: Callable[[float], None] | None = None) -> dict:
         """Is this model's attention an explanation? The literature's tests over a corpus split (its first
-        ``limit`` sentences), cached on disk (:func:`vizlm.inspect.faithfulness.corpus_faithfulness`): the agreement of
+        ``limit`` sentences), cached on disk (:func:`vizlm.inspect.faithfulness_corpus.corpus_faithfulness`): the agreement of
         attention with slot effects and word-level attribution (``methods``, of
         :data:`vizlm.inspect.attribution.TEXT_METHODS`) beside the methods' agreement with each other (the ceiling), Jain &
         Wallace's ``permutations`` shuffles of each row binned by its largest weight and their adversarial
@@ -491,23 +492,23 @@ class Model:
             other = load(other)
         if other is not None and not isinstance(other, Model):
             raise InputError(f"other must be a Model, a name or None, not {type(other).__name__}")
-        return faith.corpus_faithfulness(
+        return faith_corpus.corpus_faithfulness(
             self.checkpoint, corpus, split, limit=limit, permutations_n=permutations, epsilon=float(epsilon),
             adversary_steps=adversary_steps, methods=methods, n_steps=n_steps,
             other=None if other is None else other.checkpoint, seed=seed, progress=progress)
 
     def faithfulness_seconds(self, corpus: str = "brown", split: str = "test", limit: int | None = None) -> float | None:
         """The expected time of :meth:`corpus_faithfulness` with its default tests over the first ``limit``
-        sentences, in seconds (:func:`vizlm.inspect.faithfulness.estimate_seconds`, an order of magnitude); None when
+        sentences, in seconds (:func:`vizlm.inspect.faithfulness_corpus.estimate_seconds`, an order of magnitude); None when
         the result is already in the disk cache."""
         _check_split(corpus, split)
         if limit is not None:
             limit = _whole(limit, "limit")
         if not self.checkpoint.has_attention:
             raise faith.FaithfulnessError(f"{self.name} has no attention: there is nothing to test")
-        if faith.is_stored(self.checkpoint, corpus, split, limit=limit):
+        if faith_corpus.is_stored(self.checkpoint, corpus, split, limit=limit):
             return None
-        return faith.estimate_seconds(self.checkpoint, corpus, split, limit)
+        return faith_corpus.estimate_seconds(self.checkpoint, corpus, split, limit)
 
 
 # --------------------------------------------------------------------------- one analysis

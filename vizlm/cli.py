@@ -265,16 +265,16 @@ def reproduce_what(args) -> None:
 
 
 def cmd_reproduce(args) -> int:
-    from vizlm.reproduce import runner as reproduce
+    from vizlm.reproduce import corpus_runs, experiments, report, runner
 
     reproduce_what(args)
 
-    # a manifest of yours keeps its runs and evidence beside it (reproduce.locations), for the whole command
-    where = reproduce.locations(args.manifest, args.runs, args.evidence_dir, args.report_out)
+    # a manifest of yours keeps its runs and evidence beside it (experiments.locations), for the whole command
+    where = experiments.locations(args.manifest, args.runs, args.evidence_dir, args.report_out)
     with where.applied():
-        runs = reproduce.load_manifest(args.manifest)
+        runs = experiments.load_manifest(args.manifest)
         if args.list:
-            rows = reproduce.table(runs, reproduce.load_claims(args.manifest, runs))
+            rows = runner.table(runs, experiments.load_claims(args.manifest, runs))
             if args.json:
                 print(json.dumps(rows))
                 return 0
@@ -286,7 +286,7 @@ def cmd_reproduce(args) -> int:
                 notes = [r["note"]] if r["note"] else []
                 if r["status"] == "finished" and not r["evidence"]:
                     notes.append(f"no evidence yet: {runs[r['run']].command('--evidence')}")
-                if r["status"] in reproduce.TO_TRAIN and r["claims"]:
+                if r["status"] in runner.TO_TRAIN and r["claims"]:
                     notes.append("needed by " + ", ".join(r["claims"]))
                 print(f"{r['run']:<24} {r['paper']:<10} {r['model']:<10} {r['context']:<9} {r['status']:<9} {ppl:<12}"
                       + (f"  ({'; '.join(notes)})" if notes else ""))
@@ -298,16 +298,16 @@ def cmd_reproduce(args) -> int:
             names = args.evidence or [r.name for r in runs.values() if r.status() == "finished" and not r.done()
                                       and (r.folder / "model.safetensors").is_file()]
             for name in names:
-                reproduce.write_evidence(runs[name], force=args.force)
+                runner.write_evidence(runs[name], force=args.force)
             if not names:
                 print("reproduce: every finished run here has its evidence", file=sys.stderr)
             return 0
-        for asked, load_plan, write, table in ((args.attribution, reproduce.load_attribution,
-                                                reproduce.write_attribution_evidence, "attribution"),
-                                               (args.faithfulness, reproduce.load_faithfulness_plan,
-                                                reproduce.write_faithfulness_evidence, "faithfulness"),
-                                               (args.cases, reproduce.load_cases_plan, reproduce.write_cases_evidence,
-                                                "cases")):
+        for asked, load_plan, write, table in ((args.attribution, corpus_runs.load_attribution,
+                                                corpus_runs.write_attribution_evidence, "attribution"),
+                                               (args.faithfulness, corpus_runs.load_faithfulness_plan,
+                                                corpus_runs.write_faithfulness_evidence, "faithfulness"),
+                                               (args.cases, corpus_runs.load_cases_plan,
+                                                corpus_runs.write_cases_evidence, "cases")):
             if asked is None:
                 continue
             plan = load_plan(args.manifest)
@@ -322,20 +322,20 @@ def cmd_reproduce(args) -> int:
         if args.bundle:
             if args.bundle not in runs:
                 raise ValueError(f"no run {args.bundle!r} in the manifest; see `vizlm reproduce --list`")
-            reproduce.bundle(runs[args.bundle], args.bundle_as, args.manifest)
+            runner.bundle(runs[args.bundle], args.bundle_as, args.manifest)
             return 0
         if args.report:
-            claims = reproduce.load_claims(args.manifest, runs)
-            path = reproduce.write_report(runs, where.report, claims, reproduce.load_attribution(args.manifest), where,
-                                          reproduce.load_cases_plan(args.manifest),
-                                          reproduce.load_faithfulness_plan(args.manifest))
+            claims = experiments.load_claims(args.manifest, runs)
+            path = report.write_report(runs, where.report, claims, corpus_runs.load_attribution(args.manifest), where,
+                                       corpus_runs.load_cases_plan(args.manifest),
+                                       corpus_runs.load_faithfulness_plan(args.manifest))
             print(f"wrote {path}", file=sys.stderr)
             return 0
         names = list(runs) if args.all else args.only
         if args.jobs > 1:
-            result = reproduce.run_many(args.manifest, names, args.jobs, args.threads, args.dry_run, args.device)
+            result = runner.run_many(args.manifest, names, args.jobs, args.threads, args.dry_run, args.device)
         else:
-            result = reproduce.run_serial(runs, names, args.threads, args.dry_run, args.device)
+            result = runner.run_serial(runs, names, args.threads, args.dry_run, args.device)
         return 1 if any(why.startswith(("error", "skipped")) for why in result.values()) else 0  # each said why
 
 

@@ -3,7 +3,7 @@
 Each command is argparse -> one library call -> JSON (``--json``) or a table. Models are loaded,
 and texts analysed and exported, through the Python API (:mod:`vizlm.api`, what ``import vizlm``
 offers), as in a notebook: comparisons and positions too (under torchrun with the process group,
-``context=``); the case reports are :mod:`vizlm.inspect.cases`'s.
+``context=``); the case reports are :mod:`vizlm.inspect.case_gallery`'s.
 
 Also here, for every command of the CLI: the option types that refuse a bad number with a
 message (argparse then exits 2), reading ``--text-file`` and writing output files, and the
@@ -35,7 +35,8 @@ from vizlm.api import (
     load,
     positions,
 )
-from vizlm.inspect.cases import LABELS, RANKINGS
+from vizlm.inspect.case_gallery import RANKINGS
+from vizlm.inspect.case_rules import LABELS
 from vizlm.inspect.highlight import DEFAULT, NONE, Share, setting
 from vizlm.data.registry import CORPORA, MAX_TEXT_FILE_BYTES, read_text_file
 from vizlm.core.distributed import DEVICES, session
@@ -457,7 +458,7 @@ def cmd_positions(args) -> int:
 
 
 def cmd_cases(args) -> int:
-    from vizlm.inspect.cases import corpus_cases
+    from vizlm.inspect.case_gallery import corpus_cases
 
     model = load(args.checkpoint, device=args.device)
     warn_off_corpus([model], args)

@@ -8,7 +8,7 @@
 - :mod:`vizlm.app.explorer`: the Explorer's URL state, example picker, word picker and model panels.
 
 Every number the app shows comes from the library: a typed text's analysis through the Python API
-(:mod:`vizlm.api`, as a notebook gets it), the rest from :mod:`vizlm.inspect.corpus_stats`, :mod:`vizlm.inspect.cases`,
+(:mod:`vizlm.api`, as a notebook gets it), the rest from :mod:`vizlm.inspect.corpus_stats`, :mod:`vizlm.inspect.case_gallery`,
 :mod:`vizlm.present.heatmap`, :mod:`vizlm.present.fragments`, :mod:`vizlm.present.charts` and :mod:`vizlm.present.export`; pages under ``pages/`` are thin:
 inputs -> validation -> one call -> rendering.
 """

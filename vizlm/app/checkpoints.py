@@ -36,7 +36,7 @@ from vizlm.modeling.checkpoint import (
 from vizlm.data.registry import CORPUS_LANGUAGE, Overlap, vocab_overlap
 from vizlm.core.errors import VizlmError
 from vizlm.models import ATTENTION_MODELS
-from vizlm.reproduce.runner import PAPERS, load_manifest
+from vizlm.reproduce.experiments import PAPERS, load_manifest
 from vizlm.present.tables import BASELINE_FAMILY
 from vizlm.data.text import han_share
 
@@ -346,7 +346,7 @@ def perplexity(name: str) -> tuple[str, float] | None:
 
 
 def context(name: str) -> str:
-    """How the model reads text: ``"sentence"`` or ``"document"`` (:data:`vizlm.inspect.analysis.READINGS`)."""
+    """How the model reads text: ``"sentence"`` or ``"document"`` (:data:`vizlm.inspect.reading.READINGS`)."""
     return meta_context(model_meta(name))
 
 

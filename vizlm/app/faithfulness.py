@@ -20,7 +20,8 @@ from vizlm.app import checkpoints as ck
 from vizlm.app import jobs, results
 from vizlm.app.widgets import chart_downloads, download_row, md_escape, show_chart, show_error
 from vizlm.present.export import MIME, export_frame, safe_filename
-from vizlm.inspect.faithfulness import EPSILON, MASKING, FaithfulnessError, adversarial_row, two_paths
+from vizlm.inspect.faithfulness import EPSILON, FaithfulnessError, adversarial_row, two_paths
+from vizlm.inspect.faithfulness_erasure import MASKING
 from vizlm.present.faithfulness_plots import (
     adversarial_row_chart,
     agreement_chart,

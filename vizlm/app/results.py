@@ -13,14 +13,8 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from vizlm.inspect.analysis import (
-    LN2,
-    SentenceAnalysis,
-    analyze_sentences,
-    analyze_tokens,
-    slot_effect_rows,
-    with_slot_effects,
-)
+from vizlm.inspect.analysis import LN2, SentenceAnalysis, analyze_sentences, analyze_tokens
+from vizlm.inspect.effects import slot_effect_rows, with_slot_effects
 from vizlm.api import Analysis, Model
 from vizlm.app import jobs
 from vizlm.inspect.attribution import LABELS as METHOD_LABELS

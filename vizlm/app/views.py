@@ -8,11 +8,13 @@ import math
 import pandas as pd
 import streamlit as st
 
-from vizlm.inspect.analysis import distance, with_slot_effects
+from vizlm.inspect.analysis import distance
+from vizlm.inspect.effects import with_slot_effects
 from vizlm.app.checkpoints import get_checkpoint, has_attention
 from vizlm.app.results import attribution, attribution_spec, heatmap_spec
 from vizlm.inspect.attribution import LABELS as METHOD_LABELS
-from vizlm.inspect.attribution import BY_DISTANCE, TEXT_METHODS, is_stored
+from vizlm.inspect.attribution import TEXT_METHODS
+from vizlm.inspect.attribution_corpus import BY_DISTANCE, is_stored
 from vizlm.inspect.highlight import Setting
 from vizlm.app.widgets import analysis_downloads, chart_downloads, download_row, md_escape, show_chart, show_error
 from vizlm.present.export import FORMATS, MIME, chart_html, export_attribution, safe_filename
@@ -228,7 +230,7 @@ def attribution_estimate(models: list[str], corpus: str, split: str, limit: int 
 
 
 def render_attribution_positions(results: list[dict], window: int, stem: str, key: str) -> None:
-    """Attribution by distance (:func:`vizlm.inspect.attribution.corpus_attribution`'s ``positions`` per model, in
+    """Attribution by distance (:func:`vizlm.inspect.attribution_corpus.corpus_attribution`'s ``positions`` per model, in
     the order of the attention plot's models so the colours match): the chart of the share of |attribution|
     at distances 1..``window + 1`` (:func:`vizlm.inspect.analysis.distance`) beside, per model, the share beyond its attention window; downloads."""
     frame = attribution_positions_frame(results, window)

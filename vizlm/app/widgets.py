@@ -19,7 +19,7 @@ from vizlm.app.checkpoints import (
     register_upload,
     trained_corpus,
 )
-from vizlm.inspect.cases import LABELS
+from vizlm.inspect.case_rules import LABELS
 from vizlm.inspect.highlight import Setting
 from vizlm.modeling.checkpoint import MAX_META_BYTES
 from vizlm.data.registry import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, HELD_OUT, DataError, corpus_card, user_corpora

@@ -7,7 +7,7 @@ the other shipped asset, is :mod:`vizlm.data.tagger`).
 
 - ``collocations.tsv``: word pairs that occur ``distance`` words apart
   (1..``MAX_DISTANCE``) more often than chance, used by the *phrase* rule of
-  :mod:`vizlm.inspect.cases`. For a pair (x, y) at distance d, pointwise mutual
+  :mod:`vizlm.inspect.case_rules`. For a pair (x, y) at distance d, pointwise mutual
   information (Church & Hanks 1990, "Word association norms, mutual information,
   and lexicography") is::
 

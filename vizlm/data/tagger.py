@@ -1,7 +1,7 @@
 """A small part-of-speech tagger for typed text, trained on the Brown training split.
 
 Corpus sentences come with gold Brown tags; text typed into the app does not, yet
-the grammar rules of :mod:`vizlm.inspect.cases` need tags. This is a bigram hidden Markov
+the grammar rules of :mod:`vizlm.inspect.case_rules` need tags. This is a bigram hidden Markov
 model tagger in the style of TnT (Brants 2000, "TnT -- a statistical
 part-of-speech tagger", ANLP), small enough to read in one sitting:
 

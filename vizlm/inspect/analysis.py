@@ -6,56 +6,50 @@ on one), and returns a :class:`SentenceAnalysis`: per predicted word its probabi
 surprisal and top predictions, the attention row over memory slots, and AMSRN's selection
 gates. Everything is plain numpy, so renderers never touch a model.
 
-Rows and slots. The model reads ``<s> w_1 .. w_n`` and predicts ``w_1 .. w_n </s>``:
-row ``r`` (0-based) predicts ``targets[r]``. Memory slot 0 is the start state
-``h_0`` (shown as ``<s>``); slot ``j >= 1`` is the output after reading input ``j``,
-i.e. ``<s>`` for ``j = 1`` and word ``w_{j-1}`` for ``j >= 2``. Row ``r`` may attend
-to slots ``0..r``: when predicting ``w_{r+1}`` the current word ``w_r`` is the query,
-and the memory holds the words before it.
-
-Passages. The sentences of a passage are joined by a boundary token ``</s>`` (norm and
-surface ``</s>``), so the layout above holds for the whole text: ``w_1 .. w_n`` are the words
-of every sentence with a ``</s>`` between two sentences, and each sentence predicts its words
-and its ``</s>``, as :func:`vizlm.modeling.evaluate.score_documents` charges them. How a checkpoint
-reads it is its ``context`` (:data:`READINGS`): a **document** checkpoint reads the passage as
-running text (``<s> s_1 </s> s_2 </s> ...``, :func:`vizlm.data.registry.document_tokens`), its state
-and memory crossing the boundaries (its window still limits each row); a **sentence**
-checkpoint reads each sentence alone from a zero state, so a row attends to its own sentence only:
-sentence ``k`` has rows and slots ``f_k .. f_{k+1} - 1`` (``f_k``: the row after its boundary), laid
-out as a sentence alone shifted by ``f_k``. Its slot ``f_k`` is its zero start state (``<s>``; the
-last word of the sentence before is read but never a memory slot), slot ``f_k + 1`` the output after
-reading its ``<s>`` (the boundary), so the attention matrix is block diagonal, square blocks
-(:meth:`SentenceAnalysis.allowed`). A document of a passage (after a blank line) starts the same way.
+Rows and slots, passages and how a checkpoint reads them (its context, :data:`~vizlm.inspect.reading.READINGS`):
+:mod:`vizlm.inspect.reading`.
 
 Effects (:mod:`vizlm.models.effects`). For every target of an attention model, the
 **read effect** is ``log P(target)`` with the attention read minus without it (``r_t = 0``)
 and the **slot effect** of slot ``j`` is ``log P(target)`` minus the same with slot ``j``
 dropped and the row renormalised (positive: the slot helped); both are stored in nats and
 shown in bits. An attention weight is not an effect: a busy heat map can change the
-prediction very little.
+prediction very little. Those a long text skips: :mod:`vizlm.inspect.effects`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
-import numbers
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from vizlm.modeling.checkpoint import Checkpoint, meta_reader
-from vizlm.data.registry import BOS, EOS, UNK, collate, iter_batches
-from vizlm.core.errors import InputError, VizlmError
-from vizlm.modeling.evaluate import OVERFLOW_NOTE, perplexity
-from vizlm.models import effects as fx
-from vizlm.models.base import device_of
+from vizlm.core.errors import VizlmError
+from vizlm.data.registry import EOS, UNK, iter_batches
 from vizlm.data.tagger import tag_sentences
 from vizlm.data.text import MAX_TOKENS, clean_text, cut_point, passage_documents
 from vizlm.inspect.highlight import DEFAULT, ScoreRow, Setting, chosen
+from vizlm.inspect.reading import (
+    BOUNDARY,
+    BOUNDARY_TAG,
+    RowLayout,
+    attention_mask,
+    context_of,
+    first_tokens,
+    join_sentences,
+    joined_spans,
+    pieces_of,
+    spaced_offsets,
+    split_at_boundaries,
+    text_layout,
+)
+from vizlm.modeling.checkpoint import Checkpoint, meta_reader
+from vizlm.modeling.evaluate import OVERFLOW_NOTE, perplexity
+from vizlm.models import effects as fx
+from vizlm.models.base import device_of
 
 # Longer texts are cut, with a note, to keep the app responsive: to MAX_TOKENS tokens
 # (vizlm.data.text, where --text-file reading splits at the same length), and before that to
@@ -81,14 +75,8 @@ def distance(offset):
 # Slot effects cost one output-layer row (10k words) per (row, slot) pair with weight: a sentence of
 # n words has about n^2 / 2 of them for AMSRN and Salton, 5 n for a window of 5. analyze() computes
 # them when there are at most this many (AMSRN: about 88 words, ~25 ms on one core); beyond that
-# slot_effects is None and slot_effect_rows / with_slot_effects compute them on demand.
+# slot_effects is None and vizlm.inspect.effects computes them on demand.
 EFFECT_PAIRS = 4_000
-READINGS = {  # a checkpoint's config.context -> how it reads a text of several sentences
-    "sentence": "reads each sentence alone, from a zero state: its attention stays inside the sentence",
-    "document": "reads the text as running text: its state and memory cross sentence boundaries",
-}
-BOUNDARY = EOS  # the token between two sentences of a passage (norm and surface)
-BOUNDARY_TAG = "."  # its POS tag: Brown's tag of sentence-final punctuation
 
 
 class AnalysisError(VizlmError, ValueError):
@@ -111,7 +99,7 @@ class Highlight:
 
 
 @dataclass
-class SentenceAnalysis:
+class SentenceAnalysis(RowLayout):
     """One model on one text, a sentence or a passage. ``n`` tokens (the words, and a ``</s>``
     between two sentences); ``T = n + 1`` rows (``</s>`` last); ``S = T`` slots."""
 
@@ -152,82 +140,6 @@ class SentenceAnalysis:
         return perplexity(-float(self.logprobs.sum()), len(self.logprobs))
 
     @property
-    def input_labels(self) -> list[str]:
-        """[T] the word read at each step, the attention query of its row: ``<s>``, then the tokens; a
-        boundary is ``</s>`` in running text, the next sentence's (document's) ``<s>`` where the reading
-        starts afresh (:attr:`restarts`)."""
-        restarts = set(self.restarts)
-        return [BOS] + [(BOS if i in restarts else BOUNDARY) if w == BOUNDARY else w
-                        for i, w in enumerate(self.norms[: len(self.targets) - 1])]
-
-    @property
-    def slot_labels(self) -> list[str]:
-        """[S] label of each memory slot: ``<s>`` for the start slots (:attr:`start_slots`) and slot 1,
-        else the word read at the step before (:attr:`input_labels`)."""
-        labels = [BOS] + self.input_labels[:-1]
-        for j in self.start_slots:
-            labels[j] = BOS
-        return labels
-
-    @property
-    def start_slots(self) -> list[int]:
-        """The zero start state of each reading: slot 0, and after each restart ``b`` slot ``b + 1``,
-        numbered as the reading's first row (:meth:`first_rows`)."""
-        return [0] + [b + 1 for b in self.restarts]
-
-    @property
-    def boundaries(self) -> list[int]:
-        """Token indices of the sentence boundaries (``</s>`` between two sentences), in order."""
-        return [i for i, w in enumerate(self.norms) if w == BOUNDARY]
-
-    @property
-    def restarts(self) -> list[int]:
-        """The boundaries after which the model reads from a zero state (:meth:`restarts_after`)."""
-        return [i for i in range(len(self.norms)) if self.restarts_after(i)]
-
-    def restarts_after(self, i: int) -> bool:
-        """Whether the model reads from a zero state after token ``i``: after every boundary in sentence
-        context, after the ends of documents (:attr:`breaks`) in running text."""
-        return self.norms[i] == BOUNDARY and (self.context == "sentence" or i in self.breaks)
-
-    def sentence_of(self) -> np.ndarray:
-        """[T] the sentence each row belongs to (0-based): the row predicting a boundary ends its sentence."""
-        rows = np.arange(len(self.targets))
-        return np.searchsorted(np.asarray(self.boundaries, dtype=int), rows, side="left")
-
-    def first_rows(self) -> np.ndarray:
-        """[T] the first row of each row's reading: the row that predicts the first word of its sentence
-        (sentence context) or document (running text) (:attr:`restarts`); it is also the row's start slot."""
-        first = np.zeros(len(self.targets), dtype=int)
-        for b in self.restarts:
-            first[b + 1 :] = b + 1
-        return first
-
-    def target_index(self, target: int | str) -> int:
-        """The row of a predicted word: an index (negative counts from the end, as in a list) or the word
-        itself (its first occurrence among the tokens, then among the normalised words)."""
-        T = len(self.targets)
-        if isinstance(target, str):
-            for words in (self.tokens, self.norms, self.targets):
-                if target in words:
-                    return list(words).index(target)
-            shown = ", ".join(repr(t) for t in self.tokens[:12]) + (", ..." if len(self.tokens) > 12 else "")
-            raise InputError(f"{target!r} is not a word of this text ({shown})")
-        if isinstance(target, bool) or not isinstance(target, numbers.Integral) or not -T <= int(target) < T:
-            raise InputError(f"target must be a word of the text or a word number from 0 to {T - 1}, not {target!r}")
-        return int(target) % T
-
-    def current_word(self, row: int) -> str:
-        """The word read when predicting row ``row`` (the attention query)."""
-        return self.input_labels[row]
-
-    def slot_offsets(self) -> np.ndarray:
-        """[T, S] how many words back each slot is from each row: ``r + 1 - j`` (1 = the newest slot);
-        a reading's start slot is numbered as its first row, so it counts from the reading's start."""
-        T = len(self.targets)
-        return np.arange(T)[:, None] + 1 - np.arange(T)[None, :]  # (T, S)
-
-    @property
     def read_effect_bits(self) -> np.ndarray | None:
         """[T] read effects in bits."""
         return None if self.read_effect is None else self.read_effect / LN2
@@ -237,16 +149,9 @@ class SentenceAnalysis:
         """[T, S] slot effects in bits."""
         return None if self.slot_effects is None else self.slot_effects / LN2
 
-    def readable(self) -> np.ndarray:
-        """[T, S] the slots each row's reading holds: its start slot and every later one up to slot ``r``,
-        of its sentence (sentence context) or document (running text): block diagonal where it restarts."""
-        T = len(self.targets)
-        rows, slots = np.arange(T)[:, None], np.arange(T)[None, :]
-        return (slots <= rows) & (slots >= self.first_rows()[:, None])  # (T, S) causal, from the reading's start slot
-
     def allowed(self) -> np.ndarray | None:
-        """[T, S] the (row, slot) pairs each row could attend to: :func:`attention_mask` (the model's
-        window) within :meth:`readable`. Read-only, computed once per attention matrix (a document of
+        """[T, S] the (row, slot) pairs each row could attend to: :func:`~vizlm.inspect.reading.attention_mask`
+        (the model's window) within :meth:`readable`. Read-only, computed once per attention matrix (a document of
         the Cases gallery has 2,000 rows)."""
         if self.attention is None:
             return None
@@ -353,24 +258,6 @@ class SentenceAnalysis:
         }
 
 
-def attention_mask(attention: np.ndarray) -> np.ndarray:
-    """[T, S] True where row ``r`` could attend to slot ``j``.
-
-    Causal: ``j <= r``. Windowed models (Daniluk et al. 2017) give exact zeros to
-    slots that left the window, always a prefix of the row (``band_to_slots``), so
-    leading exact zeros are masked too; a softmax over finite scores is never 0. A row
-    of zeros had no slot at all (AMSRN without the start slot, first row): all masked.
-    """
-    a = np.asarray(attention, dtype=float)
-    T, S = a.shape
-    slots = np.arange(S)[None, :]  # (1, S)
-    mask = slots <= np.arange(T)[:, None]  # (T, S) causal
-    finite = np.isfinite(a)
-    nonzero = finite & (a != 0) & mask  # (T, S)
-    first = np.where(nonzero.any(1), nonzero.argmax(1), S)  # (T,) the first slot with weight (S: none)
-    return mask & finite & (slots >= first[:, None])
-
-
 def _ranks(x: np.ndarray) -> np.ndarray:
     """Ranks 0..n-1, ties sharing their mean rank."""
     order = np.argsort(x, kind="mergesort")
@@ -396,98 +283,6 @@ def _finite(x) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _offsets(surfaces: list[str]) -> list[tuple[int, int]]:
-    """Character spans of tokens joined by single spaces."""
-    out, pos = [], 0
-    for s in surfaces:
-        out.append((pos, pos + len(s)))
-        pos += len(s) + 1
-    return out
-
-
-def split_at_boundaries(norms: list[str]) -> list[list[str]]:
-    """The sentences of a passage's tokens (split at the ``</s>`` between two sentences)."""
-    out: list[list[str]] = [[]]
-    for w in norms:
-        if w == BOUNDARY:
-            out.append([])
-        else:
-            out[-1].append(w)
-    return out
-
-
-def tag_passage(sentences: list[list[str]]) -> list[str] | None:
-    """POS tags of a passage's tokens: every sentence tagged alone (:func:`vizlm.data.tagger.tag_sentences`),
-    :data:`BOUNDARY_TAG` at the boundaries; None when the tagger has nothing to say."""
-    tags = tag_sentences(sentences)
-    return None if tags is None else _join(tags, BOUNDARY_TAG)
-
-
-def _join(sentences: list[list], boundary) -> list:
-    """One list of the sentences' items with ``boundary`` between two sentences."""
-    out: list = []
-    for i, s in enumerate(sentences):
-        if i:
-            out.append(boundary)
-        out.extend(s)
-    return out
-
-
-@dataclass
-class _Reading:
-    """How a model reads a text (its ``context``): the pieces it reads from a zero state, each
-    ``<s>`` then its tokens, right-padded into a batch. Document context: one piece, the whole
-    text as running text (a boundary is read as ``</s>``); sentence context: one piece per sentence.
-    Row ``i`` of piece ``b`` is the text's row ``first[b] + i`` and its slot ``j`` the text's slot
-    ``first[b] + j``: its zero start state is the piece's own start slot ``first[b]``."""
-
-    inputs: torch.Tensor  # (B, Tb) token ids, <s> first
-    targets: torch.Tensor  # (B, Tb) predicted ids, 0 = padding
-    first: list[int]  # [B] the text's row of each piece's first row
-    rows: list[int]  # [B] rows of each piece: its tokens + 1
-
-    def gather_rows(self, x: torch.Tensor) -> torch.Tensor:
-        """The text's rows of a per-piece tensor: (B, Tb, ...) -> (T, ...)."""
-        if len(self.rows) == 1:  # running text: one piece, no copy (its logits are 16 MB)
-            return x[0, : self.rows[0]]
-        return torch.cat([x[b, :n] for b, n in enumerate(self.rows)])
-
-    def gather_slots(self, x: torch.Tensor) -> torch.Tensor:
-        """The text's (row, slot) matrix of per-piece ones: (B, Tb, Sb) -> (T, T), block diagonal, zero
-        between the pieces (a row of a sentence read alone cannot attend to another sentence)."""
-        if len(self.rows) == 1:
-            return x[0, : self.rows[0], : self.rows[0]]
-        T = sum(self.rows)
-        out = x.new_zeros(T, T)
-        for b, (f, n) in enumerate(zip(self.first, self.rows)):
-            out[f : f + n, f : f + n] = x[b, :n, :n]
-        return out
-
-    def scatter_rows(self, rows: Sequence[int], like: torch.Tensor) -> torch.Tensor:
-        """(B, Tb, 1) bool: the pieces' rows that are the text's ``rows``."""
-        want = torch.zeros(like.shape[0], like.shape[1], 1, dtype=torch.bool, device=like.device)
-        for r in rows:
-            b = int(np.searchsorted(self.first, r, side="right")) - 1
-            want[b, r - self.first[b]] = True
-        return want
-
-
-def context_of(ckpt: Checkpoint) -> str:
-    """How ``ckpt`` reads text: ``"sentence"`` or ``"document"`` (:data:`READINGS`)."""
-    return getattr(ckpt.model.config, "context", "sentence")
-
-
-def _reading(ckpt: Checkpoint, norms: list[str], restarts: list[int]) -> _Reading:
-    """The pieces read from a zero state: ``norms`` cut at the boundaries ``restarts`` (token indices)."""
-    cuts = [-1, *restarts, len(norms)]
-    pieces = [norms[a + 1 : b] for a, b in zip(cuts, cuts[1:])]
-    inputs, targets = collate([ckpt.vocab.encode(p) for p in pieces])  # (B, Tb) each
-    rows = [len(p) + 1 for p in pieces]
-    first = [sum(rows[:b]) for b in range(len(rows))]
-    device = device_of(ckpt.model)  # the model's: the results come back to the CPU in _build
-    return _Reading(inputs.to(device), targets.to(device), first, rows)
-
-
 def _build(
     ckpt: Checkpoint,
     norms: list[str],
@@ -510,7 +305,7 @@ def _build(
         None if x is None else x.cpu() for x in (logp, attention, gates, read_effect, slot_effects))
     vocab = ckpt.vocab
     surfaces = list(surfaces or norms)
-    offsets = offsets or _offsets(surfaces)
+    offsets = offsets or spaced_offsets(surfaces)
     unk = [w not in vocab for w in norms]
     ids = vocab.encode(norms) + [vocab.eos_id]
     lp = logp.gather(1, torch.tensor(ids)[:, None])[:, 0].double().numpy()  # (T,)
@@ -556,17 +351,6 @@ def _pairs(attention: torch.Tensor, select: torch.Tensor | None = None) -> int:
     return int(((attention > 0) if select is None else (attention > 0) & select).sum())
 
 
-def _first_tokens(sentences: list[list], limit: int) -> list[list]:
-    """The sentences cut to their first ``limit`` tokens in all (the last one kept may be cut)."""
-    out, left = [], limit
-    for s in sentences:
-        if left <= 0:
-            break
-        out.append(s[:left])
-        left -= len(s)
-    return out
-
-
 @torch.no_grad()
 def analyze_sentences(
     ckpt: Checkpoint,
@@ -583,7 +367,8 @@ def analyze_sentences(
     documents: list[int] | None = None,
 ) -> SentenceAnalysis:
     """Analyse a passage: consecutive tokenised, normalised sentences (e.g. of a corpus document),
-    read in the checkpoint's context (:data:`READINGS`; the module docstring lays out the rows).
+    read in the checkpoint's context (:data:`~vizlm.inspect.reading.READINGS`; :mod:`vizlm.inspect.reading` lays out
+    the rows).
     ``documents``: sentences per document (:func:`vizlm.modeling.evaluate.score`'s; None: one document);
     every model reads each document from a zero state.
 
@@ -599,22 +384,22 @@ def analyze_sentences(
     if not total:
         raise AnalysisError("nothing to analyse: the text has no words")
     if max_tokens is not None:
-        sentences = _first_tokens(sentences, max_tokens)
+        sentences = first_tokens(sentences, max_tokens)
         surfaces, offsets, tags = (None if xs is None else [x[: len(s)] for x, s in zip(xs, sentences)]
                                    for xs in (surfaces, offsets, tags))
     truncated = total - sum(map(len, sentences))
     ends = [e for e in itertools.accumulate(documents or []) if e < len(sentences)]  # documents' last sentences
-    norms = _join([[clean_text(w) for w in s] for s in sentences], BOUNDARY)
-    surface = _join([[clean_text(w) for w in s] for s in (surfaces or sentences)], BOUNDARY)
+    norms = join_sentences([[clean_text(w) for w in s] for s in sentences], BOUNDARY)
+    surface = join_sentences([[clean_text(w) for w in s] for s in (surfaces or sentences)], BOUNDARY)
     boundaries = [i for i, w in enumerate(norms) if w == BOUNDARY]
     breaks = [boundaries[e - 1] for e in ends]  # the boundary after a document's last sentence
-    laid_out, spans = _layout(split_at_boundaries(surface), set(ends))
+    laid_out, spans = text_layout(split_at_boundaries(surface), set(ends))
     if text is None:  # a sentence a line, a blank line between documents
         text = laid_out
     elif offsets:
-        spans = _with_boundaries(offsets)
+        spans = joined_spans(offsets)
     context = context_of(ckpt)
-    rd = _reading(ckpt, norms, boundaries if context == "sentence" else breaks)
+    rd = pieces_of(ckpt, norms, boundaries if context == "sentence" else breaks)
     model = ckpt.model
     h = model.encode(rd.inputs)  # (B, Tb, d)
     out = model.head(h)  # = model(rd.inputs), keeping h for the effects
@@ -633,41 +418,10 @@ def analyze_sentences(
     return _build(
         ckpt, norms, rd.gather_rows(logp), None if att is None else rd.gather_slots(att),
         None if gates is None else rd.gather_rows(gates), surface, spans, clean_text(text),
-        _join(tags, BOUNDARY_TAG) if tags else None, top_k, truncated,
+        join_sentences(tags, BOUNDARY_TAG) if tags else None, top_k, truncated,
         None if read is None else rd.gather_rows(read), None if slots is None else rd.gather_slots(slots), context,
         breaks,
     )
-
-
-def _layout(sentences: list[list[str]], ends: set[int]) -> tuple[str, list[tuple[int, int]]]:
-    """A text of the sentences' tokens, a sentence a line and a blank line after the sentences
-    ``ends`` (the documents' ends), and the tokens' spans: a boundary is an empty span at the end
-    of its line."""
-    lines, spans, pos = [], [], 0
-    for i, sentence in enumerate(sentences):
-        if i:
-            spans.append((pos, pos))
-            gap = "\n\n" if i in ends else "\n"
-            lines.append(gap)
-            pos += len(gap)
-        for k, w in enumerate(sentence):
-            if k:
-                lines.append(" ")
-                pos += 1
-            spans.append((pos, pos + len(w)))
-            lines.append(w)
-            pos += len(w)
-    return "".join(lines), spans
-
-
-def _with_boundaries(offsets: list[list[tuple[int, int]]]) -> list[tuple[int, int]]:
-    """The sentences' spans as one list, a boundary an empty span where the previous token ends."""
-    out: list[tuple[int, int]] = []
-    for i, spans in enumerate(offsets):
-        if i:
-            out.append((out[-1][1],) * 2 if out else (0, 0))
-        out.extend(tuple(x) for x in spans)
-    return out
 
 
 def _cut_note(total: int, kept: int) -> str:
@@ -690,33 +444,6 @@ def analyze_tokens(
     return analyze_sentences(ckpt, [norms], None if surfaces is None else [surfaces],
                              None if offsets is None else [offsets], text, None if tags is None else [tags],
                              top_k, effects, max_effect_pairs)
-
-
-@torch.no_grad()
-def slot_effect_rows(ckpt: Checkpoint, sa: SentenceAnalysis, rows: Sequence[int]) -> np.ndarray:
-    """[len(rows), S] slot effects (nats) of some rows of ``sa``, e.g. the selected word of a
-    text too long for :data:`EFFECT_PAIRS`: rows after the last one are not recomputed."""
-    if sa.attention is None:
-        raise AnalysisError(f"{sa.model} has no attention: it has no slot effects")
-    rows = [int(r) for r in rows]
-    if sa.slot_effects is not None and np.isfinite(sa.slot_effects[rows]).all():
-        return sa.slot_effects[rows]
-    last = max(rows)  # the model is causal: rows up to ``last`` read no token after it
-    rd = _reading(ckpt, sa.norms[: last + 1], [b for b in sa.restarts if b <= last])
-    h = ckpt.model.encode(rd.inputs)  # (B, Tb, d)
-    out = ckpt.model.head(h)
-    select = rd.scatter_rows(rows, out.attention)  # (B, Tb, 1)
-    effects = fx.slot_effects(ckpt.model, h, rd.targets, out=out, select=select)  # (B, Tb, Sb)
-    part = rd.gather_slots(effects)[rows].double().cpu().numpy()  # (len(rows), last + 2): no later slot has weight
-    return np.pad(part, ((0, 0), (0, len(sa.targets) - part.shape[1])))
-
-
-def with_slot_effects(ckpt: Checkpoint, sa: SentenceAnalysis) -> SentenceAnalysis:
-    """``sa`` with every slot effect (a copy; ``sa`` itself if it has them or has no attention)."""
-    if sa.attention is None or (sa.slot_effects is not None and np.isfinite(sa.slot_effects).all()):
-        return sa
-    return dataclasses.replace(sa, slot_effects=slot_effect_rows(ckpt, dataclasses.replace(sa, slot_effects=None),
-                                                                 range(len(sa.targets))))
 
 
 @torch.no_grad()
@@ -802,7 +529,7 @@ def analyze(
         raise AnalysisError("nothing to analyse: the text has no words")
     n_read = sum(map(len, sents))
     more = len(read) < len(text) and not text[len(read) :].isspace()  # words beyond the character cut
-    sents = _first_tokens(sents, MAX_TOKENS)  # only what is analysed is tagged (tagging is slow)
+    sents = first_tokens(sents, MAX_TOKENS)  # only what is analysed is tagged (tagging is slow)
     kept = sum(map(len, sents))
     reader = meta_reader(ckpt.meta or {})  # vizlm's rule, or an imported vocabulary's (case, digits kept)
     norms = [[reader(t.text) for t in s] for s in sents]

@@ -1,11 +1,12 @@
 """Is attention an explanation? The literature's tests of an attention model, done on one text
-(:class:`~vizlm.inspect.analysis.SentenceAnalysis` of a checkpoint) and over a split with 95% intervals.
+(:class:`~vizlm.inspect.analysis.SentenceAnalysis` of a checkpoint); over a split with 95% intervals:
+:mod:`vizlm.inspect.faithfulness_corpus`.
 
 Every test recomputes only the head from other attention weights (the recurrent outputs as read:
 :meth:`~vizlm.models.base.AttentionLM.head` with ``weights``, as :mod:`vizlm.models.effects` does), or, for the
 two paths, the head of one row from its own output and another reading's memory
-(:func:`vizlm.inspect.attribution.row_head`). All log-probability changes are in nats, ``log P(target)`` as read minus
-``log P(target)`` as changed: positive where the change hurt the prediction.
+(:func:`vizlm.inspect.attribution_methods.row_head`). All log-probability changes are in nats, ``log P(target)`` as
+read minus ``log P(target)`` as changed: positive where the change hurt the prediction.
 
 Units. Attention weighs a memory *slot*; attribution scores an input *word* (:mod:`vizlm.inspect.attribution`: slot
 ``p + 1`` holds what was read at position ``p``). A row's **word slots** are the slots it could attend to that
@@ -29,73 +30,44 @@ most of its weight: shuffling it in moves "attention off" onto a word, a change 
 * :func:`uniform_baseline` (Wiegreffe & Pinter 2019, Sec. 3): every row's weights replaced by uniform weights
   over its slots, and by the attention of another checkpoint of the family (another seed) on the same text;
   ``log P(target)`` of each (per-token NLL: perplexity).
-* :func:`erasure_curves` (Serrano & Smith 2019): the ``k`` top word slots dropped (k = 1..5), ranked by
-  attention, by the gradient of ``log P(target)`` with respect to each weight, at random or by an attribution
-  method; the change in ``log P(target)`` and whether the top-1 prediction changed.
-* :func:`aopc` (DeYoung et al. 2020, ERASER): comprehensiveness (the top ``f`` of a row's word slots dropped)
-  and sufficiency (only they kept of the word slots) at ``f`` = 1, 5, 10, 20, 50% (at least one slot), for each
-  ranking; their mean over ``f`` is the AOPC.
+* :func:`~vizlm.inspect.faithfulness_erasure.erasure_curves` (Serrano & Smith 2019): the ``k`` top word slots dropped
+  (k = 1..5), ranked by attention, by the gradient of ``log P(target)`` with respect to each weight, at random or
+  by an attribution method; the change in ``log P(target)`` and whether the top-1 prediction changed.
+* :func:`~vizlm.inspect.faithfulness_erasure.aopc` (DeYoung et al. 2020, ERASER): comprehensiveness (the top ``f`` of a
+  row's word slots dropped) and sufficiency (only they kept of the word slots) at ``f`` = 1, 5, 10, 20, 50% (at
+  least one slot), for each ranking; their mean over ``f`` is the AOPC.
 * :func:`two_paths`: how a prediction's dependence on an earlier word splits between the attention read and the
   recurrent state, by distance (see its docstring).
 
-Masking (erasure, AOPC): a dropped slot's weight is set to zero and the row's remaining weights renormalised
-to sum to one (:func:`vizlm.models.effects.drop_slots`, the slot effect's rule: the prediction the model makes
-when the slot is masked out of its memory, as its softmax would renormalise); the held-fixed slots keep their
-weight in the renormalisation. A row with no weight left reads nothing (its read effect).
-
-:func:`corpus_faithfulness` runs them over a split (cached), with 95% bootstrap intervals over units (sentences,
-or a document model's passages, :func:`vizlm.inspect.attribution.reading_units`).
+The two tests that drop slots by a ranking (erasure, AOPC) and their masking rule are
+:mod:`vizlm.inspect.faithfulness_erasure`'s.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import combinations, pairwise
+from itertools import combinations
 
 import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from vizlm.inspect.analysis import SentenceAnalysis, analyze_sentences, distance
-from vizlm.inspect.attribution import (
-    DEFAULT_STEPS,
-    METHODS,
-    N_BOOT,
-    PASSAGE_TOKENS,
-    TEXT_METHODS,
-    attribute,
-    bootstrap_draws,
-    check_steps,
-    cluster_interval,
-    kendall_tau,
-    reading_pieces,
-    reading_units,
-    row_head,
-)
-from vizlm.inspect.cache import cached, checkpoint_digest, stored
-from vizlm.modeling.checkpoint import Checkpoint
-from vizlm.data.registry import load_corpus, split_checksum
 from vizlm.core.errors import VizlmError
+from vizlm.inspect.agreement import kendall_tau
+from vizlm.inspect.analysis import SentenceAnalysis, distance
+from vizlm.inspect.attribution import DEFAULT_STEPS, TEXT_METHODS, attribute
+from vizlm.inspect.attribution_methods import reading_pieces, row_head
+from vizlm.modeling.checkpoint import Checkpoint
 from vizlm.models.base import AttentionLM, LMOutput
-from vizlm.models.effects import drop_slots
 
 PERMUTATIONS = 100  # Jain & Wallace's shuffles per row
 EPSILON = 0.01  # nats: the adversary's bound on |delta log P(target)|
 ADVERSARY_STEPS = 200
 ADVERSARY_LR = 0.1
-ERASE_K = (1, 2, 3, 4, 5)
-FRACTIONS = (0.01, 0.05, 0.1, 0.2, 0.5)
-RANKINGS = ("attention", "gradient", "random")  # slot rankings of any attention model; METHODS rank too
-WEIGHT_BINS = (0.0, 0.25, 0.5, 0.75, 1.0)  # the row's largest word-slot weight (Jain & Wallace's figures)
-MAX_DISTANCE = 10  # the two paths by distance 1..MAX_DISTANCE, then beyond
 LOGIT_ELEMENTS = 1 << 21  # variants x rows x vocabulary per output-layer call: ~8 MB in float32
-FAITHFULNESS_VERSION = 1  # in the cache key: bump when the statistics change
-MASKING = ("a dropped slot's weight is set to zero and the row's other weights renormalised to sum to 1 "
-           "(the slot effect's rule); only word slots are ranked and dropped, the start slot and the <s> slot "
-           "are held fixed")
 
 
 class FaithfulnessError(VizlmError, ValueError):
@@ -105,8 +77,8 @@ class FaithfulnessError(VizlmError, ValueError):
 # --------------------------------------------------------------------------- one reading
 @dataclass
 class _Piece:
-    """One piece of a text read from a zero state (:func:`vizlm.inspect.attribution.reading_pieces`), its head as
-    computed: ``Tb`` rows over ``Tb`` slots (the sentence layout)."""
+    """One piece of a text read from a zero state (:func:`vizlm.inspect.attribution_methods.reading_pieces`), its
+    head as computed: ``Tb`` rows over ``Tb`` slots (the sentence layout)."""
 
     first: int  # the text's row of the piece's row 0
     inputs: torch.Tensor  # (Tb,) <s> first
@@ -416,141 +388,6 @@ def uniform_baseline(ckpt: Checkpoint, sa: SentenceAnalysis, other: Checkpoint |
     return _frame(sa, cols)
 
 
-# --------------------------------------------------------------------------- rankings of word slots
-def _check_rankings(ckpt: Checkpoint, rankings: Sequence[str]) -> None:
-    for r in rankings:
-        if r not in RANKINGS and r not in METHODS:
-            raise FaithfulnessError(f"unknown ranking {r!r}; valid: {', '.join([*RANKINGS, *METHODS])}")
-
-
-def _slot_scores(ckpt: Checkpoint, sa: SentenceAnalysis, piece: _Piece, ranking: str, rng: np.random.Generator,
-                 attributions: dict) -> np.ndarray:
-    """(Tb, Tb) how important each slot is to each row of ``piece`` by ``ranking``, larger first (word slots only
-    are ranked): the weight, the gradient of log P(target) with respect to the weight (Serrano & Smith's
-    ranking), a random number, or ``|attribution|`` of the position the slot holds (a method of
-    :data:`~vizlm.inspect.attribution.METHODS`)."""
-    Tb, f = len(piece.inputs), piece.first
-    if ranking == "attention":
-        return piece.attention.double().cpu().numpy()
-    if ranking == "random":
-        return rng.random((Tb, Tb))
-    if ranking == "gradient":
-        with torch.enable_grad():
-            w = piece.attention.detach().clone()[None].requires_grad_()  # (1, Tb, Tb)
-            logp = ckpt.model.head(piece.h, weights=w).logits.log_softmax(-1)  # (1, Tb, V)
-            total = logp[0].gather(1, piece.targets[:, None]).sum()  # rows are independent: one backward
-            (grad,) = torch.autograd.grad(total, [w])
-        return grad[0].double().cpu().numpy()
-    if ranking not in attributions:
-        attributions[ranking] = attribute(ckpt, sa, ranking)
-    scores = np.abs(attributions[ranking].scores)  # (T, T) by position; slot j holds position j - 1
-    out = np.zeros((Tb, Tb))
-    out[:, 1:] = scores[f : f + Tb, f : f + Tb - 1]
-    return out
-
-
-def _ranks(scores: np.ndarray, words: np.ndarray) -> np.ndarray:
-    """(Tb, Tb) each word slot's place in its row's ranking (0: the most important; ties: the newer slot first);
-    the other slots last."""
-    Tb, S = scores.shape
-    key = np.where(words, scores, -np.inf)
-    order = np.lexsort((-np.broadcast_to(np.arange(S), (Tb, S)), -key), axis=-1)  # (Tb, S)
-    ranks = np.empty_like(order)
-    np.put_along_axis(ranks, order, np.broadcast_to(np.arange(S), (Tb, S)), axis=-1)
-    return ranks
-
-
-# --------------------------------------------------------------------------- (e) erasure curves
-@torch.no_grad()
-def erasure_curves(ckpt: Checkpoint, sa: SentenceAnalysis, ks: Sequence[int] = ERASE_K,
-                   rankings: Sequence[str] = RANKINGS, seed: int = 0, attributions: dict | None = None) -> pd.DataFrame:
-    """Serrano & Smith's erasure: per row, ranking and ``k``, the ``k`` most important word slots dropped
-    (module docstring: masking). Long frame: ``row, target, ranking, k, dlogp`` (log P(target) as read minus
-    with them dropped) and ``flip`` (1.0 where the most likely next word changed); NaN where the row has fewer
-    than ``k`` word slots."""
-    _check_rankings(ckpt, rankings)
-    ks = [int(k) for k in ks]
-    if any(k < 1 for k in ks):
-        raise FaithfulnessError("k must be >= 1")
-    attributions = dict(attributions or {})
-    rng = np.random.default_rng(seed)
-    T = len(sa.targets)
-    dlogp = np.full((len(rankings), len(ks), T), math.nan)
-    flip = np.full((len(rankings), len(ks), T), math.nan)
-    for piece in _read(ckpt, sa):
-        Tb, f = len(piece.inputs), piece.first
-        words = piece.words.cpu().numpy()
-        count = words.sum(1)
-        masks = []
-        for ranking in rankings:
-            ranks = _ranks(_slot_scores(ckpt, sa, piece, ranking, rng, attributions), words)
-            masks += [words & (ranks < k) for k in ks]
-        dropped = torch.from_numpy(np.stack(masks)).to(piece.h.device)  # (R * K, Tb, Tb)
-        res = _outputs(ckpt.model, piece, drop_slots(piece.attention.expand(len(masks), -1, -1), dropped))
-        d = (piece.base - res["logp"]).double().cpu().numpy().reshape(len(rankings), len(ks), Tb)
-        top = (res["top1"] != piece.logp.argmax(-1)).double().cpu().numpy().reshape(len(rankings), len(ks), Tb)
-        enough = count[None, None, :] >= np.asarray(ks)[None, :, None]
-        dlogp[:, :, f : f + Tb] = np.where(enough, d, math.nan)
-        flip[:, :, f : f + Tb] = np.where(enough, top, math.nan)
-    return _long(sa, rankings, "k", ks, {"dlogp": dlogp, "flip": flip})
-
-
-def _long(sa: SentenceAnalysis, rankings: Sequence[str], name: str, values: Sequence, cols: dict) -> pd.DataFrame:
-    R, K, T = len(rankings), len(values), len(sa.targets)
-    return pd.DataFrame({
-        "row": np.tile(np.arange(T), R * K), "target": list(sa.targets) * (R * K),
-        "ranking": np.repeat(list(rankings), K * T), name: np.tile(np.repeat(list(values), T), R),
-        **{k: v.reshape(-1) for k, v in cols.items()},
-    })
-
-
-# --------------------------------------------------------------------------- (f) comprehensiveness, sufficiency
-@torch.no_grad()
-def aopc(ckpt: Checkpoint, sa: SentenceAnalysis, rankings: Sequence[str] = ("attention", *TEXT_METHODS, "random"),
-         fractions: Sequence[float] = FRACTIONS, seed: int = 0, attributions: dict | None = None) -> pd.DataFrame:
-    """ERASER's comprehensiveness and sufficiency (DeYoung et al. 2020) of each ranking, per row and fraction
-    ``f`` of the row's word slots (``k = ceil(f n)``, at least 1): ``comprehensiveness`` = log P(target) as read
-    minus with the top ``k`` word slots dropped (large: the ranking found what mattered), ``sufficiency`` = the
-    same with every other word slot dropped (small: those ``k`` suffice). Masking: the module docstring (the
-    start slot and the ``<s>`` slot always kept). Long frame ``row, target, ranking, fraction, slots`` (``k``);
-    NaN for a row without word slots. The AOPC of a ranking is the mean over the fractions
-    (:func:`aopc_summary`)."""
-    _check_rankings(ckpt, rankings)
-    if not fractions or any(not 0 < x <= 1 for x in fractions):
-        raise FaithfulnessError("fractions must be in (0, 1]")
-    attributions = dict(attributions or {})
-    rng = np.random.default_rng(seed)
-    T, R, K = len(sa.targets), len(rankings), len(fractions)
-    comp, suff = np.full((R, K, T), math.nan), np.full((R, K, T), math.nan)
-    slots = np.zeros((R, K, T))
-    for piece in _read(ckpt, sa):
-        Tb, f = len(piece.inputs), piece.first
-        words = piece.words.cpu().numpy()
-        count = words.sum(1)  # (Tb,)
-        ks = np.stack([np.clip(np.ceil(x * count - 1e-9), 1, None).astype(int) for x in fractions])  # (K, Tb)
-        masks = []
-        for ranking in rankings:
-            ranks = _ranks(_slot_scores(ckpt, sa, piece, ranking, rng, attributions), words)
-            top = [words & (ranks < k[:, None]) for k in ks]
-            masks += top + [words & ~t for t in top]  # comprehensiveness: drop the top; sufficiency: keep only it
-        dropped = torch.from_numpy(np.stack(masks)).to(piece.h.device)  # (R * 2K, Tb, Tb)
-        res = _outputs(ckpt.model, piece, drop_slots(piece.attention.expand(len(masks), -1, -1), dropped))
-        d = (piece.base - res["logp"]).double().cpu().numpy().reshape(R, 2, K, Tb)
-        has = count[None, None, :] > 0
-        comp[:, :, f : f + Tb] = np.where(has, d[:, 0], math.nan)
-        suff[:, :, f : f + Tb] = np.where(has, d[:, 1], math.nan)
-        slots[:, :, f : f + Tb] = np.where(has, ks[None], 0)
-    return _long(sa, rankings, "fraction", list(fractions),
-                 {"slots": slots.astype(int), "comprehensiveness": comp, "sufficiency": suff})
-
-
-def aopc_summary(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per ranking, the AOPC of comprehensiveness and of sufficiency: the mean over rows of each row's mean over
-    the fractions (rows without word slots left out)."""
-    per_row = frame.groupby(["ranking", "row"], sort=False)[["comprehensiveness", "sufficiency"]].mean()
-    return per_row.groupby("ranking", sort=False).mean()
-
-
 # --------------------------------------------------------------------------- (g) two paths
 @torch.no_grad()
 def two_paths(ckpt: Checkpoint, sa: SentenceAnalysis, rows: Sequence[int] | None = None) -> pd.DataFrame:
@@ -571,7 +408,8 @@ def two_paths(ckpt: Checkpoint, sa: SentenceAnalysis, rows: Sequence[int] | None
     * ``interaction`` = total - read - state.
 
     Defined alike for every built-in attention family, which reads its memory as a carried one
-    (:func:`vizlm.inspect.attribution.row_head`); the current word (``distance`` 1) has no slot, so its ``read`` is 0.
+    (:func:`vizlm.inspect.attribution_methods.row_head`); the current word (``distance`` 1) has no slot, so its
+    ``read`` is 0.
     Long frame ``row, target, position, distance`` (vizlm's: 1 = the word just read) and the four changes, over
     the positions attribution covers (not a reading's ``<s>``). ``rows``: only those predicted words (each as in
     the whole text's frame; the reading is computed up to the last of them)."""
@@ -617,222 +455,3 @@ def two_paths(ckpt: Checkpoint, sa: SentenceAnalysis, rows: Sequence[int] | None
     frame.insert(1, "target", [sa.targets[r] for r in frame.row])
     return frame
 
-
-# --------------------------------------------------------------------------- over a split
-TESTS = ("agreement", "permutations", "adversarial", "uniform", "erasure", "aopc", "paths")
-
-
-def collect(ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None, permutations_n: int = PERMUTATIONS,
-            epsilon: float = EPSILON, adversary_steps: int = ADVERSARY_STEPS, methods: Sequence[str] = TEXT_METHODS,
-            n_steps: int = DEFAULT_STEPS, passage_tokens: int = PASSAGE_TOKENS, other: Checkpoint | None = None,
-            seed: int = 0, progress: Callable[[float], None] | None = None,
-            select: Sequence[int] | None = None) -> tuple[dict[str, pd.DataFrame], int]:
-    """``(frames, units)``: every test's frame over the first ``limit`` sentences of a processed split (or the
-    sentences ``select`` names, by their index in the split, ascending), each with a ``unit`` column (the
-    sentence, or a document model's passage, :func:`vizlm.inspect.attribution.reading_units`, each read from a zero
-    state), not cached; and the number of units."""
-    if not ckpt.has_attention:
-        raise FaithfulnessError(f"{ckpt.label} has no attention: there is nothing to test")
-    methods = list(methods)
-    data = load_corpus(corpus, split)
-    document = getattr(ckpt.model.config, "context", "sentence") == "document"
-    index = _selected(len(data.sentences), limit, select)
-    sentences = [data.sentences[i] for i in index]
-    units = reading_units(sentences, [data.ids[i] for i in index], document, passage_tokens)
-    parts: dict[str, list[pd.DataFrame]] = {t: [] for t in TESTS}
-    for k, unit in enumerate(units):
-        sa = analyze_sentences(ckpt, [sentences[i] for i in unit], top_k=0, effects=True, max_effect_pairs=0,
-                               max_tokens=None)
-        atts = {m: attribute(ckpt, sa, m, n_steps) for m in ["slot-effect", *methods]}
-        frames = {
-            "agreement": agreement_table(ckpt, sa, methods, n_steps, atts),
-            "permutations": permutations(ckpt, sa, permutations_n, seed + k),
-            "adversarial": adversarial(ckpt, sa, epsilon, adversary_steps, seed=seed + k),
-            "uniform": uniform_baseline(ckpt, sa, other),
-            "erasure": erasure_curves(ckpt, sa, rankings=[*RANKINGS, *methods], seed=seed + k, attributions=atts),
-            "aopc": aopc(ckpt, sa, rankings=["attention", "gradient", *methods, "random"], seed=seed + k,
-                         attributions=atts),
-            "paths": two_paths(ckpt, sa),
-        }
-        for name, frame in frames.items():
-            parts[name].append(frame.assign(unit=k))
-        if progress:
-            progress((k + 1) / len(units))
-    return {name: pd.concat(xs, ignore_index=True) if xs else pd.DataFrame() for name, xs in parts.items()}, len(units)
-
-
-def _selected(n: int, limit: int | None, select: Sequence[int] | None) -> list[int]:
-    """The split's sentences a corpus run reads: ``select`` (indices, ascending, checked) or the first ``limit``."""
-    if select is None:
-        return list(range(n))[:limit]
-    index = [int(i) for i in select]
-    if any(b <= a for a, b in pairwise(index)) or (index and not 0 <= index[0] <= index[-1] < n):
-        raise FaithfulnessError(f"select must name sentences of the split (0..{n - 1}) in ascending order")
-    return index
-
-
-def statistics(frames: dict[str, pd.DataFrame], n_units: int, n_boot: int = N_BOOT, seed: int = 0) -> dict:
-    """The corpus statistics of :func:`collect`'s frames (JSON-able), every interval a 95% bootstrap over units."""
-
-    def ci(values, units, stat="mean"):
-        return cluster_interval(np.asarray(values, float), np.asarray(units, int), n_units, stat, n_boot, seed)
-
-    out: dict = {}
-    a = frames["agreement"]
-    if len(a):
-        chosen = a[a.positions >= 2]  # a row with one position ranks nothing
-        pairs = [c for c in a.columns if "~" in c]
-        out["agreement"] = {"rows": len(chosen), "kendall_tau": {c: ci(chosen[c], chosen.unit) for c in pairs},
-                            "ceiling": [c for c in pairs if not c.startswith("attention~")]}
-    p = frames["permutations"]
-    if len(p):
-        shuffled = p[p.word_slots >= 2]
-        bins = []
-        for lo, hi in pairwise(WEIGHT_BINS):
-            top = hi == WEIGHT_BINS[-1]
-            sel = shuffled[(shuffled.max_weight >= lo) & ((shuffled.max_weight <= hi) if top else (shuffled.max_weight < hi))]
-            bins.append({"lo": lo, "hi": hi, "rows": len(sel),
-                         **{c: ci(sel[c], sel.unit, "median") for c in ("median_tvd", "median_jsd", "median_abs_dlogp")}})
-        out["permutations"] = {
-            "rows": len(shuffled), "binned_by": "the row's largest weight on a word slot", "bins": bins,
-            "all": {c: ci(shuffled[c], shuffled.unit, "median") for c in ("median_tvd", "median_jsd", "median_abs_dlogp")},
-            "fixed_weight": ci(shuffled.fixed_weight, shuffled.unit)}
-    v = frames["adversarial"]
-    if len(v):
-        moved = v[v.slots >= 2]
-        out["adversarial"] = {"rows": len(moved), "mean_jsd": ci(moved.jsd, moved.unit),
-                              "median_jsd": ci(moved.jsd, moved.unit, "median"),
-                              "share_over_half_ln2": ci((moved.jsd > 0.5 * math.log(2)).astype(float), moved.unit),
-                              "mean_abs_dlogp": ci(moved.dlogp.abs(), moved.unit)}
-    u = frames["uniform"]
-    if len(u):
-        out["uniform"] = {"tokens": len(u), "nll": ci(-u.logprob, u.unit), "uniform_nll": ci(-u.uniform_logprob, u.unit),
-                          "uniform_minus_own": ci(u.logprob - u.uniform_logprob, u.unit)}
-        if "frozen_logprob" in u:
-            out["uniform"] |= {"frozen_nll": ci(-u.frozen_logprob, u.unit),
-                               "frozen_minus_own": ci(u.logprob - u.frozen_logprob, u.unit)}
-    e = frames["erasure"]
-    if len(e):
-        out["erasure"] = {r: {"k": [int(k) for k in sorted(g.k.unique())],
-                              "dlogp": [ci(gk.dlogp, gk.unit) for _, gk in g.groupby("k")],
-                              "flip": [ci(gk.flip, gk.unit) for _, gk in g.groupby("k")]}
-                          for r, g in e.groupby("ranking", sort=False)}
-    o = frames["aopc"]
-    if len(o):
-        out["aopc"] = {}
-        for r, g in o.groupby("ranking", sort=False):
-            rows = g.groupby(["unit", "row"])[["comprehensiveness", "sufficiency"]].mean().reset_index()
-            out["aopc"][r] = {
-                "comprehensiveness": ci(rows.comprehensiveness, rows.unit), "sufficiency": ci(rows.sufficiency, rows.unit),
-                "by_fraction": {str(f): {c: ci(gf[c], gf.unit) for c in ("comprehensiveness", "sufficiency")}
-                                for f, gf in g.groupby("fraction")}}
-    t = frames["paths"]
-    if len(t):
-        by = {"distance": [], "read": [], "state": [], "total": [], "read_share": []}
-        for lo, hi in [(d, d) for d in range(1, MAX_DISTANCE + 1)] + [(MAX_DISTANCE + 1, None)]:
-            sel = t[(t.distance >= lo) & ((t.distance <= hi) if hi is not None else True)]
-            by["distance"].append(str(lo) if hi is not None else f">{MAX_DISTANCE}")
-            for c in ("read", "state", "total"):
-                by[c].append(ci(sel[c].abs(), sel.unit))
-            units = sel.unit.to_numpy(int)
-            read = np.bincount(units, weights=sel.read.abs().to_numpy(), minlength=n_units)
-            both = read + np.bincount(units, weights=sel.state.abs().to_numpy(), minlength=n_units)
-            by["read_share"].append(_ratio(read, both, n_boot, seed))
-        out["paths"] = by
-    return out
-
-
-def _ratio(num: np.ndarray, den: np.ndarray, n_boot: int, seed: int) -> dict:
-    """``{"value", "lo", "hi"}``: ``sum(num) / sum(den)`` of per-unit sums, with a 95% bootstrap interval over the
-    units (the same draws as :func:`vizlm.inspect.attribution.cluster_interval`'s)."""
-    total = float(den.sum())
-    if not len(den) or total <= 0:
-        return {"value": math.nan, "lo": math.nan, "hi": math.nan}
-    draws = bootstrap_draws(len(den), n_boot, seed)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        boot = (draws @ num) / (draws @ den)
-    boot = boot[np.isfinite(boot)]
-    return {"value": float(num.sum()) / total, "lo": float(np.quantile(boot, 0.025)),
-            "hi": float(np.quantile(boot, 0.975))}
-
-
-def _cache_parts(ckpt: Checkpoint, corpus: str, split: str, limit: int | None, permutations_n: int, epsilon: float,
-                 adversary_steps: int, methods: Sequence[str], n_steps: int, passage_tokens: int,
-                 other: Checkpoint | None, n_boot: int, seed: int) -> dict:
-    """The cache key of :func:`corpus_faithfulness` (every parameter), its arguments checked."""
-    if not ckpt.has_attention:
-        raise FaithfulnessError(f"{ckpt.label} has no attention: there is nothing to test")
-    for m in methods:
-        if m not in TEXT_METHODS:
-            raise FaithfulnessError(f"unknown word-level method {m!r}; valid: {', '.join(TEXT_METHODS)}")
-    n_steps = check_steps(n_steps)
-    document = getattr(ckpt.model.config, "context", "sentence") == "document"
-    return {"kind": "faithfulness", "version": FAITHFULNESS_VERSION, "checkpoint": checkpoint_digest(ckpt),
-            "corpus": split_checksum(corpus, split), "split": split, "limit": limit, "permutations": permutations_n,
-            "epsilon": epsilon, "adversary_steps": adversary_steps, "adversary_lr": ADVERSARY_LR,
-            "methods": list(methods), "n_steps": n_steps, "ks": list(ERASE_K), "fractions": list(FRACTIONS),
-            "n_boot": n_boot, "seed": seed, "context": "document" if document else "sentence",
-            "passage_tokens": passage_tokens if document else None,
-            "other": None if other is None else checkpoint_digest(other)}
-
-
-def is_stored(ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None, permutations_n: int = PERMUTATIONS,
-              epsilon: float = EPSILON, adversary_steps: int = ADVERSARY_STEPS, methods: Sequence[str] = TEXT_METHODS,
-              n_steps: int = DEFAULT_STEPS, passage_tokens: int = PASSAGE_TOKENS, other: Checkpoint | None = None,
-              n_boot: int = N_BOOT, seed: int = 0) -> bool:
-    """Whether :func:`corpus_faithfulness` with these arguments is read from the disk cache rather than computed:
-    the cost is said only for what will be computed."""
-    return stored(_cache_parts(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods, n_steps,
-                               passage_tokens, other, n_boot, seed))
-
-
-# Every test over a split, the first time: seconds per token of the split, measured with the default parameters
-# (100 permutations, 200 adversary steps, the three word-level methods) on a busy 2-core machine: the output layer
-# over the vocabulary dominates (the bundled AMSRN and an 8-unit one with its 10,000 words cost alike, ~1.5 s).
-SECONDS_PER_TOKEN = 0.05
-SECONDS_PER_TOKEN_WORD = 1.5e-4  # per token and word of the vocabulary
-
-
-def estimate_seconds(ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None) -> float:
-    """The expected time of :func:`corpus_faithfulness` of ``ckpt`` over the first ``limit`` sentences of a split
-    with the default parameters, from their tokens and the vocabulary: an order of magnitude, said before it
-    starts."""
-    sentences = load_corpus(corpus, split).sentences
-    tokens = sum(len(x) + 1 for x in (sentences[:limit] if limit is not None else sentences))  # with </s>
-    return tokens * (SECONDS_PER_TOKEN + SECONDS_PER_TOKEN_WORD * len(ckpt.vocab))
-
-
-def corpus_faithfulness(
-    ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None, permutations_n: int = PERMUTATIONS,
-    epsilon: float = EPSILON, adversary_steps: int = ADVERSARY_STEPS, methods: Sequence[str] = TEXT_METHODS,
-    n_steps: int = DEFAULT_STEPS, passage_tokens: int = PASSAGE_TOKENS, other: Checkpoint | None = None,
-    n_boot: int = N_BOOT, seed: int = 0, use_cache: bool = True, progress: Callable[[float], None] | None = None,
-    select: Sequence[int] | None = None,
-) -> dict:
-    """Every test over a processed split (its first ``limit`` sentences, or those ``select`` names), cached
-    (:mod:`vizlm.inspect.cache`, keyed by the checkpoints' and the split's checksums and every parameter): :func:`statistics`
-    of :func:`collect`.
-
-    ``agreement`` (mean tau-b per pair, the ``ceiling`` pairs named), ``permutations`` (binned by the row's largest
-    word-slot weight, :data:`WEIGHT_BINS`: per bin the median over rows of each row's median TVD, JSD and
-    ``|delta log P|``), ``adversarial`` (JSD found within ``epsilon``), ``uniform`` (per-token NLL as read, with
-    uniform and with ``other``'s attention), ``erasure`` (per ranking and k: mean delta log P, flip rate), ``aopc``
-    (per ranking: comprehensiveness and sufficiency, their AOPC and per fraction), ``paths`` (per distance: mean
-    ``|read|``, ``|state|``, ``|total|`` and the read's share of ``|read| + |state|``); ``masking``: how slots are
-    dropped. Every interval a 95% bootstrap over units (sentences, or a document model's passages), ``n_boot``
-    resamples from ``seed``."""
-    parts = _cache_parts(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods, n_steps,
-                         passage_tokens, other, n_boot, seed)
-    methods, n_steps, document = parts["methods"], parts["n_steps"], parts["context"] == "document"
-    if select is not None:  # only when given: the keys of runs without it stay as they were
-        parts["select"] = _selected(len(load_corpus(corpus, split).sentences), limit, select)
-
-    def compute() -> dict:
-        frames, units = collect(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods, n_steps,
-                                passage_tokens, other, seed, progress, select)
-        return {"model": ckpt.label, "corpus": corpus, "split": split, "context": parts["context"], "units": units,
-                "resampled": "passages" if document else "sentences", "masking": MASKING, "unit": "nats",
-                "permutations_per_row": permutations_n, "epsilon": epsilon,
-                "other": None if other is None else other.label, **statistics(frames, units, n_boot, seed)}
-
-    return cached(parts, compute, use_cache)

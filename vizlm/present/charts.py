@@ -13,7 +13,7 @@ import pandas as pd
 
 from vizlm.inspect.analysis import SentenceAnalysis, distance
 from vizlm.inspect.attribution import LABELS as METHOD_LABELS
-from vizlm.inspect.cases import LABELS
+from vizlm.inspect.case_rules import LABELS
 from vizlm.present.style import (
     CATEGORICAL,
     MAX_LABEL_PX,
@@ -123,7 +123,7 @@ def _number(x) -> float:
 
 
 def attribution_positions_frame(results: Sequence[dict], window: int | None = None) -> pd.DataFrame:
-    """One row per (model, offset) of :func:`vizlm.inspect.attribution.corpus_attribution` results (its ``positions``
+    """One row per (model, offset) of :func:`vizlm.inspect.attribution_corpus.corpus_attribution` results (its ``positions``
     part), offsets ``0..window`` (every one it kept without ``window``), the models in the given order (their
     colours in :func:`attribution_positions_chart`, as in :func:`positions_chart`).
 

@@ -1,6 +1,6 @@
 """Figures of the faithfulness tests (:mod:`vizlm.inspect.faithfulness`): is attention an explanation?
 
-Two kinds of input. Over a split, the dict of :func:`vizlm.inspect.faithfulness.corpus_faithfulness` (every statistic
+Two kinds of input. Over a split, the dict of :func:`vizlm.inspect.faithfulness_corpus.corpus_faithfulness` (every statistic
 with its 95% bootstrap interval): each ``*_frame`` function turns one test of it into a tidy frame (what a
 chart draws and a CSV download holds) and each ``*_chart`` function draws that frame with its intervals. For
 one predicted word (the Explorer), the frames of :func:`vizlm.inspect.faithfulness.adversarial_row` and
@@ -15,7 +15,7 @@ import altair as alt
 import pandas as pd
 
 from vizlm.inspect.attribution import LABELS as METHOD_LABELS
-from vizlm.inspect.faithfulness import MAX_DISTANCE
+from vizlm.inspect.faithfulness_corpus import MAX_DISTANCE
 from vizlm.present.style import CATEGORICAL
 
 # How people read each ranking of word slots (erasure, AOPC) and each side of an agreement pair.
@@ -242,7 +242,7 @@ def uniform_frame(result: dict) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- the two paths
 def paths_frame(result: dict) -> pd.DataFrame:
-    """The two paths by distance (1..:data:`~vizlm.inspect.faithfulness.MAX_DISTANCE`, then beyond): ``distance``
+    """The two paths by distance (1..:data:`~vizlm.inspect.faithfulness_corpus.MAX_DISTANCE`, then beyond): ``distance``
     (label), ``order``, ``read_share`` (the read's share of ``|read| + |state|``) with ``share_lo``,
     ``share_hi``, and the mean ``|read|``, ``|state|``, ``|total|`` (nats) with their intervals."""
     p = result.get("paths") or {}

@@ -11,10 +11,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from vizlm.data.text import clean_text
-from vizlm.inspect.analysis import BOUNDARY, SentenceAnalysis
+from vizlm.inspect.analysis import SentenceAnalysis
 from vizlm.inspect.attribution import LABELS as METHOD_LABELS
 from vizlm.inspect.attribution import Attribution
 from vizlm.inspect.highlight import DEFAULT, Setting, describe
+from vizlm.inspect.reading import BOUNDARY
 from vizlm.present.style import (
     SELECTED_COLOUR,
     SURPRISAL_MAX_BITS,

@@ -18,11 +18,12 @@ import numpy as np
 import pandas as pd
 
 from vizlm.present import fragments, heatmap, style
-from vizlm.inspect.analysis import ATTENTION_OFF, DISTANCE_NOTE, READINGS, SentenceAnalysis, distance
+from vizlm.inspect.analysis import ATTENTION_OFF, DISTANCE_NOTE, SentenceAnalysis, distance
+from vizlm.inspect.reading import READINGS
 from vizlm.inspect.attribution import LABELS as METHOD_LABELS
 from vizlm.inspect.attribution import Attribution
 from vizlm.inspect.highlight import DEFAULT, NONE, Setting, describe
-from vizlm.inspect.cases import LABEL_DESCRIPTIONS
+from vizlm.inspect.case_rules import LABEL_DESCRIPTIONS
 from vizlm.data.text import clean_text
 
 MAX_VALUE_COLUMNS = 16  # a heat map with at most this many columns writes its values in the cells

@@ -21,6 +21,9 @@ Everything ``vizlm reproduce --report`` writes is computed from these files alon
 model evaluation): a fresh clone regenerates docs/RESULTS.md unchanged in seconds. The weights of
 runs that are not bundled are not kept; ``vizlm reproduce --only RUN`` retrains one (seeded, so
 deterministically on one machine and thread count) and writes its evidence.
+
+The corpus evidence of the bundled checkpoints (attribution, the faithfulness tests, case labels) is
+:mod:`vizlm.reproduce.corpus_evidence`'s; it is written whole as a run's is (:func:`publish`).
 """
 
 from __future__ import annotations
@@ -36,14 +39,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from vizlm.core import paths
-from vizlm.modeling.checkpoint import load_checkpoint, meta_context, meta_corpus
-from vizlm.inspect.corpus_stats import positions_corpus, ratio_interval
 from vizlm.data.registry import document_sizes, split_texts
-from vizlm.modeling.evaluate import perplexity, sentence_nll_split
 from vizlm.data.tokens import open_split
+from vizlm.inspect.corpus_stats import positions_corpus, ratio_interval
+from vizlm.modeling.checkpoint import load_checkpoint, meta_context, meta_corpus
+from vizlm.modeling.evaluate import perplexity, sentence_nll_split
 
 FILES = ("config.json", "metrics.json", "train_log.jsonl", "nll.safetensors")
 POSITIONS = "positions.json"
@@ -90,12 +92,12 @@ def read(name: str) -> Evidence | None:
     where = folder(name)
     if not where.exists():
         return None
-    _check_whole(where, FILES, f"vizlm reproduce --evidence {name}")
+    check_whole(where, FILES, f"vizlm reproduce --evidence {name}")
     stamp = tuple((f, st.st_mtime_ns, st.st_size) for f in (*FILES, POSITIONS) if (st := _stat(where / f)))
     return _read(name, str(where), stamp)
 
 
-def _check_whole(where: Path, files: tuple[str, ...], command: str) -> None:
+def check_whole(where: Path, files: tuple[str, ...], command: str) -> None:
     """An evidence folder holds all its files (a half-written one is never taken as a result)."""
     missing = [f for f in files if not (where / f).is_file()]
     if missing:
@@ -198,10 +200,10 @@ def write(name: str, source: Path | str, force: bool = False, log=sys.stderr) ->
     config["vocab_sha256"] = hashlib.sha256("\n".join(ckpt.vocab.itos).encode("utf-8")).hexdigest()
     config["vocab_size"] = len(ckpt.vocab)
     config["evidence"] = {"written_by": f"vizlm reproduce --evidence {name}", "commit": paths.commit(),
-                          "source": _display(Path(source)), "weights_committed_in": committed_in(Path(ckpt.path) / "model.safetensors")}
+                          "source": display_path(Path(source)), "weights_committed_in": committed_in(Path(ckpt.path) / "model.safetensors")}
     def fill(tmp: Path) -> None:
-        _dump(tmp / "config.json", config)
-        _dump(tmp / "metrics.json", meta["metrics"])
+        dump_json(tmp / "config.json", config)
+        dump_json(tmp / "metrics.json", meta["metrics"])
         log_file = Path(ckpt.path) / "train_log.jsonl"
         if log_file.is_file():
             shutil.copyfile(log_file, tmp / "train_log.jsonl")
@@ -209,16 +211,16 @@ def write(name: str, source: Path | str, force: bool = False, log=sys.stderr) ->
             (tmp / "train_log.jsonl").write_text("", encoding="utf-8")
         save_file(arrays, str(tmp / "nll.safetensors"))
         if positions is not None:
-            _dump(tmp / POSITIONS, positions)
+            dump_json(tmp / POSITIONS, positions)
 
-    _publish(dest, fill)
+    publish(dest, fill)
     ev = read(name)
     print(f"evidence: {name} -> {dest} (test perplexity {ev.perplexity('test'):.2f} from the NLLs, "
           f"{meta['metrics']['test_perplexity']:.2f} stored)", file=log)
     return dest
 
 
-def _publish(dest: Path, fill) -> None:
+def publish(dest: Path, fill) -> None:
     """Write a folder whole: ``fill(tmp)`` writes its files into a temporary folder beside ``dest``, which
     then takes ``dest``'s place (an existing one goes only once the new one is complete)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -240,531 +242,6 @@ def _publish(dest: Path, fill) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-# --------------------------------------------------------------------------- corpus attribution (beyond the papers)
-ATTRIBUTION = "attribution"  # evidence/attribution/CHECKPOINT/: what a bundled model's predictions depended on
-ATTRIBUTION_FILES = ("config.json", "sums.safetensors")
-
-
-@dataclass
-class AttributionEvidence:
-    """A bundled checkpoint's attribution over a corpus split, read back (:func:`read_attribution`): per unit
-    (sentence, or a document model's passage) the sum and count of each quantity of
-    :data:`vizlm.inspect.attribution.UNIT_SUMS` it has."""
-
-    name: str
-    config: dict
-    sums: dict[str, tuple[np.ndarray, np.ndarray]] = field(repr=False)
-
-    def statistic(self, key: str) -> dict | None:
-        """The mean of ``key`` over the targets with its 95% interval resampling the units (the library's
-        :func:`vizlm.inspect.attribution.cluster_mean`, with the seed and resamples the config records); None when
-        the model has no such quantity (agreement without attention)."""
-        from vizlm.inspect.attribution import cluster_mean
-
-        if key not in self.sums:
-            return None
-        return cluster_mean(*self.sums[key], n_boot=self.config["n_boot"], seed=self.config["seed"])
-
-
-def attribution_folder(name: str) -> Path:
-    return paths.evidence_dir() / ATTRIBUTION / name
-
-
-def _checkpoints_with(table: str) -> list[str]:
-    """The checkpoints with a folder in ``evidence/TABLE/`` (not a hidden one: a folder being written)."""
-    root = paths.evidence_dir() / table
-    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []
-
-
-def attribution_names() -> list[str]:
-    """The checkpoints whose corpus attribution has evidence."""
-    return _checkpoints_with(ATTRIBUTION)
-
-
-def _publish_sums(dest: Path, config: dict, arrays: dict) -> None:
-    """An evidence folder of ``config.json`` and ``sums.safetensors`` (attribution, faithfulness), written whole
-    (:func:`_publish`)."""
-    from safetensors.numpy import save_file
-
-    def fill(tmp: Path) -> None:
-        _dump(tmp / "config.json", config)
-        save_file(arrays, str(tmp / "sums.safetensors"))
-
-    _publish(dest, fill)
-
-
-def _read_sums(where: Path, files: tuple[str, ...], command: str) -> tuple[dict, dict] | None:
-    """``(config.json, sums.safetensors' arrays)`` of an evidence folder (attribution, faithfulness); None when
-    it is not there; :class:`EvidenceError` when a file is missing (``command`` writes it again) or unreadable."""
-    from safetensors.numpy import load_file
-
-    if not where.exists():
-        return None
-    _check_whole(where, files, command)
-    try:
-        config = json.loads((where / "config.json").read_text(encoding="utf-8"))
-        arrays = load_file(str(where / "sums.safetensors"))
-    except (OSError, ValueError) as e:
-        raise EvidenceError(f"{where}: cannot be read ({e})") from e
-    return config, arrays
-
-
-def read_attribution(name: str) -> AttributionEvidence | None:
-    """The corpus attribution evidence of checkpoint ``name``, None when it has none."""
-    read = _read_sums(attribution_folder(name), ATTRIBUTION_FILES, f"vizlm reproduce --attribution {name}")
-    if read is None:
-        return None
-    config, arrays = read
-    keys = sorted({k.rsplit(".", 1)[0] for k in arrays})
-    return AttributionEvidence(name, config, {k: (arrays[f"{k}.sum"], arrays[f"{k}.count"]) for k in keys})
-
-
-def write_attribution(name: str, source: Path | str, corpus: str, split: str, method: str, limit: int | None,
-                      force: bool = False, log=None) -> Path:
-    """Attribute the predictions of checkpoint ``source`` over ``corpus``/``split`` (its first ``limit``
-    sentences; :func:`vizlm.inspect.attribution.collect`) and keep, in ``evidence/attribution/NAME/``, the per-unit
-    sums the report's means and intervals are computed from (:func:`vizlm.inspect.attribution.unit_sums`) and a
-    config: the checkpoint's and the corpus's checksums, every parameter, the command and the commit.
-    Written whole; existing evidence is replaced only with ``force``."""
-    import time
-
-    from vizlm.inspect import attribution as va
-    from vizlm.inspect.cache import checkpoint_digest
-    from vizlm.data.registry import load_corpus
-
-    log = log or sys.stderr
-    dest = attribution_folder(name)
-    if dest.exists() and not force:
-        raise EvidenceError(f"{dest} exists already (attribution evidence of {name}); pass --force to rewrite it")
-    ckpt = load_checkpoint(source)
-    start = time.perf_counter()
-    last = [0.0]
-
-    def progress(fraction: float) -> None:
-        if fraction - last[0] >= 0.1 or fraction >= 1:
-            last[0] = fraction
-            print(f"evidence: {name}: attribution {fraction:.0%} ({time.perf_counter() - start:.0f} s)", file=log)
-
-    rows, units = va.collect(ckpt, corpus, split, method, limit, progress=progress)
-    sums = va.unit_sums(rows, units)
-    document = meta_context(ckpt.meta) == "document"
-    config = {
-        "checkpoint": name, "checkpoint_sha256": checkpoint_digest(ckpt), "family": ckpt.meta.get("model"),
-        "context": meta_context(ckpt.meta), "window": va.model_window(ckpt), "attention": ckpt.has_attention,
-        "corpus": corpus, "split": split, "corpus_sha256": load_corpus(corpus, split).checksum, "limit": limit,
-        "method": method, "units": units, "resampled": "passages" if document else "sentences",
-        "targets": len(rows["unit"]), "permutations": va.PERMUTATIONS, "max_offset": va.MAX_OFFSET,
-        "passage_tokens": va.PASSAGE_TOKENS if document else None, "absolute": True, "seed": 0, "n_boot": va.N_BOOT,
-        "written_by": f"vizlm reproduce --attribution {name}", "commit": paths.commit(),
-        "source": _display(Path(source)), "threads": torch.get_num_threads(),
-        "wall_s": round(time.perf_counter() - start, 1),
-    }
-    arrays = {f"{k}.{part}": a for k, (s_, c) in sums.items() for part, a in (("sum", s_), ("count", c))}
-
-    _publish_sums(dest, config, arrays)
-    print(f"evidence: {name} -> {dest} ({config['targets']:,} targets in {units:,} {config['resampled']}, "
-          f"{config['wall_s']:.0f} s)", file=log)
-    return dest
-
-
-# --------------------------------------------------------------------------- the faithfulness tests (beyond the papers)
-FAITHFULNESS = "faithfulness"  # evidence/faithfulness/CHECKPOINT/: the literature's tests of attention, one model
-FAITHFULNESS_FILES = ("config.json", "sums.safetensors")
-
-
-def _per_unit(values, units, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per unit the sum and the count of the finite ``values`` (what a mean's cluster bootstrap needs)."""
-    values, units = np.asarray(values, float), np.asarray(units, int)
-    ok = np.isfinite(values)
-    return (np.bincount(units[ok], weights=values[ok], minlength=n),
-            np.bincount(units[ok], minlength=n).astype(float))
-
-
-def _fraction_key(f: float) -> str:
-    return f"f{100 * f:g}"  # 0.01 -> "f1": no dot in a key (keys split at their last dot)
-
-
-def faithfulness_sums(frames: dict, n_units: int) -> dict[str, np.ndarray]:
-    """What the report needs of :func:`vizlm.inspect.faithfulness.collect`'s frames to recompute every statistic of
-    :func:`vizlm.inspect.faithfulness.statistics` and its interval: per unit the sum and count of each quantity a mean is
-    taken of (``NAME.sum``, ``NAME.count``, float64 [units]), and, for the medians (Jain & Wallace's per-row
-    medians, the adversary's JSD), the rows' values with their unit (``NAME.value``, ``NAME.unit``). The rows
-    chosen are :func:`~vizlm.inspect.faithfulness.statistics`' (its test: the evidence gives its numbers)."""
-    import math
-
-    out: dict[str, np.ndarray] = {}
-
-    def mean(name: str, values, units) -> None:
-        out[f"{name}.sum"], out[f"{name}.count"] = _per_unit(values, units, n_units)
-
-    def rows(name: str, values, units) -> None:
-        values, units = np.asarray(values, float), np.asarray(units, int)
-        ok = np.isfinite(values)
-        out[f"{name}.value"], out[f"{name}.unit"] = values[ok], units[ok].astype(np.int32)
-
-    a = frames["agreement"]
-    if len(a):
-        chosen = a[a.positions >= 2]
-        for c in (c for c in a.columns if "~" in c):
-            mean(f"agreement.{c}", chosen[c], chosen.unit)
-    p = frames["permutations"]
-    if len(p):
-        shuffled = p[p.word_slots >= 2]
-        mean("permutations.fixed_weight", shuffled.fixed_weight, shuffled.unit)
-        ok = shuffled[np.isfinite(shuffled.max_weight)]
-        for c in ("max_weight", "median_tvd", "median_jsd", "median_abs_dlogp"):
-            rows(f"permutations.{c}", ok[c], ok.unit)  # NaN in none of them where max_weight is finite
-    v = frames["adversarial"]
-    if len(v):
-        moved = v[v.slots >= 2]
-        mean("adversarial.jsd", moved.jsd, moved.unit)
-        rows("adversarial.jsd", moved.jsd, moved.unit)
-        mean("adversarial.over_half_ln2", (moved.jsd > 0.5 * math.log(2)).astype(float), moved.unit)
-        mean("adversarial.abs_dlogp", moved.dlogp.abs(), moved.unit)
-    u = frames["uniform"]
-    if len(u):
-        mean("uniform.nll", -u.logprob, u.unit)
-        mean("uniform.uniform_nll", -u.uniform_logprob, u.unit)
-        mean("uniform.uniform_minus_own", u.logprob - u.uniform_logprob, u.unit)
-        if "frozen_logprob" in u:
-            mean("uniform.frozen_nll", -u.frozen_logprob, u.unit)
-            mean("uniform.frozen_minus_own", u.logprob - u.frozen_logprob, u.unit)
-    e = frames["erasure"]
-    for r, g in (e.groupby("ranking", sort=False) if len(e) else ()):
-        for k, gk in g.groupby("k"):
-            mean(f"erasure.{r}.k{int(k)}.dlogp", gk.dlogp, gk.unit)
-            mean(f"erasure.{r}.k{int(k)}.flip", gk.flip, gk.unit)
-    o = frames["aopc"]
-    for r, g in (o.groupby("ranking", sort=False) if len(o) else ()):
-        per_row = g.groupby(["unit", "row"])[["comprehensiveness", "sufficiency"]].mean().reset_index()
-        for c in ("comprehensiveness", "sufficiency"):
-            mean(f"aopc.{r}.{c}", per_row[c], per_row.unit)
-            for f, gf in g.groupby("fraction"):
-                mean(f"aopc.{r}.{_fraction_key(f)}.{c}", gf[c], gf.unit)
-    t = frames["paths"]
-    if len(t):
-        from vizlm.inspect.faithfulness import MAX_DISTANCE
-
-        for d in range(1, MAX_DISTANCE + 2):  # MAX_DISTANCE + 1: every distance beyond
-            sel = t[t.distance == d] if d <= MAX_DISTANCE else t[t.distance > MAX_DISTANCE]
-            for c in ("read", "state", "total"):
-                mean(f"paths.d{d}.{c}", sel[c].abs(), sel.unit)
-    return out
-
-
-@dataclass
-class FaithfulnessEvidence:
-    """A bundled attention checkpoint's faithfulness tests over a corpus split, read back
-    (:func:`read_faithfulness`): the config (every parameter, the command, the commit) and the arrays of
-    :func:`faithfulness_sums`, with ``unit.document``: the document of each unit (sentence or passage)."""
-
-    name: str
-    config: dict
-    arrays: dict[str, np.ndarray] = field(repr=False)
-
-    def clusters(self, resample: str = "documents") -> tuple[np.ndarray, int]:
-        """``(cluster of each unit, number of clusters)``: the documents (the Brown splits sample documents, as
-        :mod:`vizlm.reproduce.verdicts` resamples them) or the units themselves (as :func:`~vizlm.inspect.faithfulness.corpus_faithfulness`)."""
-        n = int(self.config["units"])
-        if resample == "units":
-            return np.arange(n), n
-        if resample != "documents":
-            raise ValueError(f"resample must be 'documents' or 'units', not {resample!r}")
-        doc = self.arrays["unit.document"].astype(int)
-        return doc, int(doc.max(initial=-1)) + 1
-
-    def keys(self, prefix: str) -> list[str]:
-        """The quantities stored under ``prefix`` (``"erasure.attention."``: its ``k1.dlogp`` ...), in order."""
-        names = dict.fromkeys(k.rsplit(".", 1)[0] for k in self.arrays if k.startswith(prefix))
-        return [k[len(prefix):] for k in names]
-
-    def mean(self, name: str, resample: str = "documents") -> dict | None:
-        """The mean of ``name`` over its rows with a 95% bootstrap interval resampling ``resample`` (the config's
-        seed and resamples); None when the evidence has no such quantity."""
-        from vizlm.inspect.attribution import cluster_mean
-
-        if f"{name}.sum" not in self.arrays:
-            return None
-        return cluster_mean(*self._sums([name], resample), n_boot=self.config["n_boot"], seed=self.config["seed"])
-
-    def pooled(self, names: list[str], resample: str = "documents") -> dict | None:
-        """The mean over the rows of several quantities together (e.g. distances 3 to 5 of the two paths)."""
-        from vizlm.inspect.attribution import cluster_mean
-
-        if any(f"{n}.sum" not in self.arrays for n in names):
-            return None
-        return cluster_mean(*self._sums(names, resample), n_boot=self.config["n_boot"], seed=self.config["seed"])
-
-    def ratio(self, num: list[str], den: list[str], resample: str = "documents") -> dict | None:
-        """``sum(num) / sum(den)`` of the sums of quantities (the read's share: |read| / (|read| + |state|)),
-        with a 95% bootstrap interval from the draws of :func:`mean` (:func:`vizlm.inspect.attribution.bootstrap_draws`)."""
-        import math
-
-        from vizlm.inspect.attribution import bootstrap_draws
-
-        if any(f"{n}.sum" not in self.arrays for n in [*num, *den]):
-            return None
-        top, bottom = self._sums(num, resample)[0], self._sums(den, resample)[0]
-        total = float(bottom.sum())
-        if not len(bottom) or total <= 0:
-            return {"value": math.nan, "lo": math.nan, "hi": math.nan}
-        draws = bootstrap_draws(len(bottom), self.config["n_boot"], self.config["seed"])
-        with np.errstate(invalid="ignore", divide="ignore"):
-            boot = (draws @ top) / (draws @ bottom)
-        boot = boot[np.isfinite(boot)]
-        return {"value": float(top.sum()) / total, "lo": float(np.quantile(boot, 0.025)),
-                "hi": float(np.quantile(boot, 0.975))}
-
-    def difference(self, a: str, b: str, resample: str = "documents") -> dict | None:
-        """The mean of ``a - b`` over the rows both have (two rankings of the same rows: the same counts) with its
-        95% interval, a paired comparison; None when they are not of the same rows."""
-        from vizlm.inspect.attribution import cluster_mean
-
-        if f"{a}.sum" not in self.arrays or f"{b}.sum" not in self.arrays:
-            return None
-        (sa, ca), (sb, cb) = self._sums([a], resample), self._sums([b], resample)
-        if not np.array_equal(ca, cb):
-            return None
-        return cluster_mean(sa - sb, ca, n_boot=self.config["n_boot"], seed=self.config["seed"])
-
-    def median(self, name: str, resample: str = "documents", where: tuple[str, float, float, bool] | None = None) -> dict | None:
-        """The median of the rows' ``name`` (``.value``) with its 95% bootstrap interval; ``where``:
-        ``(other, lo, hi, closed)``, the rows whose ``other`` lies in [lo, hi) ([lo, hi] when ``closed``)."""
-        from vizlm.inspect.attribution import cluster_interval
-
-        if f"{name}.value" not in self.arrays:
-            return None
-        values, units = self.arrays[f"{name}.value"], self.arrays[f"{name}.unit"].astype(int)
-        if where is not None:
-            other, lo, hi = self.arrays[f"{where[0]}.value"], where[1], where[2]
-            keep = (other >= lo) & ((other <= hi) if where[3] else (other < hi))
-            values, units = values[keep], units[keep]
-        cluster, n = self.clusters(resample)
-        return cluster_interval(values, cluster[units], n, "median", self.config["n_boot"], self.config["seed"])
-
-    def _rankings(self, prefix: str) -> list[str]:
-        """The rankings stored under ``prefix``: attention, gradient, the attribution methods, random."""
-        have = {k.split(".")[0] for k in self.keys(prefix)}
-        order = ["attention", "gradient", *self.config["methods"], "random"]
-        return [r for r in order if r in have] + sorted(have - set(order))
-
-    def _sums(self, names: list[str], resample: str) -> tuple[np.ndarray, np.ndarray]:
-        cluster, n = self.clusters(resample)
-        s = sum(self.arrays[f"{k}.sum"] for k in names)
-        c = sum(self.arrays[f"{k}.count"] for k in names)
-        return np.bincount(cluster, weights=s, minlength=n), np.bincount(cluster, weights=c, minlength=n)
-
-    def statistics(self, resample: str = "documents") -> dict:
-        """:func:`vizlm.inspect.faithfulness.statistics`' numbers from the evidence alone, in its layout (agreement,
-        permutations by weight bin, adversarial, uniform, erasure, aopc, paths), every interval resampling
-        ``resample``: ``"units"`` gives the library's own intervals (sentences or passages), ``"documents"``
-        the report's."""
-        from itertools import pairwise
-
-        from vizlm.inspect.faithfulness import MAX_DISTANCE, WEIGHT_BINS
-
-        def m(name):
-            return self.mean(name, resample)
-
-        from itertools import combinations
-
-        methods = list(self.config["methods"])
-        out: dict = {}
-        stored = set(self.keys("agreement."))  # in the library's order: attention, slot-effect, then the methods
-        if pairs := [f"{a}~{b}" for a, b in combinations(["attention", "slot-effect", *methods], 2)
-                     if f"{a}~{b}" in stored]:
-            tau = {c: m(f"agreement.{c}") for c in pairs}
-            out["agreement"] = {"kendall_tau": tau, "ceiling": [c for c in pairs if not c.startswith("attention~")]}
-        if "permutations.max_weight.value" in self.arrays:
-            cols = ("median_tvd", "median_jsd", "median_abs_dlogp")
-            bins = []
-            for lo, hi in pairwise(WEIGHT_BINS):
-                where = ("permutations.max_weight", lo, hi, hi == WEIGHT_BINS[-1])
-                bins.append({"lo": lo, "hi": hi, **{c: self.median(f"permutations.{c}", resample, where) for c in cols}})
-            out["permutations"] = {"bins": bins, "all": {c: self.median(f"permutations.{c}", resample) for c in cols},
-                                   "fixed_weight": m("permutations.fixed_weight")}
-        if "adversarial.jsd.sum" in self.arrays:
-            out["adversarial"] = {"mean_jsd": m("adversarial.jsd"), "median_jsd": self.median("adversarial.jsd", resample),
-                                  "share_over_half_ln2": m("adversarial.over_half_ln2"),
-                                  "mean_abs_dlogp": m("adversarial.abs_dlogp")}
-        if "uniform.nll.sum" in self.arrays:
-            out["uniform"] = {k: m(f"uniform.{k}") for k in self.keys("uniform.")}
-        if self.keys("erasure."):
-            rankings = self._rankings("erasure.")
-            out["erasure"] = {}
-            for r in rankings:
-                ks = sorted({int(k.split(".")[0][1:]) for k in self.keys(f"erasure.{r}.")})
-                out["erasure"][r] = {"k": ks, "dlogp": [m(f"erasure.{r}.k{k}.dlogp") for k in ks],
-                                     "flip": [m(f"erasure.{r}.k{k}.flip") for k in ks]}
-        if self.keys("aopc."):
-            out["aopc"] = {}
-            for r in self._rankings("aopc."):
-                fractions = [f for f in self.config["fractions"] if f"aopc.{r}.{_fraction_key(f)}.sufficiency.sum" in self.arrays]
-                out["aopc"][r] = {c: m(f"aopc.{r}.{c}") for c in ("comprehensiveness", "sufficiency")}
-                out["aopc"][r]["by_fraction"] = {str(f): {c: m(f"aopc.{r}.{_fraction_key(f)}.{c}")
-                                                          for c in ("comprehensiveness", "sufficiency")} for f in fractions}
-        if "paths.d1.read.sum" in self.arrays:
-            ds = range(1, MAX_DISTANCE + 2)
-            out["paths"] = {"distance": [str(d) if d <= MAX_DISTANCE else f">{MAX_DISTANCE}" for d in ds],
-                            **{c: [m(f"paths.d{d}.{c}") for d in ds] for c in ("read", "state", "total")},
-                            "read_share": [self.ratio([f"paths.d{d}.read"], [f"paths.d{d}.read", f"paths.d{d}.state"],
-                                                      resample) for d in ds]}
-        return out
-
-
-def faithfulness_folder(name: str) -> Path:
-    return paths.evidence_dir() / FAITHFULNESS / name
-
-
-def faithfulness_names() -> list[str]:
-    """The checkpoints whose faithfulness tests have evidence."""
-    return _checkpoints_with(FAITHFULNESS)
-
-
-def read_faithfulness(name: str) -> FaithfulnessEvidence | None:
-    """The faithfulness evidence of checkpoint ``name``, None when it has none; :class:`EvidenceError` when a
-    file is missing or unreadable."""
-    read = _read_sums(faithfulness_folder(name), FAITHFULNESS_FILES, f"vizlm reproduce --faithfulness {name}")
-    return None if read is None else FaithfulnessEvidence(name, *read)
-
-
-def first_of_each_document(corpus: str, split: str, per_document: int) -> list[int]:
-    """The indices of the first ``per_document`` sentences of every document of a processed split (all of a
-    shorter one): a sample spread over the documents the split samples, so a bootstrap over documents has
-    every document of the split to draw."""
-    from vizlm.data.registry import load_corpus
-
-    ids = load_corpus(corpus, split).ids
-    seen: dict[str, int] = {}
-    out = []
-    for i, sid in enumerate(ids):
-        doc = sid.rpartition(":")[0] or f"\0{i}"
-        if seen.get(doc, 0) < per_document:
-            seen[doc] = seen.get(doc, 0) + 1
-            out.append(i)
-    return out
-
-
-def write_faithfulness(name: str, source: Path | str, corpus: str, split: str, limit: int | None = None,
-                       per_document: int | None = None, permutations: int | None = None, n_steps: int | None = None,
-                       adversary_steps: int | None = None, force: bool = False, log=None) -> Path:
-    """Run the faithfulness tests of checkpoint ``source`` over ``corpus``/``split`` (the first ``per_document``
-    sentences of each document, else the first ``limit`` sentences; :func:`vizlm.inspect.faithfulness.collect`) and
-    keep, in ``evidence/faithfulness/NAME/``, what every statistic and its interval are computed from
-    (:func:`faithfulness_sums`, with each unit's document) and a config: the checkpoint's and the corpus's
-    checksums, every parameter, the command, the commit and the wall time. Written whole; existing evidence is
-    replaced only with ``force``."""
-    import time
-
-    from vizlm.inspect import faithfulness as vf
-    from vizlm.inspect.attribution import DEFAULT_STEPS, N_BOOT, PASSAGE_TOKENS, TEXT_METHODS, model_window, reading_units
-    from vizlm.inspect.cache import checkpoint_digest
-    from vizlm.data.registry import load_corpus
-
-    log = log or sys.stderr
-    dest = faithfulness_folder(name)
-    if dest.exists() and not force:
-        raise EvidenceError(f"{dest} exists already (faithfulness evidence of {name}); pass --force to rewrite it")
-    ckpt = load_checkpoint(source)
-    if not ckpt.has_attention:
-        raise EvidenceError(f"{name} has no attention: there is nothing to test")
-    commit = paths.commit()  # the code that computes it, read before it starts
-    permutations = vf.PERMUTATIONS if permutations is None else permutations
-    n_steps = DEFAULT_STEPS if n_steps is None else n_steps
-    adversary_steps = vf.ADVERSARY_STEPS if adversary_steps is None else adversary_steps
-    data = load_corpus(corpus, split)
-    select = first_of_each_document(corpus, split, per_document) if per_document is not None else None
-    index = select if select is not None else list(range(len(data.sentences)))[:limit]
-    document = meta_context(ckpt.meta) == "document"
-    units = reading_units([data.sentences[i] for i in index], [data.ids[i] for i in index], document, PASSAGE_TOKENS)
-    doc_of = [data.ids[index[u[0]]].rpartition(":")[0] for u in units]
-    numbering = {d: k for k, d in enumerate(dict.fromkeys(doc_of))}
-    start = time.perf_counter()
-    last = [0.0]
-
-    def progress(fraction: float) -> None:
-        if fraction - last[0] >= 0.1 or fraction >= 1:
-            last[0] = fraction
-            print(f"evidence: {name}: faithfulness {fraction:.0%} ({time.perf_counter() - start:.0f} s)", file=log)
-
-    frames, n_units = vf.collect(ckpt, corpus, split, limit, permutations, adversary_steps=adversary_steps,
-                                 n_steps=n_steps, progress=progress, select=select)
-    if n_units != len(units):
-        raise EvidenceError(f"{name}: {n_units} units read, {len(units)} expected")
-    arrays = faithfulness_sums(frames, n_units)
-    arrays["unit.document"] = np.asarray([numbering[d] for d in doc_of], dtype=np.int32)
-    config = {
-        "checkpoint": name, "checkpoint_sha256": checkpoint_digest(ckpt), "family": ckpt.meta.get("model"),
-        "context": meta_context(ckpt.meta), "window": model_window(ckpt), "corpus": corpus, "split": split,
-        "corpus_sha256": data.checksum, "limit": limit, "per_document": per_document, "sentences": len(index),
-        "units": n_units, "unit": "passages" if document else "sentences", "documents": len(numbering),
-        "resampled": "documents", "targets": len(frames["uniform"]), "permutations": permutations,
-        "epsilon": vf.EPSILON, "adversary_steps": adversary_steps, "adversary_lr": vf.ADVERSARY_LR,
-        "methods": list(TEXT_METHODS), "n_steps": n_steps, "ks": list(vf.ERASE_K), "fractions": list(vf.FRACTIONS),
-        "weight_bins": list(vf.WEIGHT_BINS), "max_distance": vf.MAX_DISTANCE, "masking": vf.MASKING,
-        "passage_tokens": PASSAGE_TOKENS if document else None, "frozen": None, "seed": 0, "n_boot": N_BOOT,
-        "written_by": f"vizlm reproduce --faithfulness {name}", "commit": commit, "source": _display(Path(source)),
-        "threads": torch.get_num_threads(), "wall_s": round(time.perf_counter() - start, 1),
-    }
-
-    _publish_sums(dest, config, arrays)
-    print(f"evidence: {name} -> {dest} ({config['targets']:,} targets in {n_units:,} {config['unit']} of "
-          f"{config['documents']} documents, {config['wall_s']:.0f} s)", file=log)
-    return dest
-
-
-CASES = "cases"  # evidence/cases/CHECKPOINT.json: a bundled model's case labels against chance over one split
-
-
-def cases_path(name: str) -> Path:
-    return paths.evidence_dir() / CASES / f"{name}.json"
-
-
-def write_cases(name: str, source: Path | str, corpus: str, split: str, limit: int | None, force: bool = False,
-                log=None) -> Path:
-    """Label the highlights of checkpoint ``source`` over ``corpus``/``split`` (its first ``limit`` sentences,
-    the Cases page's threshold; :func:`vizlm.inspect.cases.corpus_cases`) and keep each label's rate beside its
-    distance-matched chance rate with the interval of their difference (:func:`vizlm.inspect.cases.label_rates_vs_chance`)
-    in ``evidence/cases/NAME.json``, with the checkpoint's and the corpus's checksums, the command and the commit.
-    Existing evidence is replaced only with ``force``."""
-    import time
-
-    from vizlm.core import files
-    from vizlm.inspect.cache import checkpoint_digest
-    from vizlm.inspect.cases import corpus_cases
-    from vizlm.data.registry import load_corpus
-
-    log = log or sys.stderr
-    dest = cases_path(name)
-    if dest.exists() and not force:
-        raise EvidenceError(f"{dest} exists already (case evidence of {name}); pass --force to rewrite it")
-    ckpt = load_checkpoint(source)
-    start = time.perf_counter()
-    report = corpus_cases(ckpt, corpus, split, limit=limit, use_cache=False)
-    doc = {
-        "checkpoint": name, "checkpoint_sha256": checkpoint_digest(ckpt), "context": meta_context(ckpt.meta),
-        "corpus": corpus, "split": split, "corpus_sha256": load_corpus(corpus, split).checksum, "limit": limit,
-        "threshold": report.threshold, "pairs": report.pairs, "chance": report.chance,
-        "written_by": f"vizlm reproduce --cases {name}", "commit": paths.commit(), "source": _display(Path(source)),
-        "wall_s": round(time.perf_counter() - start, 1),
-    }
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    files.write_text(dest, json.dumps(doc, indent=1, sort_keys=True) + "\n", force=True)
-    print(f"evidence: {name} -> {dest} ({report.pairs:,} highlighted pairs, {doc['wall_s']:.0f} s)", file=log)
-    return dest
-
-
-def read_cases(name: str) -> dict | None:
-    """A checkpoint's case evidence (:func:`write_cases`), None when it has none."""
-    path = cases_path(name)
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise EvidenceError(f"{path}: cannot be read ({e})") from e
-
-
 def committed_in(path: Path) -> str | None:
     """The last commit that wrote ``path`` in the vizlm checkout (a bundled checkpoint's weights:
     the provenance of runs trained before their config recorded a commit); None when it is not
@@ -779,7 +256,7 @@ def committed_in(path: Path) -> str | None:
     return out or None
 
 
-def _display(path: Path) -> str:
+def display_path(path: Path) -> str:
     """``path`` relative to the vizlm home where it lies inside it (no user's folders in the repository)."""
     try:
         return str(path.resolve().relative_to(paths.home().resolve()))
@@ -787,11 +264,10 @@ def _display(path: Path) -> str:
         return path.name
 
 
-def _dump(path: Path, doc: dict) -> None:
+def dump_json(path: Path, doc: dict) -> None:
+    """``doc`` as the evidence's JSON files hold it: indented, keys sorted, UTF-8."""
     path.write_text(json.dumps(doc, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
 
 
-__all__ = ["ATTRIBUTION", "FAITHFULNESS", "FILES", "AttributionEvidence", "Evidence", "EvidenceError",
-           "FaithfulnessEvidence", "attribution_folder", "attribution_names", "exists", "faithfulness_folder",
-           "faithfulness_names", "faithfulness_sums", "first_of_each_document", "folder", "read", "read_attribution",
-           "read_faithfulness", "splits_of", "versus", "write", "write_attribution", "write_faithfulness"]
+__all__ = ["FILES", "POSITIONS", "Evidence", "EvidenceError", "check_whole", "committed_in", "display_path",
+           "dump_json", "exists", "folder", "publish", "read", "splits_of", "versus", "write"]

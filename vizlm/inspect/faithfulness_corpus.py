@@ -1,0 +1,256 @@
+"""The faithfulness tests (:mod:`vizlm.inspect.faithfulness`, :mod:`vizlm.inspect.faithfulness_erasure`) over a
+processed split: :func:`corpus_faithfulness` runs them (cached), with 95% bootstrap intervals over units (sentences,
+or a document model's passages, :func:`vizlm.inspect.attribution_corpus.reading_units`); :func:`collect` gives every
+test's frame, :func:`statistics` their statistics; :func:`estimate_seconds` and :func:`is_stored` say the cost
+before it starts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from itertools import pairwise
+
+import numpy as np
+import pandas as pd
+
+from vizlm.data.registry import load_corpus, split_checksum
+from vizlm.inspect.analysis import analyze_sentences
+from vizlm.inspect.attribution import DEFAULT_STEPS, TEXT_METHODS, attribute, check_steps
+from vizlm.inspect.attribution_corpus import N_BOOT, PASSAGE_TOKENS, bootstrap_draws, cluster_interval, reading_units
+from vizlm.inspect.cache import cached, checkpoint_digest, stored
+from vizlm.inspect.faithfulness import (
+    ADVERSARY_LR,
+    ADVERSARY_STEPS,
+    EPSILON,
+    PERMUTATIONS,
+    FaithfulnessError,
+    adversarial,
+    agreement_table,
+    permutations,
+    two_paths,
+    uniform_baseline,
+)
+from vizlm.inspect.faithfulness_erasure import ERASE_K, FRACTIONS, MASKING, RANKINGS, aopc, erasure_curves
+from vizlm.modeling.checkpoint import Checkpoint
+
+WEIGHT_BINS = (0.0, 0.25, 0.5, 0.75, 1.0)  # the row's largest word-slot weight (Jain & Wallace's figures)
+MAX_DISTANCE = 10  # the two paths by distance 1..MAX_DISTANCE, then beyond
+FAITHFULNESS_VERSION = 1  # in the cache key: bump when the statistics change
+TESTS = ("agreement", "permutations", "adversarial", "uniform", "erasure", "aopc", "paths")
+
+
+def collect(ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None, permutations_n: int = PERMUTATIONS,
+            epsilon: float = EPSILON, adversary_steps: int = ADVERSARY_STEPS, methods: Sequence[str] = TEXT_METHODS,
+            n_steps: int = DEFAULT_STEPS, passage_tokens: int = PASSAGE_TOKENS, other: Checkpoint | None = None,
+            seed: int = 0, progress: Callable[[float], None] | None = None,
+            select: Sequence[int] | None = None) -> tuple[dict[str, pd.DataFrame], int]:
+    """``(frames, units)``: every test's frame over the first ``limit`` sentences of a processed split (or the
+    sentences ``select`` names, by their index in the split, ascending), each with a ``unit`` column (the
+    sentence, or a document model's passage, :func:`vizlm.inspect.attribution_corpus.reading_units`, each read
+    from a zero state), not cached; and the number of units."""
+    if not ckpt.has_attention:
+        raise FaithfulnessError(f"{ckpt.label} has no attention: there is nothing to test")
+    methods = list(methods)
+    data = load_corpus(corpus, split)
+    document = getattr(ckpt.model.config, "context", "sentence") == "document"
+    index = _selected(len(data.sentences), limit, select)
+    sentences = [data.sentences[i] for i in index]
+    units = reading_units(sentences, [data.ids[i] for i in index], document, passage_tokens)
+    parts: dict[str, list[pd.DataFrame]] = {t: [] for t in TESTS}
+    for k, unit in enumerate(units):
+        sa = analyze_sentences(ckpt, [sentences[i] for i in unit], top_k=0, effects=True, max_effect_pairs=0,
+                               max_tokens=None)
+        atts = {m: attribute(ckpt, sa, m, n_steps) for m in ["slot-effect", *methods]}
+        frames = {
+            "agreement": agreement_table(ckpt, sa, methods, n_steps, atts),
+            "permutations": permutations(ckpt, sa, permutations_n, seed + k),
+            "adversarial": adversarial(ckpt, sa, epsilon, adversary_steps, seed=seed + k),
+            "uniform": uniform_baseline(ckpt, sa, other),
+            "erasure": erasure_curves(ckpt, sa, rankings=[*RANKINGS, *methods], seed=seed + k, attributions=atts),
+            "aopc": aopc(ckpt, sa, rankings=["attention", "gradient", *methods, "random"], seed=seed + k,
+                         attributions=atts),
+            "paths": two_paths(ckpt, sa),
+        }
+        for name, frame in frames.items():
+            parts[name].append(frame.assign(unit=k))
+        if progress:
+            progress((k + 1) / len(units))
+    return {name: pd.concat(xs, ignore_index=True) if xs else pd.DataFrame() for name, xs in parts.items()}, len(units)
+
+
+def _selected(n: int, limit: int | None, select: Sequence[int] | None) -> list[int]:
+    """The split's sentences a corpus run reads: ``select`` (indices, ascending, checked) or the first ``limit``."""
+    if select is None:
+        return list(range(n))[:limit]
+    index = [int(i) for i in select]
+    if any(b <= a for a, b in pairwise(index)) or (index and not 0 <= index[0] <= index[-1] < n):
+        raise FaithfulnessError(f"select must name sentences of the split (0..{n - 1}) in ascending order")
+    return index
+
+
+def statistics(frames: dict[str, pd.DataFrame], n_units: int, n_boot: int = N_BOOT, seed: int = 0) -> dict:
+    """The corpus statistics of :func:`collect`'s frames (JSON-able), every interval a 95% bootstrap over units."""
+
+    def ci(values, units, stat="mean"):
+        return cluster_interval(np.asarray(values, float), np.asarray(units, int), n_units, stat, n_boot, seed)
+
+    out: dict = {}
+    a = frames["agreement"]
+    if len(a):
+        chosen = a[a.positions >= 2]  # a row with one position ranks nothing
+        pairs = [c for c in a.columns if "~" in c]
+        out["agreement"] = {"rows": len(chosen), "kendall_tau": {c: ci(chosen[c], chosen.unit) for c in pairs},
+                            "ceiling": [c for c in pairs if not c.startswith("attention~")]}
+    p = frames["permutations"]
+    if len(p):
+        shuffled = p[p.word_slots >= 2]
+        bins = []
+        for lo, hi in pairwise(WEIGHT_BINS):
+            top = hi == WEIGHT_BINS[-1]
+            sel = shuffled[(shuffled.max_weight >= lo) & ((shuffled.max_weight <= hi) if top else (shuffled.max_weight < hi))]
+            bins.append({"lo": lo, "hi": hi, "rows": len(sel),
+                         **{c: ci(sel[c], sel.unit, "median") for c in ("median_tvd", "median_jsd", "median_abs_dlogp")}})
+        out["permutations"] = {
+            "rows": len(shuffled), "binned_by": "the row's largest weight on a word slot", "bins": bins,
+            "all": {c: ci(shuffled[c], shuffled.unit, "median") for c in ("median_tvd", "median_jsd", "median_abs_dlogp")},
+            "fixed_weight": ci(shuffled.fixed_weight, shuffled.unit)}
+    v = frames["adversarial"]
+    if len(v):
+        moved = v[v.slots >= 2]
+        out["adversarial"] = {"rows": len(moved), "mean_jsd": ci(moved.jsd, moved.unit),
+                              "median_jsd": ci(moved.jsd, moved.unit, "median"),
+                              "share_over_half_ln2": ci((moved.jsd > 0.5 * math.log(2)).astype(float), moved.unit),
+                              "mean_abs_dlogp": ci(moved.dlogp.abs(), moved.unit)}
+    u = frames["uniform"]
+    if len(u):
+        out["uniform"] = {"tokens": len(u), "nll": ci(-u.logprob, u.unit), "uniform_nll": ci(-u.uniform_logprob, u.unit),
+                          "uniform_minus_own": ci(u.logprob - u.uniform_logprob, u.unit)}
+        if "frozen_logprob" in u:
+            out["uniform"] |= {"frozen_nll": ci(-u.frozen_logprob, u.unit),
+                               "frozen_minus_own": ci(u.logprob - u.frozen_logprob, u.unit)}
+    e = frames["erasure"]
+    if len(e):
+        out["erasure"] = {r: {"k": [int(k) for k in sorted(g.k.unique())],
+                              "dlogp": [ci(gk.dlogp, gk.unit) for _, gk in g.groupby("k")],
+                              "flip": [ci(gk.flip, gk.unit) for _, gk in g.groupby("k")]}
+                          for r, g in e.groupby("ranking", sort=False)}
+    o = frames["aopc"]
+    if len(o):
+        out["aopc"] = {}
+        for r, g in o.groupby("ranking", sort=False):
+            rows = g.groupby(["unit", "row"])[["comprehensiveness", "sufficiency"]].mean().reset_index()
+            out["aopc"][r] = {
+                "comprehensiveness": ci(rows.comprehensiveness, rows.unit), "sufficiency": ci(rows.sufficiency, rows.unit),
+                "by_fraction": {str(f): {c: ci(gf[c], gf.unit) for c in ("comprehensiveness", "sufficiency")}
+                                for f, gf in g.groupby("fraction")}}
+    t = frames["paths"]
+    if len(t):
+        by = {"distance": [], "read": [], "state": [], "total": [], "read_share": []}
+        for lo, hi in [(d, d) for d in range(1, MAX_DISTANCE + 1)] + [(MAX_DISTANCE + 1, None)]:
+            sel = t[(t.distance >= lo) & ((t.distance <= hi) if hi is not None else True)]
+            by["distance"].append(str(lo) if hi is not None else f">{MAX_DISTANCE}")
+            for c in ("read", "state", "total"):
+                by[c].append(ci(sel[c].abs(), sel.unit))
+            units = sel.unit.to_numpy(int)
+            read = np.bincount(units, weights=sel.read.abs().to_numpy(), minlength=n_units)
+            both = read + np.bincount(units, weights=sel.state.abs().to_numpy(), minlength=n_units)
+            by["read_share"].append(_ratio(read, both, n_boot, seed))
+        out["paths"] = by
+    return out
+
+
+def _ratio(num: np.ndarray, den: np.ndarray, n_boot: int, seed: int) -> dict:
+    """``{"value", "lo", "hi"}``: ``sum(num) / sum(den)`` of per-unit sums, with a 95% bootstrap interval over the
+    units (the same draws as :func:`vizlm.inspect.attribution_corpus.cluster_interval`'s)."""
+    total = float(den.sum())
+    if not len(den) or total <= 0:
+        return {"value": math.nan, "lo": math.nan, "hi": math.nan}
+    draws = bootstrap_draws(len(den), n_boot, seed)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        boot = (draws @ num) / (draws @ den)
+    boot = boot[np.isfinite(boot)]
+    return {"value": float(num.sum()) / total, "lo": float(np.quantile(boot, 0.025)),
+            "hi": float(np.quantile(boot, 0.975))}
+
+
+def _cache_parts(ckpt: Checkpoint, corpus: str, split: str, limit: int | None, permutations_n: int, epsilon: float,
+                 adversary_steps: int, methods: Sequence[str], n_steps: int, passage_tokens: int,
+                 other: Checkpoint | None, n_boot: int, seed: int) -> dict:
+    """The cache key of :func:`corpus_faithfulness` (every parameter), its arguments checked."""
+    if not ckpt.has_attention:
+        raise FaithfulnessError(f"{ckpt.label} has no attention: there is nothing to test")
+    for m in methods:
+        if m not in TEXT_METHODS:
+            raise FaithfulnessError(f"unknown word-level method {m!r}; valid: {', '.join(TEXT_METHODS)}")
+    n_steps = check_steps(n_steps)
+    document = getattr(ckpt.model.config, "context", "sentence") == "document"
+    return {"kind": "faithfulness", "version": FAITHFULNESS_VERSION, "checkpoint": checkpoint_digest(ckpt),
+            "corpus": split_checksum(corpus, split), "split": split, "limit": limit, "permutations": permutations_n,
+            "epsilon": epsilon, "adversary_steps": adversary_steps, "adversary_lr": ADVERSARY_LR,
+            "methods": list(methods), "n_steps": n_steps, "ks": list(ERASE_K), "fractions": list(FRACTIONS),
+            "n_boot": n_boot, "seed": seed, "context": "document" if document else "sentence",
+            "passage_tokens": passage_tokens if document else None,
+            "other": None if other is None else checkpoint_digest(other)}
+
+
+def is_stored(ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None, permutations_n: int = PERMUTATIONS,
+              epsilon: float = EPSILON, adversary_steps: int = ADVERSARY_STEPS, methods: Sequence[str] = TEXT_METHODS,
+              n_steps: int = DEFAULT_STEPS, passage_tokens: int = PASSAGE_TOKENS, other: Checkpoint | None = None,
+              n_boot: int = N_BOOT, seed: int = 0) -> bool:
+    """Whether :func:`corpus_faithfulness` with these arguments is read from the disk cache rather than computed:
+    the cost is said only for what will be computed."""
+    return stored(_cache_parts(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods, n_steps,
+                               passage_tokens, other, n_boot, seed))
+
+
+# Every test over a split, the first time: seconds per token of the split, measured with the default parameters
+# (100 permutations, 200 adversary steps, the three word-level methods) on a busy 2-core machine: the output layer
+# over the vocabulary dominates (the bundled AMSRN and an 8-unit one with its 10,000 words cost alike, ~1.5 s).
+SECONDS_PER_TOKEN = 0.05
+SECONDS_PER_TOKEN_WORD = 1.5e-4  # per token and word of the vocabulary
+
+
+def estimate_seconds(ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None) -> float:
+    """The expected time of :func:`corpus_faithfulness` of ``ckpt`` over the first ``limit`` sentences of a split
+    with the default parameters, from their tokens and the vocabulary: an order of magnitude, said before it
+    starts."""
+    sentences = load_corpus(corpus, split).sentences
+    tokens = sum(len(x) + 1 for x in (sentences[:limit] if limit is not None else sentences))  # with </s>
+    return tokens * (SECONDS_PER_TOKEN + SECONDS_PER_TOKEN_WORD * len(ckpt.vocab))
+
+
+def corpus_faithfulness(
+    ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None, permutations_n: int = PERMUTATIONS,
+    epsilon: float = EPSILON, adversary_steps: int = ADVERSARY_STEPS, methods: Sequence[str] = TEXT_METHODS,
+    n_steps: int = DEFAULT_STEPS, passage_tokens: int = PASSAGE_TOKENS, other: Checkpoint | None = None,
+    n_boot: int = N_BOOT, seed: int = 0, use_cache: bool = True, progress: Callable[[float], None] | None = None,
+    select: Sequence[int] | None = None,
+) -> dict:
+    """Every test over a processed split (its first ``limit`` sentences, or those ``select`` names), cached
+    (:mod:`vizlm.inspect.cache`, keyed by the checkpoints' and the split's checksums and every parameter): :func:`statistics`
+    of :func:`collect`.
+
+    ``agreement`` (mean tau-b per pair, the ``ceiling`` pairs named), ``permutations`` (binned by the row's largest
+    word-slot weight, :data:`WEIGHT_BINS`: per bin the median over rows of each row's median TVD, JSD and
+    ``|delta log P|``), ``adversarial`` (JSD found within ``epsilon``), ``uniform`` (per-token NLL as read, with
+    uniform and with ``other``'s attention), ``erasure`` (per ranking and k: mean delta log P, flip rate), ``aopc``
+    (per ranking: comprehensiveness and sufficiency, their AOPC and per fraction), ``paths`` (per distance: mean
+    ``|read|``, ``|state|``, ``|total|`` and the read's share of ``|read| + |state|``); ``masking``: how slots are
+    dropped. Every interval a 95% bootstrap over units (sentences, or a document model's passages), ``n_boot``
+    resamples from ``seed``."""
+    parts = _cache_parts(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods, n_steps,
+                         passage_tokens, other, n_boot, seed)
+    methods, n_steps, document = parts["methods"], parts["n_steps"], parts["context"] == "document"
+    if select is not None:  # only when given: the keys of runs without it stay as they were
+        parts["select"] = _selected(len(load_corpus(corpus, split).sentences), limit, select)
+
+    def compute() -> dict:
+        frames, units = collect(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods, n_steps,
+                                passage_tokens, other, seed, progress, select)
+        return {"model": ckpt.label, "corpus": corpus, "split": split, "context": parts["context"], "units": units,
+                "resampled": "passages" if document else "sentences", "masking": MASKING, "unit": "nats",
+                "permutations_per_row": permutations_n, "epsilon": epsilon,
+                "other": None if other is None else other.label, **statistics(frames, units, n_boot, seed)}
+
+    return cached(parts, compute, use_cache)
