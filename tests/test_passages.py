@@ -323,8 +323,8 @@ def test_exports_of_a_passage(passage_sa):
 
 # --------------------------------------------------------------------------- links
 def test_the_heat_map_measure_goes_to_and_comes_from_the_url():
-    q = ExplorerState("amsrn", None, "a b", 0.2, None, 3, "effect").query()
-    assert q["measure"] == "effect" and "measure" not in ExplorerState("amsrn", None, "a b", 0.2, None, 3).query()
+    q = ExplorerState("amsrn", None, "a b", Share(0.2), 3, "effect").query()
+    assert q["measure"] == "effect" and "measure" not in ExplorerState("amsrn", None, "a b", Share(0.2), 3).query()
     state, notes = parse_query(q, ["amsrn"], "amsrn", None, "x")
     assert state.measure == "effect" and state.target == 3 and not notes
     state, notes = parse_query({**q, "measure": "<script>"}, ["amsrn"], "amsrn", None, "x")
