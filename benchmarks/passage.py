@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from vizlm.inspect.analysis import BOUNDARY, analyze, slot_effect_rows  # noqa: E402
 from vizlm.modeling.checkpoint import Checkpoint, bundled_checkpoints, load_checkpoint  # noqa: E402
-from vizlm.data.registry import example_passages  # noqa: E402
+from vizlm.data.examples import example_passages  # noqa: E402
 from vizlm.present.export import chart_spec  # noqa: E402
 from vizlm.models import build_model  # noqa: E402
 from vizlm.present.plots import attention_heatmap, heatmap_rows, highlighted_html, text_span  # noqa: E402

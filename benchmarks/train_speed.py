@@ -48,7 +48,8 @@ def _anchor_data(folder: Path, batches: int) -> None:
     vocabulary (but ``</s>``, for which the anchor has its own ``<eos>``): both output layers
     are 10,000 wide, as in a real run.
     """
-    from vizlm.data.registry import Vocab, load_corpus
+    from vizlm.data.registry import load_corpus
+    from vizlm.data.vocab import Vocab
 
     vocab = Vocab.for_corpus("brown")
     for split in ("train", "valid", "test"):

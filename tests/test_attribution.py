@@ -17,7 +17,7 @@ from corpora import make_corpus
 from vizlm.inspect import attribution as at
 from vizlm.inspect.analysis import analyze_sentences
 from vizlm.modeling.checkpoint import Checkpoint
-from vizlm.data.registry import SPECIALS, Vocab
+from vizlm.data.vocab import SPECIALS, Vocab
 from vizlm.core.errors import VizlmError
 from vizlm.models import build_model
 

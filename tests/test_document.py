@@ -12,8 +12,9 @@ import torch
 from conftest import ATTENTION_MODELS, all_variants, tiny_model
 from reference import reference_document
 
-from vizlm.data.registry import (SPECIALS, Vocab, document_batches, document_plan, document_sizes, document_tokens,
-                        split_documents)
+from vizlm.data.batches import document_batches, document_plan, document_tokens, split_documents
+from vizlm.data.folder import document_sizes
+from vizlm.data.vocab import SPECIALS, Vocab
 from vizlm.modeling.evaluate import score, score_documents, score_sentences
 from vizlm.models import REGISTRY, build_model, make_config
 from vizlm.models.base import slot_mask

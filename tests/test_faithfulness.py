@@ -18,7 +18,7 @@ from vizlm.inspect import attribution as at
 from vizlm.inspect import faithfulness as fa
 from vizlm.inspect.analysis import analyze_sentences
 from vizlm.modeling.checkpoint import Checkpoint
-from vizlm.data.registry import SPECIALS, Vocab
+from vizlm.data.vocab import SPECIALS, Vocab
 from vizlm.models import build_model
 
 ATTENTION_VARIANTS = [("amsrn", {}), ("amsrn", {"start_slot": False}), ("attention", {"window": 3}),

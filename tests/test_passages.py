@@ -33,14 +33,10 @@ from vizlm.inspect.analysis import (
 )
 from vizlm.inspect.cases import corpus_cases, label_cases
 from vizlm.modeling.checkpoint import Checkpoint, bundled_checkpoints, bundled_dir, load_checkpoint, save_checkpoint
-from vizlm.data.registry import (
-    SPECIALS,
-    Vocab,
-    document_tokens,
-    example_passages,
-    passage_start,
-    read_text_file,
-)
+from vizlm.data.batches import document_tokens
+from vizlm.data.examples import example_passages, passage_start
+from vizlm.data.registry import read_text_file
+from vizlm.data.vocab import SPECIALS, Vocab
 from vizlm.modeling.evaluate import score_documents
 from vizlm.present.links import ExplorerState, parse_query
 from vizlm.present.serialize import analysis_dict

@@ -11,7 +11,9 @@ import torch
 
 from vizlm import cli
 from vizlm.core import files
-from vizlm.data.registry import Vocab, encode_sentences, iter_batches, load_corpus
+from vizlm.data.batches import iter_batches
+from vizlm.data.registry import load_corpus
+from vizlm.data.vocab import Vocab, encode_sentences
 from vizlm.modeling.evaluate import score_sentences
 from vizlm.models import REGISTRY, build_model
 from vizlm.modeling.train import lm_loss

@@ -48,7 +48,8 @@ import numpy as np
 import torch
 
 from vizlm.modeling.checkpoint import Checkpoint, meta_reader
-from vizlm.data.registry import BOS, EOS, UNK, collate, iter_batches
+from vizlm.data.batches import collate, iter_batches
+from vizlm.data.vocab import BOS, EOS, UNK
 from vizlm.core.errors import InputError, VizlmError
 from vizlm.modeling.evaluate import OVERFLOW_NOTE, perplexity
 from vizlm.models import effects as fx

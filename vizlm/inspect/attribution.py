@@ -62,7 +62,8 @@ from torch import nn
 from vizlm.inspect.analysis import LN2, SentenceAnalysis, distance, analyze, analyze_sentences, with_slot_effects
 from vizlm.inspect.cache import cached, checkpoint_digest, stored
 from vizlm.modeling.checkpoint import Checkpoint
-from vizlm.data.registry import Vocab, load_corpus, split_checksum
+from vizlm.data.registry import load_corpus, split_checksum
+from vizlm.data.vocab import Vocab
 from vizlm.core.errors import VizlmError
 from vizlm.models import REGISTRY
 from vizlm.models.base import RecurrentLM, device_of, memory_of

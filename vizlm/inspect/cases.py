@@ -142,7 +142,8 @@ from vizlm.inspect.analysis import (
 from vizlm.inspect.attribution import attribute
 from vizlm.inspect.cache import cached, checkpoint_digest
 from vizlm.modeling.checkpoint import Checkpoint
-from vizlm.data.registry import document_sizes, load_corpus
+from vizlm.data.folder import document_sizes
+from vizlm.data.registry import load_corpus
 from vizlm.data.resources import Collocations, load_collocations
 from vizlm.data.tagger import simplify_tag, tag_tokens
 from vizlm.data.text import NUMBER, detokenize

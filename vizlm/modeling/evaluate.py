@@ -15,7 +15,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from vizlm.data.registry import document_batches, document_plan, iter_batches, plan_batches, plan_segment, split_documents
+from vizlm.data.batches import (
+    document_batches,
+    document_plan,
+    iter_batches,
+    plan_batches,
+    plan_segment,
+    split_documents,
+)
 from vizlm.core.distributed import shard
 from vizlm.data.tokens import ChunkData, TokenSplit
 
@@ -259,7 +266,7 @@ def score(
 ) -> SentenceScores:
     """NLL of every sentence in the model's own context (``model.config.context``).
 
-    ``documents`` gives the sentences per document, in order (:func:`vizlm.data.registry.document_sizes`);
+    ``documents`` gives the sentences per document, in order (:func:`vizlm.data.folder.document_sizes`);
     a document-context model reads each as running text, and each sentence alone
     when it is None. Sentence-context models always read sentences alone.
     """

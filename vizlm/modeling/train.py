@@ -7,7 +7,7 @@ the state carried (detached) between segments and reset at each document start.
 Data parallel (``torchrun --nproc-per-node N vizlm train ...``, see docs/SCALING.md): the
 model is wrapped in :class:`~torch.nn.parallel.DistributedDataParallel`, every rank plans the
 same global steps and reads its share (sentences ``r, r + N, ...`` of each batch, or streams
-``r, r + N, ...`` of each document step; :mod:`vizlm.data.tokens`). A rank's loss is its summed NLL
+``r, r + N, ...`` of each document step; :mod:`vizlm.data.batches`). A rank's loss is its summed NLL
 divided by the step's token count over all ranks, times N, so DDP's average of the ranks'
 gradients is the gradient of the whole step: the same step as one process, to float rounding
 (``tests/test_distributed.py``). Rank 0 alone writes the checkpoint, the logs, the resume state
@@ -45,13 +45,15 @@ from tqdm import tqdm
 
 from vizlm.core import files
 from vizlm.modeling.checkpoint import Checkpoint, check_memory, load_checkpoint, save_checkpoint
-from vizlm.data.registry import CORPORA, Vocab, corpus_card
+from vizlm.data.registry import CORPORA, corpus_card
+from vizlm.data.vocab import Vocab
 from vizlm.core.distributed import SINGLE, Context, shard
 from vizlm.core.errors import VizlmError
 from vizlm.modeling.evaluate import perplexity, score_split, unigram_perplexity
 from vizlm.models import LMOutput, build_model, check_config, count_parameters, match_parameters, parameter_count
 from vizlm.models.base import State, attention_entropy
-from vizlm.data.tokens import DocumentEpoch, SentenceEpoch, TokenSplit, open_split
+from vizlm.data.batches import DocumentEpoch, SentenceEpoch
+from vizlm.data.tokens import TokenSplit, open_split
 
 
 def _option(default, help: str, check: str, zero: str | None = None, metavar: str | None = None):

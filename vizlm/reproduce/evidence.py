@@ -41,7 +41,8 @@ import torch
 from vizlm.core import paths
 from vizlm.modeling.checkpoint import load_checkpoint, meta_context, meta_corpus
 from vizlm.inspect.corpus_stats import positions_corpus, ratio_interval
-from vizlm.data.registry import document_sizes, split_texts
+from vizlm.data.folder import document_sizes
+from vizlm.data.registry import split_texts
 from vizlm.modeling.evaluate import perplexity, sentence_nll_split
 from vizlm.data.tokens import open_split
 
