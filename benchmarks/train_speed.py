@@ -82,7 +82,8 @@ def anchor_tokens_per_s(batches: int, threads: int) -> float:
 
 
 def vizlm_tokens_per_s(family: str, batches: int) -> float:
-    from vizlm.modeling.train import TrainConfig, train
+    from vizlm.modeling.config import TrainConfig
+    from vizlm.modeling.train import train
 
     with tempfile.TemporaryDirectory() as tmp:
         tc = TrainConfig(epochs=1, bptt=BPTT, streams=BATCH, max_batches=batches, eval_batches=1)

@@ -108,7 +108,8 @@ def test_a_loss_that_is_not_finite_stops_training_at_its_step(tmp_path, monkeypa
 
 def test_resume_keeps_the_init_from_lineage(tmp_path):
     from vizlm.modeling.checkpoint import load_checkpoint
-    from vizlm.modeling.train import TrainConfig, train
+    from vizlm.modeling.config import TrainConfig
+    from vizlm.modeling.train import train
 
     small = {"emb_dim": 8, "hidden_dim": 8}
     tc = TrainConfig(epochs=1, max_batches=2, eval_batches=1)
@@ -208,7 +209,8 @@ def test_scoring_batches_stay_within_a_token_budget(monkeypatch):
 @pytest.fixture(scope="module")
 def small_lstm(tmp_path_factory):
     """A tiny LSTM trained for three batches: the checkpoint --init-from starts from."""
-    from vizlm.modeling.train import TrainConfig, train
+    from vizlm.modeling.config import TrainConfig
+    from vizlm.modeling.train import train
 
     out = tmp_path_factory.mktemp("lstm") / "lstm"
     train("lstm", {"emb_dim": 8, "hidden_dim": 8}, "brown", out, TrainConfig(epochs=1, max_batches=3, eval_batches=1))
@@ -272,7 +274,8 @@ def test_freeze_survives_a_resume_and_refuses_an_unfrozen_run(small_lstm, tmp_pa
     with it is refused (its copied tensors have moved), not silently frozen."""
     from safetensors.torch import load_file
 
-    from vizlm.modeling.train import TrainConfig, train
+    from vizlm.modeling.config import TrainConfig
+    from vizlm.modeling.train import train
 
     small = {"emb_dim": 8, "hidden_dim": 8}
     one = TrainConfig(epochs=1, max_batches=2, eval_batches=1, lr=0.01, freeze=True)
@@ -334,7 +337,7 @@ def test_the_train_options_are_the_train_config_s_fields():
     --dry-run is TrainConfig.dry_run (as `reproduce`'s)."""
     import dataclasses
 
-    from vizlm.modeling.train import TrainConfig, options
+    from vizlm.modeling.config import TrainConfig, options
 
     parser = cli.build_parser()
 

@@ -18,8 +18,8 @@ from vizlm.data.vocab import SPECIALS, VOCAB_SIZE
 from vizlm.core.distributed import DEVICES
 from vizlm.data.ingest import LAYOUT_HELP, LAYOUTS
 from vizlm.models import REGISTRY
-from vizlm.modeling.train import TrainConfig
-from vizlm.modeling.train import options as train_options
+from vizlm.modeling.config import TrainConfig
+from vizlm.modeling.config import options as train_options
 
 # `vizlm reproduce WHAT`: each word and the option it stands for (its dest)
 REPRODUCE_MODES = ("list", "run", "report", "evidence", "bundle", "attribution", "faithfulness", "cases")

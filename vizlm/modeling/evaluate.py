@@ -91,7 +91,7 @@ class Totals:
 def unigram_perplexity(train: TokenSplit, valid: TokenSplit, vocab_size: int) -> float:
     """Perplexity on ``valid`` of the add-one unigram model of ``train``'s word frequencies: what
     a language model reaches before it uses any context (a model trained from scratch first
-    settles here, the *initial plateau* of :attr:`vizlm.modeling.train.TrainConfig.plateau`)."""
+    settles here, the *initial plateau* of :attr:`vizlm.modeling.config.TrainConfig.plateau`)."""
     counts = train.counts(vocab_size).astype(np.float64) + 1.0
     logp = np.log(counts / counts.sum())
     seen = valid.counts(vocab_size)

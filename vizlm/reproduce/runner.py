@@ -43,7 +43,8 @@ from vizlm.modeling.checkpoint import CheckpointError, load_checkpoint, read_met
 from vizlm.data.registry import DataError, check_folder_name, corpus_splits
 from vizlm.core.distributed import Context, resolve_device
 from vizlm.models import REGISTRY
-from vizlm.modeling.train import TrainConfig, train
+from vizlm.modeling.config import TrainConfig
+from vizlm.modeling.train import train
 
 try:  # Python 3.11+
     import tomllib
