@@ -173,7 +173,7 @@ def test_fused_output_loss_equals_cross_entropy(rows, bias, padding, host, monke
     zeroing their gradient); ``host=False`` runs the GPU's path (no look at the values) here."""
     import torch.nn.functional as F
 
-    from vizlm.models import base
+    from vizlm.models import loss as base
     from vizlm.models.base import Readout
 
     monkeypatch.setattr(base, "_host_checks", lambda x: host)
@@ -212,7 +212,7 @@ def test_fused_output_loss_where_the_target_probability_underflows(host, monkeyp
     gives its NLL (from the logits, not ``-log 0``), equal to ``F.cross_entropy``, gradients finite."""
     import torch.nn.functional as F
 
-    from vizlm.models import base
+    from vizlm.models import loss as base
     from vizlm.models.base import Readout
 
     monkeypatch.setattr(base, "_host_checks", lambda x: host)
