@@ -332,7 +332,8 @@ def test_carried_state_survives_a_resume(name, kw, document):
     RM's memory of word embeddings (2d wide) and a state without a start slot come back as they were,
     and reading on from them equals reading on without the resume."""
     from vizlm.core.distributed import SINGLE
-    from vizlm.modeling.resume import gather_carried as _gather_carried, scatter_carried as _scatter_carried
+    from vizlm.modeling.resume import gather_carried as _gather_carried
+    from vizlm.modeling.resume import scatter_carried as _scatter_carried
 
     model = doc_model(name, kw)
     with torch.no_grad():

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import json
 
-from vizlm.data.folder import (CARD_FILE, CARD_FORMAT, COLUMNS, TOKEN_ID_FILES, VOCAB_FILE, document_sizes,
-                               read_card, vocab_text)
+from vizlm.data.folder import (
+    CARD_FILE,
+    CARD_FORMAT,
+    COLUMNS,
+    TOKEN_ID_FILES,
+    VOCAB_FILE,
+    document_sizes,
+    read_card,
+    vocab_text,
+)
 from vizlm.data.ingest import prepare_corpus
 from vizlm.data.prepare import RawSentence, _split_files
 from vizlm.data.registry import SPLITS

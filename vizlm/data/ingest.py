@@ -78,11 +78,20 @@ from pathlib import Path
 import numpy as np
 
 from vizlm.core import files, paths
-from vizlm.data.folder import CARD_FORMAT, SplitWriter, document_of, read_card, rewrite_ids, sha256_file, write_card, write_vocab
+from vizlm.data.folder import (
+    CARD_FORMAT,
+    SplitWriter,
+    document_of,
+    read_card,
+    rewrite_ids,
+    sha256_file,
+    write_card,
+    write_vocab,
+)
 from vizlm.data.registry import SPLITS, DataError, check_corpus_name
-from vizlm.data.vocab import BOS, EOS, PAD, SPECIALS, UNK, VOCAB_SIZE, WORD_RULE, Vocab, is_word, unusable_words
 from vizlm.data.text import MAX_TOKENS, reading_of
 from vizlm.data.tokens import TokenIdWriter, vocab_digest
+from vizlm.data.vocab import BOS, EOS, PAD, SPECIALS, UNK, VOCAB_SIZE, WORD_RULE, Vocab, is_word, unusable_words
 
 LAYOUTS = ("sentence", "paragraph", "wikitext")
 LAYOUT_HELP = {
