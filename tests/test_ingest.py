@@ -466,7 +466,7 @@ def test_sigterm_during_prepare_removes_its_partial_folder(prepared, corpora, tm
 
     script = (
         "import sys, time, vizlm\n"
-        "from vizlm import ingest\n"
+        "from vizlm.data import ingest\n"
         "real = ingest._write_ids\n"
         "def slow(out, split, *args):\n"
         "    print('writing', flush=True); time.sleep(60); return real(out, split, *args)\n"
