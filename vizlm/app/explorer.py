@@ -19,7 +19,8 @@ from vizlm.app import faithfulness, jobs, results
 from vizlm.app import widgets as ui
 from vizlm.inspect.attribution import TEXT_METHODS
 from vizlm.modeling.checkpoint import meta_corpus
-from vizlm.data.registry import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, example_passages, example_sentences, user_corpora
+from vizlm.data.examples import example_passages, example_sentences
+from vizlm.data.registry import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, user_corpora
 from vizlm.present.links import DEFAULT_TEXT, DEFAULT_TEXTS, EXPLORER_MEASURES, MAX_TOP_K, MEASURE_LABELS, parse_query
 from vizlm.present.plots import (
     attention_key_html,
