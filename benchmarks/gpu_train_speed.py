@@ -81,7 +81,8 @@ def read_splits_once() -> None:
 
 def vizlm_tokens_per_s(family: str, units: int, layers: int, warmup: int, batches: int, ctx) -> float:
     """tokens/s of :func:`vizlm.modeling.train.train` after ``warmup`` steps (train_log's ``steady_tokens_per_s``)."""
-    from vizlm.modeling.train import TrainConfig, train
+    from vizlm.modeling.config import TrainConfig
+    from vizlm.modeling.train import train
 
     with tempfile.TemporaryDirectory() as tmp:
         tc = TrainConfig(epochs=1, bptt=BPTT, streams=BATCH, max_batches=warmup + batches, eval_batches=1,

@@ -41,7 +41,7 @@ from vizlm.inspect.analysis import analyze  # noqa: E402
 from vizlm.inspect.effects import slot_effect_rows
 from vizlm.inspect.reading import BOUNDARY
 from vizlm.modeling.checkpoint import Checkpoint, bundled_checkpoints, load_checkpoint  # noqa: E402
-from vizlm.data.registry import example_passages  # noqa: E402
+from vizlm.data.examples import example_passages  # noqa: E402
 from vizlm.present.export import chart_spec  # noqa: E402
 from vizlm.models import build_model  # noqa: E402
 from vizlm.inspect.highlight import DEFAULT  # noqa: E402

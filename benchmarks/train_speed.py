@@ -48,7 +48,8 @@ def _anchor_data(folder: Path, batches: int) -> None:
     vocabulary (but ``</s>``, for which the anchor has its own ``<eos>``): both output layers
     are 10,000 wide, as in a real run.
     """
-    from vizlm.data.registry import Vocab, load_corpus
+    from vizlm.data.registry import load_corpus
+    from vizlm.data.vocab import Vocab
 
     vocab = Vocab.for_corpus("brown")
     for split in ("train", "valid", "test"):
@@ -81,7 +82,8 @@ def anchor_tokens_per_s(batches: int, threads: int) -> float:
 
 
 def vizlm_tokens_per_s(family: str, batches: int) -> float:
-    from vizlm.modeling.train import TrainConfig, train
+    from vizlm.modeling.config import TrainConfig
+    from vizlm.modeling.train import train
 
     with tempfile.TemporaryDirectory() as tmp:
         tc = TrainConfig(epochs=1, bptt=BPTT, streams=BATCH, max_batches=batches, eval_batches=1)

@@ -20,7 +20,7 @@ from vizlm.app import jobs, results, views
 from vizlm.app import widgets as ui
 from vizlm.app.shell import EXPLORER, page_setup
 from vizlm.inspect.attribution_corpus import BY_DISTANCE
-from vizlm.data.registry import example_sentences
+from vizlm.data.examples import example_sentences
 from vizlm.present.export import safe_filename
 from vizlm.present.links import explorer_query
 from vizlm.present.charts import positions_chart, sentence_positions_chart

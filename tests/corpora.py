@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vizlm.data.registry import SPECIALS
+from vizlm.data.vocab import SPECIALS
 
 WORDS = [f"w{i}" for i in range(60)]
 

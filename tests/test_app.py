@@ -23,7 +23,7 @@ from streamlit.testing.v1 import AppTest
 from vizlm.inspect.attribution_corpus import BY_DISTANCE
 from vizlm.inspect.case_rules import LABELS
 from vizlm.modeling.checkpoint import bundled_checkpoints, bundled_dir, save_checkpoint
-from vizlm.data.registry import Vocab
+from vizlm.data.vocab import Vocab
 from vizlm.models import build_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -1259,7 +1259,7 @@ def test_a_bundled_model_on_an_imported_corpus_shows_its_overlap(yours):
     """#27: a model scored on a corpus it was not trained on shows the share of the corpus's tokens outside its
     vocabulary and a warning above the result (Compare, Attention by position, Cases)."""
     from vizlm.modeling.checkpoint import load_checkpoint
-    from vizlm.data.registry import vocab_overlap
+    from vizlm.data.vocab import vocab_overlap
 
     expected = vocab_overlap(load_checkpoint(ROOT / "checkpoints" / "amsrn").vocab, "wlm", "test", yours["data"])
     assert 0 < expected.oov_rate < 1
@@ -1427,7 +1427,7 @@ def test_a_bundled_model_on_a_prepared_corpus_shows_its_overlap(mine):
     """#27: every corpus page offers the prepared corpus to the bundled models, runs on it and warns of the share
     of its tokens outside their vocabulary, above the result."""
     from vizlm.modeling.checkpoint import load_checkpoint
-    from vizlm.data.registry import vocab_overlap
+    from vizlm.data.vocab import vocab_overlap
 
     expected = vocab_overlap(load_checkpoint(ROOT / "checkpoints" / "amsrn").vocab, PREPARED, "test")
     assert 0 < expected.oov_rate < 1  # zorblax, quibbeted

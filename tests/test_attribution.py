@@ -20,7 +20,7 @@ from vizlm.inspect import attribution_corpus as ac
 from vizlm.inspect import attribution_methods as am
 from vizlm.inspect.analysis import analyze_sentences
 from vizlm.modeling.checkpoint import Checkpoint
-from vizlm.data.registry import SPECIALS, Vocab
+from vizlm.data.vocab import SPECIALS, Vocab
 from vizlm.core.errors import VizlmError
 from vizlm.models import build_model
 from vizlm.inspect.highlight import DEFAULT, Share, TopK

@@ -17,7 +17,8 @@ from vizlm.inspect.case_gallery import CaseReport, corpus_cases, gallery_order
 from vizlm.inspect.case_rules import LABELS, stem
 from vizlm.inspect.cases import Case, label_cases
 from vizlm.modeling.checkpoint import Checkpoint
-from vizlm.data.registry import EOS, Vocab, load_corpus
+from vizlm.data.registry import load_corpus
+from vizlm.data.vocab import EOS, Vocab
 from vizlm.models import build_model
 from vizlm.data.resources import Collocations, collocation_rows, load_collocations
 from vizlm.present.serialize import analysis_dict

@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 
 from vizlm.modeling import checkpoint as ckmod
 from vizlm.modeling.checkpoint import CheckpointError, checkpoint_from_bytes, load_checkpoint, save_checkpoint
-from vizlm.data.registry import SPECIALS, Vocab
+from vizlm.data.vocab import SPECIALS, Vocab
 from vizlm.models import LIMITS, REGISTRY, build_model, check_config
 
 VOCAB = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])

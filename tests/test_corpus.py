@@ -13,7 +13,7 @@ from vizlm.core import paths
 from vizlm.inspect.analysis import analyze_tokens
 from vizlm.modeling.checkpoint import Checkpoint
 from vizlm.inspect.corpus_stats import attention_by_position, compare, compare_corpus, sentence_positions
-from vizlm.data.registry import SPECIALS, Vocab
+from vizlm.data.vocab import SPECIALS, Vocab
 from vizlm.models import build_model
 
 VOCAB = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])

@@ -13,7 +13,9 @@ from conftest import ROOT, SHARED
 from vizlm.data import registry as data
 from vizlm.core import paths
 from vizlm.data import text as text_module
-from vizlm.data.registry import SPECIALS, Vocab, bucket_batches, collate, load_corpus
+from vizlm.data.batches import bucket_batches, collate
+from vizlm.data.registry import load_corpus
+from vizlm.data.vocab import SPECIALS, Vocab
 from vizlm.core.files import OverwriteError
 from vizlm.data.prepare import prepare, split_of
 from vizlm.data.text import normalize, split_sentences, tokenize
@@ -206,7 +208,7 @@ def test_split_texts_are_the_corpus_texts_without_token_lists(corpus, split):
 def test_examples_of_an_imported_corpus_leave_out_wikitext_headings(tmp_path):
     """An imported corpus keeps WikiText's "= Title =" and "= = Section = =" lines; the Explorer's examples are text,
     so no example sentence or passage holds a heading."""
-    from vizlm.data import registry as data
+    from vizlm.data import examples as data
 
     lines = ["= Valkyria Chronicles =", "", "= = Section 1 = =", "the game is a tactical role playing game for one",
              "it was made by a team of people who had worked on earlier games", "= = = Reception = = =",

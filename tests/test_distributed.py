@@ -186,7 +186,7 @@ def test_a_run_killed_mid_epoch_resumes_without_losing_anything(data, tmp_path, 
 def test_uneven_shards_scale_the_loss_to_the_whole_step():
     """Without torchrun: a rank's loss (its NLL / (global tokens / world)), averaged over the
     ranks, is one process's loss of the whole step, entropy term included."""
-    from vizlm.data.registry import collate
+    from vizlm.data.batches import collate
     from vizlm.models import build_model
     from vizlm.modeling.train import output_loss
 
@@ -205,7 +205,7 @@ def test_uneven_shards_scale_the_loss_to_the_whole_step():
 def test_corpus_statistics_under_torchrun_equal_one_process(data, tmp_path, capsys):
     """``vizlm positions`` and ``vizlm compare`` on a corpus split: two ranks score their shares."""
     from vizlm.modeling.checkpoint import save_checkpoint
-    from vizlm.data.registry import Vocab
+    from vizlm.data.vocab import Vocab
     from vizlm.models import build_model
 
     vocab = Vocab.for_corpus("brown", data)

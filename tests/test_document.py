@@ -12,8 +12,9 @@ import torch
 from conftest import ATTENTION_MODELS, all_variants, tiny_model
 from reference import reference_document
 
-from vizlm.data.registry import (SPECIALS, Vocab, document_batches, document_plan, document_sizes, document_tokens,
-                        split_documents)
+from vizlm.data.batches import document_batches, document_plan, document_tokens, split_documents
+from vizlm.data.folder import document_sizes
+from vizlm.data.vocab import SPECIALS, Vocab
 from vizlm.modeling.evaluate import score, score_documents, score_sentences
 from vizlm.models import REGISTRY, build_model, make_config
 from vizlm.models.base import slot_mask
@@ -327,11 +328,12 @@ def test_a_state_without_start_slot_counts_states_only(document):
 @pytest.mark.parametrize("name,kw", [("rm", {"window": 4}), ("amsrn", {"memory": 5, "start_slot": False}),
                                      ("kvp", {"window": 3})])
 def test_carried_state_survives_a_resume(name, kw, document):
-    """Training's resume keeps every stream's carried state (train._gather_carried / _scatter_carried):
+    """Training's resume keeps every stream's carried state (vizlm.modeling.resume.gather_carried / scatter_carried):
     RM's memory of word embeddings (2d wide) and a state without a start slot come back as they were,
     and reading on from them equals reading on without the resume."""
     from vizlm.core.distributed import SINGLE
-    from vizlm.modeling.train import _gather_carried, _scatter_carried
+    from vizlm.modeling.resume import gather_carried as _gather_carried
+    from vizlm.modeling.resume import scatter_carried as _scatter_carried
 
     model = doc_model(name, kw)
     with torch.no_grad():

@@ -15,7 +15,7 @@ from reference import reference_effects
 from vizlm.inspect.analysis import LN2, analyze_batch, analyze_tokens, spearman
 from vizlm.inspect.effects import slot_effect_rows, with_slot_effects
 from vizlm.modeling.checkpoint import Checkpoint
-from vizlm.data.registry import SPECIALS, Vocab
+from vizlm.data.vocab import SPECIALS, Vocab
 from vizlm.models import build_model
 from vizlm.models import effects as fx
 from vizlm.present.serialize import analysis_dict

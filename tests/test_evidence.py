@@ -204,7 +204,7 @@ def test_attribution_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pat
 
     from vizlm.inspect import attribution_corpus
     from vizlm.modeling.checkpoint import save_checkpoint
-    from vizlm.data.registry import Vocab
+    from vizlm.data.vocab import Vocab
     from vizlm.models import build_model
 
     for key, sub in (("VIZLM_CACHE", "cache"), ("VIZLM_EVIDENCE", "evidence"), ("VIZLM_CHECKPOINTS", "checkpoints")):
@@ -313,7 +313,7 @@ def test_faithfulness_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pa
 
     from vizlm.inspect import attribution, faithfulness_corpus
     from vizlm.modeling.checkpoint import save_checkpoint
-    from vizlm.data.registry import Vocab
+    from vizlm.data.vocab import Vocab
     from vizlm.models import build_model
 
     for key, sub in (("VIZLM_CACHE", "cache"), ("VIZLM_EVIDENCE", "evidence"), ("VIZLM_CHECKPOINTS", "checkpoints")):

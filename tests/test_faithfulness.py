@@ -22,7 +22,7 @@ from vizlm.inspect import faithfulness_corpus as fc
 from vizlm.inspect import faithfulness_erasure as fe
 from vizlm.inspect.analysis import analyze_sentences
 from vizlm.modeling.checkpoint import Checkpoint
-from vizlm.data.registry import SPECIALS, Vocab
+from vizlm.data.vocab import SPECIALS, Vocab
 from vizlm.models import build_model
 
 ATTENTION_VARIANTS = [("amsrn", {}), ("amsrn", {"start_slot": False}), ("attention", {"window": 3}),

@@ -21,7 +21,8 @@ import vizlm
 from vizlm.data import ingest
 from vizlm.core import paths
 from vizlm.cli import main
-from vizlm.data.registry import SPECIALS, Vocab, load_corpus
+from vizlm.data.registry import load_corpus
+from vizlm.data.vocab import SPECIALS, Vocab
 
 # --------------------------------------------------------------------------- the corpora
 SENTENCE = {  # a sentence a line, a blank line between documents; valid gzipped

@@ -74,7 +74,7 @@ def test_entropy_regulariser_in_loss(batch):
 
 def test_amsrn_initialised_from_lstm_is_that_lstm(batch):
     from vizlm.modeling.checkpoint import Checkpoint
-    from vizlm.data.registry import SPECIALS, Vocab
+    from vizlm.data.vocab import SPECIALS, Vocab
     from vizlm.modeling.train import init_from
 
     vocab = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])
@@ -90,7 +90,7 @@ def test_amsrn_initialised_from_lstm_is_that_lstm(batch):
 def test_daniluk_initialised_from_lstm_predicts_from_that_lstm(variant, part, batch):
     """The LSTM becomes the predict part (N-gram: part 1): h*_t = tanh(h_t of the LSTM) at first."""
     from vizlm.modeling.checkpoint import Checkpoint
-    from vizlm.data.registry import SPECIALS, Vocab
+    from vizlm.data.vocab import SPECIALS, Vocab
     from vizlm.modeling.train import init_from
 
     vocab = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])
@@ -173,7 +173,7 @@ def test_fused_output_loss_equals_cross_entropy(rows, bias, padding, host, monke
     zeroing their gradient); ``host=False`` runs the GPU's path (no look at the values) here."""
     import torch.nn.functional as F
 
-    from vizlm.models import base
+    from vizlm.models import loss as base
     from vizlm.models.base import Readout
 
     monkeypatch.setattr(base, "_host_checks", lambda x: host)
@@ -212,7 +212,7 @@ def test_fused_output_loss_where_the_target_probability_underflows(host, monkeyp
     gives its NLL (from the logits, not ``-log 0``), equal to ``F.cross_entropy``, gradients finite."""
     import torch.nn.functional as F
 
-    from vizlm.models import base
+    from vizlm.models import loss as base
     from vizlm.models.base import Readout
 
     monkeypatch.setattr(base, "_host_checks", lambda x: host)
@@ -315,7 +315,7 @@ def test_rm_addresses_with_one_table_and_reads_the_other(batch):
 
 def test_rm_initialised_from_lstm_copies_its_lstm(batch):
     from vizlm.modeling.checkpoint import Checkpoint
-    from vizlm.data.registry import SPECIALS, Vocab
+    from vizlm.data.vocab import SPECIALS, Vocab
     from vizlm.modeling.train import init_from
 
     vocab = Vocab(list(SPECIALS) + [f"w{i}" for i in range(36)])

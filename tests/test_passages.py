@@ -26,14 +26,10 @@ from vizlm.inspect.reading import BOUNDARY, READINGS, split_at_boundaries
 from vizlm.inspect.case_gallery import corpus_cases
 from vizlm.inspect.cases import label_cases
 from vizlm.modeling.checkpoint import Checkpoint, bundled_checkpoints, bundled_dir, load_checkpoint, save_checkpoint
-from vizlm.data.registry import (
-    SPECIALS,
-    Vocab,
-    document_tokens,
-    example_passages,
-    passage_start,
-    read_text_file,
-)
+from vizlm.data.batches import document_tokens
+from vizlm.data.examples import example_passages, passage_start
+from vizlm.data.registry import read_text_file
+from vizlm.data.vocab import SPECIALS, Vocab
 from vizlm.modeling.evaluate import score_documents
 from vizlm.present.links import ExplorerState, parse_query
 from vizlm.present.serialize import analysis_dict

@@ -23,7 +23,7 @@ from torch import nn
 import vizlm
 from vizlm import cli
 from vizlm.modeling.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from vizlm.data.registry import SPECIALS, Vocab
+from vizlm.data.vocab import SPECIALS, Vocab
 from vizlm.models import ATTENTION_MODELS, Limit, Plugin, PluginError, build_model, lookup, names, plugin_of, plugins
 from vizlm.models import effects as fx
 from vizlm.models.base import AttentionLM, BaseConfig, Readout, masked_softmax, memory_of, slot_mask

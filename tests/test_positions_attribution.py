@@ -16,7 +16,7 @@ from corpora import make_corpus
 from vizlm.inspect import attribution_corpus as ac
 from vizlm.present import charts, export
 from vizlm.modeling.checkpoint import Checkpoint
-from vizlm.data.registry import Vocab
+from vizlm.data.vocab import Vocab
 from vizlm.models import build_model
 
 WINDOW = 3

@@ -557,10 +557,10 @@ def test_the_runs_marked_stale_are_those_the_plateau_rule_would_have_trained_oth
     """A run trained before the plateau rule (TrainConfig.plateau) whose log has an epoch without
     improvement while its best valid perplexity was still >= 0.9 x the unigram model's would train
     otherwise now: the manifest marks exactly those `stale`, until retrained evidence replaces them."""
-    from vizlm.data.registry import Vocab
+    from vizlm.data.vocab import Vocab
     from vizlm.modeling.evaluate import unigram_perplexity
     from vizlm.data.tokens import open_split
-    from vizlm.modeling.train import TrainConfig
+    from vizlm.modeling.config import TrainConfig
 
     runs = experiments.load_manifest(ROOT / experiments.MANIFEST)
     plateau = {}

@@ -18,19 +18,15 @@ from corpora import make_corpus
 
 from vizlm import cli
 from vizlm.core import paths
-from vizlm.data.registry import (
-    Vocab,
-    document_batches,
-    document_sizes,
-    encode_sentences,
-    iter_batches,
-    load_corpus,
-    split_documents,
-)
+from vizlm.data.batches import document_batches, iter_batches, split_documents
+from vizlm.data.folder import document_sizes
+from vizlm.data.registry import load_corpus
+from vizlm.data.vocab import Vocab, encode_sentences
 from vizlm.modeling.evaluate import score, score_split
 from vizlm.models import build_model
 from vizlm.data.prepare import prepare_token_ids
-from vizlm.data.tokens import DocumentEpoch, SentenceEpoch, TokenSplit, open_split
+from vizlm.data.batches import DocumentEpoch, SentenceEpoch
+from vizlm.data.tokens import TokenSplit, open_split
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,9 @@ import torch
 
 from vizlm import cli
 from vizlm.core import files
-from vizlm.data.registry import Vocab, encode_sentences, iter_batches, load_corpus
+from vizlm.data.batches import iter_batches
+from vizlm.data.registry import load_corpus
+from vizlm.data.vocab import Vocab, encode_sentences
 from vizlm.modeling.evaluate import score_sentences
 from vizlm.models import REGISTRY, build_model
 from vizlm.modeling.train import lm_loss
@@ -106,7 +108,8 @@ def test_a_loss_that_is_not_finite_stops_training_at_its_step(tmp_path, monkeypa
 
 def test_resume_keeps_the_init_from_lineage(tmp_path):
     from vizlm.modeling.checkpoint import load_checkpoint
-    from vizlm.modeling.train import TrainConfig, train
+    from vizlm.modeling.config import TrainConfig
+    from vizlm.modeling.train import train
 
     small = {"emb_dim": 8, "hidden_dim": 8}
     tc = TrainConfig(epochs=1, max_batches=2, eval_batches=1)
@@ -206,7 +209,8 @@ def test_scoring_batches_stay_within_a_token_budget(monkeypatch):
 @pytest.fixture(scope="module")
 def small_lstm(tmp_path_factory):
     """A tiny LSTM trained for three batches: the checkpoint --init-from starts from."""
-    from vizlm.modeling.train import TrainConfig, train
+    from vizlm.modeling.config import TrainConfig
+    from vizlm.modeling.train import train
 
     out = tmp_path_factory.mktemp("lstm") / "lstm"
     train("lstm", {"emb_dim": 8, "hidden_dim": 8}, "brown", out, TrainConfig(epochs=1, max_batches=3, eval_batches=1))
@@ -270,7 +274,8 @@ def test_freeze_survives_a_resume_and_refuses_an_unfrozen_run(small_lstm, tmp_pa
     with it is refused (its copied tensors have moved), not silently frozen."""
     from safetensors.torch import load_file
 
-    from vizlm.modeling.train import TrainConfig, train
+    from vizlm.modeling.config import TrainConfig
+    from vizlm.modeling.train import train
 
     small = {"emb_dim": 8, "hidden_dim": 8}
     one = TrainConfig(epochs=1, max_batches=2, eval_batches=1, lr=0.01, freeze=True)
@@ -332,7 +337,7 @@ def test_the_train_options_are_the_train_config_s_fields():
     --dry-run is TrainConfig.dry_run (as `reproduce`'s)."""
     import dataclasses
 
-    from vizlm.modeling.train import TrainConfig, options
+    from vizlm.modeling.config import TrainConfig, options
 
     parser = cli.build_parser()
 

@@ -8,7 +8,7 @@ from conftest import TINY, assert_same_math
 from reference import transformer_reference
 
 from vizlm.modeling.checkpoint import load_checkpoint, save_checkpoint
-from vizlm.data.registry import Vocab
+from vizlm.data.vocab import Vocab
 from vizlm.models import build_model, check_config
 
 

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from vizlm.core import paths
-from vizlm.data.registry import SPECIALS, DataError, Vocab, example_passages, example_sentences, oov_rate, vocab_overlap
+from vizlm.data.examples import example_passages, example_sentences
+from vizlm.data.registry import DataError
+from vizlm.data.vocab import SPECIALS, Vocab, oov_rate, vocab_overlap
 from vizlm.modeling.importer import write_corpus
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -342,9 +342,9 @@ class Model:
 
     def off_corpus(self, corpus: str, split: str) -> str | None:
         """A note when this model is run on a corpus it was not trained on: the share of the split's tokens
-        outside its vocabulary, which it reads (and predicts) as ``<unk>`` (:func:`vizlm.data.registry.vocab_overlap`);
+        outside its vocabulary, which it reads (and predicts) as ``<unk>`` (:func:`vizlm.data.vocab.vocab_overlap`);
         None on its own corpus."""
-        from vizlm.data.registry import vocab_overlap
+        from vizlm.data.vocab import vocab_overlap
 
         if self.corpus == corpus:
             return None

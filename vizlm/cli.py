@@ -13,12 +13,13 @@ from vizlm import commands, models
 from vizlm.core import paths
 from vizlm.present import tables
 from vizlm.commands import fraction, positive_number, read_text, scoring_progress, whole
-from vizlm.data.registry import CORPORA, SPECIALS, TRAINABLE, VOCAB_SIZE
+from vizlm.data.registry import CORPORA, TRAINABLE
+from vizlm.data.vocab import SPECIALS, VOCAB_SIZE
 from vizlm.core.distributed import DEVICES
 from vizlm.data.ingest import LAYOUT_HELP, LAYOUTS
 from vizlm.models import REGISTRY
-from vizlm.modeling.train import TrainConfig
-from vizlm.modeling.train import options as train_options
+from vizlm.modeling.config import TrainConfig
+from vizlm.modeling.config import options as train_options
 
 # `vizlm reproduce WHAT`: each word and the option it stands for (its dest)
 REPRODUCE_MODES = ("list", "run", "report", "evidence", "bundle", "attribution", "faithfulness", "cases")
@@ -444,7 +445,8 @@ def cmd_eval(args) -> int:
     """A text file is scored in memory (it is at most MAX_TEXT_FILE_BYTES); a corpus split is read a
     chunk at a time (from its token-id files when there are some), shared out under torchrun."""
     from vizlm.api import load
-    from vizlm.data.registry import corpus_splits, encode_sentences
+    from vizlm.data.registry import corpus_splits
+    from vizlm.data.vocab import encode_sentences
     from vizlm.core.distributed import session
     from vizlm.modeling.evaluate import Totals, score, score_split, score_stream, split_stream
     from vizlm.data.tokens import TokenSplit, open_split

@@ -570,7 +570,8 @@ def corpus_text(corpus: str, split: str, sentence: str | None, document: bool) -
     """The text of sentence ``sentence`` (an id; None: the first) of a processed split, as typed text: its
     words as written; with ``document``, after the sentences of its document before it that fit in
     :data:`~vizlm.data.text.MAX_TOKENS` tokens with it, a sentence a line."""
-    from vizlm.data.registry import passage_start, split_texts
+    from vizlm.data.examples import passage_start
+    from vizlm.data.registry import split_texts
 
     ids, texts, _ = split_texts(corpus, split)
     if not ids:

@@ -40,7 +40,7 @@ def document_checkpoint(folder: Path) -> Path:
     import torch
 
     from vizlm.modeling.checkpoint import bundled_checkpoints, bundled_dir, save_checkpoint
-    from vizlm.data.registry import Vocab
+    from vizlm.data.vocab import Vocab
     from vizlm.models import build_model
 
     meta = json.loads((bundled_dir() / bundled_checkpoints()[0] / "config.json").read_text(encoding="utf-8"))
@@ -272,7 +272,7 @@ def test_passage_view(page):
     """A passage of a Brown document: the document model reads it as running text, amsrn a sentence at a
     time (each panel says so); a repeated word picked by the link stays picked; the heat map shows the
     rows around it, or every row; PNG download; the measure in the URL."""
-    from vizlm.data.registry import example_passages
+    from vizlm.data.examples import example_passages
     from vizlm.data.text import passage_sentences
 
     text = max((t for _, t in example_passages("brown", "test")), key=len)  # ~400 words, 18 sentences
@@ -416,7 +416,7 @@ def _faithfulness_folders(root: Path) -> dict[str, str]:
     import torch
 
     from vizlm.modeling.checkpoint import save_checkpoint
-    from vizlm.data.registry import Vocab
+    from vizlm.data.vocab import Vocab
     from vizlm.data.ingest import prepare_corpus
     from vizlm.models import build_model
 

@@ -33,7 +33,8 @@ from vizlm.modeling.checkpoint import (
     meta_corpus,
     read_meta,
 )
-from vizlm.data.registry import CORPUS_LANGUAGE, Overlap, vocab_overlap
+from vizlm.data.registry import CORPUS_LANGUAGE
+from vizlm.data.vocab import Overlap, vocab_overlap
 from vizlm.core.errors import VizlmError
 from vizlm.models import ATTENTION_MODELS
 from vizlm.reproduce.experiments import PAPERS, load_manifest
@@ -415,7 +416,7 @@ def trained_corpus(name: str) -> str | None:
 
 
 def corpus_overlap(name: str, corpus: str, split: str) -> Overlap:
-    """The overlap of the model's vocabulary with a split (:func:`vizlm.data.registry.vocab_overlap`, whose word counts
+    """The overlap of the model's vocabulary with a split (:func:`vizlm.data.vocab.vocab_overlap`, whose word counts
     are cached); :class:`UserError` when the model cannot be loaded."""
     return vocab_overlap(get_checkpoint(name).vocab, corpus, split)
 

@@ -20,7 +20,8 @@ from vizlm.app import widgets as ui
 from vizlm.inspect.attribution import TEXT_METHODS
 from vizlm.inspect.highlight import DEFAULT, Setting, Share, TopK
 from vizlm.modeling.checkpoint import meta_corpus
-from vizlm.data.registry import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, example_passages, example_sentences, user_corpora
+from vizlm.data.examples import example_passages, example_sentences
+from vizlm.data.registry import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, user_corpora
 from vizlm.present.word_view import WordView, default_target, word_view
 from vizlm.present.links import DEFAULT_TEXT, DEFAULT_TEXTS, EXPLORER_MEASURES, MAX_TOP_K, MEASURE_LABELS, parse_query
 from vizlm.present.fragments import attention_key_html, attribution_html, attribution_key_html, highlighted_html, sentence_strip_html, text_span

@@ -20,7 +20,8 @@ from vizlm.app import jobs
 from vizlm.inspect.attribution import LABELS as METHOD_LABELS
 from vizlm.inspect.attribution import Attribution, estimate_seconds
 from vizlm.app.checkpoints import UserError, get_checkpoint, model_key
-from vizlm.data.registry import Corpus, DataError, corpus_folder, load_corpus, passage_start
+from vizlm.data.examples import passage_start
+from vizlm.data.registry import Corpus, DataError, corpus_folder, load_corpus
 from vizlm.core.errors import VizlmError
 from vizlm.inspect.highlight import Setting
 from vizlm.present.export import chart_spec
@@ -185,7 +186,7 @@ def sentence_text(corpus: str, split: str, index: int) -> str:
 
 def passage_text(corpus: str, split: str, index: int) -> tuple[str, int]:
     """Sentence ``index`` of a split after the sentences before it in its document, as many as the
-    Explorer reads (:func:`vizlm.data.registry.passage_start`), a sentence a line; and the row that predicts
+    Explorer reads (:func:`vizlm.data.examples.passage_start`), a sentence a line; and the row that predicts
     the sentence's first word there, counted on the text as the Explorer reads it (:func:`vizlm.data.text.token_row`)."""
     c = load_corpus_cached(corpus, split)
     start = passage_start(c.ids, [len(w) for w in c.sentences], index)

@@ -242,7 +242,7 @@ def _card(corpus: str) -> dict | None:
 
 def off_corpus_warning(models: list[str], corpus: str, split: str) -> bool:
     """Above a corpus page's result: for each of ``models`` not trained on ``corpus``, the share of the split's
-    tokens outside its vocabulary (:func:`vizlm.data.registry.vocab_overlap`), in one warning. Returns whether it warned."""
+    tokens outside its vocabulary (:func:`vizlm.data.vocab.vocab_overlap`), in one warning. Returns whether it warned."""
     lines = []
     for name in models:
         trained = trained_corpus(name)

@@ -61,12 +61,10 @@ lock, freed when its process ends, :func:`vizlm.core.files.exclusive`), and a se
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import gzip
 import hashlib
 import itertools
-import json
 import re
 import shutil
 import sys
@@ -80,26 +78,20 @@ from pathlib import Path
 import numpy as np
 
 from vizlm.core import files, paths
-from vizlm.data.registry import (
-    BOS,
-    EOS,
-    PAD,
-    SPECIALS,
-    SPLITS,
-    UNK,
-    USER_CORPUS_FILE,
-    USER_CORPUS_FORMAT,
-    VOCAB_SIZE,
-    WORD_RULE,
-    DataError,
-    Vocab,
-    check_corpus_name,
-    is_word,
+from vizlm.data.folder import (
+    CARD_FORMAT,
+    SplitWriter,
+    document_of,
     read_card,
-    unusable_words,
+    rewrite_ids,
+    sha256_file,
+    write_card,
+    write_vocab,
 )
+from vizlm.data.registry import SPLITS, DataError, check_corpus_name
 from vizlm.data.text import MAX_TOKENS, reading_of
 from vizlm.data.tokens import TokenIdWriter, vocab_digest
+from vizlm.data.vocab import BOS, EOS, PAD, SPECIALS, UNK, VOCAB_SIZE, WORD_RULE, Vocab, is_word, unusable_words
 
 LAYOUTS = ("sentence", "paragraph", "wikitext")
 LAYOUT_HELP = {
@@ -184,11 +176,7 @@ class Source:
             raise PrepareError(f"{self.path}: cannot be read ({exc})") from None
 
     def sha256(self) -> str:
-        digest = hashlib.sha256()
-        with open(self.path, "rb") as fh:
-            for block in iter(lambda: fh.read(2**20), b""):
-                digest.update(block)
-        return digest.hexdigest()
+        return sha256_file(self.path)
 
 
 def find_sources(folder: Path | str) -> dict[str, Source]:
@@ -274,7 +262,7 @@ class SplitCounts:
     headings: int = 0  # WikiText section headings dropped
     long_cut: int = 0  # sentences longer than MAX_TOKENS, cut into pieces
     reserved: int = 0  # literal <s> </s> <pad> read as <unk>
-    unusable: int = 0  # tokens that can be no word (vizlm.data.registry.is_word) read as <unk>
+    unusable: int = 0  # tokens that can be no word (vizlm.data.vocab.is_word) read as <unk>
     first_unusable: str | None = None
     blank_lines: int = 0
     stream: bool = False  # no blank line: documents of STREAM_DOCUMENT_SENTENCES sentences
@@ -328,7 +316,7 @@ _RESERVED_RE = re.compile("(?:^|(?<= ))(?:" + "|".join(map(re.escape, sorted(_RE
 
 def _read_words(line: str, lowercase: bool, counts: SplitCounts) -> str:
     """The words models read of a sentence's original words: lowercased if asked, vizlm's reserved
-    words and tokens that can be no word (:func:`vizlm.data.registry.is_word`) as ``<unk>``."""
+    words and tokens that can be no word (:func:`vizlm.data.vocab.is_word`) as ``<unk>``."""
     if lowercase:
         line = line.lower()
     if "<" in line:
@@ -416,22 +404,17 @@ def _write_split(source: Source, out: Path, layout: str, options: dict, counts: 
     lowercase, chars = options["lowercase"], options["chars"]
     bar = _bar(_count_lines(source) or 0, f"{split}: reading", progress)
     d, i = -1, 0
-    stack = contextlib.ExitStack()
-    handles = {ext: stack.enter_context(open(out / f"{split}.{ext}", "w", encoding="utf-8", newline="\n"))  # noqa: SIM115
-               for ext in ("orig", "txt", "tags", "ids")}
-    bufs: dict[str, list[str]] = {ext: [] for ext in handles}
+    bufs: dict[str, list[str]] = {ext: [] for ext in ("orig", "txt", "tags", "ids")}
+    orig, txt, tags, ids = bufs["orig"], bufs["txt"], bufs["tags"], bufs["ids"]
+    with SplitWriter(out, split) as writer:
 
-    def flush() -> None:
-        for ext, buf in bufs.items():
-            if buf:
-                handles[ext].write("\n".join(buf) + "\n")
-        if word_counts is not None and bufs["txt"]:
-            word_counts.update(" ".join(bufs["txt"]).split(" "))
-        for buf in bufs.values():
-            buf.clear()
+        def flush() -> None:
+            writer.write(bufs)
+            if word_counts is not None and txt:
+                word_counts.update(" ".join(txt).split(" "))
+            for buf in bufs.values():
+                buf.clear()
 
-    with stack:
-        orig, txt, tags, ids = bufs["orig"], bufs["txt"], bufs["tags"], bufs["ids"]
         for new_doc, sentence in _sentences(source, layout, chars, counts, progress=bar.update):
             if new_doc:
                 d, i = d + 1, 0
@@ -451,8 +434,7 @@ def _write_split(source: Source, out: Path, layout: str, options: dict, counts: 
     if layout != "wikitext" and counts.documents == 1 and counts.sentences > STREAM_DOCUMENT_SENTENCES:
         # no blank line: one stream, read in documents of STREAM_DOCUMENT_SENTENCES sentences
         k = STREAM_DOCUMENT_SENTENCES
-        with open(out / f"{split}.ids", "w", encoding="utf-8", newline="\n") as f_ids:
-            f_ids.writelines(f"d{s // k}:{s % k}\n" for s in range(counts.sentences))
+        rewrite_ids(out, split, (f"d{s // k}:{s % k}" for s in range(counts.sentences)))
         counts.documents = -(-counts.sentences // k)
         counts.stream = True
 
@@ -473,7 +455,7 @@ def _write_ids(out: Path, split: str, vocab: Vocab, counts: SplitCounts, stats: 
             block = b"".join(lines)
             digest.update(block)
             sids = [f_ids.readline() for _ in lines]
-            docs = [sid.partition(":")[0] for sid in sids]
+            docs = [document_of(sid) for sid in sids]
             starts = [doc != prev for doc, prev in zip(docs, [last, *docs[:-1]])]
             last = docs[-1]
             text = block.decode("utf-8")
@@ -521,7 +503,7 @@ def prepare_corpus(name: str, source: Path | str, layout: str | None = None, voc
         with files.new_folder(final, partial=root / f".{name}.partial") as tmp:
             card = _prepare_into(tmp, name, sources, chosen, options, progress)
             card["seconds"] = round(time.perf_counter() - start, 2)
-            files.write_text(tmp / USER_CORPUS_FILE, json.dumps(card, indent=1, ensure_ascii=False) + "\n", force=True)
+            write_card(tmp, card)
     return card
 
 
@@ -568,7 +550,7 @@ def _prepare_into(out: Path, name: str, sources: dict[str, Source], layout: Layo
             raise PrepareError(f"no word of train is in the vocabulary ({_options_text(options)}); lower --min-count")
         raise PrepareError(f"{sources['train'].path}: train has no words (besides vizlm's own {', '.join(SPECIALS)})")
     vocab = Vocab(itos)
-    files.write_text(out / "vocab.txt", "\n".join(itos) + "\n", force=True)
+    write_vocab(out, itos)
     splits, checksums = {}, {}
     for split in SPLITS:
         c = counts[split]
@@ -594,7 +576,7 @@ def _prepare_into(out: Path, name: str, sources: dict[str, Source], layout: Layo
                      f"(the first, in {first[0]}: {ascii(first[1])[:60]})")
     return {
         "notes": notes,
-        "format": USER_CORPUS_FORMAT, "name": name, "splits": list(SPLITS), "vocab_size": len(itos),
+        "format": CARD_FORMAT, "name": name, "splits": list(SPLITS), "vocab_size": len(itos),
         "source": {"kind": "prepared", "folder": str(Path(sources["train"].path.parent).resolve()),
                    "files": {s: {"file": src.path.name, "bytes": src.size(), "sha256": src.sha256()}
                              for s, src in sources.items()}},

@@ -20,12 +20,14 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from vizlm.core import files, paths
-from vizlm.data.registry import CORPORA, CORPUS_LANGUAGE, LICENCES, SPECIALS, SPLITS, TRAINABLE, VOCAB_SIZE, Vocab, load_corpus
+from vizlm.core import paths
+from vizlm.data.folder import VOCAB_FILE, document_of, split_file, split_files, vocab_text, write_files
+from vizlm.data.registry import CORPORA, CORPUS_LANGUAGE, LICENCES, SPLITS, TRAINABLE, load_corpus
 from vizlm.data.resources import write_collocations
 from vizlm.data.tagger import write_tagger
 from vizlm.data.text import MAX_TOKENS, detokenize, normalize
 from vizlm.data.tokens import write_token_ids
+from vizlm.data.vocab import SPECIALS, VOCAB_SIZE, Vocab
 
 
 # --------------------------------------------------------------------------- readers
@@ -126,17 +128,14 @@ def split_of(index: int) -> str:
     return {8: "valid", 9: "test"}.get(index % 10, "train")
 
 
-
 def _split_files(out: Path, corpus: str, split: str, raw: list[RawSentence]) -> dict[Path, str]:
-    """The files of one processed split: path -> text."""
-    folder = out / corpus
-    columns = {
+    """The files of one processed split: path -> text (:func:`vizlm.data.folder.split_files`)."""
+    return split_files(out / corpus, split, {
         "txt": [" ".join(normalize(w) for w in s.words) for s in raw],
         "tags": [" ".join(s.tags) for s in raw],
         "orig": [" ".join(w.replace(" ", "_") for w in s.words) for s in raw],
         "ids": [s.sid for s in raw],
-    }
-    return {folder / f"{split}.{ext}": "".join(line + "\n" for line in lines) for ext, lines in columns.items()}
+    })
 
 
 def build_vocab(sentences: list[list[str]], size: int = VOCAB_SIZE) -> list[str]:
@@ -159,9 +158,9 @@ PASSAGE_TOKENS = 120  # ... at least this many tokens (whole sentences from the 
 def _passage(ids: list[str], words: list[list[str]], start: int, least: int) -> list[int]:
     """Sentences ``start, start + 1, ...`` of one document (ids ``document:index``) until they hold
     ``least`` tokens, never more than :data:`~vizlm.data.text.MAX_TOKENS`; [] if the document ends first."""
-    doc, picked, size = ids[start].rpartition(":")[0], [], 0
+    doc, picked, size = document_of(ids[start]), [], 0
     for i in range(start, len(ids)):
-        if ids[i].rpartition(":")[0] != doc or size + len(words[i]) > MAX_TOKENS:
+        if document_of(ids[i]) != doc or size + len(words[i]) > MAX_TOKENS:
             break
         picked.append(i)
         size += len(words[i])
@@ -181,7 +180,7 @@ def write_examples(data: Path, assets: Path) -> Path:
         c = load_corpus(corpus, split, data)
         picked = [[sid, detokenize(words)] for sid, words in zip(c.ids, c.originals) if lo <= len(words) <= hi]
         doc[f"{corpus}/{split}"] = picked[:EXAMPLE_SENTENCES]
-        docs = [sid.rpartition(":")[0] for sid in c.ids]
+        docs = [document_of(sid) for sid in c.ids]
         starts = [i for i, d in enumerate(docs) if i == 0 or d != docs[i - 1]]
         passages = [p for p in (_passage(c.ids, c.originals, i, PASSAGE_TOKENS) for i in starts) if p]
         passages = passages[:EXAMPLE_PASSAGES]
@@ -220,14 +219,10 @@ def prepare(shared: Path, out: Path, assets: Path | None = None, force: bool = F
             counts[f"{corpus}/{split}"] = len(raw)
         train = [[normalize(w) for w in s.words] for s in splits.get("train", [])]
         if train:
-            texts[out / corpus / "vocab.txt"] = "\n".join(build_vocab(train)) + "\n"
+            texts[out / corpus / VOCAB_FILE] = vocab_text(build_vocab(train))
     texts[out / "LICENSES.md"] = ("# Licences of the processed corpora\n\n"
                                   + "".join(f"- `{c}/`: {LICENCES[c]}\n" for c in CORPORA))
-    for path, text in texts.items():  # all checked before any is written
-        files.check_replace(path, text.encode("utf-8"), force, "pass --force")
-    for path, text in texts.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        files.write_text(path, text, force=True)
+    write_files(texts, force, "pass --force")  # all checked before any is written
     # What analysis needs at run time, built from Brown train and shipped in the package.
     assets.mkdir(parents=True, exist_ok=True)
     write_tagger(out / "brown", assets / paths.TAGGER_FILE)
@@ -243,11 +238,11 @@ def prepare_token_ids(data: Path) -> dict[str, int]:
     data = Path(data)
     counts: dict[str, int] = {}
     for corpus, splits in CORPORA.items():
-        own = data / corpus / "vocab.txt"
+        own = data / corpus / VOCAB_FILE
         kin = [c for c in TRAINABLE if CORPUS_LANGUAGE[c] == CORPUS_LANGUAGE[corpus]]
-        vocab_path = own if own.is_file() else data / kin[0] / "vocab.txt" if kin else own
+        vocab_path = own if own.is_file() else data / kin[0] / VOCAB_FILE if kin else own
         for split in splits:
-            if (data / corpus / f"{split}.txt").is_file() and vocab_path.is_file():
+            if split_file(data / corpus, split).is_file() and vocab_path.is_file():
                 meta = write_token_ids(data / corpus, split, Vocab.load(vocab_path))
                 counts[f"{corpus}/{split}"] = meta["tokens"]
     if not counts:

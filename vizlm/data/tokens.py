@@ -1,6 +1,5 @@
 """Token ids of a corpus split at any size: in memory (encoded from the text files) or in files
-beside them (``vizlm prepare --token-ids``), read one chunk at a time; and the steps of a
-training epoch for one rank of a data-parallel run.
+beside them (``vizlm prepare --token-ids``), read one chunk at a time.
 
 Files of a split, beside ``SPLIT.txt``::
 
@@ -17,16 +16,7 @@ resident nor virtual memory grows with it): a chunk of at most :func:`chunk_toke
 at document boundaries. Training, ``vizlm eval`` and the corpus statistics hold one chunk at a
 time, so their memory does not depend on the corpus size (``tests/test_tokens.py``).
 
-Shuffling is by chunk: an epoch reads the chunks in a shuffled order and shuffles the sentence
-batches (or the documents) within each. A split of one chunk, such as Brown's 1M training
-tokens under the default 2M, is batched exactly as :func:`vizlm.data.registry.iter_batches` and
-:func:`vizlm.data.registry.document_batches` batch it in memory, so a corpus gives the same training
-with or without token-id files.
-
-Data parallelism: every rank plans the same global steps (the plan needs only lengths); rank
-``r`` of ``W`` reads sentences ``r, r + W, ...`` of each global batch, or streams ``r, r + W,
-...`` of each document step (:func:`vizlm.core.distributed.shard`), and every rank knows the global
-step's token count, which normalises the loss (:mod:`vizlm.modeling.train`).
+How an epoch's steps read them: :mod:`vizlm.data.batches`.
 """
 
 from __future__ import annotations
@@ -36,29 +26,19 @@ import itertools
 import json
 import math
 import os
-import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from vizlm.data.registry import (
-    Vocab,
-    bucket_batches,
-    corpus_folder,
-    document_plan,
-    document_sizes,
-    encode_sentences,
-    load_corpus,
-    plan_segment,
-)
-from vizlm.core.distributed import shard
+from vizlm.data.folder import TOKEN_ID_FILES, document_of, document_sizes, sha256_file, split_file
+from vizlm.data.registry import corpus_folder, load_corpus
+from vizlm.data.vocab import Vocab, encode_sentences
 
 DEFAULT_CHUNK_TOKENS = 2**21  # 2M tokens: 4-8 MB of ids, tens of MB of batches; Brown train (1M) is one chunk
 _INDEX_BLOCK = 2**16  # rows of the documents index read at a time when cutting chunks
-SUFFIXES = {"tokens": "tokens.npy", "sentences": "sentences.npy", "documents": "documents.npy", "meta": "tokens.json"}
 
 
 def chunk_tokens() -> int:
@@ -73,15 +53,6 @@ def chunk_tokens() -> int:
 def vocab_digest(itos: Sequence[str]) -> str:
     """sha256 of a vocabulary (one word a line): the token-id files record the one they used."""
     return hashlib.sha256("\n".join(itos).encode("utf-8")).hexdigest()
-
-
-def file_digest(path: Path, block: int = 2**20) -> str:
-    """sha256 of a file, read a block at a time (bounded memory, unlike reading it whole)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while piece := fh.read(block):
-            h.update(piece)
-    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------- windows of .npy files
@@ -140,7 +111,8 @@ class ChunkData:
         return self.tokens[self.offsets[i] : self.offsets[i + 1] - 1].tolist()
 
     def collate(self, idx: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sentences ``idx`` -> (inputs, targets) (B, T), exactly as :func:`vizlm.data.registry.collate`."""
+        """Sentences ``idx`` -> (inputs, targets), each (B, T), right-padded with 0: a sentence ``w_1..w_n`` is
+        read as ``<s> w_1..w_n`` and predicts ``w_1..w_n </s>`` (every batcher's, :mod:`vizlm.data.batches`)."""
         idx = np.asarray(idx, dtype=np.int64)
         first = self.offsets[idx]  # (B,)
         n = self.offsets[idx + 1] - first  # (B,) targets: words + </s>
@@ -162,7 +134,7 @@ class ChunkData:
 
     def running_inputs(self) -> np.ndarray:
         """Inputs of the documents read as running text: each target's previous token, ``<s>``
-        at a document start (:func:`vizlm.data.registry.document_tokens`)."""
+        at a document start (:func:`vizlm.data.batches.document_tokens`)."""
         inputs = np.empty(len(self.tokens), dtype=np.int64)
         inputs[1:] = self.tokens[:-1]
         inputs[self.documents[:-1, 1]] = Vocab.bos_id
@@ -219,20 +191,24 @@ class TokenSplit:
         """The token-id files of ``folder/split`` (None when there are none). Refuses files that
         are older than the text they were made from (its sha256 differs)."""
         folder = Path(folder)
-        meta_path = folder / f"{split}.{SUFFIXES['meta']}"
+        meta_path = split_file(folder, split, TOKEN_ID_FILES["meta"])
         if not meta_path.is_file():
             return None
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        text = folder / f"{split}.txt"
-        if text.is_file() and file_digest(text) != meta["text_sha256"]:
-            raise ValueError(f"{folder / (split + '.' + SUFFIXES['tokens'])} was made from another {text.name}; "
+        text = split_file(folder, split)
+        if text.is_file() and sha256_file(text) != meta["text_sha256"]:
+            raise ValueError(f"{split_file(folder, split, TOKEN_ID_FILES['tokens'])} was made from another {text.name}; "
                              f"run `vizlm prepare --token-ids` again")
-        arrays = {k: NpyFile(folder / f"{split}.{SUFFIXES[k]}") for k in ("tokens", "sentences", "documents")}
+        arrays = {k: NpyFile(split_file(folder, split, TOKEN_ID_FILES[k])) for k in ("tokens", "sentences", "documents")}
         if (len(arrays["tokens"]), len(arrays["sentences"]) - 1, len(arrays["documents"]) - 1) != (
                 meta["tokens"], meta["sentences"], meta["documents"]):
             raise ValueError(f"{folder}/{split}.*.npy do not match {meta_path.name}; run `vizlm prepare --token-ids` again")
         return cls(arrays["tokens"], arrays["sentences"], arrays["documents"], meta["text_sha256"],
                    meta["vocab_sha256"], str(folder))
+
+    def whole(self) -> ChunkData:
+        """All of the split as one chunk, in memory (sentences held in memory: :func:`vizlm.data.batches.in_memory`)."""
+        return self.read(Chunk(0, self.n_documents, 0, len(self), 0, self.n_tokens))
 
     # -- sizes
     def __len__(self) -> int:
@@ -321,12 +297,12 @@ class TokenIdWriter:
     def __init__(self, folder: Path, split: str, vocab_size: int, vocab_sha256: str, tokens: int, sentences: int,
                  documents: int):
         self.folder, self.split = Path(folder), split
-        self.meta_path = self.folder / f"{split}.{SUFFIXES['meta']}"
+        self.meta_path = split_file(self.folder, split, TOKEN_ID_FILES["meta"])
         self.meta_path.unlink(missing_ok=True)
         self.counts = (tokens, sentences, documents)
         self.vocab_size, self.vocab_sha256 = vocab_size, vocab_sha256
         self.dtype = np.dtype("<u2") if vocab_size <= 2**16 else np.dtype("<i4")
-        self.arrays = {key: np.lib.format.open_memmap(self.folder / f"{split}.{SUFFIXES[key]}", mode="w+", dtype=dt,
+        self.arrays = {key: np.lib.format.open_memmap(split_file(self.folder, split, TOKEN_ID_FILES[key]), mode="w+", dtype=dt,
                                                       shape=shape)
                        for key, shape, dt in (("tokens", (tokens,), self.dtype), ("sentences", (sentences + 1,), np.int64),
                                               ("documents", (documents + 1, 2), np.int64))}
@@ -396,13 +372,13 @@ def write_token_ids(folder: Path, split: str, vocab: Vocab) -> dict:
     """Encode ``folder/split.txt`` (documents from ``split.ids``) with ``vocab`` into the token-id
     files, in two streamed passes (count, then fill): memory does not grow with the corpus."""
     folder = Path(folder)
-    (folder / f"{split}.{SUFFIXES['meta']}").unlink(missing_ok=True)  # its presence marks complete files
-    text, ids = folder / f"{split}.txt", folder / f"{split}.ids"
+    split_file(folder, split, TOKEN_ID_FILES["meta"]).unlink(missing_ok=True)  # its presence marks complete files
+    text, ids = split_file(folder, split), split_file(folder, split, "ids")
 
     def lines():
         with open(text, "rb") as ft, open(ids, encoding="utf-8") as fi:
             for i, (raw, sid) in enumerate(zip(ft, fi)):
-                doc = sid.rstrip("\n").rpartition(":")[0] or f"\0{i}"  # vizlm.data.registry.document_sizes's rule
+                doc = document_of(sid.rstrip("\n")) or f"\0{i}"  # vizlm.data.folder.document_sizes's rule
                 yield raw, doc
 
     sha = hashlib.sha256()
@@ -420,102 +396,5 @@ def write_token_ids(folder: Path, split: str, vocab: Vocab) -> dict:
     return writer.close(sha.hexdigest())
 
 
-# --------------------------------------------------------------------------- training epochs
-@dataclass
-class Step:
-    """One global optimisation step, as one rank sees it."""
-
-    inputs: torch.Tensor | None  # (b, T) this rank's rows; None when it has none at this step
-    targets: torch.Tensor | None  # (b, T)
-    tokens: int  # real targets of the whole step, every rank's: the loss is normalised by it
-    starts: torch.Tensor | None = None  # (b,) document context: streams that begin a document
-    fresh: bool = False  # document context: a chunk's first step (every stream starts afresh)
-
-
-def _chunk_order(n: int, shuffle: bool, seed: int) -> list[int]:
-    order = list(range(n))
-    if shuffle and n > 1:
-        random.Random(f"{seed}/chunks").shuffle(order)
-    return order
-
-
-def _chunk_seed(seed: int, c: int) -> int:
-    return seed + 1_000_003 * c  # chunk 0 keeps the epoch's seed: one chunk batches as in memory
-
-
-class _Epoch:
-    """An epoch as global steps over the chunks of a split, in ``order``; ``counts[c]`` steps in chunk ``c``."""
-
-    order: list[int]
-    counts: list[int]
-
-    def __len__(self) -> int:
-        return sum(self.counts)
-
-    def _chunks_from(self, start: int) -> Iterator[tuple[int, int]]:
-        """``(chunk, its first global step)`` for the chunks holding steps ``>= start``, in epoch order
-        (a resumed epoch reads none of the chunks before its position)."""
-        k = 0
-        for c in self.order:
-            if k + self.counts[c] > start:
-                yield c, k
-            k += self.counts[c]
-
-
-class SentenceEpoch(_Epoch):
-    """The length-bucketed batches of an epoch (:func:`vizlm.data.registry.bucket_batches` per chunk)."""
-
-    def __init__(self, split: TokenSplit, batch_size: int, seed: int, shuffle: bool = True,
-                 max_tokens: int | None = None):
-        self.split, self.batch_size, self.seed, self.shuffle = split, batch_size, seed, shuffle
-        self.chunks = split.chunks(max_tokens)
-        self.order = _chunk_order(len(self.chunks), shuffle, seed)
-        self.counts = [-(-(c.s1 - c.s0) // batch_size) for c in self.chunks]
-
-    def steps(self, rank: int = 0, world: int = 1, start: int = 0) -> Iterator[Step]:
-        """Global steps ``start, start + 1, ...``: this rank's sentences of each batch."""
-        for c, k in self._chunks_from(start):
-            data = self.split.read(self.chunks[c])
-            lengths = data.lengths()
-            for idx in bucket_batches(lengths, self.batch_size, self.shuffle, _chunk_seed(self.seed, c)):
-                if k >= start:
-                    mine = [idx[i] for i in shard(len(idx), rank, world)]
-                    inputs, targets = data.collate(mine) if mine else (None, None)
-                    yield Step(inputs, targets, sum(lengths[i] + 1 for i in idx))
-                k += 1
-
-
-class DocumentEpoch(_Epoch):
-    """The document streams of an epoch (:func:`vizlm.data.registry.document_plan` per chunk)."""
-
-    def __init__(self, split: TokenSplit, streams: int, bptt: int, seed: int, shuffle: bool = True,
-                 max_tokens: int | None = None, balance: bool = True):
-        self.split, self.streams, self.bptt, self.seed, self.shuffle = split, streams, bptt, seed, shuffle
-        self.balance = balance  # equal streams (document_plan(balance=True)): the layout training reads
-        self.chunks = split.chunks(max_tokens)
-        self.order = _chunk_order(len(self.chunks), shuffle, seed)
-        self.counts = [len(self._plan(c, self._sizes(c))) for c in range(len(self.chunks))]
-
-    def _sizes(self, c: int) -> list[int]:
-        ch = self.chunks[c]
-        return np.diff(np.asarray(self.split._documents[ch.d0 : ch.d1 + 1])[:, 1]).tolist()
-
-    def _plan(self, c: int, sizes: list[int]):
-        return document_plan(sizes, self.streams, self.bptt, self.shuffle, _chunk_seed(self.seed, c), self.balance)
-
-    def steps(self, rank: int = 0, world: int = 1, start: int = 0) -> Iterator[Step]:
-        """Global steps ``start, start + 1, ...``: this rank's streams (``rank, rank + world, ...``)."""
-        for c, k in self._chunks_from(start):
-            data = self.split.read(self.chunks[c])
-            plan = self._plan(c, data.document_targets())
-            inputs = data.running_inputs()
-            for j in range(len(plan)):
-                if k >= start:
-                    lanes = shard(plan.active[j], rank, world)
-                    seg = plan_segment(plan, j, inputs, data.tokens, lanes) if len(lanes) else None
-                    yield Step(seg and seg.inputs, seg and seg.targets, plan.tokens(j), seg and seg.starts, fresh=j == 0)
-                k += 1
-
-
-__all__ = ["Chunk", "ChunkData", "DocumentEpoch", "SentenceEpoch", "Step", "TokenSplit", "chunk_tokens", "open_split",
-           "vocab_digest", "write_token_ids"]
+__all__ = ["Chunk", "ChunkData", "NpyFile", "TokenIdWriter", "TokenSplit", "chunk_tokens", "open_split", "vocab_digest",
+           "write_token_ids"]

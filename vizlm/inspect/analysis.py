@@ -28,7 +28,8 @@ import numpy as np
 import torch
 
 from vizlm.core.errors import VizlmError
-from vizlm.data.registry import EOS, UNK, iter_batches
+from vizlm.data.vocab import EOS, UNK
+from vizlm.data.batches import iter_batches
 from vizlm.data.tagger import tag_sentences
 from vizlm.data.text import MAX_TOKENS, clean_text, cut_point, passage_documents
 from vizlm.inspect.highlight import DEFAULT, ScoreRow, Setting, chosen

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vizlm.core.errors import VizlmError
-from vizlm.data.registry import Vocab
+from vizlm.data.vocab import Vocab
 from vizlm.inspect.analysis import SentenceAnalysis
 from vizlm.modeling.checkpoint import Checkpoint
 from vizlm.models import REGISTRY

@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vizlm.data.registry import document_sizes, load_corpus
+from vizlm.data.folder import document_sizes
+from vizlm.data.registry import load_corpus
 from vizlm.data.resources import load_collocations
 from vizlm.data.text import detokenize
 from vizlm.inspect.analysis import (

@@ -25,15 +25,10 @@ import torch
 
 from vizlm.inspect.cache import cached, checkpoint_digest, lookup, store
 from vizlm.modeling.checkpoint import Checkpoint
-from vizlm.data.registry import (
-    document_batches,
-    document_sizes,
-    encode_sentences,
-    iter_batches,
-    plan_batches,
-    split_documents,
-    split_texts,
-)
+from vizlm.data.batches import document_batches, iter_batches, plan_batches, split_documents
+from vizlm.data.folder import document_sizes
+from vizlm.data.registry import split_texts
+from vizlm.data.vocab import encode_sentences
 from vizlm.core.distributed import SINGLE, Context, shard
 from vizlm.modeling.evaluate import OVERFLOW_NOTE, perplexity, read_documents, score, sentence_nll_split, split_segments
 from vizlm.models import effects as fx

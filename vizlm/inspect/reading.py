@@ -12,7 +12,7 @@ surface ``</s>``), so the layout above holds for the whole text: ``w_1 .. w_n`` 
 of every sentence with a ``</s>`` between two sentences, and each sentence predicts its words
 and its ``</s>``, as :func:`vizlm.modeling.evaluate.score_documents` charges them. How a checkpoint
 reads it is its ``context`` (:data:`READINGS`): a **document** checkpoint reads the passage as
-running text (``<s> s_1 </s> s_2 </s> ...``, :func:`vizlm.data.registry.document_tokens`), its state
+running text (``<s> s_1 </s> s_2 </s> ...``, :func:`vizlm.data.batches.document_tokens`), its state
 and memory crossing the boundaries (its window still limits each row); a **sentence**
 checkpoint reads each sentence alone from a zero state, so a row attends to its own sentence only:
 sentence ``k`` has rows and slots ``f_k .. f_{k+1} - 1`` (``f_k``: the row after its boundary), laid
@@ -38,7 +38,8 @@ import numpy as np
 import torch
 
 from vizlm.core.errors import InputError
-from vizlm.data.registry import BOS, EOS, collate
+from vizlm.data.vocab import BOS, EOS
+from vizlm.data.batches import collate
 from vizlm.data.tagger import tag_sentences
 from vizlm.modeling.checkpoint import Checkpoint
 from vizlm.models.base import device_of

@@ -48,7 +48,7 @@ from torch.overrides import TorchFunctionMode
 
 from vizlm import __version__
 from vizlm.core import files, paths
-from vizlm.data.registry import MAX_WORD_CHARS, WORD_RULE, Vocab, first_bad_word, is_word  # noqa: F401 - MAX_WORD_CHARS: read here too
+from vizlm.data.vocab import MAX_WORD_CHARS, WORD_RULE, Vocab, first_bad_word, is_word  # noqa: F401 - MAX_WORD_CHARS: read here too
 from vizlm.core.errors import VizlmError
 from vizlm.models import PluginError, build_model, check_config, lookup, plugin_of, plugins
 from vizlm.models.base import BaseConfig
@@ -239,7 +239,7 @@ def parse_meta(raw: bytes | str) -> dict:
 
 
 def _bad_word(w) -> bool:
-    return not is_word(w)  # the one rule (vizlm.data.registry.is_word), also prepare's and import's
+    return not is_word(w)  # the one rule (vizlm.data.vocab.is_word), also prepare's and import's
 
 
 def _check_vocab(words: list, size: int) -> Vocab:

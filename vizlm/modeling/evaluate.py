@@ -15,7 +15,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from vizlm.data.registry import document_batches, document_plan, iter_batches, plan_batches, plan_segment, split_documents
+from vizlm.data.batches import (
+    document_batches,
+    document_plan,
+    iter_batches,
+    plan_batches,
+    plan_segment,
+    split_documents,
+)
 from vizlm.core.distributed import shard
 from vizlm.data.tokens import ChunkData, TokenSplit
 
@@ -84,7 +91,7 @@ class Totals:
 def unigram_perplexity(train: TokenSplit, valid: TokenSplit, vocab_size: int) -> float:
     """Perplexity on ``valid`` of the add-one unigram model of ``train``'s word frequencies: what
     a language model reaches before it uses any context (a model trained from scratch first
-    settles here, the *initial plateau* of :attr:`vizlm.modeling.train.TrainConfig.plateau`)."""
+    settles here, the *initial plateau* of :attr:`vizlm.modeling.config.TrainConfig.plateau`)."""
     counts = train.counts(vocab_size).astype(np.float64) + 1.0
     logp = np.log(counts / counts.sum())
     seen = valid.counts(vocab_size)
@@ -259,7 +266,7 @@ def score(
 ) -> SentenceScores:
     """NLL of every sentence in the model's own context (``model.config.context``).
 
-    ``documents`` gives the sentences per document, in order (:func:`vizlm.data.registry.document_sizes`);
+    ``documents`` gives the sentences per document, in order (:func:`vizlm.data.folder.document_sizes`);
     a document-context model reads each as running text, and each sentence alone
     when it is None. Sentence-context models always read sentences alone.
     """

@@ -19,7 +19,7 @@ either class is imported or called. Any other global (``os.system`` in a crafted
 Vocabulary (pytorch/examples' ``data.Corpus``): the words of ``train.txt``, then ``valid.txt``,
 then ``test.txt``, in order of first appearance, every line split on whitespace plus ``<eos>``;
 the model's id of a word is its position in that list. vizlm's vocabulary starts with its four
-special tokens (:data:`vizlm.data.registry.SPECIALS`), so the imported one is::
+special tokens (:data:`vizlm.data.vocab.SPECIALS`), so the imported one is::
 
     <pad> <s> </s> <unk>  then the model's words in its own order, without <eos> and <unk>
 
@@ -37,7 +37,6 @@ product of another shape, whose kernel may round the last bit differently; ``tes
 
 from __future__ import annotations
 
-import json
 import pickle
 import re
 import stat
@@ -50,7 +49,9 @@ import torch
 
 from vizlm.core import files, paths
 from vizlm.modeling.checkpoint import MAX_ABS_WEIGHT, CheckpointError, _check_vocab, check_memory, save_checkpoint
-from vizlm.data.registry import BOS, EOS, PAD, SPECIALS, SPLITS, USER_CORPUS_FILE, USER_CORPUS_FORMAT, Vocab, check_corpus_name
+from vizlm.data.folder import CARD_FILE, CARD_FORMAT, VOCAB_FILE, card_text, split_files, vocab_text, write_folder
+from vizlm.data.registry import SPLITS, check_corpus_name
+from vizlm.data.vocab import BOS, EOS, PAD, SPECIALS, Vocab
 from vizlm.core.errors import VizlmError
 from vizlm.models import build_model, count_parameters, parameter_count
 from vizlm.data.text import reading_of
@@ -516,27 +517,18 @@ def write_corpus(folder: Path, name: str, itos: list[str], data_dir: Path | None
     without ``force``; every file is checked before the first is written."""
     check_corpus_name(name)
     out = Path(data_dir or paths.corpora_dir()) / name
-    planned: dict[Path, bytes] = {}
+    texts: dict[str, str] = {}
     for split in SPLITS:
         sents = [line.split() for line in _split_lines(folder, split)]
-        text = "".join(" ".join(s) + "\n" for s in sents)
-        planned[out / f"{split}.txt"] = text.encode("utf-8")
-        planned[out / f"{split}.orig"] = planned[out / f"{split}.txt"]
-        planned[out / f"{split}.tags"] = "".join(" ".join("-" * bool(w) for w in s) + "\n" for s in sents).encode()
-        planned[out / f"{split}.ids"] = "".join(f"{split}:{i}\n" for i in range(len(sents))).encode()
-    planned[out / "vocab.txt"] = ("\n".join(itos) + "\n").encode("utf-8")
-    marker = {"format": USER_CORPUS_FORMAT, "name": name, "splits": list(SPLITS), "source": source or {},
-              "vocab_size": len(itos)}
-    planned[out / USER_CORPUS_FILE] = (json.dumps(marker, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
-    how = "pass --force (vizlm import)"
-    for path, data in planned.items():
-        files.check_replace(path, data, force, how)
-    if out.is_dir() and all(path.is_file() and files._same_content(path, data) for path, data in planned.items()):
-        return out  # the same corpus again: nothing to change (its token-id files stay valid)
-    with files.new_folder(out) as tmp:  # the folder replaced whole: nothing of an older corpus stays
-        for path, data in planned.items():
-            files.write_bytes(tmp / path.name, data, force=True)
-    return out
+        lines = [" ".join(s) for s in sents]
+        texts |= {path.name: text for path, text in split_files(out, split, {
+            "txt": lines, "orig": lines, "tags": [" ".join("-" * bool(w) for w in s) for s in sents],
+            "ids": [f"{split}:{i}" for i in range(len(sents))]}).items()}
+    texts[VOCAB_FILE] = vocab_text(itos)
+    texts[CARD_FILE] = card_text({"format": CARD_FORMAT, "name": name, "splits": list(SPLITS), "source": source or {},
+                                  "vocab_size": len(itos)})
+    # the same corpus again is left as it is (its token-id files stay valid)
+    return write_folder(out, texts, force, "pass --force (vizlm import)")
 
 
 def check_weights(state: dict[str, torch.Tensor], path: Path) -> None:

@@ -7,7 +7,7 @@ the state carried (detached) between segments and reset at each document start.
 Data parallel (``torchrun --nproc-per-node N vizlm train ...``, see docs/SCALING.md): the
 model is wrapped in :class:`~torch.nn.parallel.DistributedDataParallel`, every rank plans the
 same global steps and reads its share (sentences ``r, r + N, ...`` of each batch, or streams
-``r, r + N, ...`` of each document step; :mod:`vizlm.data.tokens`). A rank's loss is its summed NLL
+``r, r + N, ...`` of each document step; :mod:`vizlm.data.batches`). A rank's loss is its summed NLL
 divided by the step's token count over all ranks, times N, so DDP's average of the ranks'
 gradients is the gradient of the whole step: the same step as one process, to float rounding
 (``tests/test_distributed.py``). Rank 0 alone writes the checkpoint, the logs, the resume state
@@ -20,7 +20,10 @@ Output folder layout::
     steps.jsonl                      with ``log_steps``: the NLL per token of every step
     resume/state.safetensors, .json  weights + Adam state at the last epoch end or every
                                      ``save_every`` steps, with the position in the epoch and the
-                                     carried document state of every stream (not committed)
+                                     carried document state of every stream (not committed;
+                                     :mod:`vizlm.modeling.resume`)
+
+How a run trains is :class:`vizlm.modeling.config.TrainConfig`.
 """
 
 from __future__ import annotations
@@ -29,85 +32,30 @@ import dataclasses
 import itertools
 import json
 import math
-import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from vizlm.core import files
 from vizlm.modeling.checkpoint import Checkpoint, check_memory, load_checkpoint, save_checkpoint
-from vizlm.data.registry import CORPORA, Vocab, corpus_card
-from vizlm.core.distributed import SINGLE, Context, shard
+from vizlm.modeling.config import TrainConfig
+from vizlm.modeling.resume import gather_carried, load_resume, save_resume, scatter_carried
+from vizlm.data.registry import CORPORA, corpus_card
+from vizlm.data.vocab import Vocab
+from vizlm.core.distributed import SINGLE, Context
 from vizlm.core.errors import VizlmError
 from vizlm.modeling.evaluate import perplexity, score_split, unigram_perplexity
 from vizlm.models import LMOutput, build_model, check_config, count_parameters, match_parameters, parameter_count
 from vizlm.models.base import State, attention_entropy
-from vizlm.data.tokens import DocumentEpoch, SentenceEpoch, TokenSplit, open_split
-
-
-def _option(default, help: str, check: str, zero: str | None = None, metavar: str | None = None):
-    """A :class:`TrainConfig` field that ``vizlm train`` offers as ``--name-with-dashes``: its help, how the
-    command line checks it (``check``: ``whole>=N``, ``number>0``, ``fraction``, ``int`` or ``switch``), and, with
-    ``zero``, what a 0 given on the command line means (the field's None)."""
-    return field(default=default, metadata={"help": help, "check": check, "zero": zero, "metavar": metavar})
-
-
-@dataclass
-class TrainConfig:
-    """How a model trains (not what it is: the model's options are :data:`vizlm.models.MODEL_OPTIONS`). Every
-    field with a ``help`` is a ``vizlm train`` option of the same name (:func:`options`): one place for the
-    default, the help and the check."""
-
-    epochs: int = _option(30, "maximum epochs", "whole>=1")
-    batch_size: int = _option(64, "sentences per batch (sentence context)", "whole>=1")
-    bptt: int = _option(20, "tokens per truncated-BPTT segment (document context)", "whole>=1")
-    streams: int = _option(64, "parallel document streams (document context)", "whole>=1")
-    lr: float = _option(1e-3, "Adam learning rate", "number>0")
-    clip: float = _option(5.0, "gradient-norm clip", "number>0")
-    patience: int = _option(2, "stop after this many epochs without improvement", "whole>=0")
-    lr_decay: float = _option(0.5, "lr factor after an epoch without improvement (0 to 1)", "fraction")
-    # The initial plateau: a model trained from scratch first predicts word frequencies only (valid
-    # perplexity ~ the unigram model's, evaluate.unigram_perplexity) and some (the N-gram RNNs) sit
-    # there for epochs, improving by < 1% an epoch. Until a run's best valid perplexity falls below
-    # `plateau` x the unigram model's, an epoch without improvement neither decays the lr nor counts
-    # towards `patience`: the same rule for every family, so no arm is starved of learning rate before
-    # it starts to learn. None: no such rule (every non-improving epoch counts, as before).
-    plateau: float | None = _option(
-        0.9, "until the best valid perplexity falls below this fraction of the unigram model's (the initial "
-        "plateau), an epoch without improvement neither decays the lr nor counts towards --patience "
-        "(0: every such epoch counts)", "fraction", zero="no plateau rule")
-    seed: int = _option(1234, "random seed", "int")
-    max_batches: int | None = _option(None, "train on the first N batches of each epoch only", "whole>=1")
-    eval_batches: int | None = _option(None, "score only the first N batches of valid and test (quick checks; "
-                                       "not a result)", "whole>=1")
-    save_every: int | None = _option(
-        1000, "also write OUT/resume every STEPS steps within an epoch, so a killed run loses at most that many "
-        "(0: at epoch ends only; default 1000)", "whole>=0", zero="at epoch ends only", metavar="STEPS")
-    log_steps: bool = _option(False, "write the NLL per token of every step to OUT/steps.jsonl", "switch")
-    freeze: bool = _option(False, "with --init-from: keep what it copied fixed and train only the rest (AMSRN from "
-                           "an LSTM: the embedding, LSTM and output layer stay the LSTM's; key, gates and read "
-                           "projection train)", "switch")
-    warmup_steps: int = _option(10, "steps of each epoch before its steady speed is timed (train_log's "
-                                "steady_tokens_per_s)", "whole>=0")
-    extra: dict = field(default_factory=dict)  # stored in the checkpoint (command line, ...)
-
-    def dry_run(self) -> TrainConfig:
-        """A few batches of one epoch, scored on one batch: checks the pipeline (``--dry-run``), not a result."""
-        return dataclasses.replace(self, epochs=1, max_batches=3, eval_batches=1)
-
-
-def options() -> list[dataclasses.Field]:
-    """The :class:`TrainConfig` fields ``vizlm train`` offers, in order."""
-    return [f for f in dataclasses.fields(TrainConfig) if "help" in f.metadata]
+from vizlm.data.batches import DocumentEpoch, SentenceEpoch
+from vizlm.data.tokens import TokenSplit, open_split
 
 
 def lm_loss(
@@ -140,54 +88,6 @@ def output_loss(
         ent = attention_entropy(out.attention, mask)  # (B, T)
         loss = loss + weight * (ent * (targets != 0)).sum() / d
     return loss, nll.detach(), n
-
-
-CARRIED = ("h", "c", "memory", "valid")  # the State fields a mid-epoch resume keeps, per stream
-
-
-def _save_resume(folder: Path, model: nn.Module, opt: torch.optim.Optimizer, state: dict,
-                 carried: dict[str, torch.Tensor] | None = None) -> None:
-    """Weights, Adam state, ``state`` (in the file's metadata and, for people, state.json) and the
-    carried document state of every stream. Written to a temporary name and renamed, so a run
-    killed while saving keeps the previous resume state whole."""
-    folder.mkdir(parents=True, exist_ok=True)
-    tensors = {f"model.{k}": v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    state = {k: v for k, v in state.items() if k != "steps"}
-    for i, p in enumerate(model.parameters()):
-        s = opt.state.get(p)
-        if s:
-            tensors[f"opt.{i}.exp_avg"] = s["exp_avg"].contiguous().cpu()
-            tensors[f"opt.{i}.exp_avg_sq"] = s["exp_avg_sq"].contiguous().cpu()
-            state.setdefault("steps", {})[str(i)] = float(s["step"])
-    for k, v in (carried or {}).items():
-        tensors[f"carried.{k}"] = v.contiguous().cpu()
-    doc = json.dumps(state, indent=1)
-    for name, write in (("state.safetensors", lambda p: save_file(tensors, str(p), metadata={"state": doc})),
-                        ("state.json", lambda p: p.write_text(doc))):
-        tmp = folder / f".{name}.tmp"
-        write(tmp)
-        os.replace(tmp, folder / name)
-
-
-def _load_resume(folder: Path, model: nn.Module, opt: torch.optim.Optimizer) -> tuple[dict, dict | None]:
-    """(state, carried document state or None), weights and Adam state loaded into ``model`` / ``opt``."""
-    with safe_open(str(folder / "state.safetensors"), framework="pt") as f:
-        meta = f.metadata() or {}
-        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open is not a dict)
-    # the file's own copy first: state.json is written after it, so a kill between the two leaves it older
-    state = json.loads(meta["state"]) if "state" in meta else json.loads((folder / "state.json").read_text())
-    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
-    for i, p in enumerate(model.parameters()):
-        if f"opt.{i}.exp_avg" in tensors:
-            opt.state[p] = {
-                "step": torch.tensor(state["steps"][str(i)], dtype=torch.float32, device=p.device),
-                "exp_avg": tensors[f"opt.{i}.exp_avg"].to(p.device),
-                "exp_avg_sq": tensors[f"opt.{i}.exp_avg_sq"].to(p.device),
-            }
-    for g in opt.param_groups:
-        g["lr"] = state["lr"]
-    carried = {k: tensors[f"carried.{k}"] for k in CARRIED if f"carried.{k}" in tensors} or None
-    return state, carried
 
 
 def init_from(model: nn.Module, source: Checkpoint, vocab: Vocab) -> dict[str, torch.Tensor | None]:
@@ -262,40 +162,6 @@ def _idle(model: nn.Module, document: bool, device: torch.device) -> tuple:
     every parameter is in the graph and DDP's gradient all-reduce still meets the other ranks."""
     inputs = torch.full((1, 1), Vocab.bos_id, dtype=torch.long, device=device)
     return inputs, torch.zeros_like(inputs), model.initial_state(1) if document else None
-
-
-def _gather_carried(carried: State | None, ctx: Context) -> dict[str, torch.Tensor] | None:
-    """Every stream's carried state on rank 0, in one process's stream order (rank ``r`` holds
-    streams ``r, r + world, ...``), so a resume can use any world size; None on other ranks."""
-    mine = None if carried is None else {k: getattr(carried, k).detach().cpu() for k in CARRIED}
-    parts = ctx.gather(mine)
-    if parts is None or all(p is None for p in parts):
-        return None
-    parts = [p for p in parts if p is not None]
-    B = sum(p["valid"].shape[0] for p in parts)
-    out = {}
-    for k in CARRIED:
-        dim = 1 if k in ("h", "c") else 0  # h, c: (1, B, H); memory: (B, M, H); valid: (B,)
-        shape = list(parts[0][k].shape)
-        shape[dim] = B
-        full = parts[0][k].new_zeros(shape)
-        for r, p in enumerate(parts):  # ranks without streams are the last ones: the others keep their index
-            full[(slice(None),) * dim + (slice(r, None, ctx.world_size),)] = p[k]
-        out[k] = full
-    return out
-
-
-def _scatter_carried(saved: dict[str, torch.Tensor] | None, ctx: Context, device: torch.device,
-                     start_slots: int = 1) -> State | None:
-    """This rank's streams (``rank, rank + world, ...``) of a saved carried state, for a model whose
-    documents start with ``start_slots`` slots (:meth:`~vizlm.models.base.RecurrentLM.start_slots`)."""
-    if saved is None:
-        return None
-    rows = torch.as_tensor(list(shard(saved["valid"].shape[0], ctx.rank, ctx.world_size)), dtype=torch.long)
-    if not len(rows):
-        return None
-    return State(saved["h"][:, rows].to(device), saved["c"][:, rows].to(device), saved["memory"][rows].to(device),
-                 saved["valid"][rows].to(device), start_slots)
 
 
 def _truncate_logs(out: Path, state: dict) -> None:
@@ -527,7 +393,7 @@ def _start(name: str, core: nn.Module, opt, out: Path, tc: TrainConfig, init: st
         copied = init_from(core, src, vocab)
         source = {k: v.detach().clone() for k, v in core.named_parameters() if k in copied} if resuming else {}
     if resuming:
-        state, saved_carried = _load_resume(out / "resume", core, opt)
+        state, saved_carried = load_resume(out / "resume", core, opt)
         if state.get("init_from"):
             meta["init_from"] = state["init_from"]  # keep the lineage across resumes
         if tc.freeze:
@@ -587,7 +453,7 @@ def _train_epoch(run: _Run, saved_carried: list | None) -> tuple[float, int, int
     seen = state.get("epoch_tokens", 0)  # tokens of all ranks, for the progress bar
     bar = tqdm(total=total, initial=begun, desc=f"{run.name} epoch {epoch}", unit="batch", file=sys.stderr,
                mininterval=1.0 if sys.stderr.isatty() else 60.0, disable=None if ctx.main else True)
-    carried = _scatter_carried(saved_carried, ctx, ctx.device, core.start_slots()) if begun else None
+    carried = scatter_carried(saved_carried, ctx, ctx.device, core.start_slots()) if begun else None
     steps = itertools.islice(plan.steps(ctx.rank, ctx.world_size, start=begun), max(0, total - begun))
     # the NLL summed on the device: reading it every step would make the host wait for a GPU
     running = torch.zeros((), dtype=torch.float64, device=ctx.device)
@@ -637,9 +503,9 @@ def _train_epoch(run: _Run, saved_carried: list | None) -> tuple[float, int, int
                     f.write(json.dumps({"epoch": epoch, "step": k, "nll": step_nll / step_n, "tokens": int(step_n)}) + "\n")
         if tc.save_every and (k + 1) % tc.save_every == 0 and k + 1 < total:
             sums = ctx.sum([tot_nll + float(running), tot_n])
-            everyone = _gather_carried(carried, ctx) if document else None
+            everyone = gather_carried(carried, ctx) if document else None
             if ctx.main:
-                _save_resume(run.out / "resume", core, run.opt, {
+                save_resume(run.out / "resume", core, run.opt, {
                     **state, "step": k + 1, "epoch_nll": sums[0], "epoch_tokens": int(sums[1]),
                     "epoch_seconds": time.time() - t0}, everyone)
     bar.close()
@@ -688,7 +554,7 @@ def _end_epoch(run: _Run, nll: float, tokens: int, steady: int, t0: float, done:
     if ctx.main:
         with run.log_path.open("a") as f:
             f.write(json.dumps(record) + "\n")
-        _save_resume(run.out / "resume", run.core, run.opt, state)
+        save_resume(run.out / "resume", run.core, run.opt, state)
     run.say(f"epoch {epoch}: train ppl {record['train_perplexity']:.2f}  valid ppl {valid:.2f}"
             f"  {record['tokens_per_s']} tok/s  {seconds:.0f}s{'  *best*' if improved else ''}")
 
@@ -719,4 +585,4 @@ def finalize(out: Path, corpus: str, eval_batches: int | None, state: dict, ctx:
     return load_checkpoint(out)
 
 
-__all__ = ["TrainConfig", "TrainingDiverged", "train", "lm_loss", "output_loss", "init_from", "freeze", "CORPORA"]
+__all__ = ["TrainingDiverged", "train", "lm_loss", "output_loss", "init_from", "freeze", "CORPORA"]

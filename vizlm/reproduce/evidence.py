@@ -41,7 +41,8 @@ from pathlib import Path
 import numpy as np
 
 from vizlm.core import paths
-from vizlm.data.registry import document_sizes, split_texts
+from vizlm.data.folder import document_sizes
+from vizlm.data.registry import split_texts
 from vizlm.data.tokens import open_split
 from vizlm.inspect.corpus_stats import positions_corpus, ratio_interval
 from vizlm.modeling.checkpoint import load_checkpoint, meta_context, meta_corpus

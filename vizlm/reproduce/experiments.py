@@ -35,7 +35,7 @@ from pathlib import Path
 from vizlm.core import files, paths
 from vizlm.data.registry import DataError, check_folder_name
 from vizlm.modeling.checkpoint import CheckpointError, read_meta
-from vizlm.modeling.train import TrainConfig
+from vizlm.modeling.config import TrainConfig
 from vizlm.models import REGISTRY
 from vizlm.reproduce import corpus_evidence, evidence
 

@@ -18,7 +18,8 @@ from vizlm.core import files, paths
 from vizlm.core.distributed import Context, resolve_device
 from vizlm.data.registry import DataError, corpus_splits
 from vizlm.modeling.checkpoint import CheckpointError, load_checkpoint, read_meta
-from vizlm.modeling.train import TrainConfig, train
+from vizlm.modeling.config import TrainConfig
+from vizlm.modeling.train import train
 from vizlm.reproduce import evidence
 from vizlm.reproduce.experiments import MANIFEST, Claim, Run, load_manifest, needs, run_metrics, state_note
 
