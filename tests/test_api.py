@@ -1,4 +1,4 @@
-"""The Python API (``import vizlm``, vizlm/api.py): its public names, the errors a user can cause,
+"""The Python API (``import vizlm``, vizlm/api/): its public names, the errors a user can cause,
 the result type and its frames, highlights, JSON round trip, charts and notebook HTML, comparisons and
 positions. The CLI and the app walk through the same calls (tests/test_cli.py, tests/test_app.py)."""
 
