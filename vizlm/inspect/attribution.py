@@ -166,7 +166,7 @@ class Attribution:
 
     model: str
     method: str
-    context: str  # how the model read the text (vizlm.inspect.analysis.READINGS)
+    context: str  # how the model read the text (vizlm.inspect.reading.READINGS)
     inputs: list[str]  # [T] the token read at each position (<s> where a reading starts)
     targets: list[str]  # [T] the predicted words
     scores: np.ndarray  # [T, T] attribution of log P(targets[r]) to position p; exactly 0 outside ``covered``

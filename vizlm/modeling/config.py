@@ -16,7 +16,7 @@ def _option(default, help: str, check: str, zero: str | None = None, metavar: st
 
 @dataclass
 class TrainConfig:
-    """How a model trains (not what it is: the model's options are :data:`vizlm.models.MODEL_OPTIONS`). Every
+    """How a model trains (not what it is: the model's options are :data:`vizlm.cli.MODEL_OPTIONS`). Every
     field with a ``help`` is a ``vizlm train`` option of the same name (:func:`options`): one place for the
     default, the help and the check."""
 
