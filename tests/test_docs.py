@@ -54,3 +54,35 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path):
     assert "Quick start" in index and 'href="APP/"' in index  # the README, its links into docs/ rewritten
     reference = (tmp_path / "site" / "REFERENCE" / "index.html").read_text(encoding="utf-8")
     assert "corpus_attribution" in reference and "prepare_corpus" in reference  # generated from the docstrings
+
+
+DOTTED = re.compile(r"\bvizlm(?:\.[A-Za-z_]\w*)+")
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether ``vizlm.a.b.c`` is a module, or a name reached from the longest module prefix that imports."""
+    import importlib
+
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for name in parts[i:]:
+            if name in getattr(obj, "__dataclass_fields__", {}):  # a dataclass field: documented, not a class attribute
+                return True
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return False
+
+
+def test_every_dotted_name_in_the_docs_and_docstrings_exists():
+    """A page or a docstring naming ``vizlm.x.y`` names something that exists (after code moves, the names follow)."""
+    places = [*pages(), *sorted((ROOT / "vizlm").rglob("*.py")), ROOT / "experiments.toml"]
+    stale = sorted({(str(p.relative_to(ROOT)), name) for p in places
+                    for name in (m.group(0) for m in DOTTED.finditer(p.read_text(encoding="utf-8")))
+                    if not _resolves(name)})
+    assert not stale, f"names of nothing: {stale}"
