@@ -22,6 +22,7 @@ from torch import nn
 from vizlm.core.errors import VizlmError
 from vizlm.data.vocab import Vocab
 from vizlm.inspect.analysis import SentenceAnalysis
+from vizlm.inspect.reading import piece_words
 from vizlm.modeling.checkpoint import Checkpoint
 from vizlm.models import REGISTRY
 from vizlm.models.base import RecurrentLM, device_of, memory_of
@@ -66,13 +67,12 @@ class Meter:
 
 def reading_pieces(ckpt: Checkpoint, sa: SentenceAnalysis):
     """``(first row, inputs (Tb,), targets (Tb,))`` of each piece the model reads from a zero state: the
-    text cut after its restarts (:attr:`~vizlm.inspect.analysis.SentenceAnalysis.restarts`), ``<s>`` first, as
+    text cut after its restarts (:func:`vizlm.inspect.reading.piece_words`), ``<s>`` first, as
     :func:`vizlm.inspect.analysis.analyze_sentences` reads it."""
-    cuts = [-1, *sa.restarts, len(sa.norms)]
-    for a, b in zip(cuts, cuts[1:]):
-        ids = ckpt.vocab.encode(sa.norms[a + 1 : b])
-        device = device_of(ckpt.model)  # read where the model is; results come back to the CPU
-        yield a + 1, torch.tensor([Vocab.bos_id, *ids], device=device), torch.tensor([*ids, Vocab.eos_id], device=device)
+    device = device_of(ckpt.model)  # read where the model is; results come back to the CPU
+    for first, words in piece_words(sa.norms, sa.restarts):
+        ids = ckpt.vocab.encode(words)
+        yield first, torch.tensor([Vocab.bos_id, *ids], device=device), torch.tensor([*ids, Vocab.eos_id], device=device)
 
 
 def slot_positions(sa: SentenceAnalysis) -> np.ndarray:

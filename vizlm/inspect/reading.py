@@ -38,9 +38,9 @@ import numpy as np
 import torch
 
 from vizlm.core.errors import InputError
-from vizlm.data.vocab import BOS, EOS
 from vizlm.data.batches import collate
 from vizlm.data.tagger import tag_sentences
+from vizlm.data.vocab import BOS, EOS
 from vizlm.modeling.checkpoint import Checkpoint
 from vizlm.models.base import device_of
 
@@ -175,10 +175,16 @@ def context_of(ckpt: Checkpoint) -> str:
     return getattr(ckpt.model.config, "context", "sentence")
 
 
-def pieces_of(ckpt: Checkpoint, norms: list[str], restarts: list[int]) -> Pieces:
-    """The pieces read from a zero state: ``norms`` cut at the boundaries ``restarts`` (token indices)."""
+def piece_words(norms: list[str], restarts: list[int]) -> list[tuple[int, list[str]]]:
+    """``(first row, words)`` of each piece read from a zero state: ``norms`` cut at the boundaries ``restarts``
+    (token indices; the boundary ends its piece as ``</s>`` does)."""
     cuts = [-1, *restarts, len(norms)]
-    pieces = [norms[a + 1 : b] for a, b in itertools.pairwise(cuts)]
+    return [(a + 1, norms[a + 1 : b]) for a, b in itertools.pairwise(cuts)]
+
+
+def pieces_of(ckpt: Checkpoint, norms: list[str], restarts: list[int]) -> Pieces:
+    """The pieces read from a zero state (:func:`piece_words`), batched."""
+    pieces = [words for _, words in piece_words(norms, restarts)]
     inputs, targets = collate([ckpt.vocab.encode(p) for p in pieces])  # (B, Tb) each
     rows = [len(p) + 1 for p in pieces]
     first = [sum(rows[:b]) for b in range(len(rows))]
