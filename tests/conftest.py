@@ -29,6 +29,13 @@ from vizlm.models import REGISTRY, build_model
 # corpus sets its own with monkeypatch.
 os.environ["VIZLM_CORPORA"] = tempfile.mkdtemp(prefix="vizlm-test-corpora-")
 
+# Under pytest-xdist every worker has a core of its own (scripts/test.sh starts one per core): one intra-op thread
+# each, in the worker and in the CLI processes it starts. Torch's default (a thread per core in every process)
+# oversubscribes the machine, and the suite's tiny matrices then spend their time waiting (a 7 s test took 70 s).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data"
 ATTENTION_MODELS = ["amsrn", "attention", "kv", "kvp", "salton", "rm"]
