@@ -213,7 +213,8 @@ def checkpoint_files(folder: Path | str) -> list[str]:
     return [name for name in CHECKPOINT_FILES if (folder / name).exists()] if folder.is_dir() else []
 
 
-def _same_content(path: Path, data: bytes) -> bool:
+def same_content(path: Path, data: bytes) -> bool:
+    """Whether the file ``path`` holds exactly ``data`` (its size first, then at most ``len(data) + 1`` bytes)."""
     if path.stat().st_size != len(data):
         return False
     with open(path, "rb") as fh:
@@ -228,7 +229,7 @@ def check_replace(path: Path | str, data: bytes | None = None, force: bool = Fal
         raise OverwriteError(f"{path}: is a folder; give a file name")
     if force or not path.exists() or path.stat().st_size == 0:
         return
-    if data is not None and _same_content(path, data):
+    if data is not None and same_content(path, data):
         return
     what = "a checkpoint's " + path.name if path.name in CHECKPOINT_FILES and path.parent.is_dir() else \
         f"a file of {path.stat().st_size:,} bytes"
@@ -244,7 +245,7 @@ def write_bytes(path: Path | str, data: bytes, force: bool = False, how: str = "
         with open(path, "wb") as fh:
             fh.write(data)
         return path
-    if path.exists() and _same_content(path, data):
+    if path.exists() and same_content(path, data):
         return path  # nothing to change: the file (and its time stamp) stay as they are
     tmp = None
     try:
@@ -280,4 +281,4 @@ def _umask() -> int:
 
 __all__ = ["CHECKPOINT_FILES", "CHECKPOINT_FOLDER_FILES", "TRAINING_LOCK", "BusyError", "OverwriteError", "Terminated",
            "check_replace", "checkpoint_files", "exclusive", "new_folder", "other_entries", "remove_partial",
-           "replace_folder", "terminating_cleanly", "training_into", "training_now", "write_bytes", "write_text"]
+           "replace_folder", "same_content", "terminating_cleanly", "training_into", "training_now", "write_bytes", "write_text"]

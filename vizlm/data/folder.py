@@ -139,7 +139,7 @@ def write_folder(out: Path, texts: Mapping[str, str], force: bool = False, how: 
     data = {name: text.encode("utf-8") for name, text in texts.items()}
     for name, raw in data.items():
         files.check_replace(out / name, raw, force, how)
-    if out.is_dir() and all((out / name).is_file() and files._same_content(out / name, raw) for name, raw in data.items()):
+    if out.is_dir() and all((out / name).is_file() and files.same_content(out / name, raw) for name, raw in data.items()):
         return out  # the same corpus again: nothing to change
     with files.new_folder(out) as tmp:
         for name, raw in data.items():
