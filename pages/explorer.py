@@ -22,7 +22,7 @@ from vizlm.app import results
 from vizlm.app import widgets as ui
 from vizlm.app.shell import page_setup
 from vizlm.app.views import render_data, render_gates, render_heatmaps, render_surprisal
-from vizlm.present.links import ExplorerState
+from vizlm.present.links import ExplorerState, head_code
 
 page_setup()
 
@@ -50,13 +50,15 @@ def explorer() -> None:
         except ck.UserError as exc:
             ui.show_error(exc)
             st.stop()
+    analyses = {name: ex.head_picker(name, text, sa, name == model) for name, sa in analyses.items()}
     sa = analyses[model]
     for note in sa.notes:
         st.info(note[:1].upper() + note[1:] + ".", icon=":material/info:")
     ex.warn_unknown(analyses, names)
 
     r = ex.word_picker(sa, text, highlight)
-    ui.write_explorer_query(ExplorerState(model, compare or None, text, highlight, r, measure))
+    ui.write_explorer_query(ExplorerState(model, compare or None, text, highlight, r, measure,
+                                          None if sa.head is None else head_code(sa.head)))
 
     # ---------------------------------------------------------------- per-model panels
     cols = st.columns(len(shown), gap="large")

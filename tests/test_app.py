@@ -1652,3 +1652,28 @@ def test_the_explorer_tests_one_word_s_attention_on_request(monkeypatch):
     titles = [json.loads(c.proto.spec)["title"]["text"] for c in charts(at)]
     assert "Own and adversarial attention" in titles and "The two paths of this word" in titles
     assert any("Jensen-Shannon divergence" in c.value for c in at.caption)
+
+
+def test_the_explorer_shows_a_transformer_head_chosen_in_the_sidebar_and_the_link(tmp_path, monkeypatch):
+    """A Transformer in the Explorer: the sidebar picks a layer and head (or a layer's mean), the link keeps it, the
+    heat map, the highlights and the table show that head; no slot effects are claimed for it."""
+    _plugin_checkpoint(tmp_path, monkeypatch, "tiny_transformer", "transformer", heads=2, layers=2, context="document")
+    at = explorer(model="tiny_transformer", text="the jury said it was fine .", target="3", head="1.2")
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    picker = at.selectbox(key="head_tiny_transformer")
+    assert picker.value == "1.2" and picker.options == ["layer 1 · mean of 2 heads", "layer 1 · head 1",
+                                                        "layer 1 · head 2", "layer 2 · mean of 2 heads",
+                                                        "layer 2 · head 1", "layer 2 · head 2"]
+    (spec,) = heatmap_specs(at)
+    assert "self-attention, layer 1, head 2" in json.dumps(spec)
+    assert at.query_params["head"] in ("1.2", ["1.2"])
+    assert "Attention effect" not in {m.label for m in at.metric}
+    assert any("Self-attention, layer 1, head 2" in c.value for c in at.caption)
+    picker.set_value("2").run()
+    no_exception(at)
+    (spec,) = heatmap_specs(at)
+    assert "self-attention, layer 2, mean of 2 heads" in json.dumps(spec) and at.query_params["head"] in ("2", ["2"])
+    at = explorer(model="tiny_transformer", text="the jury said it was fine .", head="7.1")
+    no_exception(at)
+    assert "not one of tiny_transformer's 2 layers" in messages(at)

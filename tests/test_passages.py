@@ -98,7 +98,12 @@ def test_a_document_checkpoint_reads_running_text_as_score_documents(name, kw):
         out = c.model(stream[:, :-1])
         logp = out.logits[0].log_softmax(-1)  # (T, V)
     np.testing.assert_allclose(sa.logprobs, logp.gather(1, stream[0, 1:, None])[:, 0].numpy(), atol=1e-12)
-    if sa.attention is not None:  # attention crosses the boundaries, the window of the model still holds
+    if sa.self_attention:  # every head of the one pass, in blocks from the text's start; slot j = input j
+        with torch.no_grad():
+            heads = c.model.encode_with_attention(stream[:, :-1])[1][0]  # (L, H, T, T)
+        np.testing.assert_allclose(sa.heads, heads.double().numpy(), atol=1e-12)
+        assert sa.slot_labels[5] == BOUNDARY and sa.input_labels[5] == BOUNDARY
+    elif sa.attention is not None:  # attention crosses the boundaries, the window of the model still holds
         np.testing.assert_allclose(sa.attention, out.attention[0].numpy(), atol=1e-12)  # one start slot: 0
         sums = sa.attention.sum(1)  # 0: a row with no slot at all (AMSRN without the start slot, first row)
         assert sa.allowed()[5:, 2:7].any() and np.allclose(sums[sums > 0], 1) and (sums[1:] > 0).all()
@@ -118,9 +123,16 @@ def test_a_sentence_checkpoint_reads_each_sentence_alone(name, kw):
             continue
         cols = range(f, f + len(a.targets))  # its start slot, then its <s> (the boundary) and words
         np.testing.assert_allclose(sa.attention[rows][:, cols], a.attention, atol=1e-12)
+        if a.self_attention:
+            continue
         np.testing.assert_allclose(sa.read_effect[rows], a.read_effect, atol=1e-12)
         np.testing.assert_allclose(sa.slot_effects[rows][:, cols], a.slot_effects, atol=1e-12)
-    if sa.attention is not None:
+    if sa.self_attention:
+        assert not sa.allowed()[5:, :5].any() and not sa.allowed()[11:, :11].any()  # never another sentence
+        assert (sa.heads[..., ~sa.readable()] == 0).all()
+        assert sa.slot_labels[5] == "<s>" and sa.slot_token(5) == 4  # the next sentence's <s>, read at the boundary
+        assert list(sa.slot_offsets()[5:8, 5]) == [0, 1, 2]  # counted from the word just read
+    elif sa.attention is not None:
         allowed = sa.allowed()
         assert not allowed[5:, :5].any() and not allowed[11:, :11].any()  # never another sentence
         assert (sa.attention[~sa.readable()] == 0).all()

@@ -23,6 +23,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from vizlm.core import files
+from vizlm.core.errors import InputError
 from vizlm.api import (
     ATTENTION_OFF,
     ATTRIBUTION_MAX_STEPS,
@@ -186,11 +187,33 @@ def _highlight_mode(p) -> None:
                       help=f"highlight the k heaviest slots instead (1 to {TOP_K_MAX})")
 
 
+def _head_choice(p) -> None:
+    p.add_argument("--layer", type=whole(1), help="a Transformer: the self-attention layer to show, 1 = the first "
+                                                  "(default: the last)")
+    p.add_argument("--head", type=whole(1), help="a Transformer: the head of that layer to show, 1 = the first "
+                                                 "(default: the mean over its heads)")
+
+
+def chosen_head(sa, args):
+    """``sa`` showing the self-attention head ``--layer`` / ``--head`` ask for (counted from 1); ``sa`` itself
+    when neither is given."""
+    if args.layer is None and args.head is None:
+        return sa
+    if sa.heads is None:
+        raise InputError(f"--layer and --head choose a Transformer's self-attention head; {sa.model} has none")
+    for value, count, what in ((args.layer, sa.layers, "layer"), (args.head, sa.heads_per_layer, "head")):
+        if value is not None and value > count:
+            raise InputError(f"--{what} {value}: {sa.model} has {count} {what}s{' a layer' if what == 'head' else ''} "
+                             f"(1 to {count})")
+    return sa.at_head(-1 if args.layer is None else args.layer - 1, None if args.head is None else args.head - 1)
+
+
 def add_analysis_commands(sub) -> None:
     p = sub.add_parser("analyze", help="attention, its effects, probabilities and cases for one sentence")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder or bundled name (lstm, amsrn, kvp)")
     p.add_argument("--text", required=True, help="the sentence to analyse")
     _highlight_mode(p)
+    _head_choice(p)
     p.add_argument("--json", action="store_true",
                    help="print JSON instead of a table (with the read and slot effects of every word, in bits)")
     _model_device(p)
@@ -280,6 +303,7 @@ def add_analysis_commands(sub) -> None:
     p.add_argument("--out", required=True, type=Path, help="output file")
     _force(p)
     _highlight_mode(p)
+    _head_choice(p)
 
 
 def _force(p) -> None:
@@ -337,6 +361,7 @@ def dump_json(obj) -> None:
 
 def cmd_analyze(args) -> int:
     sa = load(args.checkpoint, device=args.device).analyze(args.text, threshold=args.threshold, top_k=args.top_k)
+    sa = chosen_head(sa, args)
     doc = sa.to_dict()
     if args.json:
         dump_json(doc)
@@ -352,6 +377,9 @@ def cmd_analyze(args) -> int:
               f"correlation {'n/a' if rho is None else f'{rho:+.2f}'}")
         print("effect = log2 P(word) with the attention read minus without it; per highlight: (weight, effect "
               "of that slot in bits); off = most weight on the empty start slot")
+    if sa.head is not None:
+        print(f"self-attention, {sa.head_label} (of {sa.layers} layers x {sa.heads_per_layer} heads; --layer and "
+              "--head choose): a word attends to the words read so far, itself included")
     for note in sa.notes:
         print(f"note: {note}")
     for t in doc["targets"]:
@@ -598,7 +626,7 @@ def cmd_export(args) -> int:
     model = load(args.checkpoint)
     text = args.text if args.corpus is None else corpus_text(args.corpus, args.split, args.sentence,
                                                               model.context == "document")
-    sa = model.analyze(text, threshold=args.threshold, top_k=args.top_k)
+    sa = chosen_head(model.analyze(text, threshold=args.threshold, top_k=args.top_k), args)
     try:
         path = sa.export(args.out, args.format, force=args.force)
     except OSError as exc:

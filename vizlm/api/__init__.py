@@ -365,7 +365,7 @@ class Model:
             max_effect_pairs = check_whole(max_effect_pairs, "max_effect_pairs", 0)
         predictions = min(check_whole(predictions, "predictions", 0), len(self.checkpoint.vocab))
         sa = analyze(self.checkpoint, text, top_k=predictions, effects=bool(effects), max_effect_pairs=max_effect_pairs)
-        if effects and max_effect_pairs and sa.attention is not None and sa.slot_effects is None:
+        if effects and max_effect_pairs and self.checkpoint.has_attention and sa.slot_effects is None:
             pairs = int((sa.attention > 0).sum())
             sa.notes.append(f"slot effects not computed: the text has {pairs:,} (word, slot) pairs with weight, more "
                             f"than the {max_effect_pairs:,} computed at most (shorter sentences have fewer); the read "

@@ -59,6 +59,11 @@ class Analysis(SentenceAnalysis):
     (T lists of k words) and ``top_probs`` [T, k]. Lists: ``tokens`` / ``norms`` / ``offsets`` / ``unk`` [n],
     ``targets`` [T]. The same as tidy frames: :meth:`frame`, :meth:`attention_frame`, :meth:`cases`.
 
+    A Transformer's self-attention: ``heads`` [layers, heads, T, S], slot ``j`` being input ``j`` (the word just read
+    is the row's last slot); ``attention`` is one head's or a layer's mean over its heads (``head``, in words
+    ``head_label``; by default the last layer's mean), and :meth:`at_head` shows another: every view, frame and
+    export reads the head shown. :meth:`heads_frame` has them all.
+
     ``highlight``: the highlight setting (:mod:`vizlm.inspect.highlight`, made from ``threshold`` / ``top_k`` by
     :meth:`Model.analyze`) that :meth:`highlights`, :meth:`cases`, :meth:`to_dict` and the display use when not
     given another; each setting is computed once. The layers below take the setting as an argument: this class adds
@@ -87,6 +92,7 @@ class Analysis(SentenceAnalysis):
 
     def __repr__(self) -> str:
         what = "no attention" if self.attention is None else \
+            f"self-attention {self.layers}x{self.heads_per_layer}, {self.head_label}" if self.heads is not None else \
             "slot effects" if self.slot_effects is not None else "attention"
         return (f"Analysis(model={self.model!r}, tokens={len(self.tokens)}, targets={len(self.targets)}, "
                 f"perplexity={self.perplexity:.2f}, {what}, context={self.context!r})")
@@ -139,13 +145,35 @@ class Analysis(SentenceAnalysis):
             "surprisal_bits": self.surprisal,
             "read_effect_bits": np.full(T, math.nan) if read is None else read,
             "prob_without_read": np.full(T, math.nan) if without is None else without,
-            "start_weight": np.full(T, math.nan) if self.attention is None else
+            "start_weight": np.full(T, math.nan) if self.attention is None or self.self_attention else
             self.attention[np.arange(T), self.first_rows()],
             "gate_mean": np.full(T, math.nan) if self.gates is None else self.gates.mean(1),
             "top_word": [w[0] if w else None for w in self.top_words],
         })
         frame.index.name = "target"
         return frame
+
+    def heads_frame(self) -> pd.DataFrame:
+        """A Transformer's every layer and head, one row per (layer, head, target, slot) a row could attend to:
+        layer and head (counted from 1, as the labels), target_index, target, slot, attended (the word read),
+        distance (1 = the word just read) and weight. Empty for a model without self-attention."""
+        columns = ["layer", "head", "target_index", "target", "slot", "attended", "distance", "weight"]
+        if self.heads is None:
+            return pd.DataFrame(columns=columns)
+        L, H = self.heads.shape[:2]
+        rows, slots = np.nonzero(self.allowed())
+        n = len(rows)
+        labels, targets = np.array(self.slot_labels, dtype=object), np.array(self.targets, dtype=object)
+        return pd.DataFrame({
+            "layer": np.repeat(np.arange(1, L + 1), H * n),
+            "head": np.tile(np.repeat(np.arange(1, H + 1), n), L),
+            "target_index": np.tile(rows, L * H),
+            "target": np.tile(targets[rows], L * H),
+            "slot": np.tile(slots, L * H),
+            "attended": np.tile(labels[slots], L * H),
+            "distance": np.tile(distance(self.slot_offsets()[rows, slots]), L * H),
+            "weight": self.heads[:, :, rows, slots].reshape(-1),
+        }, columns=columns)
 
     def attention_frame(self, threshold: float | None = None, top_k: int | None = None) -> pd.DataFrame:
         """Long form, one row per (predicted word, memory slot it could attend to), the rows of the CSV

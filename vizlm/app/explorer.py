@@ -23,7 +23,8 @@ from vizlm.modeling.checkpoint import meta_corpus
 from vizlm.data.examples import example_passages, example_sentences
 from vizlm.data.registry import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, user_corpora
 from vizlm.present.word_view import WordView, default_target, word_view
-from vizlm.present.links import DEFAULT_TEXT, DEFAULT_TEXTS, EXPLORER_MEASURES, MAX_TOP_K, MEASURE_LABELS, parse_query
+from vizlm.present.links import (DEFAULT_TEXT, DEFAULT_TEXTS, EXPLORER_MEASURES, MAX_TOP_K, MEASURE_LABELS, head_code,
+                                 parse_head_code, parse_query)
 from vizlm.present.fragments import attention_key_html, attribution_html, attribution_key_html, highlighted_html, sentence_strip_html, text_span
 from vizlm.present.heatmap import heatmap_rows
 from vizlm.present.style import attribution_scale, format_prob
@@ -59,6 +60,7 @@ def seed_from_url(names: list[str]) -> None:
         topk=state.highlight.k if isinstance(state.highlight, TopK) else 3,
         measure=state.measure,
         _target_url=state.target,
+        _head_url=state.head,
         _url_notes=notes,
         example=None,
     )
@@ -221,7 +223,7 @@ def model_panel(name: str, sa: Analysis, r: int, highlight: Setting, text: str,
     attention_panel = measure not in TEXT_METHODS and sa.attention is not None
     # the slot effects of this word, computed for it alone if need be (the attention panel's table and cases)
     effect_bits = results.row_effect_bits(name, text, r) if attention_panel else None
-    t = word_view(sa, r, highlight, results.case_map(name, text, highlight), effect_bits)
+    t = word_view(sa, r, highlight, results.case_map(name, text, highlight, sa.head), effect_bits)
     ppl = ck.perplexity(name)
     st.subheader(name, anchor=False, help=f"{ck.family(name)} checkpoint" + (f"; {ppl[0]} perplexity {ppl[1]:.1f}" if ppl else ""))
     several = " (one sentence: both readings agree)" if not sa.boundaries else ""
@@ -252,8 +254,8 @@ def model_panel(name: str, sa: Analysis, r: int, highlight: Setting, text: str,
                        "probability": st.column_config.TextColumn("probability", width="small")},
         hide_index=True, width="stretch", height=213,
     )
-    if sa.attention is not None:
-        faithfulness.word_panel(name, text, r)  # on request: one word's adversary and two paths
+    if sa.attention is not None and not sa.self_attention:
+        faithfulness.word_panel(name, text, r)  # on request: one word's adversary and two paths (recurrent attention)
 
 
 def _attribution_panel(name: str, sa: Analysis, r: int, highlight: Setting, text: str, method: str) -> None:
@@ -315,13 +317,21 @@ def _attention_panel(sa: Analysis, t: WordView, highlight: Setting, effect_bits)
     if (t.start_weight or 0) >= ATTENTION_OFF:
         st.caption(f":material/power_settings_new: **Attention mostly off for this word:** {t.start_weight:.0%} of the "
                    "weight is on the empty start slot (a zero vector), so the read adds little to the prediction.")
-    st.caption(f"**Attention changed log₂ P(word) by {_bits(t.read_effect_bits)}**: without its read, "
-               f"P(word) would be {format_prob(t.prob_without_read)} instead of {format_prob(t.prob)}.")
+    if sa.self_attention:
+        st.caption(f":material/hub: **Self-attention, {sa.head_label}**: this word attends to the words read so far, "
+                   "itself included (pick another layer or head in the sidebar). Effects drop a memory slot of recurrent "
+                   "attention; a Transformer's are not computed here: its weights are where it looked, not what "
+                   "changed the prediction. The attribution measures say that, for every model.")
+    else:
+        st.caption(f"**Attention changed log₂ P(word) by {_bits(t.read_effect_bits)}**: without its read, "
+                   f"P(word) would be {format_prob(t.prob_without_read)} instead of {format_prob(t.prob)}.")
     slots = sa.slot_table(r, effect_bits, setting=highlight)
-    st.caption("Memory slots of this word, **largest |effect| first** (then by weight): the highlighted ones "
-               "and the three whose effect is largest.")
+    first = "word read" if sa.self_attention else "memory slot"
+    st.caption("Words read by this word, heaviest first: the highlighted ones." if sa.self_attention else
+               "Memory slots of this word, **largest |effect| first** (then by weight): the highlighted ones and the "
+               "three whose effect is largest.")
     st.dataframe(
-        {"memory slot": [f"{e['slot']} {e['word']}" for e in slots], "weight": [e["weight"] for e in slots],
+        {first: [f"{sa.slot_number(e['slot'])} {e['word']}" for e in slots], "weight": [e["weight"] for e in slots],
          "effect (bits)": [e["effect_bits"] for e in slots]},
         column_config={
             "weight": st.column_config.ProgressColumn("weight", format="%.3f", min_value=0.0, max_value=1.0),
@@ -392,6 +402,36 @@ def sidebar() -> tuple[list[str], str, str, Setting, str]:
             highlight = Share(st.slider("Share of the largest |attribution|" if attributed else "Attention threshold",
                                         0.0, 1.0, step=0.01, key="threshold"))
     return names, model, compare, highlight, measure
+
+
+def head_picker(name: str, text: str, sa: Analysis, main: bool) -> Analysis:
+    """A Transformer's layer and head to show (a select box in the sidebar; the main model's choice is in the URL):
+    ``sa`` showing that head, or the mean over a layer's heads. ``sa`` itself for other models."""
+    if sa.heads is None:
+        return sa
+    options = [head_code((layer, h)) for layer in range(sa.layers) for h in (None, *range(sa.heads_per_layer))]
+    key = f"head_{name}"
+    wanted = st.session_state.pop("_head_url", None) if main else None
+    if wanted is not None:
+        if wanted in options:
+            st.session_state[key] = wanted
+        else:
+            st.info(f"The head {wanted!r} in the link is not one of {name}'s {sa.layers} layers × {sa.heads_per_layer} "
+                    "heads; showing its default.", icon=":material/link_off:")
+    if st.session_state.get(key) not in options:
+        st.session_state[key] = head_code(sa.head)
+
+    def label(code: str) -> str:
+        layer, h = parse_head_code(code)
+        return f"layer {layer + 1} · " + (f"mean of {sa.heads_per_layer} heads" if h is None else f"head {h + 1}")
+
+    with st.sidebar:
+        code = st.selectbox(f"{name}: self-attention", options, key=key, format_func=label,
+                            help=f"{name} is a Transformer: each of its {sa.layers} layers has {sa.heads_per_layer} "
+                                 "attention heads, each attending to the words read so far, the word just read included. "
+                                 "The highlights, the heat map and the cases show the head picked here, or the mean over "
+                                 "a layer's heads (its rows still sum to 1).")
+    return results.analyze_text(name, text, parse_head_code(code))
 
 
 def text_input(model: str, compare: str) -> str:

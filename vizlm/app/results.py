@@ -42,27 +42,32 @@ APP_EFFECT_PAIRS = 0
 
 
 @st.cache_data(show_spinner=False, max_entries=ANALYSIS_CACHE_ENTRIES)
-def _analyze_text(name: str, key: str, text: str) -> Analysis:
+def _analyze_text(name: str, key: str, text: str, head: tuple[int, int | None] | None = None) -> Analysis:
+    if head is not None:  # a Transformer's layer and head: the one analysis, another head shown
+        return _analyze_text(name, key, text).at_head(*head)
     return Model(get_checkpoint(name)).analyze(text, max_effect_pairs=APP_EFFECT_PAIRS)
 
 
-def analyze_text(name: str, text: str) -> Analysis:
-    """:meth:`vizlm.api.Model.analyze` through the cache; :class:`UserError` for bad input."""
+def analyze_text(name: str, text: str, head: tuple[int, int | None] | None = None) -> Analysis:
+    """:meth:`vizlm.api.Model.analyze` through the cache, showing self-attention ``head`` ((layer, head), 0-based;
+    None: the analysis's default, :meth:`~vizlm.inspect.analysis.SentenceAnalysis.at_head`); :class:`UserError` for
+    bad input."""
     try:
-        return _analyze_text(name, model_key(name), text)
+        return _analyze_text(name, model_key(name), text, head)
     except VizlmError as exc:
         raise UserError(str(exc)) from None
 
 
 @st.cache_data(show_spinner=False, max_entries=ANALYSIS_CACHE_ENTRIES)
-def _case_map(name: str, key: str, text: str, highlight: Setting) -> dict[int, list[dict]]:
-    return cases_by_target(_analyze_text(name, key, text), highlight)
+def _case_map(name: str, key: str, text: str, highlight: Setting,
+              head: tuple[int, int | None] | None = None) -> dict[int, list[dict]]:
+    return cases_by_target(_analyze_text(name, key, text, head), highlight)
 
 
-def case_map(name: str, text: str, highlight: Setting) -> dict[int, list[dict]]:
-    """The case labels of every predicted word of ``text`` for one highlight setting
+def case_map(name: str, text: str, highlight: Setting, head: tuple[int, int | None] | None = None) -> dict[int, list[dict]]:
+    """The case labels of every predicted word of ``text`` for one highlight setting (and self-attention ``head``)
     (:func:`vizlm.present.word_view.cases_by_target`), cached per setting: a page view reads one word's."""
-    return _case_map(name, model_key(name), text, highlight)
+    return _case_map(name, model_key(name), text, highlight, head)
 
 
 def _attribute(name: str, text: str, method: str, rows: tuple[int, int] | None, progress=None,
@@ -121,7 +126,7 @@ def row_effect_bits(name: str, text: str, row: int) -> np.ndarray | None:
     """[S] the slot effects in bits of one predicted word, computed for that word alone when the
     analysis has none (a long text); None for a model without attention."""
     sa = _analyze_text(name, model_key(name), text)
-    if sa.attention is None:
+    if sa.attention is None or sa.self_attention:  # self-attention: no slot ablation (vizlm.models.effects)
         return None
     if sa.slot_effects is not None:
         return sa.slot_effect_bits[row]
@@ -130,17 +135,19 @@ def row_effect_bits(name: str, text: str, row: int) -> np.ndarray | None:
 
 @st.cache_data(show_spinner=False, max_entries=HEATMAP_CACHE_ENTRIES)
 def _heatmap_spec(name: str, key: str, text: str, highlight: Setting, measure: str,
-                  rows: tuple[int, int] | None, selected: int | None) -> dict:
-    sa = _full_effects(name, key, text) if measure == "effect" else _analyze_text(name, key, text)
+                  rows: tuple[int, int] | None, selected: int | None, head: tuple[int, int | None] | None = None) -> dict:
+    sa = _full_effects(name, key, text) if measure == "effect" else _analyze_text(name, key, text, head)
     heatmap = attention_heatmap(sa, highlight, measure=measure, rows=rows, selected=selected)
     return chart_spec(heatmap, validate=False)  # a new window each click; the tests validate these specs
 
 
 def heatmap_spec(name: str, text: str, highlight: Setting, measure: str = "weight",
-                 rows: tuple[int, int] | None = None, selected: int | None = None) -> dict:
+                 rows: tuple[int, int] | None = None, selected: int | None = None,
+                 head: tuple[int, int | None] | None = None) -> dict:
     """The heat map of ``text`` (``measure``: attention weight or slot effect; ``rows``: a window of a long
-    text, ``selected``: the outlined row) as a Vega-Lite spec, built once per input."""
-    return _heatmap_spec(name, model_key(name), text, highlight, measure, rows, selected)
+    text, ``selected``: the outlined row; ``head``: a Transformer's layer and head) as a Vega-Lite spec, built once
+    per input."""
+    return _heatmap_spec(name, model_key(name), text, highlight, measure, rows, selected, head)
 
 
 def corpus_version(corpus: str, split: str) -> tuple[int, int] | None:

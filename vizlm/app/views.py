@@ -77,6 +77,13 @@ def render_heatmaps(analyses: dict, text: str, highlight: Setting, target: int,
         render_attribution_maps(analyses, text, measure, highlight, target)
         return
     shown = {n: sa for n, sa in analyses.items() if sa.attention is not None}
+    skipped = [n for n, sa in shown.items() if sa.self_attention] if measure == "effect" else []
+    if skipped:  # slot effects drop a memory slot of recurrent attention; a Transformer's heads have none
+        shown = {n: sa for n, sa in shown.items() if not sa.self_attention}
+        st.caption(f"{', '.join(skipped)}: self-attention has no slot effects (they drop a memory slot of recurrent "
+                   "attention); pick the weight measure to see its heads.")
+        if not shown:
+            return
     if not shown:
         st.info("None of the chosen models has attention (LSTM and N-gram RNN predict from their state alone). Pick an "
                 "attribution measure in the sidebar to see what their predictions depended on.", icon=":material/info:")
@@ -97,7 +104,7 @@ def render_heatmaps(analyses: dict, text: str, highlight: Setting, target: int,
             with st.spinner(f"Computing the effect of every memory slot for {name}…", show_time=True):
                 spec = heatmap_spec(name, text, highlight, measure, rows, target)
         else:
-            spec = heatmap_spec(name, text, highlight, measure, rows, target)
+            spec = heatmap_spec(name, text, highlight, measure, rows, target, sa.head)
         st.vega_lite_chart(spec, width="content", theme=None)
         analysis_downloads(sa, highlight, key=f"heat_{name}", measure=measure, full=_with_effects(name, sa),
                            rows=rows, selected=target)

@@ -19,15 +19,17 @@ prediction very little. Those a long text skips: :mod:`vizlm.inspect.effects`.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
+import numbers
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from vizlm.core.errors import VizlmError
+from vizlm.core.errors import InputError, VizlmError
 from vizlm.data.vocab import EOS, UNK
 from vizlm.data.batches import iter_batches
 from vizlm.data.tagger import tag_sentences
@@ -125,6 +127,46 @@ class SentenceAnalysis(RowLayout):
     context: str = "sentence"  # how the model read the text (READINGS): each sentence alone, or running text
     breaks: list[int] = field(default_factory=list)  # boundaries that end a document (a blank line): every
     # model starts afresh after one
+    self_attention: bool = False  # a Transformer's layout: slot j is input j (vizlm.inspect.reading)
+    heads: np.ndarray | None = None  # [L, H, T, S] self-attention of every layer and head (None: recurrent)
+    head: tuple[int, int | None] | None = None  # (layer, head) ``attention`` shows; head None: the mean over heads
+
+    @property
+    def layers(self) -> int:
+        """Self-attention layers (0 for recurrent attention and for none)."""
+        return 0 if self.heads is None else int(self.heads.shape[0])
+
+    @property
+    def heads_per_layer(self) -> int:
+        return 0 if self.heads is None else int(self.heads.shape[1])
+
+    def at_head(self, layer: int = -1, head: int | None = None) -> SentenceAnalysis:
+        """The same analysis with ``attention`` one self-attention head's (``layer``, ``head``; negative
+        numbers count from the end, as in a list) or, with ``head`` None, the mean over the layer's heads
+        (rows still sum to 1). Every view then reads that head. Arrays are shared, not copied."""
+        if self.heads is None:
+            raise InputError(f"{self.model} has no self-attention heads to choose from")
+        L, H = self.heads.shape[:2]
+        for value, count, what in ((layer, L, "layer"), (head, H, "head")):
+            if value is None and what == "head":
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not -count <= int(value) < count:
+                raise InputError(f"{what} must be a whole number from 0 to {count - 1} (or -1 for the last), "
+                                 f"not {value!r}")
+        layer, head = int(layer) % L, None if head is None else int(head) % H
+        if self.head == (layer, head):
+            return self
+        attention = self.heads[layer].mean(0) if head is None else self.heads[layer, head]
+        return dataclasses.replace(self, attention=attention, head=(layer, head))
+
+    @property
+    def head_label(self) -> str | None:
+        """What ``attention`` shows, in words: "layer 2, head 1" or "layer 2, mean of 4 heads" (1-based, as people
+        count); None without self-attention."""
+        if self.head is None:
+            return None
+        layer, head = self.head
+        return f"layer {layer + 1}, " + (f"mean of {self.heads_per_layer} heads" if head is None else f"head {head + 1}")
 
     @property
     def probs(self) -> np.ndarray:
@@ -202,7 +244,10 @@ class SentenceAnalysis(RowLayout):
 
     def slot_token(self, slot: int) -> int:
         """Index into ``tokens`` of the word held by ``slot`` (a boundary slot: the ``</s>`` token); -1
-        for the <s> slots: 0, 1 and the start slot after a restart (:attr:`start_slots`)."""
+        for the <s> slots: 0, 1 and the start slot after a restart (:attr:`start_slots`); with
+        self-attention slot ``j`` is input ``j``: -1 for slot 0, else token ``j - 1``."""
+        if self.self_attention:
+            return slot - 1
         return -1 if slot < 2 or self.restarts_after(slot - 1) else slot - 2
 
     def score_row(self, row: int) -> ScoreRow:
@@ -300,8 +345,10 @@ def _build(
     slot_effects: torch.Tensor | None = None,  # (T, S)
     context: str = "sentence",
     breaks: list[int] | None = None,
+    heads: torch.Tensor | None = None,  # (L, H, T, S) self-attention
 ) -> SentenceAnalysis:
-    """One text's rows of a forward pass (on the model's device) -> :class:`SentenceAnalysis` (on the CPU)."""
+    """One text's rows of a forward pass (on the model's device) -> :class:`SentenceAnalysis` (on the CPU).
+    With self-attention ``heads`` (``attention`` None) ``attention`` is the last layer's mean over its heads."""
     logp, attention, gates, read_effect, slot_effects = (
         None if x is None else x.cpu() for x in (logp, attention, gates, read_effect, slot_effects))
     vocab = ckpt.vocab
@@ -324,7 +371,7 @@ def _build(
         notes.append(f"{sum(unk)} word(s) are not in the model's vocabulary and were read as <unk>")
     if not math.isfinite(perplexity(-float(lp.sum()), len(lp))):
         notes.append(OVERFLOW_NOTE)
-    return SentenceAnalysis(
+    sa = SentenceAnalysis(
         model=ckpt.label,
         text=text if text is not None else " ".join(surfaces),
         tokens=surfaces,
@@ -345,6 +392,10 @@ def _build(
         context=context,
         breaks=list(breaks or []),
     )
+    if heads is not None:
+        sa.self_attention, sa.heads = True, heads.cpu().double().numpy()
+        sa = sa.at_head(-1)
+    return sa
 
 
 def _pairs(attention: torch.Tensor, select: torch.Tensor | None = None) -> int:
@@ -402,7 +453,11 @@ def analyze_sentences(
     context = context_of(ckpt)
     rd = pieces_of(ckpt, norms, boundaries if context == "sentence" else breaks)
     model = ckpt.model
-    h = model.encode(rd.inputs)  # (B, Tb, d)
+    heads = None
+    if getattr(model, "self_attention", False):
+        h, heads = model.encode_with_attention(rd.inputs)  # (B, Tb, d), (B, L, H, Tb, Tb)
+    else:
+        h = model.encode(rd.inputs)  # (B, Tb, d)
     out = model.head(h)  # = model(rd.inputs), keeping h for the effects
     att, gates = out.attention, out.extras.get("gate1")  # (B, Tb, Sb), (B, Tb, d)
     logp = out.logits.log_softmax(-1)  # (B, Tb, V) in the model's precision, as vizlm.modeling.evaluate scores
@@ -421,7 +476,7 @@ def analyze_sentences(
         None if gates is None else rd.gather_rows(gates), surface, spans, clean_text(text),
         join_sentences(tags, BOUNDARY_TAG) if tags else None, top_k, truncated,
         None if read is None else rd.gather_rows(read), None if slots is None else rd.gather_slots(slots), context,
-        breaks,
+        breaks, None if heads is None else rd.gather_slots(heads.permute(0, 3, 4, 1, 2)).permute(2, 3, 0, 1),
     )
 
 

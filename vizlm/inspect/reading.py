@@ -22,6 +22,12 @@ reading its ``<s>`` (the boundary), so the attention matrix is block diagonal, s
 (:meth:`vizlm.inspect.analysis.SentenceAnalysis.allowed`). A document of a passage (after a blank line)
 starts the same way.
 
+Self-attention (a Transformer, :mod:`vizlm.models.transformer`) reads the words read so far, the
+word just read included, and has no zero start state: its slot ``j`` is input ``j`` itself (``<s>``
+for ``j = 0``, ``w_j`` for ``j >= 1``), and row ``r`` attends to slots ``0..r``, its own input
+last. The rows, the causal rule and the pieces are the same; what a slot holds moves one step
+(:attr:`RowLayout.self_attention`), and so do its label, its word and its distance.
+
 :class:`RowLayout` holds these rules for an analysed text (:class:`vizlm.inspect.analysis.SentenceAnalysis`
 mixes it in); :func:`pieces_of` cuts a text into the pieces a model reads from a zero state and
 :class:`Pieces` gathers their rows and slots back into the text's.
@@ -151,12 +157,12 @@ class Pieces:
         return torch.cat([x[b, :n] for b, n in enumerate(self.rows)])
 
     def gather_slots(self, x: torch.Tensor) -> torch.Tensor:
-        """The text's (row, slot) matrix of per-piece ones: (B, Tb, Sb) -> (T, T), block diagonal, zero
+        """The text's (row, slot) matrix of per-piece ones: (B, Tb, Sb, ...) -> (T, T, ...), block diagonal, zero
         between the pieces (a row of a sentence read alone cannot attend to another sentence)."""
         if len(self.rows) == 1:
             return x[0, : self.rows[0], : self.rows[0]]
         T = sum(self.rows)
-        out = x.new_zeros(T, T)
+        out = x.new_zeros(T, T, *x.shape[3:])
         for b, (f, n) in enumerate(zip(self.first, self.rows)):
             out[f : f + n, f : f + n] = x[b, :n, :n]
         return out
@@ -220,6 +226,19 @@ class RowLayout:
     targets: list[str]  # [T] predicted words: norms + ["</s>"]
     context: str  # how the model read the text (READINGS)
     breaks: list[int]  # boundaries that end a document (a blank line)
+    self_attention: bool = False  # slot j is input j (a Transformer), not the state after input j - 1
+
+    @property
+    def shift(self) -> int:
+        """How many steps a slot's word trails its row's word at the diagonal: 1 for recurrent attention (slot
+        ``j`` holds the state after input ``j - 1``), 0 for self-attention (slot ``j`` is input ``j``)."""
+        return 0 if self.self_attention else 1
+
+    def slot_number(self, slot: int) -> int:
+        """The number a view writes before slot ``slot``'s word: the slot itself, or with self-attention (slot ``j``
+        is input ``j``) ``j + 1``, the number of the recurrent slot that holds that input, so the attention axes,
+        the attribution's positions and the targets count alike."""
+        return slot + 1 - self.shift
 
     @property
     def input_labels(self) -> list[str]:
@@ -233,7 +252,10 @@ class RowLayout:
     @property
     def slot_labels(self) -> list[str]:
         """[S] label of each memory slot: ``<s>`` for the start slots (:attr:`start_slots`) and slot 1,
-        else the word read at the step before (:attr:`input_labels`)."""
+        else the word read at the step before (:attr:`input_labels`); with self-attention, the word read at
+        the slot's own step."""
+        if self.self_attention:
+            return list(self.input_labels)
         labels = [BOS] + self.input_labels[:-1]
         for j in self.start_slots:
             labels[j] = BOS
@@ -242,7 +264,10 @@ class RowLayout:
     @property
     def start_slots(self) -> list[int]:
         """The zero start state of each reading: slot 0, and after each restart ``b`` slot ``b + 1``,
-        numbered as the reading's first row (:meth:`first_rows`)."""
+        numbered as the reading's first row (:meth:`first_rows`). Self-attention has none: its first slot
+        is the ``<s>`` it read."""
+        if self.self_attention:
+            return []
         return [0] + [b + 1 for b in self.restarts]
 
     @property
@@ -292,10 +317,11 @@ class RowLayout:
         return self.input_labels[row]
 
     def slot_offsets(self) -> np.ndarray:
-        """[T, S] how many words back each slot is from each row: ``r + 1 - j`` (1 = the newest slot);
-        a reading's start slot is numbered as its first row, so it counts from the reading's start."""
+        """[T, S] how many words back each slot's word is from each row's word just read: ``r + 1 - j`` (1 =
+        the newest slot), ``r - j`` with self-attention (0 = the word just read); a reading's start slot is
+        numbered as its first row, so it counts from the reading's start."""
         T = len(self.targets)
-        return np.arange(T)[:, None] + 1 - np.arange(T)[None, :]  # (T, S)
+        return np.arange(T)[:, None] + self.shift - np.arange(T)[None, :]  # (T, S)
 
     def readable(self) -> np.ndarray:
         """[T, S] the slots each row's reading holds: its start slot and every later one up to slot ``r``,

@@ -31,9 +31,12 @@ the example's ``evaluate()`` for its Transformer.
 
 Attention: per layer and head, :meth:`TransformerLM.encode_with_attention` gives the weights
 (B, layers, heads, T, T) over the positions read so far (row t over positions 1..t, its own
-included). They are not vizlm's slot layout (:mod:`vizlm.models.base`: a row never attends to
-its own step), so the model does not say ``has_attention`` and the slot-based views (heat map,
-effects, cases) treat it as a plain LM: surprisal and top predictions.
+included). They are not vizlm's slot layout of recurrent attention (:mod:`vizlm.models.base`: a row
+never attends to its own step, and slot 0 is a zero start state), so the model does not say
+``has_attention`` (the slot-ablation paths of the attention families do not apply) but says
+``self_attention``: the analysis lays its weights out with slot ``j`` = input ``j``
+(:mod:`vizlm.inspect.reading`), every layer and head, and its views show one layer's head, or
+the mean over its heads.
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ class TransformerLM(nn.Module):
     """Embedding x sqrt(d) + positions -> post-norm encoder layers (causal) -> LayerNorm -> linear."""
 
     has_attention = False  # no attention in vizlm's slot layout (module docstring); see encode_with_attention()
+    self_attention = True  # per layer and head over the words read so far, its own included
 
     def __init__(self, config: TransformerConfig):
         super().__init__()

@@ -247,6 +247,8 @@ def attention_heatmap(
     if effect_mode:
         lim = EFFECT_DOMAIN_BITS
         head = title or f"{sa.model}: effect of each memory slot on P(word), in bits"
+    elif sa.head is not None:
+        head = title or f"{sa.model}: self-attention, {sa.head_label}"
     else:
         head = title or f"{sa.model}: attention over memory"
     rule = describe(setting, "weight ≥ {share:g}")
@@ -258,7 +260,8 @@ def attention_heatmap(
         subtitle = [subtitle, (f"log-probability minus the same with the slot dropped · blue: the slot helped, red: it "
                                f"hurt (clipped at ±{EFFECT_DOMAIN_BITS:g} bit) · largest here {biggest:.2g} bits")]
     grid = Grid(
-        df, "slot", "memory slot (attended word)", row_domain, slot_domain,
+        df, "slot", "word read (attended)" if sa.self_attention else "memory slot (attended word)", row_domain,
+        slot_domain,
         value="effect" if effect_mode else "weight",
         colour=alt.Scale(scheme=EFFECT_SCHEME, domain=[-lim, lim], domainMid=0, clamp=True) if effect_mode
         else alt.Scale(scheme=SCHEME, domain=list(WEIGHT_DOMAIN)),

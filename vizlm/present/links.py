@@ -12,6 +12,7 @@ each time.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from vizlm.inspect.analysis import MAX_TEXT_CHARS
@@ -41,6 +42,7 @@ class ExplorerState:
     highlight: Setting  # Share (``threshold=``) or TopK (``topk=``)
     target: int | None
     measure: str = MEASURES[0]  # one of EXPLORER_MEASURES: weight (left out of the link), effect, an attribution
+    head: str | None = None  # the model's self-attention head shown (head_code; None: its default)
 
     def query(self) -> dict[str, str]:
         q = {"model": self.model}
@@ -55,7 +57,27 @@ class ExplorerState:
             q["target"] = str(self.target)
         if self.measure != MEASURES[0]:
             q["measure"] = self.measure
+        if self.head:
+            q["head"] = self.head
         return q
+
+
+_HEAD_CODE = re.compile(r"([1-9][0-9]{0,2})(?:\.([1-9][0-9]{0,2}))?")
+
+
+def head_code(head: tuple[int, int | None]) -> str:
+    """A self-attention head as people count, for a link: ``"2"`` for layer 2's mean over its heads, ``"2.1"`` for
+    its head 1, from ``(layer, head)`` counted from 0 (:meth:`vizlm.inspect.analysis.SentenceAnalysis.at_head`)."""
+    layer, h = head
+    return f"{layer + 1}" if h is None else f"{layer + 1}.{h + 1}"
+
+
+def parse_head_code(code: str) -> tuple[int, int | None] | None:
+    """``(layer, head)`` counted from 0 of a :func:`head_code`; None when it is not one."""
+    m = _HEAD_CODE.fullmatch(code or "")
+    if not m:
+        return None
+    return int(m[1]) - 1, None if m[2] is None else int(m[2]) - 1
 
 
 def explorer_query(model: str, text: str, compare: str | None = None, target: int | None = None,
@@ -114,7 +136,12 @@ def parse_query(params: dict, names: list[str], default_model: str, default_comp
         except ValueError:
             notes.append("the selected word in the link is not a word number; picking one")
             target = None
-    return ExplorerState(model, compare, text, highlight, target, measure), notes
+    head = params.get("head")
+    if head is not None and parse_head_code(head) is None:
+        notes.append(f"the head {head!r} in the link is not a layer (\"2\") or a layer and head (\"2.1\"); showing the "
+                     "model's default")
+        head = None
+    return ExplorerState(model, compare, text, highlight, target, measure, head), notes
 
 
 @dataclass

@@ -157,7 +157,7 @@ def _slot_rows(sa: SentenceAnalysis, target: int, setting: Setting) -> str:
     rows = []
     for e in table:
         w, b = e["weight"], e["effect_bits"]
-        rows.append([esc(f"{e['slot']} {e['word']}"), _swatch(style.palette(w), f"{w:.3f}"),
+        rows.append([esc(f"{sa.slot_number(e['slot'])} {e['word']}"), _swatch(style.palette(w), f"{w:.3f}"),
                      "–" if b is None else _swatch(style.effect_colour(b), f"{b:+.3f}")])
     return ('<div style="font-weight:600;margin-top:6px;font-size:0.9em">memory slots of this word, largest |effect| '
             "first</div>" + _row_table(["memory slot", "weight", "effect (bits)"], rows))
@@ -201,8 +201,10 @@ def analysis_html(sa: SentenceAnalysis, target: int, setting: Setting = DEFAULT,
     parts.append(fragments.highlighted_html(sa, target, setting, span=span))
     parts.append(fragments.attention_key_html())
     parts.append(_word_facts(sa, target))
-    start = float(sa.attention[target, sa.first_rows()[target]])
-    if start >= ATTENTION_OFF:
+    start = None if sa.self_attention else float(sa.attention[target, sa.first_rows()[target]])
+    if sa.head is not None:
+        parts.append(f'<div style="{_NOTE}">self-attention, {sa.head_label}</div>')
+    if start is not None and start >= ATTENTION_OFF:
         parts.append(f'<div style="{_NOTE}">attention mostly off for this word: {start:.0%} of the weight is on the '
                      "empty start slot</div>")
     parts.append(_slot_rows(sa, target, setting))

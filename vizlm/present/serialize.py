@@ -20,7 +20,10 @@ The document (JSON types only, no NaN: :func:`json_safe`)::
         index, word, prob, logprob, surprisal_bits, top [{word, prob}],
         attention [r + 1] (slots 0..r), highlights [{slot, word, token, weight, effect_bits}],
         gate_mean, gates [d] (AMSRN), start_weight, read_effect_bits, prob_without_read,
-        effects_bits [r + 1] (slot effects), cases [{slot, attended, labels, evidence, ...}]
+        effects_bits [r + 1] (slot effects), cases [{slot, attended, labels, evidence, ...}],
+        heads [layers][heads][r + 1] (self-attention: every layer's and head's row)
+    self_attention, head            a Transformer's layout (slot j = input j) and the (layer, head) "attention"
+                                    shows, head null: the mean over the layer's heads (absent: recurrent)
 
 Every number in bits is also kept in nats in memory (``read_effect``, ``slot_effects``); a loaded
 analysis gets them back as bits x ln 2 (float64 rounding: within 1e-12 relative).
@@ -96,6 +99,7 @@ def analysis_dict(sa: SentenceAnalysis, setting: Setting = DEFAULT, cases: bool 
     with np.errstate(over="ignore"):  # P(word) without the read of a model that gives it next to none
         without = None if sa.read_effect is None else np.exp(sa.logprobs - sa.read_effect).tolist()
     starts = sa.first_rows().tolist()  # each row's start slot
+    heads = None if sa.heads is None else sa.heads.transpose(2, 0, 1, 3)  # (T, L, H, S)
     targets = []
     for r, word in enumerate(sa.targets):
         targets.append({
@@ -109,13 +113,15 @@ def analysis_dict(sa: SentenceAnalysis, setting: Setting = DEFAULT, cases: bool 
             "highlights": [h.to_dict() for h in hl[r]],
             "gate_mean": None if gate_means is None else gate_means[r],
             "gates": None if gates is None else gates[r],
-            # the start slot is the zero start state: weight there reads nothing ("attention off")
-            "start_weight": None if sa.attention is None else float(sa.attention[r, starts[r]]),
+            # the start slot is the zero start state: weight there reads nothing ("attention off"); self-attention
+            # has none (its first slot is the <s> it read)
+            "start_weight": None if sa.attention is None or sa.self_attention else float(sa.attention[r, starts[r]]),
             # effects in bits: log2 P(word) with the read minus without; per slot, minus with the slot dropped
             "read_effect_bits": None if read_bits is None else _finite(read_bits[r]),
             "prob_without_read": None if without is None else without[r],
             "effects_bits": None if slot_bits is None else [_finite(e) for e in slot_bits[r, : r + 1]],
             "cases": case_map.get(r, []),
+            **({} if heads is None else {"heads": heads[r, :, :, : r + 1].tolist()}),
         })
     return json_safe({
         "format": FORMAT,
@@ -138,6 +144,7 @@ def analysis_dict(sa: SentenceAnalysis, setting: Setting = DEFAULT, cases: bool 
         "threshold": threshold,
         "top_k": top_k,
         "effects": sa.effect_summary(),
+        **({} if sa.heads is None else {"self_attention": True, "head": list(sa.head)}),
         "targets": targets,
     })
 
@@ -236,7 +243,8 @@ def analysis_from_dict(doc: object) -> SentenceAnalysis:
     if context not in ("sentence", "document"):
         raise AnalysisFileError(f"'context' is {context!r}, not 'sentence' or 'document'")
     notes = doc.get("notes") or []
-    return SentenceAnalysis(
+    heads, head = _heads(doc, rows, T)
+    sa = SentenceAnalysis(
         model=str(_field(doc, "model", str)),
         text=str(_field(doc, "text", str)),
         tokens=tokens,
@@ -256,7 +264,39 @@ def analysis_from_dict(doc: object) -> SentenceAnalysis:
         slot_effects=None if slot_bits is None else slot_bits * LN2,
         context=context,
         breaks=list(breaks),
+        self_attention=heads is not None,
+        heads=heads,
+        head=head,
     )
+    return sa
+
+
+def _heads(doc: dict, rows: list[dict], T: int) -> tuple[np.ndarray | None, tuple[int, int | None] | None]:
+    """``(heads [L, H, T, S], (layer, head))`` of a self-attention analysis; ``(None, None)`` for another."""
+    if not doc.get("self_attention"):
+        return None, None
+    head = doc.get("head")
+    if not (isinstance(head, list) and len(head) == 2 and type(head[0]) is int
+            and (head[1] is None or type(head[1]) is int)):
+        raise AnalysisFileError("'head' must be [layer, head] (head null: the mean over the layer's heads)")
+    first = rows[0].get("heads") if rows else None
+    if not (isinstance(first, list) and first and isinstance(first[0], list) and first[0]):
+        raise AnalysisFileError("a self-attention analysis needs every target's 'heads' [layers][heads][slots]")
+    L, H = len(first), len(first[0])
+    if not (0 <= head[0] < L and (head[1] is None or 0 <= head[1] < H)):
+        raise AnalysisFileError(f"'head' {head} is not one of the {L} layers x {H} heads")
+    out = np.zeros((L, H, T, T))
+    for r, row in enumerate(rows):
+        layers = row.get("heads")
+        if not (isinstance(layers, list) and len(layers) == L and all(isinstance(x, list) and len(x) == H for x in layers)):
+            raise AnalysisFileError(f"target {r}'s 'heads' must be {L} layers of {H} heads")
+        for i, per_head in enumerate(layers):
+            for k, values in enumerate(per_head):
+                values = _floats(values, f"target {r}'s 'heads'")
+                if len(values) != r + 1:
+                    raise AnalysisFileError(f"target {r}'s 'heads' has {len(values)} values; row {r} has {r + 1} slots")
+                out[i, k, r, : r + 1] = values
+    return out, (head[0], head[1])
 
 
 def _matrix(rows: list, what: str, T: int) -> np.ndarray | None:

@@ -126,8 +126,9 @@ def format_prob(p: float) -> str:
 
 
 def slot_axis_labels(sa: SentenceAnalysis) -> list[str]:
-    """[S] ``"j word"`` for each memory slot."""
-    return [f"{j} {w}" for j, w in enumerate(sa.slot_labels)]
+    """[S] ``"j word"`` for each memory slot; with self-attention, whose slot ``j`` is input ``j``, numbered ``j + 1``
+    as the recurrent slot that holds that input (and as the attribution's positions and the targets)."""
+    return [f"{sa.slot_number(j)} {w}" for j, w in enumerate(sa.slot_labels)]
 
 
 def target_axis_labels(sa: SentenceAnalysis) -> list[str]:

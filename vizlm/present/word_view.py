@@ -70,7 +70,8 @@ def word_view(sa: SentenceAnalysis, row: int, setting: Setting = DEFAULT, cases:
     if sa.read_effect is not None:
         with_read = float(sa.logprobs[row]) - float(sa.read_effect[row])
         without = _finite(math.exp(with_read)) if with_read < 709 else None  # exp overflows past ~709
-    start = None if sa.attention is None else float(sa.attention[row, sa.first_rows()[row]])
+    # the weight on the zero start slot ("attention off"); self-attention has no such slot
+    start = None if sa.attention is None or sa.self_attention else float(sa.attention[row, sa.first_rows()[row]])
     return WordView(
         row=row,
         word=sa.targets[row],
