@@ -57,13 +57,14 @@ def one_text(models: tuple[str, ...], keys: tuple[str, ...], text: str, window: 
     sentences = split_at_boundaries(sas[models[0]].norms)
     stats = vc.attention_by_position([ck.get_checkpoint(m) for m in models], sentences, window=window,
                                      ids=[f"text:{i}" for i in range(len(sentences))])
-    return stats, {m: vc.sentence_positions(sa, window) for m, sa in sas.items()}
+    return stats, {m if sa.head is None else f"{m} · {sa.head_label}": vc.sentence_positions(sa, window)
+                   for m, sa in sas.items()}
 
 
 with st.sidebar:
     # at first the models that read running text: the paper's setting
     models = ui.attention_models_picker("Attention by position", "pos_models", "None of the checkpoints has attention.",
-                                        first=ck.running_text_first)
+                                        first=ck.running_text_first, self_attention=True)
     own = [ck.window(m) for m in models]  # the models' own windows: the paper draws each model's window
     ui.keep_choice("pos_window", list(range(1, vc.MAX_WINDOW + 1)),
                    max(own) if own and all(w is not None and w <= vc.MAX_WINDOW for w in own) else DEFAULT_WINDOW)
@@ -99,6 +100,11 @@ st.caption(" ".join(
     f"**{', '.join(ui.md_escape(m) for m in ms)}** {READINGS[c]} — {WHAT[c]}"
     + (_windows(ms) if c == "document" else "") + "."
     for c, ms in readings.items() if ms))
+if any(ck.self_attending(m) for m in models):
+    st.caption("A Transformer gets a line per layer (the mean over its heads). Its self-attention reads the word just "
+               "read too (distance 1), and only the words of its block (the length it was trained on): a word of an "
+               "earlier block has weight 0 there, as a word beyond a windowed model's window does. It has no slot "
+               "effects.")
 
 
 def corpus_view() -> None:

@@ -1677,3 +1677,16 @@ def test_the_explorer_shows_a_transformer_head_chosen_in_the_sidebar_and_the_lin
     at = explorer(model="tiny_transformer", text="the jury said it was fine .", head="7.1")
     no_exception(at)
     assert "not one of tiny_transformer's 2 layers" in messages(at)
+
+
+def test_positions_page_draws_a_line_per_transformer_layer(tmp_path, monkeypatch):
+    _plugin_checkpoint(tmp_path, monkeypatch, "tiny_transformer", "transformer", heads=2, layers=2, context="document")
+    at = page("positions.py", pos_models=["tiny_transformer", TINY], pos_sample=SMALL, pos_window=4)
+    no_exception(at)
+    specs = json.dumps([json.loads(c.proto.spec) for c in charts(at)], ensure_ascii=False)
+    assert "tiny_transformer · layer 1" in specs and "tiny_transformer · layer 2" in specs
+    assert "1 = the word just before it, the word just read" in specs  # the x axis starts at the word just read
+    assert any("line per layer" in c.value for c in at.caption)
+    at.session_state["pos_view"] = "One text"
+    at.run()
+    no_exception(at)

@@ -147,3 +147,37 @@ def test_every_head_in_one_frame(ckpt):
     assert row.attended == "cat" and row.distance == 1 and row.weight == sa.heads[1, 0, 2, 2]
     assert "self-attention 3x2, layer 3, mean of 2 heads" in repr(sa)
     assert sa.at_head(0, 0).heads_frame().equals(frame)  # every head, whichever is shown
+
+
+@pytest.mark.parametrize("context", ["document", "sentence"])
+def test_attention_by_position_per_layer_is_the_analyses_mean(ckpt, context, tmp_path):
+    """Fig. 3 of a Transformer: a line per layer (its mean over heads), offset 0 the word just read, equal to the
+    mean over the analyses' rows of the same texts; a word of an earlier block counts with weight 0."""
+    from vizlm.inspect.analysis import analyze_sentences
+    from vizlm.inspect.corpus_stats import attention_by_position
+
+    ck = ckpt
+    if context == "sentence":
+        model = build_model("transformer", **{**ckpt.model.config.__dict__, "context": "sentence"}).eval()
+        model.load_state_dict(ckpt.model.state_dict())
+        save_checkpoint(tmp_path / "s", model, "transformer", ckpt.vocab)
+        ck = load_checkpoint(tmp_path / "s")
+    sents = [["the", "cat", "sat", "on", "the", "mat"], ["the", "dog", "ran"], ["the", "cat", "ran", "on", "the", "dog",
+                                                                             "mat", "sat"]]
+    stats = attention_by_position([ck], sents, window=4, effects=False, ids=["a:0", "a:1", "b:0"], use_cache=False)
+    frame = stats.frame
+    assert sorted(set(frame.model)) == [f"{ck.label} · layer {k}" for k in (1, 2, 3)]
+    texts = [[sents[0], sents[1]], [sents[2]]] if context == "document" else [[s] for s in sents]
+    weights: dict = {}
+    for text in texts:
+        sa = analyze_sentences(ck, text)
+        offsets = sa.slot_offsets()
+        for layer in range(3):
+            mean = sa.heads[layer].mean(0)
+            for d in range(4):
+                weights.setdefault((layer, d), []).extend(mean[(offsets == d) & sa.readable()])
+    for (layer, d), values in weights.items():
+        row = frame[(frame.model == f"{ck.label} · layer {layer + 1}") & (frame.offset == d)].iloc[0]
+        assert row["count"] == len(values)
+        assert row["mean"] == pytest.approx(float(np.mean(values)), rel=1e-6)  # float32 weights, other batches
+    assert frame.effect.isna().all()

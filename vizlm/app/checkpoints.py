@@ -36,7 +36,7 @@ from vizlm.modeling.checkpoint import (
 from vizlm.data.registry import CORPUS_LANGUAGE
 from vizlm.data.vocab import Overlap, vocab_overlap
 from vizlm.core.errors import VizlmError
-from vizlm.models import ATTENTION_MODELS
+from vizlm.models import ATTENTION_MODELS, SELF_ATTENTION_MODELS
 from vizlm.reproduce.experiments import PAPERS, load_manifest
 from vizlm.present.tables import BASELINE_FAMILY
 from vizlm.data.text import han_share
@@ -299,8 +299,15 @@ def has_attention(name: str) -> bool:
     return family(name) in ATTENTION_MODELS
 
 
-def attention_model_names(names: list[str] | None = None) -> list[str]:
-    return [n for n in (names if names is not None else model_names()) if has_attention(n)]
+def self_attending(name: str) -> bool:
+    """A Transformer: attention per layer and head, not in recurrent attention's slots (no slot effects)."""
+    return family(name) in SELF_ATTENTION_MODELS
+
+
+def attention_model_names(names: list[str] | None = None, self_attention: bool = False) -> list[str]:
+    """The models with recurrent attention, and with ``self_attention`` the Transformers too."""
+    return [n for n in (names if names is not None else model_names())
+            if has_attention(n) or (self_attention and self_attending(n))]
 
 
 def running_text_first(names: list[str]) -> list[str]:

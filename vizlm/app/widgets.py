@@ -294,12 +294,14 @@ def sample_picker(key: str = "sample", default: str = "whole split") -> int | No
 
 
 def attention_models_picker(title: str, key: str, none_message: str,
-                            first: Callable[[list[str]], list[str]] | None = None) -> list[str]:
+                            first: Callable[[list[str]], list[str]] | None = None,
+                            self_attention: bool = False) -> list[str]:
     """Sidebar header and a multiselect of the attention models; stops the page if there are none.
     At first: the models trained on a corpus of yours when there are some (those of the first such corpus: the
     page opens on it), else those in the language of the first (one corpus scores them all), narrowed by
-    ``first``, as many as a chart has colours for (:data:`vizlm.present.style.CATEGORICAL`)."""
-    attn = by_kind(attention_model_names())
+    ``first``, as many as a chart has colours for (:data:`vizlm.present.style.CATEGORICAL`). With
+    ``self_attention`` the Transformers are offered too (a page that reads their heads)."""
+    attn = by_kind(attention_model_names(self_attention=self_attention))
     st.header(title, anchor=False)
     if not attn:
         st.error(none_message, icon=":material/error:")

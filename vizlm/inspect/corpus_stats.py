@@ -28,7 +28,7 @@ from vizlm.modeling.checkpoint import Checkpoint
 from vizlm.data.batches import document_batches, iter_batches, plan_batches, split_documents
 from vizlm.data.folder import document_sizes
 from vizlm.data.registry import split_texts
-from vizlm.data.vocab import encode_sentences
+from vizlm.data.vocab import Vocab, encode_sentences
 from vizlm.core.distributed import SINGLE, Context, shard
 from vizlm.modeling.evaluate import OVERFLOW_NOTE, perplexity, read_documents, score, sentence_nll_split, split_segments
 from vizlm.models import effects as fx
@@ -330,6 +330,72 @@ def _document_reads(model, segments):
         yield out, seg.targets.to(device), state
 
 
+def _self_attending(ckpt: Checkpoint) -> bool:
+    return bool(getattr(ckpt.model, "self_attention", False))
+
+
+def _block_batches(ckpt: Checkpoint, split: TokenSplit, batch_size: int, rank: int = 0, world: int = 1):
+    """``(inputs, targets, start)`` (B, block), (B, block), (B,) of the blocks a Transformer reads rank ``rank``'s share
+    of ``split`` in: each document (running text) or each sentence (sentence context) from ``<s>``, cut in blocks
+    of ``block`` tokens from its start, each block read from scratch (:mod:`vizlm.models.transformer`): the
+    weights of the blocks are those of the whole text read at once. ``start``: where a block starts in its text.
+    Right-padded with target 0."""
+    W = ckpt.model.config.block
+    done = 0
+    for chunk in split.chunks():
+        data = split.read(chunk)
+        if _reads_documents(ckpt):
+            inputs, starts = data.running_inputs(), data.documents[:, 1]
+            pieces = [(int(a), int(b)) for a, b in zip(starts[:-1], starts[1:])]
+        else:
+            inputs = data.running_inputs()
+            inputs[data.offsets[:-1]] = Vocab.bos_id  # every sentence from <s>
+            pieces = [(int(a), int(b)) for a, b in zip(data.offsets[:-1], data.offsets[1:]) if b - a > 1]
+        first, done = done, done + len(pieces)
+        blocks = [(k, min(k + W, b), k - a) for j in shard(len(pieces), (rank - first) % world, world)
+                  for a, b in [pieces[j]] for k in range(a, b, W)]
+        for i in range(0, len(blocks), batch_size):
+            part = blocks[i : i + batch_size]
+            x = torch.zeros(len(part), W, dtype=torch.long)
+            y = torch.zeros(len(part), W, dtype=torch.long)
+            for r, (a, b, _) in enumerate(part):
+                x[r, : b - a] = torch.from_numpy(inputs[a:b])
+                y[r, : b - a] = torch.from_numpy(data.tokens[a:b].astype(np.int64))
+            yield x, y, torch.tensor([k for _, _, k in part])
+
+
+@torch.no_grad()
+def _self_attention_sums(model, batches, window: int, tick) -> np.ndarray:
+    """:func:`_position_sums` of a Transformer, one row per layer (its mean over heads): (layers, sums). Offset
+    ``k`` (0-based) of the per-offset sums is ``k`` words back from the word just read, the word itself at 0
+    (distance ``k + 1``, :func:`vizlm.inspect.analysis.distance`); it exists where that word is in the text, and
+    a word of an earlier block has weight 0 (a block reads nothing before it), as a word beyond a recurrent
+    model's window does. No effects."""
+    at = _layout(window)
+    device = next(model.parameters()).device
+    sums = np.zeros((model.config.layers, at["peak"].stop), dtype=np.float64)
+    for inputs, targets, start in batches:
+        inputs, targets, start = inputs.to(device), targets.to(device), start.to(device)
+        att = model.encode_with_attention(inputs)[1].double().mean(2)  # (B, L, T, T) each layer's mean over heads
+        B, L, T, _ = att.shape
+        real = (targets != 0)[:, None, :]  # (B, 1, T)
+        slot = torch.arange(T, device=device)[:, None] - torch.arange(window, device=device)[None, :]  # (T, window)
+        exists = (start[:, None, None] + slot[None]) >= 0  # (B, T, window) the word is in the text
+        m = (exists[:, None] & real[..., None]).double()  # (B, 1, T, window)
+        w = att.gather(3, slot.clamp_min(0).expand(B, L, T, window)) * (slot >= 0)  # (B, L, T, window) 0: earlier block
+        causal = torch.ones(T, T, dtype=torch.bool, device=device).tril()
+        sums[:, at["total"]] += (w * m).sum((0, 2)).cpu().numpy()
+        sums[:, at["total_sq"]] += (w * w * m).sum((0, 2)).cpu().numpy()
+        sums[:, at["count"]] += m.sum((0, 2)).expand(L, window).cpu().numpy()  # the same for every layer
+        ent = attention_entropy(att.reshape(B * L, T, T), causal).reshape(B, L, T)
+        sums[:, at["ent"]] += (ent * real).sum((0, 2)).cpu().numpy()[:, None]
+        sums[:, at["beyond"]] += ((1 - (w * m).sum(-1)) * real).sum((0, 2)).cpu().numpy()[:, None]
+        sums[:, at["rows"]] += float(real.sum())
+        sums[:, at["peak"]] += (att.max(-1).values * real).sum((0, 2)).cpu().numpy()[:, None]
+        tick()
+    return sums
+
+
 _SUMS_PER_OFFSET = ("total", "total_sq", "count", "eff", "eff_sq")
 
 
@@ -356,7 +422,7 @@ def _positions_cached(parts_of: Callable[[int, bool], dict], window: int, effect
             for eff in (True,) if effects else (False, True):
                 value = lookup(parts_of(wide, eff))
                 if isinstance(value, dict) and value.get("window") == wide and (
-                        value.get("sums") is None or len(value["sums"]) == _layout(wide)["peak"].stop):
+                        value.get("sums") is None or np.shape(value["sums"])[-1] == _layout(wide)["peak"].stop):
                     return _stats_from(value, window, effects)
     sums = compute()
     value = {"window": window, "sums": None if sums is None else sums.tolist()}
@@ -366,9 +432,15 @@ def _positions_cached(parts_of: Callable[[int, bool], dict], window: int, effect
 
 
 def _stats_from(value: dict, window: int, effects: bool) -> dict:
+    """One model's statistics ({} without attention); a Transformer's: ``{"layers": [each layer's]}``, offsets
+    counted from the word just read (0)."""
     if value["sums"] is None:
         return {}
-    return _position_stats(_narrow(np.asarray(value["sums"], dtype=np.float64), value["window"], window), window, effects)
+    sums = np.asarray(value["sums"], dtype=np.float64)
+    if sums.ndim == 2:  # self-attention, a row per layer
+        return {"layers": [{**_position_stats(_narrow(row, value["window"], window), window, False),
+                            "offset": list(range(window))} for row in sums]}
+    return _position_stats(_narrow(sums, value["window"], window), window, effects)
 
 
 def _position_stats(sums: np.ndarray, window: int, effects: bool = True) -> dict:
@@ -439,18 +511,26 @@ def _progress(total: int, progress: Progress):
     return tick
 
 
+def layer_label(model: str, layer: int) -> str:
+    """How the position statistics name a Transformer's layer ``layer`` (counted from 0): ``"name · layer 1"``."""
+    return f"{model} · layer {layer + 1}"
+
+
 def _collect(results: list[tuple[Checkpoint, dict]], window: int) -> PositionStats:
     """:class:`PositionStats` of every model's :func:`_position_stats` ({} for a model without attention)."""
     frames, entropy, beyond, peak, skipped, read = [], {}, {}, {}, [], {}
-    for ckpt, res in results:
-        if not res:
+    for ckpt, whole in results:
+        if not whole:
             skipped.append(ckpt.label)
             continue
-        nan = [math.nan] * window
-        frames.append(pd.DataFrame({"model": ckpt.label, **{k: res.get(k, nan) for k in POSITION_COLUMNS[1:]}}))
-        entropy[ckpt.label], beyond[ckpt.label], peak[ckpt.label] = res["entropy"], res["beyond"], res["peak"]
-        if "read" in res:
-            read[ckpt.label] = res["read"]
+        layers = whole.get("layers")
+        for label, res in ([(ckpt.label, whole)] if layers is None else
+                           [(layer_label(ckpt.label, k), res) for k, res in enumerate(layers)]):
+            nan = [math.nan] * window
+            frames.append(pd.DataFrame({"model": label, **{k: res.get(k, nan) for k in POSITION_COLUMNS[1:]}}))
+            entropy[label], beyond[label], peak[label] = res["entropy"], res["beyond"], res["peak"]
+            if "read" in res:
+                read[label] = res["read"]
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=POSITION_COLUMNS)
     return PositionStats(frame, entropy, beyond, peak, skipped, read)
 
@@ -473,6 +553,9 @@ def attention_by_position(ckpts: list[Checkpoint], sentences: list[list[str]], w
 
     def compute(ckpt: Checkpoint) -> np.ndarray | None:
         seqs = encode_sentences(sents, ckpt.vocab)
+        if _self_attending(ckpt):
+            split = TokenSplit.from_sequences(seqs, sizes if _reads_documents(ckpt) else None)
+            return _self_attention_sums(ckpt.model, _block_batches(ckpt, split, batch_size), window, tick)
         if _reads_documents(ckpt) and sizes is not None:
             docs = split_documents(seqs, sizes)
             reads = _document_reads(ckpt.model, document_batches(docs, DOC_STREAMS, DOC_SEGMENT))
@@ -498,9 +581,12 @@ def positions_corpus(ckpts: list[Checkpoint], corpus: str, split: str, window: i
     if sentences is not None:
         splits = [sp.head(sentences) for sp in splits]
     tick = _progress(sum(math.ceil(len(sp) / batch_size / ctx.world_size) for sp, c in zip(splits, ckpts)
-                         if c.has_attention), progress)
+                         if c.has_attention or _self_attending(c)), progress)
 
     def compute(ckpt: Checkpoint, sp: TokenSplit) -> np.ndarray | None:
+        if _self_attending(ckpt):
+            batches = _block_batches(ckpt, sp, batch_size, ctx.rank, ctx.world_size)
+            return ctx.sum_array(_self_attention_sums(ckpt.model, batches, window, tick))
         if not ckpt.has_attention:
             return None
         if _reads_documents(ckpt):
@@ -519,14 +605,15 @@ def positions_corpus(ckpts: list[Checkpoint], corpus: str, split: str, window: i
 
 
 def sentence_positions(sa, window: int = 10) -> pd.DataFrame:
-    """Per-text view: weight (and slot effect in bits, NaN if not computed) at offsets 1..L for every
-    target of one analysis, in the model's reading (:meth:`~vizlm.inspect.analysis.SentenceAnalysis.slot_offsets`:
+    """Per-text view: weight (and slot effect in bits, NaN if not computed) at offsets 1..L (self-attention: 0..L-1,
+    the head shown) for every target of one analysis, in the model's reading (:meth:`~vizlm.inspect.analysis.SentenceAnalysis.slot_offsets`:
     a sentence read alone counts back to its own start slot, running text across sentences)."""
     columns = ["target", "word", "offset", "weight", "effect", "attended"]
     if sa.attention is None:
         return pd.DataFrame(columns=columns)
     offsets = sa.slot_offsets()  # (T, S)
-    rows, slots = np.nonzero(sa.readable() & (offsets >= 1) & (offsets <= window))
+    lo = sa.shift  # the newest memory slot, or with self-attention the word just read (0)
+    rows, slots = np.nonzero(sa.readable() & (offsets >= lo) & (offsets < lo + window))
     order = np.lexsort((offsets[rows, slots], rows))  # by row, then offset
     rows, slots = rows[order], slots[order]
     labels = sa.slot_labels

@@ -66,6 +66,8 @@ class _AttentionModels(AbstractSet):
 
 # the models whose forward() returns attention weights
 ATTENTION_MODELS: AbstractSet = _AttentionModels()
+# the built-in families with self-attention per layer and head (encode_with_attention; vizlm.inspect.reading)
+SELF_ATTENTION_MODELS = frozenset(name for name, (_, cls, _) in REGISTRY.items() if getattr(cls, "self_attention", False))
 
 
 def names() -> list[str]:
@@ -306,7 +308,7 @@ def match_parameters(name: str, kwargs: dict, reference: str = "lstm", tolerance
 plugins.use_rules(LIMITS, Limit, check_config)  # what a plugin's config is checked against (no import cycle)
 
 __all__ = [
-    "ATTENTION_MODELS", "LIMITS", "REGISTRY", "LMOutput", "Limit", "Plugin", "PluginError",
+    "ATTENTION_MODELS", "SELF_ATTENTION_MODELS", "LIMITS", "REGISTRY", "LMOutput", "Limit", "Plugin", "PluginError",
     "build_model", "check_config", "count_parameters", "lookup", "make_config", "match_parameters",
     "names", "parameter_count", "plugin_of",
 ]

@@ -53,7 +53,8 @@ def positions_chart(frame: pd.DataFrame, title: str | None = None,
     with ``measure="effect"`` the mean slot effect (bits) at each position instead.
 
     ``frame`` columns: model, offset, mean, lo, hi, count (and effect, effect_lo, effect_hi
-    for effects); ``offset`` 1 is the most recent memory slot. The x axis shows the distance from the predicted
+    for effects); ``offset`` 1 is the most recent memory slot (a Transformer's layers, :func:`vizlm.inspect.corpus_stats.layer_label`,
+    start at 0, the word just read). The x axis shows the distance from the predicted
     word (:func:`vizlm.inspect.analysis.distance`: the newest slot holds the word 2 before it), nearest on the right,
     and the band spans the 95% confidence interval of the mean.
 
@@ -76,7 +77,7 @@ def positions_chart(frame: pd.DataFrame, title: str | None = None,
     facets = len(models) > OVERLAY_MODELS
     colour = alt.Color("model:N", title="model", scale=alt.Scale(domain=models, range=categorical(len(models))),
                        legend=None if facets else alt.Legend())
-    x = _distance_x(current=False, short=facets)
+    x = _distance_x(current=bool((df["distance"] == 1).any()), short=facets)  # a Transformer reads the word just read
     value, lo, hi = ("effect", "effect_lo", "effect_hi") if effect_mode else ("mean", "lo", "hi")
     tooltip = [
         alt.Tooltip("model:N"),
