@@ -1130,15 +1130,17 @@ def test_the_explorer_shows_a_plugin_model_s_attention(tmp_path, monkeypatch):
 
 def test_a_transformer_opens_in_the_explorer(tmp_path, monkeypatch):
     """A checkpoint of the transformer family (what `vizlm import` makes of pytorch/examples' TransformerModel),
-    2 layers and 2 heads, chosen in the Explorer: each word's probability, surprisal and top predictions, and no
-    attention panel (its self-attention is not shown as memory slots yet)."""
+    2 layers and 2 heads, blocks of 6 tokens, chosen in the Explorer: each word's probability, surprisal and top
+    predictions, and its self-attention (the last layer's mean over its heads at first) in the heat map."""
     _plugin_checkpoint(tmp_path, monkeypatch, "tiny_transformer", "transformer", layers=2, heads=2, block=6)
     at = explorer(model="tiny_transformer", text="the jury said it was fine .", target="4")
     no_exception(at)
     assert not at.error, [e.value for e in at.error]
     assert at.selectbox(key="model").value == "tiny_transformer"
     labels = {m.label for m in at.metric}
-    assert {"P(word)", "Surprisal"} <= labels and "Attention effect" not in labels
+    assert {"P(word)", "Surprisal", "Attention effect"} <= labels
+    (spec,) = heatmap_specs(at)
+    assert "self-attention, layer 2, mean of 2 heads" in spec["title"]["text"]
 
 
 def test_a_plugin_that_breaks_the_contract_gets_a_message_not_a_traceback(tmp_path, monkeypatch):
@@ -1656,7 +1658,7 @@ def test_the_explorer_tests_one_word_s_attention_on_request(monkeypatch):
 
 def test_the_explorer_shows_a_transformer_head_chosen_in_the_sidebar_and_the_link(tmp_path, monkeypatch):
     """A Transformer in the Explorer: the sidebar picks a layer and head (or a layer's mean), the link keeps it, the
-    heat map, the highlights and the table show that head; no slot effects are claimed for it."""
+    heat map, the highlights, the effects and the table show that head."""
     _plugin_checkpoint(tmp_path, monkeypatch, "tiny_transformer", "transformer", heads=2, layers=2, context="document")
     at = explorer(model="tiny_transformer", text="the jury said it was fine .", target="3", head="1.2")
     no_exception(at)
@@ -1668,8 +1670,9 @@ def test_the_explorer_shows_a_transformer_head_chosen_in_the_sidebar_and_the_lin
     (spec,) = heatmap_specs(at)
     assert "self-attention, layer 1, head 2" in json.dumps(spec)
     assert at.query_params["head"] in ("1.2", ["1.2"])
-    assert "Attention effect" not in {m.label for m in at.metric}
-    assert any("Self-attention, layer 1, head 2" in c.value for c in at.caption)
+    assert "Attention effect" in {m.label for m in at.metric}  # the head's output zeroed
+    assert any("Self-attention, layer 1, head 2" in c.value and "Without it" in c.value for c in at.caption)
+    assert "effect (bits)" in str(at.dataframe[0].value.columns.tolist())
     picker.set_value("2").run()
     no_exception(at)
     (spec,) = heatmap_specs(at)

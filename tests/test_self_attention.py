@@ -50,7 +50,27 @@ def test_the_heads_are_the_models_with_slot_j_the_input_j(ckpt):
     assert sa.slot_labels == sa.input_labels == ["<s>", "the", "cat", "sat", "on", "the", "mat"]
     assert [sa.slot_token(j) for j in range(7)] == [-1, 0, 1, 2, 3, 4, 5]
     assert sa.slot_offsets()[4, 4] == 0 and sa.slot_offsets()[4, 1] == 3  # the word just read: 0 words back
-    assert sa.start_slots == [] and sa.read_effect is None and sa.slot_effects is None
+    assert sa.start_slots == []
+
+
+def test_the_analysis_carries_every_views_effects_and_shows_the_heads(ckpt):
+    """Read and slot effects of each layer's heads and of each head (vizlm.models.effects.head_effects), laid out as
+    the rows and slots; at_head shows the head's; a text with too many pairs keeps the read effects only."""
+    from vizlm.models.effects import head_effects
+
+    sa = analyze(ckpt, "the cat sat on the mat")
+    assert set(sa.head_effects) == {(k, h) for k in range(3) for h in (None, 0, 1)}
+    ids = torch.tensor([[ckpt.vocab.stoi["<s>"]] + ckpt.vocab.encode(sa.norms)])
+    targets = torch.tensor([ckpt.vocab.encode(sa.norms) + [ckpt.vocab.eos_id]])
+    with torch.no_grad():
+        read, slots = head_effects(ckpt.model, ids, targets, 0, 1)
+    one = sa.at_head(0, 1)
+    np.testing.assert_array_equal(one.read_effect, read[0].double().numpy())
+    np.testing.assert_array_equal(one.slot_effects, slots[0].double().numpy())
+    assert sa.read_effect is sa.head_effects[(2, None)][0] and one.effect_rank_correlation() is not None
+    assert [h.effect_bits is not None for h in one.highlighted(rows=[3])[0]] == [True] * len(one.highlighted(rows=[3])[0])
+    few = analyze(ckpt, "the cat sat on the mat", max_effect_pairs=10)
+    assert few.slot_effects is None and few.read_effect is not None
 
 
 def test_a_later_word_changes_no_earlier_row_of_any_head(ckpt):
@@ -181,3 +201,64 @@ def test_attention_by_position_per_layer_is_the_analyses_mean(ckpt, context, tmp
         assert row["count"] == len(values)
         assert row["mean"] == pytest.approx(float(np.mean(values)), rel=1e-6)  # float32 weights, other batches
     assert frame.effect.isna().all()
+
+
+def test_attribution_agrees_with_each_head_over_the_words_it_reads(ckpt):
+    """A head's weight on position p is its weight on slot p (the current word included), and the agreement is
+    computed per head and per layer's mean."""
+    attr = Model(ckpt).attribute("the cat sat on the mat", method="gradient-x-input")
+    sa = attr.analysis
+    assert attr.attended[3, 3] and not attr.attended[3, 4] and attr.attention[3, 3] == sa.attention[3, 3]
+    one = attr.at_head(0, 1)
+    np.testing.assert_array_equal(one.attention[4, :5], sa.heads[0, 1, 4, :5])
+    assert one.analysis.head == (0, 1) and type(one) is type(attr) and one.scores is attr.scores
+    table = attr.agreement_by_head()
+    assert len(table) == 3 * 3 and list(table.columns[:3]) == ["layer", "head", "targets"]
+    row = table[(table.layer == 1) & (table["head"] == 2)].iloc[0]
+    assert row.kendall_tau == pytest.approx(one.agreement_summary()["kendall_tau"], nan_ok=True)
+
+
+def _reference_logprob(model, inputs, targets, layer, heads, row, slot=None):
+    """log P(targets[0, row]) with, at ``layer``, ``heads``' outputs zeroed everywhere (slot None) or ``slot`` dropped
+    from row ``row``'s weights of ``heads`` (renormalised): the whole text run again by hand, one edit."""
+    xs, mask = model.layer_inputs(inputs)
+    x = xs[layer]
+    if slot is None:
+        kept = torch.ones(model.config.heads, dtype=x.dtype)
+        kept[heads] = 0
+        x = model.run_layer(layer, x, mask, head_mask=kept)[0]
+    else:
+        def edit(w):
+            w = w.clone()
+            for h in heads:
+                w[0, h, row, slot] = 0
+                w[0, h, row] = w[0, h, row] / w[0, h, row].sum() if w[0, h, row].sum() > 0 else 0 * w[0, h, row]
+            return w
+        x = model.run_layer(layer, x, mask, edit=edit)[0]
+    for k in range(layer + 1, model.config.layers):
+        x = model.run_layer(k, x, mask)[0]
+    return model.head(model.outputs(x)).logits[0, row].log_softmax(-1)[targets[0, row]]
+
+
+@pytest.mark.parametrize("layer, head", [(0, 1), (1, None), (2, 0)])
+def test_head_effects_are_the_edits_run_one_at_a_time(ckpt, layer, head):
+    """A head's read effect (its output zeroed) and slot effects (one row's slot dropped, renormalised) are what the
+    whole text gives run again with that one edit, within float32 rounding; the layer-by-hand pass is the modules'."""
+    from vizlm.models.effects import head_effects
+
+    model = ckpt.model
+    x = torch.tensor([[1, 4, 5, 6, 7, 4, 8, 9]])  # <s> the cat sat on the mat dog
+    y = torch.tensor([[4, 5, 6, 7, 4, 8, 9, 2]])
+    with torch.no_grad():
+        xs, _ = model.layer_inputs(x)
+        assert_same_math(model.outputs(xs[-1]), model.encode(x))
+        read, slots = head_effects(model, x, y, layer, head)
+        heads = [0, 1] if head is None else [head]
+        base = model(x).logits[0].log_softmax(-1).gather(1, y[0, :, None])[:, 0]
+        for row in (0, 3, 7):
+            ref = base[row] - _reference_logprob(model, x, y, layer, heads, row)
+            assert read[0, row].item() == pytest.approx(ref.item(), abs=1e-5)
+            for slot in range(row + 1):
+                ref = base[row] - _reference_logprob(model, x, y, layer, heads, row, slot)
+                assert slots[0, row, slot].item() == pytest.approx(ref.item(), abs=1e-5), (row, slot)
+    assert torch.isnan(slots).sum() == 0 and (slots[0][torch.ones(8, 8).triu(1).bool()] == 0).all()

@@ -375,8 +375,12 @@ def cmd_analyze(args) -> int:
         print(f"attention read: {effects['read_effect_mean_bits']:+.3f} bits per word on average, "
               f"{effects['share_over_1_bit']:.0%} of the words moved by more than 1 bit; weight-effect rank "
               f"correlation {'n/a' if rho is None else f'{rho:+.2f}'}")
-        print("effect = log2 P(word) with the attention read minus without it; per highlight: (weight, effect "
-              "of that slot in bits); off = most weight on the empty start slot")
+        if sa.self_attention:
+            print("effect = log2 P(word) minus the same with the head's output zeroed at every position (the layer's "
+                  "heads for a mean); per highlight: (weight, effect in bits of dropping that word from this row)")
+        else:
+            print("effect = log2 P(word) with the attention read minus without it; per highlight: (weight, effect "
+                  "of that slot in bits); off = most weight on the empty start slot")
     if sa.head is not None:
         print(f"self-attention, {sa.head_label} (of {sa.layers} layers x {sa.heads_per_layer} heads; --layer and "
               "--head choose): a word attends to the words read so far, itself included")
@@ -388,7 +392,8 @@ def cmd_analyze(args) -> int:
         labels = "; ".join(f"{c['attended']}: {'/'.join(c['labels'])}" for c in t["cases"] if c["labels"])
         read = ""
         if t["read_effect_bits"] is not None:
-            read = f"  effect {_bits(t['read_effect_bits'])}" + (" off" if t["start_weight"] >= ATTENTION_OFF else "    ")
+            off = t["start_weight"] is not None and t["start_weight"] >= ATTENTION_OFF
+            read = f"  effect {_bits(t['read_effect_bits'])}" + (" off" if off else "    ")
         print(f"{t['index']:>3} {t['word']:<15} p={t['prob']:.4f}{read}  {hl}" + (f"  [{labels}]" if labels else ""))
     return 0
 

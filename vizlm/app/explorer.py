@@ -222,7 +222,7 @@ def model_panel(name: str, sa: Analysis, r: int, highlight: Setting, text: str,
     effect, the labelled cases and the top predictions (:func:`vizlm.present.word_view.word_view` of word ``r``)."""
     attention_panel = measure not in TEXT_METHODS and sa.attention is not None
     # the slot effects of this word, computed for it alone if need be (the attention panel's table and cases)
-    effect_bits = results.row_effect_bits(name, text, r) if attention_panel else None
+    effect_bits = results.row_effect_bits(name, text, r, sa.head) if attention_panel else None
     t = word_view(sa, r, highlight, results.case_map(name, text, highlight, sa.head), effect_bits)
     ppl = ck.perplexity(name)
     st.subheader(name, anchor=False, help=f"{ck.family(name)} checkpoint" + (f"; {ppl[0]} perplexity {ppl[1]:.1f}" if ppl else ""))
@@ -234,8 +234,11 @@ def model_panel(name: str, sa: Analysis, r: int, highlight: Setting, text: str,
         st.metric("Surprisal", f"{t.surprisal_bits:.1f} bits", help="−log₂ P(word); lower is better", width="content")
         if t.read_effect_bits is not None:
             st.metric("Attention effect", _bits(t.read_effect_bits), width="content",
-                      help="log₂ P(word) with the attention read minus without it (the read set to zero): how much the "
-                           "attention changed this prediction. +1 bit = twice as likely with the attention.")
+                      help=("log₂ P(word) minus the same with the head's output zeroed at every position (a layer's "
+                            "heads together for their mean): how much this prediction needs what the head reads. "
+                            if sa.self_attention else
+                            "log₂ P(word) with the attention read minus without it (the read set to zero): how much "
+                            "the attention changed this prediction. ") + "+1 bit = twice as likely with the attention.")
         st.metric("Perplexity", f"{sa.perplexity:.0f}", help="perplexity of the whole text", width="content")
     if measure in TEXT_METHODS:
         _attribution_panel(name, sa, r, highlight, text, measure)
@@ -263,6 +266,8 @@ def _attribution_panel(name: str, sa: Analysis, r: int, highlight: Setting, text
     the words read with their attribution and, for an attention model, their weight and the agreement."""
     # the window of rows the heat map shows around this word: a long text costs that window, not every row
     attr = results.attribution(name, text, method, heatmap_rows(sa, r))
+    if sa.head is not None:  # a Transformer: beside the head shown
+        attr = attr.at_head(*sa.head)
     span = text_span(sa, r)
     st.html(attribution_html(attr, r, highlight, span=span)
             + attribution_key_html(attribution_scale(attr, [r]), method))
@@ -318,18 +323,20 @@ def _attention_panel(sa: Analysis, t: WordView, highlight: Setting, effect_bits)
         st.caption(f":material/power_settings_new: **Attention mostly off for this word:** {t.start_weight:.0%} of the "
                    "weight is on the empty start slot (a zero vector), so the read adds little to the prediction.")
     if sa.self_attention:
+        which = "these heads' outputs" if sa.head[1] is None else "this head's output"
         st.caption(f":material/hub: **Self-attention, {sa.head_label}**: this word attends to the words read so far, "
-                   "itself included (pick another layer or head in the sidebar). Effects drop a memory slot of recurrent "
-                   "attention; a Transformer's are not computed here: its weights are where it looked, not what "
-                   "changed the prediction. The attribution measures say that, for every model.")
+                   "itself included (pick another layer or head in the sidebar). "
+                   + ("" if t.read_effect_bits is None else
+                      f"**Without it** ({which} zeroed at every position), P(word) would be "
+                      f"{format_prob(t.prob_without_read)} instead of {format_prob(t.prob)}: "
+                      f"{_bits(t.read_effect_bits)}."))
     else:
         st.caption(f"**Attention changed log₂ P(word) by {_bits(t.read_effect_bits)}**: without its read, "
                    f"P(word) would be {format_prob(t.prob_without_read)} instead of {format_prob(t.prob)}.")
     slots = sa.slot_table(r, effect_bits, setting=highlight)
     first = "word read" if sa.self_attention else "memory slot"
-    st.caption("Words read by this word, heaviest first: the highlighted ones." if sa.self_attention else
-               "Memory slots of this word, **largest |effect| first** (then by weight): the highlighted ones and the "
-               "three whose effect is largest.")
+    st.caption(f"{'Words read by' if sa.self_attention else 'Memory slots of'} this word, **largest |effect| first** "
+               "(then by weight): the highlighted ones and the three whose effect is largest.")
     st.dataframe(
         {first: [f"{sa.slot_number(e['slot'])} {e['word']}" for e in slots], "weight": [e["weight"] for e in slots],
          "effect (bits)": [e["effect_bits"] for e in slots]},
@@ -337,7 +344,8 @@ def _attention_panel(sa: Analysis, t: WordView, highlight: Setting, effect_bits)
             "weight": st.column_config.ProgressColumn("weight", format="%.3f", min_value=0.0, max_value=1.0),
             "effect (bits)": st.column_config.NumberColumn(
                 "effect (bits)", format="%+.3f",
-                help="log₂ P(word) minus the same with this slot dropped (the other weights renormalised): "
+                help="log₂ P(word) minus the same with this slot dropped from this word's row (the other weights "
+                     "renormalised; a Transformer's: of the head shown, the other positions read as computed): "
                      "+ the slot helped, − it hurt"),
         },
         hide_index=True, width="stretch",

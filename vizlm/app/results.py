@@ -99,44 +99,47 @@ def attribution(name: str, text: str, method: str, rows: tuple[int, int] | None 
 
 @st.cache_data(show_spinner=False, max_entries=HEATMAP_CACHE_ENTRIES)
 def _attribution_spec(name: str, key: str, text: str, method: str, highlight: Setting,
-                      rows: tuple[int, int] | None, selected: int | None, _attr: Attribution) -> dict:
-    chart = attribution_heatmap(_attr, highlight, rows=rows, selected=selected)
+                      rows: tuple[int, int] | None, selected: int | None, _attr: Attribution,
+                      head: tuple[int, int | None] | None = None) -> dict:
+    chart = attribution_heatmap(_attr if head is None else _attr.at_head(*head), highlight, rows=rows, selected=selected)
     return chart_spec(chart, validate=False)  # the tests validate these specs
 
 
 def attribution_spec(name: str, text: str, method: str, highlight: Setting,
-                     rows: tuple[int, int] | None = None, selected: int | None = None) -> dict:
+                     rows: tuple[int, int] | None = None, selected: int | None = None,
+                     head: tuple[int, int | None] | None = None) -> dict:
     """The attribution heat map of ``text`` (:func:`vizlm.present.heatmap.attribution_heatmap`) as a Vega-Lite spec,
-    built once per input; only ``rows`` are attributed (None: every row)."""
+    built once per input; only ``rows`` are attributed (None: every row). ``head``: a Transformer's head whose
+    weights the cells' tooltips show."""
     attr = attribution(name, text, method, rows)
-    return _attribution_spec(name, model_key(name), text, method, highlight, rows, selected, attr)
+    return _attribution_spec(name, model_key(name), text, method, highlight, rows, selected, attr, head)
 
 
 @st.cache_data(show_spinner=False, max_entries=ANALYSIS_CACHE_ENTRIES)
-def _full_effects(name: str, key: str, text: str) -> SentenceAnalysis:
-    return with_slot_effects(get_checkpoint(name), _analyze_text(name, key, text))
+def _full_effects(name: str, key: str, text: str, head: tuple[int, int | None] | None = None) -> SentenceAnalysis:
+    return with_slot_effects(get_checkpoint(name), _analyze_text(name, key, text, head))
 
 
 @st.cache_data(show_spinner=False, max_entries=1024)
-def _row_effects(name: str, key: str, text: str, row: int) -> np.ndarray:
-    return slot_effect_rows(get_checkpoint(name), _analyze_text(name, key, text), [row])[0]
+def _row_effects(name: str, key: str, text: str, row: int, head: tuple[int, int | None] | None = None) -> np.ndarray:
+    return slot_effect_rows(get_checkpoint(name), _analyze_text(name, key, text, head), [row])[0]
 
 
-def row_effect_bits(name: str, text: str, row: int) -> np.ndarray | None:
-    """[S] the slot effects in bits of one predicted word, computed for that word alone when the
-    analysis has none (a long text); None for a model without attention."""
-    sa = _analyze_text(name, model_key(name), text)
-    if sa.attention is None or sa.self_attention:  # self-attention: no slot ablation (vizlm.models.effects)
+def row_effect_bits(name: str, text: str, row: int, head: tuple[int, int | None] | None = None) -> np.ndarray | None:
+    """[S] the slot effects in bits of one predicted word (of a Transformer's ``head``), computed for that word
+    alone when the analysis has none (a long text); None for a model without attention."""
+    sa = _analyze_text(name, model_key(name), text, head)
+    if sa.attention is None:
         return None
     if sa.slot_effects is not None:
         return sa.slot_effect_bits[row]
-    return _row_effects(name, model_key(name), text, row) / LN2
+    return _row_effects(name, model_key(name), text, row, head) / LN2
 
 
 @st.cache_data(show_spinner=False, max_entries=HEATMAP_CACHE_ENTRIES)
 def _heatmap_spec(name: str, key: str, text: str, highlight: Setting, measure: str,
                   rows: tuple[int, int] | None, selected: int | None, head: tuple[int, int | None] | None = None) -> dict:
-    sa = _full_effects(name, key, text) if measure == "effect" else _analyze_text(name, key, text, head)
+    sa = _full_effects(name, key, text, head) if measure == "effect" else _analyze_text(name, key, text, head)
     heatmap = attention_heatmap(sa, highlight, measure=measure, rows=rows, selected=selected)
     return chart_spec(heatmap, validate=False)  # a new window each click; the tests validate these specs
 

@@ -62,7 +62,7 @@ def render_attribution_maps(analyses: dict, text: str, method: str, highlight: S
                "Outlined cells are the highlighted ones; hover a cell for its numbers (and the attention weight on it).")
     for name, sa in analyses.items():
         rows = heatmap_rows(sa, target) if view == "window" else None
-        spec = attribution_spec(name, text, method, highlight, rows, target)  # only these rows are attributed
+        spec = attribution_spec(name, text, method, highlight, rows, target, sa.head)  # only these rows are attributed
         st.vega_lite_chart(spec, width="content", theme=None)
         attr = attribution(name, text, method, rows)
         stem = safe_filename(f"{name}-{method}-{sa.text[:30]}")
@@ -77,13 +77,6 @@ def render_heatmaps(analyses: dict, text: str, highlight: Setting, target: int,
         render_attribution_maps(analyses, text, measure, highlight, target)
         return
     shown = {n: sa for n, sa in analyses.items() if sa.attention is not None}
-    skipped = [n for n, sa in shown.items() if sa.self_attention] if measure == "effect" else []
-    if skipped:  # slot effects drop a memory slot of recurrent attention; a Transformer's heads have none
-        shown = {n: sa for n, sa in shown.items() if not sa.self_attention}
-        st.caption(f"{', '.join(skipped)}: self-attention has no slot effects (they drop a memory slot of recurrent "
-                   "attention); pick the weight measure to see its heads.")
-        if not shown:
-            return
     if not shown:
         st.info("None of the chosen models has attention (LSTM and N-gram RNN predict from their state alone). Pick an "
                 "attribution measure in the sidebar to see what their predictions depended on.", icon=":material/info:")
@@ -102,7 +95,7 @@ def render_heatmaps(analyses: dict, text: str, highlight: Setting, target: int,
         rows = heatmap_rows(sa, target) if view == "window" else None
         if measure == "effect" and sa.slot_effects is None:  # every slot's effect, once per text (cached)
             with st.spinner(f"Computing the effect of every memory slot for {name}…", show_time=True):
-                spec = heatmap_spec(name, text, highlight, measure, rows, target)
+                spec = heatmap_spec(name, text, highlight, measure, rows, target, sa.head)
         else:
             spec = heatmap_spec(name, text, highlight, measure, rows, target, sa.head)
         st.vega_lite_chart(spec, width="content", theme=None)

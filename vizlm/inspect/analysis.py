@@ -130,6 +130,9 @@ class SentenceAnalysis(RowLayout):
     self_attention: bool = False  # a Transformer's layout: slot j is input j (vizlm.inspect.reading)
     heads: np.ndarray | None = None  # [L, H, T, S] self-attention of every layer and head (None: recurrent)
     head: tuple[int, int | None] | None = None  # (layer, head) ``attention`` shows; head None: the mean over heads
+    # (layer, head) -> (read effect [T], slot effects [T, S] or None) of every head and layer's heads, nats
+    # (vizlm.models.effects.head_effects); ``read_effect`` and ``slot_effects`` are the shown head's
+    head_effects: dict | None = field(default=None, repr=False)
 
     @property
     def layers(self) -> int:
@@ -157,7 +160,8 @@ class SentenceAnalysis(RowLayout):
         if self.head == (layer, head):
             return self
         attention = self.heads[layer].mean(0) if head is None else self.heads[layer, head]
-        return dataclasses.replace(self, attention=attention, head=(layer, head))
+        read, slots = (self.head_effects or {}).get((layer, head), (None, None))
+        return dataclasses.replace(self, attention=attention, head=(layer, head), read_effect=read, slot_effects=slots)
 
     @property
     def head_label(self) -> str | None:
@@ -346,6 +350,7 @@ def _build(
     context: str = "sentence",
     breaks: list[int] | None = None,
     heads: torch.Tensor | None = None,  # (L, H, T, S) self-attention
+    head_effects: dict | None = None,  # (layer, head) -> (read (T,), slots (T, S) or None), tensors
 ) -> SentenceAnalysis:
     """One text's rows of a forward pass (on the model's device) -> :class:`SentenceAnalysis` (on the CPU).
     With self-attention ``heads`` (``attention`` None) ``attention`` is the last layer's mean over its heads."""
@@ -394,6 +399,9 @@ def _build(
     )
     if heads is not None:
         sa.self_attention, sa.heads = True, heads.cpu().double().numpy()
+        if head_effects is not None:
+            sa.head_effects = {key: (read.cpu().double().numpy(), None if slots is None else slots.cpu().double().numpy())
+                               for key, (read, slots) in head_effects.items()}
         sa = sa.at_head(-1)
     return sa
 
@@ -461,7 +469,9 @@ def analyze_sentences(
     out = model.head(h)  # = model(rd.inputs), keeping h for the effects
     att, gates = out.attention, out.extras.get("gate1")  # (B, Tb, Sb), (B, Tb, d)
     logp = out.logits.log_softmax(-1)  # (B, Tb, V) in the model's precision, as vizlm.modeling.evaluate scores
-    read = slots = None
+    read = slots = by_head = None
+    if effects and heads is not None:
+        by_head = _head_effects(model, rd, heads, max_effect_pairs, effect_pairs)
     if effects and att is not None:
         select = (rd.targets != 0)[:, :, None]  # (B, Tb, 1) real rows only
         if effect_pairs is not None:
@@ -477,7 +487,30 @@ def analyze_sentences(
         join_sentences(tags, BOUNDARY_TAG) if tags else None, top_k, truncated,
         None if read is None else rd.gather_rows(read), None if slots is None else rd.gather_slots(slots), context,
         breaks, None if heads is None else rd.gather_slots(heads.permute(0, 3, 4, 1, 2)).permute(2, 3, 0, 1),
+        by_head,
     )
+
+
+def _head_effects(model, rd, heads: torch.Tensor, max_effect_pairs: int | None,
+                  effect_pairs: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict:
+    """Every self-attention view's effects, laid out as the text's rows (and slots): (layer, head) -> (read effect
+    (T,), slot effects (T, S) or None), head None for a layer's heads together (the view of their mean). Slot
+    effects while the views have at most ``max_effect_pairs`` (row, slot) pairs with weight in all (None:
+    always); ``effect_pairs`` maps a view's weights (B, Tb, Sb) to the pairs wanted, as for recurrent attention."""
+    real = (rd.targets != 0)[:, None, None, :, None]  # (B, 1, 1, Tb, 1)
+    L, H = heads.shape[1:3]
+    pairs = int(((heads > 0) & real).sum() + (((heads > 0).any(2, keepdim=True)) & real).sum())
+    slots = max_effect_pairs is None or pairs <= max_effect_pairs
+    inputs = model.layer_inputs(rd.inputs)
+    out = {}
+    for layer in range(L):
+        for head in (None, *range(H)):
+            view = heads[:, layer].mean(1) if head is None else heads[:, layer, head]  # (B, Tb, Tb)
+            select = None if effect_pairs is None else effect_pairs(view)
+            read, eff = fx.head_effects(model, rd.inputs, rd.targets, layer, head, slots=slots, select=select,
+                                        layer_inputs=inputs)
+            out[(layer, head)] = (rd.gather_rows(read), None if eff is None else rd.gather_slots(eff))
+    return out
 
 
 def _cut_note(total: int, kept: int) -> str:

@@ -30,7 +30,9 @@ tables: a position's attribution sums all three). Memory slot ``j >= 1`` holds w
 ``j - 1`` (:mod:`vizlm.models.base`), so the attention on slot ``p + 1`` is the weight "on" position ``p``
 and its offset is ``r - p`` words back, as :func:`vizlm.inspect.corpus_stats.attention_by_position` counts slots; the
 zero start slot and the current word have no position / no slot, so agreement is measured over the
-positions **both** cover: those with a slot the row could attend to.
+positions **both** cover: those with a slot the row could attend to. A Transformer's self-attention reads
+position ``p`` itself, the current word included (:func:`slot_positions`), one head or a layer's mean at a
+time (:meth:`Attribution.at_head`, :meth:`Attribution.agreement_by_head`).
 
 Agreement (:func:`vizlm.inspect.agreement.agreement`): Kendall's tau-b between attention weight and
 ``|attribution|``, whether the most attended position is among the most important ones, and the overlap of the
@@ -43,6 +45,7 @@ this module stays light.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from collections.abc import Callable, Sequence
@@ -286,6 +289,28 @@ class Attribution:
         both = np.flatnonzero(self.attended[row] & self.covered[row])
         return agreement(self.attention[row], self.scores[row], both, absolute, k)
 
+    def at_head(self, layer: int = -1, head: int | None = None) -> Attribution:
+        """The same attribution beside another self-attention head of a Transformer (or a layer's mean over its
+        heads, ``head`` None): :meth:`~vizlm.inspect.analysis.SentenceAnalysis.at_head` of its analysis."""
+        if self.analysis is None or self.analysis.heads is None:
+            raise AttributionError(f"{self.model} has no self-attention heads to choose from")
+        sa = self.analysis.at_head(layer, head)
+        if sa is self.analysis:
+            return self
+        attention, attended = _attention_on_positions(sa)
+        return dataclasses.replace(self, analysis=sa, attention=attention, attended=attended)
+
+    def agreement_by_head(self, absolute: bool = True, k: int = TOP_K) -> pd.DataFrame:
+        """A Transformer's :meth:`agreement_summary` for every layer and head, and each layer's mean over its heads
+        (head None): columns layer, head (counted from 1), targets, kendall_tau, top1_share, top{k}_overlap."""
+        if self.analysis is None or self.analysis.heads is None:
+            raise AttributionError(f"{self.model} has no self-attention heads")
+        L, H = self.analysis.heads.shape[:2]
+        rows = [{"layer": layer + 1, "head": None if h is None else h + 1,
+                 **self.at_head(layer, h).agreement_summary(absolute, k)}
+                for layer in range(L) for h in (None, *range(H))]
+        return pd.DataFrame.from_records(rows)
+
     def agreement_summary(self, absolute: bool = True, k: int = TOP_K) -> dict:
         """The text's agreement: mean tau-b, share of top-1 matches and mean top-k overlap over the targets
         with at least two positions to rank (a row with one slot chooses nothing)."""
@@ -421,17 +446,24 @@ def attribute(
         rows = np.nonzero(~np.isfinite(scores).all(1))[0]
         raise AttributionError(f"{ckpt.label}: its {method} attribution is not finite (NaN or infinite) for "
                                f"{len(rows):,} of {T:,} words, the first {sa.targets[rows[0]]!r}; vizlm cannot show it")
-    attention = attended = None
-    if sa.attention is not None:
-        positions = slot_positions(sa)
-        attended = (positions >= 0) & sa.allowed()[np.arange(T)[:, None], positions.clip(0)]
-        attention = np.where(attended, sa.attention[np.arange(T)[:, None], positions.clip(0)], 0.0)
+    attention, attended = _attention_on_positions(sa)
     return Attribution(
         model=ckpt.label, method=method, context=sa.context, inputs=sa.input_labels, targets=list(sa.targets),
         scores=scores, covered=covered, logprobs=logprobs, attention=attention, attended=attended,
         read_effect=sa.read_effect, baseline_logprobs=base, convergence_delta=delta,
         steps=steps, analysis=sa, computed=None if want.all() else want,
     )
+
+
+def _attention_on_positions(sa: SentenceAnalysis) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``(attention, attended)`` [T, T] each: the weight row r puts on the slot holding position p, and whether it
+    has one it could attend to (:func:`slot_positions`); ``(None, None)`` without attention."""
+    if sa.attention is None:
+        return None, None
+    T = len(sa.targets)
+    positions = slot_positions(sa)
+    attended = (positions >= 0) & sa.allowed()[np.arange(T)[:, None], positions.clip(0)]
+    return np.where(attended, sa.attention[np.arange(T)[:, None], positions.clip(0)], 0.0), attended
 
 
 def _analysis(ckpt: Checkpoint, text, documents: list[int] | None, max_tokens: int | None) -> SentenceAnalysis:

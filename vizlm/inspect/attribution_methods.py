@@ -77,9 +77,12 @@ def reading_pieces(ckpt: Checkpoint, sa: SentenceAnalysis):
 
 def slot_positions(sa: SentenceAnalysis) -> np.ndarray:
     """[T, T] the memory slot holding position p for row r (``p + 1``), -1 where there is none: the
-    current word and later, positions outside the row's reading (a reading's start slot holds nothing)."""
+    current word and later, positions outside the row's reading (a reading's start slot holds nothing).
+    Self-attention (a Transformer): slot ``p`` is position ``p``, the current word included."""
     T = len(sa.targets)
     rows, pos = np.arange(T)[:, None], np.arange(T)[None, :]
+    if sa.self_attention:
+        return np.where((pos <= rows) & (pos >= sa.first_rows()[:, None]), pos, -1)
     ok = (pos < rows) & (pos >= sa.first_rows()[:, None])  # (T, T): slot p + 1 in the reading, before the row's
     return np.where(ok, pos + 1, -1)
 

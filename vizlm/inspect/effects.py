@@ -23,7 +23,8 @@ from vizlm.models import effects as fx
 @torch.no_grad()
 def slot_effect_rows(ckpt: Checkpoint, sa: SentenceAnalysis, rows: Sequence[int]) -> np.ndarray:
     """[len(rows), S] slot effects (nats) of some rows of ``sa``, e.g. the selected word of a
-    text too long for :data:`EFFECT_PAIRS`: rows after the last one are not recomputed."""
+    text too long for :data:`EFFECT_PAIRS`: rows after the last one are not recomputed. A Transformer's: of the
+    head ``sa`` shows (:func:`vizlm.models.effects.head_effects`)."""
     if sa.attention is None:
         raise AnalysisError(f"{sa.model} has no attention: it has no slot effects")
     rows = [int(r) for r in rows]
@@ -31,6 +32,11 @@ def slot_effect_rows(ckpt: Checkpoint, sa: SentenceAnalysis, rows: Sequence[int]
         return sa.slot_effects[rows]
     last = max(rows)  # the model is causal: rows up to ``last`` read no token after it
     rd = pieces_of(ckpt, sa.norms[: last + 1], [b for b in sa.restarts if b <= last])
+    if sa.self_attention:  # the head shown (a layer's heads together for their mean)
+        select = rd.scatter_rows(rows, rd.targets)  # (B, Tb, 1)
+        effects = fx.head_effects(ckpt.model, rd.inputs, rd.targets, *sa.head, select=select)[1]  # (B, Tb, Tb)
+        part = rd.gather_slots(effects)[rows].double().cpu().numpy()
+        return np.pad(part, ((0, 0), (0, len(sa.targets) - part.shape[1])))
     h = ckpt.model.encode(rd.inputs)  # (B, Tb, d)
     out = ckpt.model.head(h)
     select = rd.scatter_rows(rows, out.attention)  # (B, Tb, 1)

@@ -156,3 +156,65 @@ def _slot_effects(model, h, targets, out, base, select, memory, valid, own=None)
                 logits = model.readout(h_used[pb, pr][None], read[pc, pr][None])[0]  # (P', V)
             effects[pb, pr, pj] = base[pb, pr] - target_logprobs(logits, targets[pb, pr])
     return effects
+
+
+# --------------------------------------------------------------------------- self-attention (a Transformer)
+@torch.no_grad()
+def head_effects(model, inputs: torch.Tensor, targets: torch.Tensor, layer: int, head: int | None,
+                 slots: bool = True, select: torch.Tensor | None = None,
+                 layer_inputs: tuple[list[torch.Tensor], torch.Tensor] | None = None,
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The effects of a Transformer's self-attention head ``head`` of ``layer`` (None: all of the layer's heads,
+    the view of their mean), in nats, for token ids ``inputs`` (B, T) read from their start:
+
+    * **read effect** (B, T): ``log P(target)`` minus the same with the head's output zeroed at every position
+      before the layer's output projection (the head masked, as Michel et al. 2019 mask heads): how much the
+      predictions need what the head reads;
+    * **slot effect** (B, T, T) of slot ``j`` in row ``r``: ``log P(target_r)`` minus the same with ``j`` dropped
+      from row ``r``'s weights of the head (the others renormalised; all of the layer's heads for ``head``
+      None), only row ``r`` changed: the other positions read as computed, so row ``r``'s later layers see
+      them unchanged. Computed where the row puts weight on the slot and ``select`` (B, T, T or 1) allows it,
+      NaN elsewhere; a row whose only weight is on ``j`` reads nothing.
+
+    Each dropped pair is a copy of its text run from ``layer`` on (:meth:`TransformerLM.run_layer`), in chunks
+    of :data:`COPY_ELEMENTS` weights. ``layer_inputs``: :meth:`TransformerLM.layer_inputs` when the caller has them."""
+    xs, mask = model.layer_inputs(inputs) if layer_inputs is None else layer_inputs
+    L, H = model.config.layers, model.config.heads
+    base = target_logprobs(model.head(model.outputs(xs[-1])).logits, targets)  # (B, T)
+    kept = torch.ones(H, dtype=xs[0].dtype, device=xs[0].device)
+    heads = list(range(H)) if head is None else [head]
+    kept[heads] = 0
+    x = model.run_layer(layer, xs[layer], mask, head_mask=kept)[0]
+    for k in range(layer + 1, L):
+        x = model.run_layer(k, x, mask)[0]
+    read = base - target_logprobs(model.head(model.outputs(x)).logits, targets)  # (B, T)
+    if not slots:
+        return read, None
+    w = model.run_layer(layer, xs[layer], mask)[1][:, heads]  # (B, h, T, T) the weights of the head(s)
+    want = (w > 0).any(1) & (targets != 0)[:, :, None]  # (B, T, T)
+    if select is not None:
+        want &= select
+    B, T = targets.shape
+    effects = torch.full((B, T, T), float("nan"), dtype=base.dtype, device=base.device)
+    effects[~(w > 0).any(1)] = 0.0  # a slot without weight: dropping it changes nothing
+    b, r, j = want.nonzero(as_tuple=True)  # (N,) each
+    chunk = max(1, COPY_ELEMENTS // max(1, H * T * T))
+    hs = torch.tensor(heads, device=b.device)
+    for i in range(0, len(b), chunk):
+        bi, ri, ji = b[i : i + chunk], r[i : i + chunk], j[i : i + chunk]
+        n = len(bi)
+        at = torch.arange(n, device=bi.device)
+
+        def edit(weights: torch.Tensor, at=at, ri=ri, ji=ji) -> torch.Tensor:  # (n, H, T, T): row r_n of the head(s)
+            weights = weights.clone()
+            rows = weights[at[:, None], hs[None, :], ri[:, None]]  # (n, h, T)
+            weights[at[:, None], hs[None, :], ri[:, None]] = drop_slot(rows, ji[:, None].expand(n, len(heads)))
+            return weights
+
+        x = model.run_layer(layer, xs[layer][:, bi], mask, edit=edit)[0]  # (T, n, d)
+        for k in range(layer + 1, L):
+            x = model.run_layer(k, x, mask)[0]
+        h = model.outputs(x)[at, ri][:, None]  # (n, 1, d): row r_n only
+        lp = target_logprobs(model.head(h).logits[:, 0], targets[bi, ri])  # (n,)
+        effects[bi, ri, ji] = base[bi, ri] - lp
+    return read, effects

@@ -45,6 +45,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from vizlm.models.base import BaseConfig, LMOutput, Readout, State
@@ -202,6 +203,46 @@ class TransformerLM(nn.Module):
             ff = layer.linear2(layer.dropout(layer.activation(layer.linear1(x))))  # (T, B, d)
             x = layer.norm2(x + layer.dropout2(ff))  # (T, B, d)
         return self.encoder.norm(x).transpose(0, 1), torch.stack(maps, 1)  # (B, T, d), (B, layers, heads, T, T)
+
+    # ---------------------------------------------------------------- one layer by hand (effects)
+    def layer_inputs(self, inputs: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """``(xs, mask)``: the input of every encoder layer and the last layer's output, ``xs[k]`` (T, B, d), as
+        :meth:`run_layer` computes them, and the additive block mask (T, T) of a text read from its start."""
+        where, mask = self._blocks(inputs.shape[1], inputs.device)
+        x = self._inputs(inputs, where)  # (T, B, d)
+        mask = mask.to(x.dtype)
+        xs = [x]
+        for k in range(self.config.layers):
+            xs.append(self.run_layer(k, xs[-1], mask)[0])
+        return xs, mask
+
+    def run_layer(self, k: int, x: torch.Tensor, mask: torch.Tensor, edit=None,
+                  head_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encoder layer ``k`` computed from its weights, step by step (Vaswani et al. Sec. 3.2; post-norm):
+        ``(output (T, B, d), weights (B, heads, T, T))``. ``edit(weights) -> weights`` changes the attention weights
+        before they read the values (e.g. a slot dropped); ``head_mask`` (heads,) or (B, heads) multiplies each
+        head's output (0: the head's read removed) before the output projection. Without either, the layer's
+        module computes the same within float rounding (tests/test_self_attention.py)."""
+        layer = self.encoder.layers[k]
+        sa = layer.self_attn
+        T, B, d = x.shape
+        H = self.config.heads
+        q, key, v = F.linear(x, sa.in_proj_weight, sa.in_proj_bias).chunk(3, -1)  # (T, B, d) each
+        q, key, v = (t.reshape(T, B, H, d // H).permute(1, 2, 0, 3) for t in (q, key, v))  # (B, H, T, dh)
+        w = ((q @ key.transpose(-1, -2)) / math.sqrt(d // H) + mask).softmax(-1)  # (B, H, T, T)
+        if edit is not None:
+            w = edit(w)
+        o = w @ v  # (B, H, T, dh)
+        if head_mask is not None:
+            o = o * (head_mask[None, :, None, None] if head_mask.dim() == 1 else head_mask[:, :, None, None])
+        a = sa.out_proj(o.permute(2, 0, 1, 3).reshape(T, B, d))  # (T, B, d)
+        x = layer.norm1(x + layer.dropout1(a))
+        x = layer.norm2(x + layer.dropout2(layer.linear2(layer.dropout(layer.activation(layer.linear1(x))))))
+        return x, w
+
+    def outputs(self, x: torch.Tensor) -> torch.Tensor:
+        """The last layer's output (T, B, d) -> the encoder's outputs h (B, T, d) (its final norm)."""
+        return self.encoder.norm(x).transpose(0, 1)
 
     # ---------------------------------------------------------------- the reading interface of vizlm's models
     def memory_size(self) -> int:
