@@ -31,19 +31,21 @@ RANK_ORDER = {"above_uniform": "the most weight above an even spread first", "we
 
 
 def case_report(name: str, key: str, corpus: str, split: str, highlight: Share, limit: int | None, examples: int,
-                rank: str) -> dict:
-    """vizlm.inspect.case_gallery.corpus_cases (disk-cached) in the background for every session (vizlm.app.jobs)."""
+                rank: str, head: tuple[int, int | None] | None = None) -> dict:
+    """vizlm.inspect.case_gallery.corpus_cases (disk-cached) in the background for every session (vizlm.app.jobs);
+    ``head``: a Transformer's layer and head."""
     version = results.corpus_version(corpus, split)  # a corpus prepared again is read again
-    return jobs.result(("cases", key, corpus, split, version, highlight, limit, examples, rank), corpus_cases,
+    return jobs.result(("cases", key, corpus, split, version, highlight, limit, examples, rank, head), corpus_cases,
                        ck.get_checkpoint(name), corpus, split, highlight, limit=limit,
-                       examples_per_label=examples, rank=rank,
+                       examples_per_label=examples, rank=rank, head=head,
                        text=f"Labelling the attention of {name} on {corpus}/{split}"
                             + (" and attributing its predictions" if rank == "attribution" else "")).to_dict()
 
 
 with st.sidebar:
     models = ui.attention_models_picker("Cases", "cases_models",
-                                         "No attention model among the checkpoints: cases label attention highlights.")
+                                         "No attention model among the checkpoints: cases label attention highlights.",
+                                         self_attention=True)
     label_name, corpus, split = ui.corpus_picker("cases_corpus", models)
     limit = ui.sample_picker("cases_sample", default=ui.sample_label(ui.sample_slug(GALLERY_LIMIT)))
     st.session_state.setdefault("cases_threshold", DEFAULT.share)
@@ -64,6 +66,13 @@ with st.sidebar:
                                      "only: one more batched gradient (backward) pass per sentence, or per 64 words of "
                                      "a document for a document-level model, so a first report takes longer.")
 
+heads = {}  # a Transformer's layer and head, picked in the sidebar
+for name in models:
+    if ck.self_attending(name):
+        config = ck.get_checkpoint(name).model.config
+        layers, per_layer = config.layers, config.heads
+        heads[name] = ui.head_select(name, layers, per_layer, f"cases_head_{name}", (layers - 1, None))
+
 st.title("Cases", anchor=False)
 st.caption("When a model attends strongly to an earlier word, why? Transparent rules (see `vizlm/inspect/case_rules.py`) label "
            "each highlighted pair as **trigger**, **causal**, **phrase** or **grammar** — or leave it unlabelled. A "
@@ -72,12 +81,19 @@ st.caption("When a model attends strongly to an earlier word, why? Transparent r
 if not models:
     st.info("Pick at least one model in the sidebar.", icon=":material/info:")
     st.stop()
+if heads:
+    shown = "; ".join(f"**{ui.md_escape(n)}**: layer {layer + 1}, "
+                      + (f"mean of {ck.get_checkpoint(n).model.config.heads} heads" if h is None else f"head {h + 1}")
+                      for n, (layer, h) in heads.items())
+    st.caption(f"A Transformer's pairs are those of the self-attention picked in the sidebar ({shown}); it reads the "
+               "word just read too, and the first word of each block attends to itself alone.")
 
 ui.off_corpus_warning(models, corpus, split)  # a model not trained on this corpus: its overlap, above the counts
 reports = {}
 for name in models:
     try:
-        reports[name] = case_report(name, ck.model_key(name), corpus, split, highlight, limit, per_label, rank)
+        reports[name] = case_report(name, ck.model_key(name), corpus, split, highlight, limit, per_label, rank,
+                                    heads.get(name))
     except (ValueError, ck.UserError) as exc:  # this model fails alone, by name: the others are shown
         ui.show_error(f"{name}: {exc}")
 if not reports:

@@ -1693,3 +1693,12 @@ def test_positions_page_draws_a_line_per_transformer_layer(tmp_path, monkeypatch
     at.session_state["pos_view"] = "One text"
     at.run()
     no_exception(at)
+
+
+def test_cases_page_labels_a_transformer_head_picked_in_the_sidebar(tmp_path, monkeypatch):
+    _plugin_checkpoint(tmp_path, monkeypatch, "tiny_transformer", "transformer", heads=2, layers=2, context="document")
+    at = page("cases.py", cases_models=["tiny_transformer"], cases_sample=SMALL, cases_threshold=0.5)
+    no_exception(at)
+    picker = at.selectbox(key="cases_head_tiny_transformer")
+    assert picker.value == "2"  # the last layer's heads together, as the Explorer opens
+    assert at.metric and any("layer 2, mean of 2 heads" in c.value for c in at.caption)

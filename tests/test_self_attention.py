@@ -262,3 +262,23 @@ def test_head_effects_are_the_edits_run_one_at_a_time(ckpt, layer, head):
                 ref = base[row] - _reference_logprob(model, x, y, layer, heads, row, slot)
                 assert slots[0, row, slot].item() == pytest.approx(ref.item(), abs=1e-5), (row, slot)
     assert torch.isnan(slots).sum() == 0 and (slots[0][torch.ones(8, 8).triu(1).bool()] == 0).all()
+
+
+def test_a_transformer_heads_cases_over_a_corpus_are_its_analyses_labels(ckpt):
+    """The corpus gallery of a Transformer labels the highlights of the head asked for (default: the last layer's
+    heads together), as the analysis of each document shows them, beside the distance-matched chance rate."""
+    from vizlm.inspect.case_gallery import corpus_cases
+    from vizlm.inspect.cases import label_cases
+    from vizlm.inspect.highlight import Share
+
+    sents = [["the", "cat", "sat", "on", "the", "mat"], ["the", "dog", "ran", "on", "the", "mat"]]
+    report = corpus_cases(ckpt, sentences=sents, ids=["a:0", "a:1"], setting=Share(0.2), use_cache=False)
+    assert report.model == "transformer · layer 3, mean of heads"
+    sa = analyze(ckpt, "the cat sat on the mat\nthe dog ran on the mat")
+    expected = label_cases(sa, Share(0.2))
+    assert report.pairs == len(expected) and report.labelled == sum(bool(c.labels) for c in expected)
+    one = corpus_cases(ckpt, sentences=sents, ids=["a:0", "a:1"], setting=Share(0.2), use_cache=False, head=(0, 1))
+    assert one.model == "transformer · layer 1, head 2"
+    assert one.pairs == len(label_cases(sa.at_head(0, 1), Share(0.2)))
+    with pytest.raises(InputError, match="3 layers x 2 heads"):
+        corpus_cases(ckpt, sentences=sents, setting=Share(0.2), use_cache=False, head=(3, None))

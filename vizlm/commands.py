@@ -194,18 +194,26 @@ def _head_choice(p) -> None:
                                                  "(default: the mean over its heads)")
 
 
-def chosen_head(sa, args):
-    """``sa`` showing the self-attention head ``--layer`` / ``--head`` ask for (counted from 1); ``sa`` itself
-    when neither is given."""
+def head_argument(ckpt, args) -> tuple[int, int | None] | None:
+    """The self-attention view ``--layer`` / ``--head`` ask for (counted from 1 there), as (layer, head) counted
+    from 0; None when neither is given. A clear message for a model without heads or one it does not have."""
     if args.layer is None and args.head is None:
-        return sa
-    if sa.heads is None:
-        raise InputError(f"--layer and --head choose a Transformer's self-attention head; {sa.model} has none")
-    for value, count, what in ((args.layer, sa.layers, "layer"), (args.head, sa.heads_per_layer, "head")):
-        if value is not None and value > count:
-            raise InputError(f"--{what} {value}: {sa.model} has {count} {what}s{' a layer' if what == 'head' else ''} "
-                             f"(1 to {count})")
-    return sa.at_head(-1 if args.layer is None else args.layer - 1, None if args.head is None else args.head - 1)
+        return None
+    if not getattr(ckpt.model, "self_attention", False):
+        raise InputError(f"--layer and --head choose a Transformer's self-attention head; {ckpt.label} has none")
+    sizes = {"layer": ckpt.model.config.layers, "head": ckpt.model.config.heads}
+    for what, value in (("layer", args.layer), ("head", args.head)):
+        if value is not None and value > sizes[what]:
+            raise InputError(f"--{what} {value}: {ckpt.label} has {sizes[what]} {what}s"
+                             f"{' a layer' if what == 'head' else ''} (1 to {sizes[what]})")
+    return sizes["layer"] - 1 if args.layer is None else args.layer - 1, None if args.head is None else args.head - 1
+
+
+def chosen_head(model, sa, args):
+    """``sa`` (an analysis of ``model``) showing the self-attention head ``--layer`` / ``--head`` ask for; ``sa``
+    itself when neither is given."""
+    head = head_argument(model.checkpoint, args)
+    return sa if head is None else sa.at_head(*head)
 
 
 def add_analysis_commands(sub) -> None:
@@ -253,6 +261,7 @@ def add_analysis_commands(sub) -> None:
                         "attended word the prediction depended on most (attribution: gradient x input of log2 P(word) "
                         "to the attended word, in bits, signed: > 0 raised P(word); costs one more batched gradient "
                         "pass per sentence, or per 64 words of a document for a document-level model)")
+    _head_choice(p)
     _model_device(p)
 
     p = sub.add_parser("attribute", help="which earlier words each prediction of a text depended on (attribution), "
@@ -360,8 +369,8 @@ def dump_json(obj) -> None:
 
 
 def cmd_analyze(args) -> int:
-    sa = load(args.checkpoint, device=args.device).analyze(args.text, threshold=args.threshold, top_k=args.top_k)
-    sa = chosen_head(sa, args)
+    model = load(args.checkpoint, device=args.device)
+    sa = chosen_head(model, model.analyze(args.text, threshold=args.threshold, top_k=args.top_k), args)
     doc = sa.to_dict()
     if args.json:
         dump_json(doc)
@@ -497,15 +506,16 @@ def cmd_cases(args) -> int:
     warn_off_corpus([model], args)
     ckpt = model.checkpoint
     attending = [ckpt] if ckpt.has_attention else []
+    head = head_argument(ckpt, args)
     if args.text_file:
         sents, ids, _, _ = _sentences(args, "analyse")
         with scoring_progress(attending, sents, "cases"):
             report = corpus_cases(ckpt, sentences=sents, ids=ids, setting=Share(args.threshold),
-                                  examples_per_label=args.examples, rank=args.rank)
+                                  examples_per_label=args.examples, rank=args.rank, head=head)
     else:
         with scoring_progress(attending, None, "cases"):
             report = corpus_cases(ckpt, args.corpus, args.split, Share(args.threshold),
-                                  examples_per_label=args.examples, rank=args.rank)
+                                  examples_per_label=args.examples, rank=args.rank, head=head)
     doc = report.to_dict()
     if args.label:
         doc["examples"] = {args.label: doc["examples"].get(args.label, [])}
@@ -631,7 +641,7 @@ def cmd_export(args) -> int:
     model = load(args.checkpoint)
     text = args.text if args.corpus is None else corpus_text(args.corpus, args.split, args.sentence,
                                                               model.context == "document")
-    sa = chosen_head(model.analyze(text, threshold=args.threshold, top_k=args.top_k), args)
+    sa = chosen_head(model, model.analyze(text, threshold=args.threshold, top_k=args.top_k), args)
     try:
         path = sa.export(args.out, args.format, force=args.force)
     except OSError as exc:

@@ -23,8 +23,7 @@ from vizlm.modeling.checkpoint import meta_corpus
 from vizlm.data.examples import example_passages, example_sentences
 from vizlm.data.registry import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, user_corpora
 from vizlm.present.word_view import WordView, default_target, word_view
-from vizlm.present.links import (DEFAULT_TEXT, DEFAULT_TEXTS, EXPLORER_MEASURES, MAX_TOP_K, MEASURE_LABELS, head_code,
-                                 parse_head_code, parse_query)
+from vizlm.present.links import DEFAULT_TEXT, DEFAULT_TEXTS, EXPLORER_MEASURES, MAX_TOP_K, MEASURE_LABELS, parse_query
 from vizlm.present.fragments import attention_key_html, attribution_html, attribution_key_html, highlighted_html, sentence_strip_html, text_span
 from vizlm.present.heatmap import heatmap_rows
 from vizlm.present.style import attribution_scale, format_prob
@@ -413,33 +412,13 @@ def sidebar() -> tuple[list[str], str, str, Setting, str]:
 
 
 def head_picker(name: str, text: str, sa: Analysis, main: bool) -> Analysis:
-    """A Transformer's layer and head to show (a select box in the sidebar; the main model's choice is in the URL):
-    ``sa`` showing that head, or the mean over a layer's heads. ``sa`` itself for other models."""
+    """A Transformer's layer and head to show (:func:`vizlm.app.widgets.head_select`; the main model's choice is
+    in the URL): ``sa`` showing that head, or a layer's heads together. ``sa`` itself for other models."""
     if sa.heads is None:
         return sa
-    options = [head_code((layer, h)) for layer in range(sa.layers) for h in (None, *range(sa.heads_per_layer))]
-    key = f"head_{name}"
     wanted = st.session_state.pop("_head_url", None) if main else None
-    if wanted is not None:
-        if wanted in options:
-            st.session_state[key] = wanted
-        else:
-            st.info(f"The head {wanted!r} in the link is not one of {name}'s {sa.layers} layers × {sa.heads_per_layer} "
-                    "heads; showing its default.", icon=":material/link_off:")
-    if st.session_state.get(key) not in options:
-        st.session_state[key] = head_code(sa.head)
-
-    def label(code: str) -> str:
-        layer, h = parse_head_code(code)
-        return f"layer {layer + 1} · " + (f"mean of {sa.heads_per_layer} heads" if h is None else f"head {h + 1}")
-
-    with st.sidebar:
-        code = st.selectbox(f"{name}: self-attention", options, key=key, format_func=label,
-                            help=f"{name} is a Transformer: each of its {sa.layers} layers has {sa.heads_per_layer} "
-                                 "attention heads, each attending to the words read so far, the word just read included. "
-                                 "The highlights, the heat map and the cases show the head picked here, or the mean over "
-                                 "a layer's heads (its rows still sum to 1).")
-    return results.analyze_text(name, text, parse_head_code(code))
+    head = ui.head_select(name, sa.layers, sa.heads_per_layer, f"head_{name}", sa.head, wanted)
+    return results.analyze_text(name, text, head)
 
 
 def text_input(model: str, compare: str) -> str:

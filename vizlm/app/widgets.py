@@ -24,7 +24,7 @@ from vizlm.inspect.highlight import Setting
 from vizlm.modeling.checkpoint import MAX_META_BYTES
 from vizlm.data.registry import CORPORA, CORPUS_LANGUAGE, CORPUS_TITLES, HELD_OUT, DataError, corpus_card, user_corpora
 from vizlm.present.export import FORMATS, MIME, chart_bytes, export_analysis, export_frame, safe_filename
-from vizlm.present.links import CompareState, ExplorerState, parse_compare_query
+from vizlm.present.links import CompareState, ExplorerState, head_code, parse_compare_query, parse_head_code
 from vizlm.present.style import CATEGORICAL
 from vizlm.present.tables import card_line
 
@@ -338,3 +338,32 @@ def upload_widget() -> None:
             st.success(f"Loaded as **{md_escape(result[1])}**; pick it in the model list.", icon=":material/check:")
         elif result:
             st.error(result[1], icon=":material/error:")
+
+
+def head_select(name: str, layers: int, heads: int, key: str, default: tuple[int, int | None],
+                wanted: str | None = None) -> tuple[int, int | None]:
+    """A Transformer's layer and head (or a layer's heads together) in a sidebar select box: (layer, head) counted
+    from 0, head None for the mean. ``wanted``: a :func:`~vizlm.present.links.head_code` from a link, taken when it
+    is one of the model's (else a note says so)."""
+    options = [head_code((layer, h)) for layer in range(layers) for h in (None, *range(heads))]
+    if wanted is not None:
+        if wanted in options:
+            st.session_state[key] = wanted
+        else:
+            st.info(f"The head {wanted!r} in the link is not one of {name}'s {layers} layers × {heads} heads; showing "
+                    "its default.", icon=":material/link_off:")
+    if st.session_state.get(key) not in options:
+        st.session_state[key] = head_code(default)
+
+    def label(code: str) -> str:
+        layer, h = parse_head_code(code)
+        return f"layer {layer + 1} · " + (f"mean of {heads} heads" if h is None else f"head {h + 1}")
+
+    with st.sidebar:
+        code = st.selectbox(f"{name}: self-attention", options, key=key, format_func=label,
+                            help=f"{name} is a Transformer: each of its {layers} layers has {heads} attention heads, each "
+                                 "attending to the words read so far, the word just read included. The highlights, "
+                                 "the heat map, the effects and the cases are of the head picked here, or of a layer's "
+                                 "heads together (their mean weights, rows still summing to 1; their effects: every "
+                                 "head of the layer at once).")
+    return parse_head_code(code)

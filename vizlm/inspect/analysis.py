@@ -425,6 +425,7 @@ def analyze_sentences(
     max_tokens: int | None = MAX_TOKENS,
     effect_pairs: Callable[[torch.Tensor], torch.Tensor] | None = None,
     documents: list[int] | None = None,
+    head: tuple[int, int | None] | None = None,
 ) -> SentenceAnalysis:
     """Analyse a passage: consecutive tokenised, normalised sentences (e.g. of a corpus document),
     read in the checkpoint's context (:data:`~vizlm.inspect.reading.READINGS`; :mod:`vizlm.inspect.reading` lays out
@@ -438,7 +439,9 @@ def analyze_sentences(
     sentences' surfaces, a sentence a line, a blank line between documents. With ``effects`` an attention model's read effects are
     computed (one more head call), and its slot effects when there are at most ``max_effect_pairs``
     pairs (None: always); ``effect_pairs`` maps the attention (B, T, S) of the pieces read to the
-    pairs wanted (the others are NaN), as in :func:`analyze_batch`.
+    pairs wanted (the others are NaN), as in :func:`analyze_batch`. A Transformer's effects are computed for every
+    layer and head, or with ``head`` ((layer, head), head None: the layer's heads together) for that view alone,
+    which the analysis then shows (:meth:`SentenceAnalysis.at_head`).
     """
     total = sum(map(len, sentences))
     if not total:
@@ -471,7 +474,7 @@ def analyze_sentences(
     logp = out.logits.log_softmax(-1)  # (B, Tb, V) in the model's precision, as vizlm.modeling.evaluate scores
     read = slots = by_head = None
     if effects and heads is not None:
-        by_head = _head_effects(model, rd, heads, max_effect_pairs, effect_pairs)
+        by_head = _head_effects(model, rd, heads, max_effect_pairs, effect_pairs, head)
     if effects and att is not None:
         select = (rd.targets != 0)[:, :, None]  # (B, Tb, 1) real rows only
         if effect_pairs is not None:
@@ -481,7 +484,7 @@ def analyze_sentences(
         read, slots = fx.attention_effects(model, h, rd.targets, out=out, slots=all_slots, select=select, base=base)
         if slots is not None and effect_pairs is not None:  # pairs not asked for: not computed
             slots = torch.where(select | (att == 0), slots, torch.full_like(slots, math.nan))
-    return _build(
+    sa = _build(
         ckpt, norms, rd.gather_rows(logp), None if att is None else rd.gather_slots(att),
         None if gates is None else rd.gather_rows(gates), surface, spans, clean_text(text),
         join_sentences(tags, BOUNDARY_TAG) if tags else None, top_k, truncated,
@@ -489,27 +492,35 @@ def analyze_sentences(
         breaks, None if heads is None else rd.gather_slots(heads.permute(0, 3, 4, 1, 2)).permute(2, 3, 0, 1),
         by_head,
     )
+    return sa if head is None or sa.heads is None else sa.at_head(*head)
 
 
 def _head_effects(model, rd, heads: torch.Tensor, max_effect_pairs: int | None,
-                  effect_pairs: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict:
+                  effect_pairs: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                  only: tuple[int, int | None] | None = None) -> dict:
     """Every self-attention view's effects, laid out as the text's rows (and slots): (layer, head) -> (read effect
     (T,), slot effects (T, S) or None), head None for a layer's heads together (the view of their mean). Slot
     effects while the views have at most ``max_effect_pairs`` (row, slot) pairs with weight in all (None:
-    always); ``effect_pairs`` maps a view's weights (B, Tb, Sb) to the pairs wanted, as for recurrent attention."""
-    real = (rd.targets != 0)[:, None, None, :, None]  # (B, 1, 1, Tb, 1)
+    always); ``effect_pairs`` maps a view's weights (B, Tb, Sb) to the pairs wanted, as for recurrent attention.
+    ``only``: that view alone."""
+    real = (rd.targets != 0)[:, :, None]  # (B, Tb, 1)
     L, H = heads.shape[1:3]
-    pairs = int(((heads > 0) & real).sum() + (((heads > 0).any(2, keepdim=True)) & real).sum())
+    views = [(layer, head) for layer in range(L) for head in (None, *range(H))]
+    if only is not None:
+        views = [(only[0] % L, None if only[1] is None else only[1] % H)]
+
+    def weights(layer: int, head: int | None) -> torch.Tensor:  # (B, Tb, Tb) the view's weights
+        return heads[:, layer].mean(1) if head is None else heads[:, layer, head]
+
+    pairs = sum(int(((weights(*v) > 0) & real).sum()) for v in views)
     slots = max_effect_pairs is None or pairs <= max_effect_pairs
     inputs = model.layer_inputs(rd.inputs)
     out = {}
-    for layer in range(L):
-        for head in (None, *range(H)):
-            view = heads[:, layer].mean(1) if head is None else heads[:, layer, head]  # (B, Tb, Tb)
-            select = None if effect_pairs is None else effect_pairs(view)
-            read, eff = fx.head_effects(model, rd.inputs, rd.targets, layer, head, slots=slots, select=select,
-                                        layer_inputs=inputs)
-            out[(layer, head)] = (rd.gather_rows(read), None if eff is None else rd.gather_slots(eff))
+    for layer, head in views:
+        select = None if effect_pairs is None else effect_pairs(weights(layer, head))
+        read, eff = fx.head_effects(model, rd.inputs, rd.targets, layer, head, slots=slots, select=select,
+                                    layer_inputs=inputs)
+        out[(layer, head)] = (rd.gather_rows(read), None if eff is None else rd.gather_slots(eff))
     return out
 
 

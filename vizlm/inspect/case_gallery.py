@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vizlm.core.errors import InputError
 from vizlm.data.folder import document_sizes
 from vizlm.data.registry import load_corpus
 from vizlm.data.resources import load_collocations
@@ -58,13 +59,14 @@ CASES_VERSION = 2  # in the cache key of a corpus report: raise it when the rule
 def attribute_cases(ckpt: Checkpoint, sa: SentenceAnalysis, cases: list[Case]) -> list[Case]:
     """``cases`` (of ``sa``, an analysis of ``ckpt``) with their :attr:`Case.attribution_bits`: the attribution of
     each target's ``log2 P(word)`` to its attended word (:data:`ATTRIBUTION_METHOD`, gradient x input, over
-    ``sa``'s reading: :func:`vizlm.inspect.attribution.attribute`). Memory slot ``j`` holds input position ``j - 1``, so
-    a case's is column ``slot - 1`` of its target's row. One batched gradient pass per reading (per
-    :data:`vizlm.inspect.attribution_methods.ROW_BLOCK` targets); none when there are no cases. Sets the field in place."""
+    ``sa``'s reading: :func:`vizlm.inspect.attribution.attribute`). Memory slot ``j`` holds input position ``j - 1``
+    (self-attention's slot ``j`` is position ``j``), so a case's is column ``slot - shift`` of its target's row. One
+    batched gradient pass per reading (per :data:`vizlm.inspect.attribution_methods.ROW_BLOCK` targets); none when
+    there are no cases. Sets the field in place."""
     if cases:
         bits = attribute(ckpt, sa, ATTRIBUTION_METHOD).bits  # (T, T): predicted word r, input position p
         for case in cases:
-            case.attribution_bits = float(bits[case.target, case.slot - 1])
+            case.attribution_bits = float(bits[case.target, case.slot - sa.shift])
     return cases
 
 
@@ -113,7 +115,7 @@ class CaseReport:
 
 
 def _documents(ckpt: Checkpoint, sentences: list[list[str]], ids: list[str], originals: list[list[str]] | None,
-               tags: list[list[str]] | None, candidates):
+               tags: list[list[str]] | None, candidates, head: tuple[int, int | None] | None = None):
     """``(index of its first sentence, analysis)`` of every document of ``sentences`` (by ``ids``) read
     whole as running text, with the slot effects of the ``candidates`` pairs."""
     first = 0
@@ -123,8 +125,18 @@ def _documents(ckpt: Checkpoint, sentences: list[list[str]], ids: list[str], ori
             yield first, analyze_sentences(
                 ckpt, sentences[part], None if originals is None else originals[part], None, None,
                 None if tags is None else tags[part], top_k=0, max_effect_pairs=None, max_tokens=None,
-                effect_pairs=candidates)
+                effect_pairs=candidates, head=head)
         first += size
+
+
+def _sentences_alone(ckpt: Checkpoint, sentences: list[list[str]], originals: list[list[str]] | None,
+                     tags: list[list[str]] | None, candidates, head: tuple[int, int | None]):
+    """``(index, analysis)`` of every non-empty sentence read alone by a Transformer, showing ``head``."""
+    for i, sentence in enumerate(sentences):
+        if sentence:
+            yield i, analyze_sentences(ckpt, [sentence], None if originals is None else [originals[i]], None, None,
+                                       None if tags is None else [tags[i]], top_k=0, max_effect_pairs=None,
+                                       effect_pairs=candidates, head=head)
 
 
 def _document_example(case: Case, first: int, boundaries: list[int], ids: list[str],
@@ -187,6 +199,7 @@ def corpus_cases(
     data_dir: Path | None = None,
     rank: str = "weight",
     use_cache: bool = True,
+    head: tuple[int, int | None] | None = None,
 ) -> CaseReport:
     """Label the highlights (``setting``: :mod:`vizlm.inspect.highlight`) of ``ckpt`` on a corpus split (or on given
     ``sentences``).
@@ -208,27 +221,50 @@ def corpus_cases(
     """
     if rank not in RANKINGS:
         raise ValueError(f"rank must be one of {', '.join(RANKINGS)}, not {rank!r}")
+    head = _transformer_head(ckpt, head)
     if sentences is not None:
-        return _case_report(ckpt, "text", sentences, ids, tags, None, limit, setting, examples_per_label, rank)
+        return _case_report(ckpt, "text", sentences, ids, tags, None, limit, setting, examples_per_label, rank, head)
     if corpus is None:
         raise ValueError("give a corpus name or sentences")
     c = load_corpus(corpus, split, data_dir)
 
     def compute() -> dict:
         return _case_report(ckpt, f"{corpus}/{split}", c.sentences, c.ids, c.tags, c.originals, limit, setting,
-                            examples_per_label, rank).to_dict()
+                            examples_per_label, rank, head).to_dict()
 
     threshold, top_k = setting_fields(setting)
     parts = {"kind": "cases", "version": CASES_VERSION, "checkpoint": checkpoint_digest(ckpt), "corpus": c.checksum,
              "context": ckpt.model.config.context, "threshold": threshold, "top_k": top_k,
              "limit": None if limit is None or limit >= len(c.sentences) else limit,
-             "examples": examples_per_label, "rank": rank}
-    return CaseReport.from_dict({**cached(parts, compute, use_cache), "model": ckpt.label})
+             "examples": examples_per_label, "rank": rank, **({} if head is None else {"head": list(head)})}
+    return CaseReport.from_dict({**cached(parts, compute, use_cache), "model": _label(ckpt, head)})
+
+
+def _transformer_head(ckpt: Checkpoint, head: tuple[int, int | None] | None) -> tuple[int, int | None] | None:
+    """The self-attention view a Transformer's cases label (default: the last layer's heads together, as the
+    analysis shows it), counted from 0; None for another model (which takes none)."""
+    if not getattr(ckpt.model, "self_attention", False):
+        if head is not None:
+            raise InputError(f"{ckpt.label} has no self-attention heads to choose from")
+        return None
+    L, H = ckpt.model.config.layers, ckpt.model.config.heads
+    layer, h = (L - 1, None) if head is None else head
+    if not (-L <= layer < L and (h is None or -H <= h < H)):
+        raise InputError(f"{ckpt.label} has {L} layers x {H} heads; no layer {layer + 1}, head {h}")
+    return layer % L, None if h is None else h % H
+
+
+def _label(ckpt: Checkpoint, head: tuple[int, int | None] | None) -> str:
+    """The report's model: the checkpoint, and a Transformer's layer and head ("name · layer 2, head 1")."""
+    if head is None:
+        return ckpt.label
+    return f"{ckpt.label} · layer {head[0] + 1}, " + ("mean of heads" if head[1] is None else f"head {head[1] + 1}")
 
 
 def _case_report(ckpt: Checkpoint, source: str, sentences: list[list[str]], ids: list[str] | None,
                  tags: list[list[str]] | None, originals: list[list[str]] | None, limit: int | None,
-                 setting: Setting, examples_per_label: int, rank: str) -> CaseReport:
+                 setting: Setting, examples_per_label: int, rank: str,
+                 head: tuple[int, int | None] | None = None) -> CaseReport:
     """:func:`corpus_cases` on ``sentences`` (uncached)."""
     ids = list(ids) if ids is not None else [f"s{i}" for i in range(len(sentences))]
     n = len(sentences) if limit is None else min(limit, len(sentences))
@@ -239,22 +275,27 @@ def _case_report(ckpt: Checkpoint, source: str, sentences: list[list[str]], ids:
     pairs = labelled = analysed = 0
     effect_sum, effect_n = dict.fromkeys(LABELS, 0.0), dict.fromkeys(LABELS, 0)
     notes: list[str] = []
-    if not ckpt.has_attention:
+    attending = ckpt.has_attention or head is not None
+    if not attending:
         notes.append(f"{ckpt.label} has no attention: there are no highlights to label")
         n = 0
-    # slot effects of the pairs that can be cases: word slots (>= 2) with the weight of a highlight
+    # slot effects of the pairs that can be cases: word slots (>= 2; self-attention: >= 1, slot 0 reads <s>) with
+    # the weight of a highlight
     least = (setting.share if isinstance(setting, Share) else MIN_TOP_K_WEIGHT if isinstance(setting, TopK)
              else math.inf)
+    first_word = 2 if head is None else 1
 
     def candidates(att: torch.Tensor) -> torch.Tensor:
-        return (att >= least) & (torch.arange(att.shape[-1], device=att.device) >= 2)
+        return (att >= least) & (torch.arange(att.shape[-1], device=att.device) >= first_word)
 
-    document = ckpt.has_attention and ckpt.model.config.context == "document"
+    document = attending and ckpt.model.config.context == "document"
     sizes = document_sizes(ids[:n])
     doc_of = np.repeat(np.arange(len(sizes)), sizes)  # [n] the document of each sentence: the bootstrap's unit
     readings_seen: list[LabelReading] = []
     if document:  # running text: each document analysed whole, its cases crossing sentence boundaries
-        readings = _documents(ckpt, sentences[:n], ids[:n], originals, tags, candidates)
+        readings = _documents(ckpt, sentences[:n], ids[:n], originals, tags, candidates, head)
+    elif head is not None:  # a Transformer reading each sentence alone
+        readings = _sentences_alone(ckpt, sentences[:n], originals, tags, candidates, head)
     else:
         readings = analyze_batch(ckpt, sentences[:n], originals, tags, effects="slots", effect_pairs=candidates)
     for first, sa in readings:
@@ -304,5 +345,5 @@ def _case_report(ckpt: Checkpoint, source: str, sentences: list[list[str]], ids:
     mean_effect = {label: (effect_sum[label] / effect_n[label] if effect_n[label] else None) for label in LABELS}
     chance = label_rates_vs_chance(readings_seen, collocations=collocations,
                                    unit="documents" if any(size > 1 for size in sizes) else "sentences")
-    return CaseReport(ckpt.label, source, *setting_fields(setting), analysed, pairs, labelled, counts, examples, notes, rank,
+    return CaseReport(_label(ckpt, head), source, *setting_fields(setting), analysed, pairs, labelled, counts, examples, notes, rank,
                       mean_effect, {label: c.to_dict() for label, c in chance.items()})

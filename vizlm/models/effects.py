@@ -176,8 +176,8 @@ def head_effects(model, inputs: torch.Tensor, targets: torch.Tensor, layer: int,
       them unchanged. Computed where the row puts weight on the slot and ``select`` (B, T, T or 1) allows it,
       NaN elsewhere; a row whose only weight is on ``j`` reads nothing.
 
-    Each dropped pair is a copy of its text run from ``layer`` on (:meth:`TransformerLM.run_layer`), in chunks
-    of :data:`COPY_ELEMENTS` weights. ``layer_inputs``: :meth:`TransformerLM.layer_inputs` when the caller has them."""
+    Each dropped pair is a copy of its row's block (a row reads nothing before it) run from ``layer`` on
+    (:meth:`TransformerLM.run_layer`), in chunks of :data:`COPY_ELEMENTS` weights. ``layer_inputs``: :meth:`TransformerLM.layer_inputs` when the caller has them."""
     xs, mask = model.layer_inputs(inputs) if layer_inputs is None else layer_inputs
     L, H = model.config.layers, model.config.heads
     base = target_logprobs(model.head(model.outputs(xs[-1])).logits, targets)  # (B, T)
@@ -198,23 +198,31 @@ def head_effects(model, inputs: torch.Tensor, targets: torch.Tensor, layer: int,
     effects = torch.full((B, T, T), float("nan"), dtype=base.dtype, device=base.device)
     effects[~(w > 0).any(1)] = 0.0  # a slot without weight: dropping it changes nothing
     b, r, j = want.nonzero(as_tuple=True)  # (N,) each
-    chunk = max(1, COPY_ELEMENTS // max(1, H * T * T))
+    # a row reads its own block only: each copy is the row's block, from its start to the block's end (the
+    # positions after the row, masked, change nothing), with the block's causal mask
+    W = min(model.config.block, T)
+    block_mask = mask[:W, :W]  # causal: the first block's
+    steps = torch.arange(W, device=b.device)
+    chunk = max(1, COPY_ELEMENTS // max(1, H * W * W))
     hs = torch.tensor(heads, device=b.device)
     for i in range(0, len(b), chunk):
         bi, ri, ji = b[i : i + chunk], r[i : i + chunk], j[i : i + chunk]
         n = len(bi)
         at = torch.arange(n, device=bi.device)
+        start = (ri // model.config.block) * model.config.block  # (n,) the first position of the row's block
+        where = (start[:, None] + steps[None, :]).clamp_max(T - 1)  # (n, W) positions copied
+        rows, slots = ri - start, ji - start  # (n,) in the copy
 
-        def edit(weights: torch.Tensor, at=at, ri=ri, ji=ji) -> torch.Tensor:  # (n, H, T, T): row r_n of the head(s)
+        def edit(weights: torch.Tensor, at=at, rows=rows, slots=slots) -> torch.Tensor:  # (n, H, W, W)
             weights = weights.clone()
-            rows = weights[at[:, None], hs[None, :], ri[:, None]]  # (n, h, T)
-            weights[at[:, None], hs[None, :], ri[:, None]] = drop_slot(rows, ji[:, None].expand(n, len(heads)))
+            kept = weights[at[:, None], hs[None, :], rows[:, None]]  # (n, h, W)
+            weights[at[:, None], hs[None, :], rows[:, None]] = drop_slot(kept, slots[:, None].expand(n, len(heads)))
             return weights
 
-        x = model.run_layer(layer, xs[layer][:, bi], mask, edit=edit)[0]  # (T, n, d)
+        x = model.run_layer(layer, xs[layer][where.T, bi[None, :]], block_mask, edit=edit)[0]  # (W, n, d)
         for k in range(layer + 1, L):
-            x = model.run_layer(k, x, mask)[0]
-        h = model.outputs(x)[at, ri][:, None]  # (n, 1, d): row r_n only
+            x = model.run_layer(k, x, block_mask)[0]
+        h = model.outputs(x)[at, rows][:, None]  # (n, 1, d): row r_n only
         lp = target_logprobs(model.head(h).logits[:, 0], targets[bi, ri])  # (n,)
         effects[bi, ri, ji] = base[bi, ri] - lp
     return read, effects
