@@ -63,6 +63,13 @@ for i, name in enumerate(names):
         else:
             st.caption("No training log beside this checkpoint.")
         command = (meta.get("train") or {}).get("command")
+        imported = meta.get("imported")
+        if isinstance(imported, dict) and not command:
+            what = imported.get("model") or imported.get("cell") or "a model"
+            source = "pytorch/examples' main.py" if imported.get("kind") == "pytorch-examples" else "elsewhere"
+            st.caption(f"Trained by {source} ({ui.md_escape(str(what))}) and imported with `vizlm import`"
+                       + (f"; {ui.md_escape(str(imported.get('log')))} is its training log" if imported.get("log") else "")
+                       + ". The commands are in experiments.toml and docs/RESULTS.md.")
         if command:
             st.code(command, language="bash", wrap_lines=True)
             for path in ck.missing_run_folders(command):

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from vizlm.core.errors import VizlmError
-from vizlm.core.files import write_text
+from vizlm.core.files import check_replace, write_text
 from vizlm.data.registry import load_corpus
 from vizlm.data.vocab import UNK, Vocab
 
@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         vocab = Vocab.for_corpus(args.corpus)
         texts = {split: "\n".join(anchor_lines(args.corpus, split, vocab)) + "\n" for split in ("train", "valid", "test")}
+        for split, text in texts.items():  # every file checked before the first is written
+            check_replace(args.out / f"{split}.txt", text.encode("utf-8"), args.force)
         args.out.mkdir(parents=True, exist_ok=True)
         for split, text in texts.items():
             path = write_text(args.out / f"{split}.txt", text, args.force)

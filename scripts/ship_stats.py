@@ -2,8 +2,8 @@
 
 What the app's corpus pages show first, so that they open at once on a cold cache: for every
 bundled checkpoint and every held-out split of its language (``vizlm.data.registry.HELD_OUT``), the
-per-sentence NLLs that Compare pairs and, for an attention model, its Cases report at the
-page's defaults; and on the split the pages open with (the test split of the model's own
+per-sentence NLLs that Compare pairs and, for an attention model (a Transformer's: its last layer's heads
+together), its Cases report at the page's defaults; and on the split the pages open with (the test split of the model's own
 corpus) its attention by position at ``vizlm.inspect.corpus_stats.MAX_WINDOW`` (any narrower window is read
 from it; the slot effects of 30 positions cost minutes a split, so the others are computed
 when first asked) and, for every model, its attribution by distance over that whole split
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                     sentences = corpus_attribution(ckpt, corpus, split, **BY_DISTANCE)["units"]
                     print(f"{name} {corpus}/{split}: attribution by distance {time.perf_counter() - a:.0f} s "
                           f"({sentences} units)", flush=True)
-                if ckpt.has_attention:
+                if ckpt.has_attention or getattr(ckpt.model, "self_attention", False):  # a Transformer's too
                     if (corpus, split) == first_view(ckpt):
                         positions_corpus([ckpt], corpus, split, window=MAX_WINDOW, effects=True)
                     corpus_cases(ckpt, corpus, split, DEFAULT, limit=GALLERY_LIMIT,

@@ -14,10 +14,12 @@ import math
 import os
 import pickle
 import re
+import shutil
 import subprocess
 import sys
 import types
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -26,7 +28,7 @@ from conftest import ROOT, assert_same_math
 from vizlm.core import paths
 from vizlm.modeling.checkpoint import load_checkpoint
 from vizlm.cli import main
-from vizlm.data.registry import load_corpus
+from vizlm.data.registry import corpus_folder, load_corpus
 from vizlm.modeling.importer import IMPOSSIBLE, SAVE_STATE_DICT, source_vocabulary
 
 ANCHOR = ROOT.parent / "shared" / "anchors" / "word_language_model"
@@ -585,7 +587,7 @@ def test_transformer_stream_eval_equals_pytorch_examples_main_py(data_dir, tmp_p
     saved = tmp_path / "model.pt"
     cmd = [sys.executable, "main.py", "--data", str(corpus), "--model", "Transformer", "--emsize", "16", "--nhid",
            "32", "--nlayers", "2", "--nhead", "2", "--epochs", "1", "--lr", "1", "--batch_size", "10", "--bptt", "35",
-           "--dropout", "0.2", "--seed", "3", "--save", str(saved)]
+           "--dropout", "0.2", "--seed", "3", "--log-interval", "4", "--save", str(saved)]
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=ANCHOR, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -623,3 +625,47 @@ def test_transformer_stream_eval_equals_pytorch_examples_main_py(data_dir, tmp_p
 
     a = load(out_dir).analyze("the big cat sees the dog .")
     assert len(a.targets) == 8 and all(math.isfinite(x) for x in a.logprobs) and a.top_words[0]
+
+    # --vocab-of: the same words in a vizlm corpus's own order (here: reversed), no corpus written; it reads that
+    # corpus with the same numbers
+    tiny = corpus_folder("tiny")
+    other = tiny.parent / "tiny-reordered"
+    shutil.copytree(tiny, other)
+    itos = [w for w in (other / "vocab.txt").read_text(encoding="utf-8").split("\n") if w]
+    (other / "vocab.txt").write_text("\n".join(itos[:4] + itos[4:][::-1]) + "\n", encoding="utf-8")
+    (tmp_path / "log.txt").write_text(proc.stdout)  # what main.py printed: kept as the training log
+    (tmp_path / "junk.txt").write_text("not a log\n")
+    code, _, err = run(["import", "pytorch-examples", str(saved), "--data", str(corpus), "--vocab-of",
+                        "tiny-reordered", "--out", str(tmp_path / "re"), "--log", str(tmp_path / "junk.txt")], capsys)
+    assert code == 2 and "not the output of pytorch/examples' main.py" in err and not (tmp_path / "re").exists()
+    code, out, err = run(["import", "pytorch-examples", str(saved), "--data", str(corpus), "--vocab-of",
+                          "tiny-reordered", "--out", str(tmp_path / "re"), "--log", str(tmp_path / "log.txt")], capsys)
+    assert code == 0, err
+    (epoch,) = [json.loads(x) for x in (tmp_path / "re" / "train_log.jsonl").read_text().splitlines()]
+    assert epoch["epoch"] == 1 and epoch["lr"] == 1 and epoch["valid_perplexity"] > 1 and epoch["train_perplexity"] > 1
+    metrics = load_checkpoint(tmp_path / "re").meta["metrics"]
+    assert metrics["source_test_perplexity"] == theirs and metrics["epochs_trained"] == 1
+    assert metrics["test_perplexity"] > 1 and metrics["valid_perplexity"] > 1  # vizlm's reading of tiny-reordered
+    assert json.loads(out)["corpus"] == "tiny-reordered" and "with the vocabulary of the corpus" in err
+    assert load_checkpoint(tmp_path / "re").vocab.itos[4:] == itos[4:][::-1]
+    b = load(tmp_path / "re").analyze("the big cat sees the dog .")
+    np.testing.assert_allclose(b.logprobs, a.logprobs, rtol=0, atol=1e-5)  # float32: another row order
+    np.testing.assert_allclose(b.heads, a.heads, rtol=0, atol=1e-6)
+    code, out, err = run(["eval", "--checkpoint", str(tmp_path / "re"), "--corpus", "tiny-reordered", "--split",
+                          "test", "--context", "stream", "--streams", "10", "--bptt", "35", "--json"], capsys)
+    assert code == 0 and abs(json.loads(out)["perplexity"] - theirs) <= 0.0051, err
+    # scripts/anchor_corpus.py writes a vizlm corpus back out as main.py reads it: here the data itself
+    script = [sys.executable, str(ROOT / "scripts" / "anchor_corpus.py"), "tiny", str(tmp_path / "back")]
+    proc = subprocess.run(script, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    for split in ("train", "valid", "test"):
+        assert (tmp_path / "back" / f"{split}.txt").read_text() == (corpus / f"{split}.txt").read_text()
+    (tmp_path / "back" / "test.txt").write_text("mine\n")
+    proc = subprocess.run(script, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2 and "pass --force" in proc.stderr  # nothing replaced unasked
+    assert (tmp_path / "back" / "test.txt").read_text() == "mine\n"
+    (other / "vocab.txt").write_text("\n".join(itos[:-1]) + "\n", encoding="utf-8")  # a word fewer
+    code, _, err = run(["import", "pytorch-examples", str(saved), "--data", str(corpus), "--vocab-of",
+                        "tiny-reordered", "--out", str(tmp_path / "re2")], capsys)
+    assert code == 2 and "are not the corpus tiny-reordered's: 1 are not in its vocabulary" in err
+    assert not (tmp_path / "re2").exists()

@@ -687,3 +687,25 @@ def test_reproduce_says_what_is_wrong_with_what_it_was_told(argv, message, capsy
     assert code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_a_run_trained_outside_vizlm_is_imported_never_trained(tmp_path, monkeypatch):
+    """A run with ``external`` (the commands that trained it elsewhere and imported it): reproduce refuses to train
+    it, naming them; once imported into its folder it is finished; the manifest's Transformer is one."""
+    monkeypatch.setenv("VIZLM_RUNS", str(tmp_path / "runs"))
+    paths.clear_overrides()
+    run = experiments.Run("ext", "extension", "lstm", context="document", external="main.py ...; vizlm import ...")
+    with pytest.raises(ValueError, match=r"ext is trained outside vizlm, then imported: main.py \.\.\.; vizlm import"):
+        runner.run_one(run, {"ext": run})
+    assert not run.folder.exists()
+    from vizlm.data.vocab import Vocab
+    from vizlm.modeling.checkpoint import save_checkpoint
+    from vizlm.models import build_model
+
+    save_checkpoint(run.folder, build_model("lstm", vocab_size=8, context="document"), "lstm",
+                    Vocab(["<pad>", "<s>", "</s>", "<unk>", "a", "b", "c", "d"]), corpus={"name": "brown"},
+                    imported={"kind": "pytorch-examples"})
+    assert run.status() == "finished"
+    runs = experiments.load_manifest()
+    assert runs["transformer-doc"].external and "main.py --data BROWN --model Transformer" in runs["transformer-doc"].external
+    assert runs["transformer-doc"].control == "lstm-doc-anchor" and runs["lstm-doc-anchor"].external

@@ -129,8 +129,12 @@ def _add_import(sub) -> None:
                    "module as its main.py saves it (read without running pickled code)")
     p.add_argument("--data", dest="source_data", type=Path, required=True, metavar="FOLDER",
                    help="the folder with train.txt, valid.txt, test.txt the model was trained on (its vocabulary)")
-    p.add_argument("--corpus", required=True, metavar="NAME", help="the vizlm corpus FOLDER becomes (written to the "
-                   "data folder, beside the processed corpora)")
+    named = p.add_mutually_exclusive_group(required=True)
+    named.add_argument("--corpus", metavar="NAME", help="the vizlm corpus FOLDER becomes (written to the "
+                       "data folder, beside the processed corpora)")
+    named.add_argument("--vocab-of", metavar="NAME", help="instead: the vizlm corpus whose words the model has (trained "
+                       "on it as scripts/anchor_corpus.py writes it out): the checkpoint takes its vocabulary and reads "
+                       "it; no corpus is written")
     p.add_argument("--out", type=Path, required=True, help="the checkpoint folder to write")
     p.add_argument("--nonlinearity", choices=("tanh", "relu"), default=None,
                    help="an Elman RNN's (RNN_TANH / RNN_RELU) saved as a state dict: its weights do not say which")
@@ -140,6 +144,8 @@ def _add_import(sub) -> None:
     p.add_argument("--bptt", type=whole(1), default=35, metavar="N",
                    help="a TransformerModel: the chunk length it was trained on (main.py's --bptt, default 35); "
                    "vizlm reads text in blocks of this many tokens, as main.py does")
+    p.add_argument("--log", type=Path, metavar="FILE", help="what its main.py printed while it trained: kept as the "
+                   "checkpoint's training log (epochs, valid perplexity, learning rate), with main.py's test perplexity")
     p.add_argument("--force", action="store_true", help="replace a checkpoint in --out or a corpus NAME that differs")
 
 
@@ -148,11 +154,12 @@ def cmd_import(args) -> int:
 
     summary = import_pytorch_examples(args.model_file, args.source_data, args.corpus, args.out,
                                       nonlinearity=args.nonlinearity, force=args.force, heads=args.nhead,
-                                      block=args.bptt)
+                                      block=args.bptt, vocab_of=args.vocab_of, log=args.log)
     print(json.dumps(summary))  # for scripts; people read what follows, on stderr
     corpora = f" --corpora {paths.corpora_dir()}" if getattr(args, "corpora", None) is not None else ""
-    print(f"wrote the checkpoint {summary['checkpoint']} and the corpus {summary['corpus']} "
-          f"({summary['corpus_folder']}). Next:\n"
+    wrote = f"with the vocabulary of the corpus {summary['corpus']}" if args.vocab_of else \
+        f"and the corpus {summary['corpus']} ({summary['corpus_folder']})"
+    print(f"wrote the checkpoint {summary['checkpoint']} {wrote}. Next:\n"
           f"  vizlm{corpora} eval --checkpoint {summary['checkpoint']} --corpus {summary['corpus']} --split test\n"
           f"  streamlit run app.py -- --checkpoints {Path(summary['checkpoint']).parent}{corpora}"
           "   # the app, the model beside the bundled ones", file=sys.stderr)

@@ -33,10 +33,18 @@ zero embedding rows except ``<s>``'s). Each of the model's words keeps its rows:
 outputs of the imported checkpoint equal the original model's bit for bit, and its logits at vizlm
 ids the original's at the model's ids within float32's tolerance (the output layer is a matrix
 product of another shape, whose kernel may round the last bit differently; ``tests/test_import.py``).
+
+A model trained on a vizlm corpus written out for ``main.py`` (``scripts/anchor_corpus.py``: the corpus's
+tokens, out-of-vocabulary words as ``<unk>``) has that corpus's words: ``--vocab-of NAME`` imports it
+with the vizlm corpus ``NAME``'s vocabulary (its order, the rows moved the same way) and writes no
+corpus, so it reads ``NAME`` itself, its documents as vizlm's models read them, and pairs with them
+sentence by sentence (:func:`corpus_vocabulary`).
 """
 
 from __future__ import annotations
 
+import json
+import math
 import pickle
 import re
 import stat
@@ -50,10 +58,12 @@ import torch
 from vizlm.core import files, paths
 from vizlm.modeling.checkpoint import MAX_ABS_WEIGHT, CheckpointError, _check_vocab, check_memory, save_checkpoint
 from vizlm.data.folder import CARD_FILE, CARD_FORMAT, VOCAB_FILE, card_text, split_files, vocab_text, write_folder
-from vizlm.data.registry import SPLITS, check_corpus_name
-from vizlm.data.vocab import BOS, EOS, PAD, SPECIALS, Vocab
+from vizlm.data.registry import SPLITS, check_corpus_name, corpus_folder
+from vizlm.data.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 from vizlm.core.errors import VizlmError
 from vizlm.models import build_model, count_parameters, parameter_count
+from vizlm.modeling.evaluate import perplexity, score_split
+from vizlm.data.tokens import open_split
 from vizlm.data.text import reading_of
 
 SOURCES = ("pytorch-examples",)  # what `vizlm import` reads
@@ -458,6 +468,26 @@ def vizlm_vocabulary(words: list[str]) -> tuple[list[str], list[int]]:
     return itos, rows
 
 
+def corpus_vocabulary(words: list[str], itos: list[str], name: str) -> list[int]:
+    """The model id of each word of the vizlm vocabulary ``itos`` (the corpus ``name``'s), as
+    :func:`vizlm_vocabulary` gives them for its own order: the model's words must be exactly the corpus's
+    (``<eos>`` its ``</s>``, ``<unk>`` its ``<unk>``), else :class:`ImportModelError` names the difference."""
+    index = {w: i for i, w in enumerate(words)}
+    mine = set(words) - {SOURCE_EOS, SOURCE_UNK}
+    theirs = set(itos) - set(SPECIALS)
+    if mine != theirs:
+        extra, missing = sorted(mine - theirs), sorted(theirs - mine)
+        raise ImportModelError(
+            f"the model's words are not the corpus {name}'s: {len(extra):,} are not in its vocabulary"
+            + (f" (e.g. {', '.join(map(repr, extra[:3]))})" if extra else "") + f", {len(missing):,} of its are missing"
+            + (f" (e.g. {', '.join(map(repr, missing[:3]))})" if missing else "")
+            + "; --vocab-of takes a model trained on that corpus as scripts/anchor_corpus.py writes it")
+    if SOURCE_EOS not in index:
+        raise ImportModelError("the model has no <eos>: it was not trained by pytorch/examples' main.py")
+    special = {PAD: -1, BOS: -1, EOS: index[SOURCE_EOS], UNK: index.get(SOURCE_UNK, -1)}
+    return [special[w] if w in special else index[w] for w in itos]
+
+
 def convert(state: dict[str, torch.Tensor], spec: Spec, rows: list[int], vocab_size: int):
     """The vizlm ``lstm`` model of the RNNModel ``state``: the recurrent weights as they are, the
     embedding and output rows moved to the vizlm ids (``rows``: model id of each vizlm id)."""
@@ -567,18 +597,78 @@ def _check_out(out: Path, force: bool) -> None:
                                    "folder (a checkpoint's folder is replaced whole, so these would be deleted)")
 
 
+def corpus_metrics(model, vocab: Vocab, corpus: str, data_dir: Path | None = None) -> dict:
+    """The valid and test perplexity (and WSJ's for a Brown model) of ``model`` reading the vizlm corpus ``corpus``
+    in its context, as a vizlm run's are measured (:func:`vizlm.modeling.train.finalize`)."""
+    splits = {"valid": (corpus, "valid"), "test": (corpus, "test"), **({"wsj": ("wsj", "test")} if corpus == "brown" else {})}
+    out = {}
+    for key, (name, split) in splits.items():
+        t = score_split(model, open_split(name, split, vocab, data_dir))
+        out[f"{key}_perplexity"] = perplexity(t.nll, t.tokens)
+    return out
+
+
+# --------------------------------------------------------------------------- main.py's printed log
+MAX_LOG_BYTES = 64 * 2**20  # a 40-epoch log is ~0.5 MB; anything far larger is not one
+# its lines: "| epoch 1 | 200/ 1394 batches | lr 5.00 | ms/batch 96.96 | loss 6.36 | ppl 576.88", "| end of epoch 1 |
+# time: 147.27s | valid loss 5.18 | valid ppl 178.10", "| End of training | test loss 4.85 | test ppl 127.40"
+_NUMBER = r"([\d.]+(?:[eE][+-]?\d+)?|inf|nan)"
+_EPOCH_END = re.compile(r"\|\s*end of epoch\s+(\d+)\s*\|\s*time:\s*([\d.]+)s\s*\|.*valid ppl\s+" + _NUMBER)
+_INTERVAL = re.compile(r"\|\s*epoch\s+(\d+)\s*\|.*\|\s*lr\s+" + _NUMBER + r"\s*\|.*\|\s*ppl\s+" + _NUMBER)
+_TEST = re.compile(r"\|\s*End of training\s*\|.*test ppl\s+" + _NUMBER)
+
+
+def read_training_log(path: Path | str) -> tuple[list[dict], float | None]:
+    """``(epochs, test perplexity)`` of the output pytorch/examples' ``main.py`` printed while it trained: per epoch
+    ``epoch``, ``train_perplexity`` (exp of the mean loss of the epoch's printed intervals, every
+    ``--log-interval`` batches; the last partial interval is not printed), ``valid_perplexity``, ``lr`` (the
+    last printed in the epoch) and ``seconds``; the test perplexity of its ``End of training`` line (None
+    without one). Lines of anything else are skipped; a file without an epoch's end is refused."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise ImportModelError(f"--log {path}: {exc.strerror or exc}") from None
+    if size > MAX_LOG_BYTES:
+        raise ImportModelError(f"--log {path} has {size:,} bytes; main.py's log of a run is far smaller "
+                               f"(at most {MAX_LOG_BYTES // 2**20} MB read)")
+    epochs, losses, lr, test = [], [], None, None
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if m := _INTERVAL.search(line):
+                ppl = float(m[3])
+                losses.append(math.log(ppl) if 0 < ppl < math.inf else math.nan)
+                lr = float(m[2])
+            elif m := _EPOCH_END.search(line):
+                mean = sum(losses) / len(losses) if losses else math.nan
+                epochs.append({"epoch": int(m[1]), "train_perplexity": math.exp(mean) if math.isfinite(mean) else None,
+                               "valid_perplexity": float(m[3]), "lr": lr, "seconds": float(m[2])})
+                losses = []
+            elif m := _TEST.search(line):
+                test = float(m[1])
+    if not epochs:
+        raise ImportModelError(f"--log {path}: no '| end of epoch' line: not the output of pytorch/examples' main.py")
+    return epochs, test
+
+
 # --------------------------------------------------------------------------- the command
 def import_pytorch_examples(model_file: Path | str, data: Path | str, corpus: str, out: Path | str,
                             nonlinearity: str | None = None, force: bool = False,
-                            data_dir: Path | None = None, heads: int | None = None, block: int = 35) -> dict:
+                            data_dir: Path | None = None, heads: int | None = None, block: int = 35,
+                            vocab_of: str | None = None, log: Path | str | None = None) -> dict:
     """Import a pytorch/examples ``word_language_model`` checkpoint (module docstring); returns a
     summary. Everything is checked before anything is written; ``out`` or a corpus that would
-    change is replaced only with ``force``."""
+    change is replaced only with ``force``. ``vocab_of``: a vizlm corpus whose words the model has, whose
+    vocabulary it takes (``corpus`` is then that corpus; none is written). ``log``: what its ``main.py`` printed
+    (:func:`read_training_log`), kept as the checkpoint's ``train_log.jsonl`` (the Models page draws it)."""
     model_file, data, out = Path(model_file), Path(data), Path(out)
+    if vocab_of is not None:
+        corpus = vocab_of
     check_corpus_name(corpus)
     if not data.is_dir():
         raise ImportModelError(f"--data {data}: not a folder (give the folder with train.txt, valid.txt, test.txt)")
     _check_out(out, force)
+    epochs, source_test = read_training_log(log) if log is not None else (None, None)
     obj = read_model_file(model_file)
     state, cell = state_dict_of(obj, model_file, nonlinearity)
     if cell == TRANSFORMER:
@@ -595,7 +685,14 @@ def import_pytorch_examples(model_file: Path | str, data: Path | str, corpus: st
         raise ImportModelError(
             f"{model_file} has {spec.vocab_size:,} words but {data}'s train.txt, valid.txt and test.txt give "
             f"{len(words):,}: that is not the data the model was trained on")
-    itos, rows = vizlm_vocabulary(words)
+    if vocab_of is None:
+        itos, rows = vizlm_vocabulary(words)
+    else:
+        try:
+            itos = Vocab.for_corpus(vocab_of, data_dir).itos
+        except (OSError, ValueError) as exc:
+            raise ImportModelError(f"--vocab-of {vocab_of}: no vizlm corpus of that name can be read ({exc})") from None
+        rows = corpus_vocabulary(words, itos, vocab_of)
     source = {"kind": "pytorch-examples", "file": str(model_file.name), "data": str(data)}
     if isinstance(spec, TransformerSpec):
         name, model = TRANSFORMER, convert_transformer(state, spec, rows, len(itos), block)
@@ -608,13 +705,26 @@ def import_pytorch_examples(model_file: Path | str, data: Path | str, corpus: st
         sizes = {"rnn": spec.cell, "layers": spec.layers, "emb_dim": spec.emb_dim, "hidden_dim": spec.hidden_dim,
                  "tie": spec.tied}
     source |= {"model_vocab_size": spec.vocab_size, "reading": reading_of(words)}
-    corpus_dir = write_corpus(data, corpus, itos, data_dir, force, {"kind": source["kind"], "data": source["data"]})
+    if vocab_of is None:
+        corpus_dir = write_corpus(data, corpus, itos, data_dir, force, {"kind": source["kind"], "data": source["data"]})
+    else:
+        source["vocab_of"] = vocab_of
+        corpus_dir = corpus_folder(vocab_of, data_dir)
+    metrics = {} if vocab_of is None else corpus_metrics(model, Vocab(itos), vocab_of, data_dir)
+    if epochs is not None:
+        best = min(epochs, key=lambda e: e["valid_perplexity"])
+        source["log"] = Path(log).name
+        metrics |= {"epochs_trained": len(epochs), "best_epoch": best["epoch"],
+                   "source_valid_perplexity": best["valid_perplexity"],
+                   **({} if source_test is None else {"source_test_perplexity": source_test})}
     with files.new_folder(out) as tmp:  # replaced whole: no training log or resume state of another model stays
         save_checkpoint(tmp, model, name, Vocab(itos), label=out.name, parameters=count_parameters(model),
-                        corpus={"name": corpus}, imported=source)
+                        corpus={"name": corpus}, imported=source, **({"metrics": metrics} if metrics else {}))
+        if epochs is not None:
+            files.write_text(tmp / "train_log.jsonl", "".join(json.dumps(e) + "\n" for e in epochs), force=True)
     return {"checkpoint": str(out), "corpus": corpus, "corpus_folder": str(corpus_dir), "model": name, **sizes,
             "vocab_size": len(itos), "model_vocab_size": spec.vocab_size, "parameters": count_parameters(model)}
 
 
 __all__ = ["ImportModelError", "SOURCES", "import_pytorch_examples", "reading_of", "read_model_file", "read_spec", "state_dict_of",
-           "source_vocabulary", "vizlm_vocabulary", "convert", "convert_transformer", "read_transformer_spec", "write_corpus", "check_weights", "Inert", "STAND_INS"]
+           "source_vocabulary", "vizlm_vocabulary", "corpus_vocabulary", "corpus_metrics", "read_training_log", "convert", "convert_transformer", "read_transformer_spec", "write_corpus", "check_weights", "Inert", "STAND_INS"]

@@ -53,7 +53,7 @@ PAPERS = {  # manifest key -> title, in report order
     "chinese": "Chinese (Sinica treebank, characters)",
 }
 _FIELDS = {"paper", "model", "context", "corpus", "init", "control", "options", "match", "seed", "epochs", "bundled",
-           "blocked", "note", "emb_dim", "hidden_dim", "freeze", "stale", "dropout_from"}
+           "blocked", "note", "emb_dim", "hidden_dim", "freeze", "stale", "dropout_from", "external"}
 
 
 @dataclass
@@ -81,6 +81,9 @@ class Run:
     # on valid for one model, used for all, as Daniluk et al. do), so it trains after them
     dropout_from: list[str] | None = None
     freeze: bool = False  # train only what `init` did not copy (vizlm train --freeze)
+    # trained outside vizlm and imported (vizlm import): the commands that trained and imported it; reproduce
+    # writes its evidence from the imported checkpoint and never trains it
+    external: str | None = None
     manifest: str | None = field(default=None, repr=False)  # the manifest its commands name (None: the home's default)
 
     @property
@@ -127,6 +130,8 @@ class Run:
         if self.foreign(meta):
             return "foreign"
         resumable = (self.folder / "resume" / "state.json").is_file()
+        if self.external and meta.get("imported"):  # trained elsewhere: finished when imported
+            return "finished"
         if "test_perplexity" in meta.get("metrics", {}):
             # a run cut by its epoch cap while still improving goes on when the manifest raises the cap
             cap = self.capped(meta)

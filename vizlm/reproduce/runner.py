@@ -83,6 +83,8 @@ def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run:
         evidence.write(run.name, run.folder, log=log)
     if status in ("finished", "blocked"):
         return status
+    if run.external:
+        raise ValueError(f"{run.name} is trained outside vizlm, then imported: {run.external}")
     if run.bundled:
         raise ValueError(f"{run.name} is bundled in checkpoints/{run.bundled} but has no test perplexity; "
                          "retrain it by its own command (config.json), not by reproduce")
