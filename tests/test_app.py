@@ -1554,7 +1554,8 @@ def test_each_models_attribution_download_exports_its_own_rows(monkeypatch):
     from vizlm.app import views
     from vizlm.inspect.highlight import Share
 
-    analyses = {"a": SimpleNamespace(targets=list(range(60)), text="x"), "b": SimpleNamespace(targets=list(range(60)), text="x")}
+    analyses = {"a": SimpleNamespace(targets=list(range(60)), text="x", head=None),
+                "b": SimpleNamespace(targets=list(range(60)), text="x", head=None)}
     windows = {"a": [1, 2], "b": [7, 8, 9]}
     callbacks, exported = {}, []
     monkeypatch.setattr(views, "_rows_view", lambda n: "window")
