@@ -272,7 +272,7 @@ def test_corpus_pages_open_with_models_of_one_language_as_many_as_colours():
     from vizlm.app import checkpoints as ck
     from vizlm.present.style import CATEGORICAL
 
-    attn = ck.attention_model_names()
+    attn = ck.attention_model_names(self_attention=True)  # the pages offer Transformers too
     assert "amsrn-sinica" in attn and ck.language("amsrn-sinica") == "Chinese" and ck.language("amsrn") == "English"
     assert "amsrn-sinica" not in ck.one_language(attn) and ck.one_language(["amsrn-sinica", "amsrn"]) == ["amsrn-sinica"]
     at = page("positions.py", pos_sample=SMALL)

@@ -209,10 +209,11 @@ def head_argument(ckpt, args) -> tuple[int, int | None] | None:
     return sizes["layer"] - 1 if args.layer is None else args.layer - 1, None if args.head is None else args.head - 1
 
 
-def chosen_head(model, sa, args):
-    """``sa`` (an analysis of ``model``) showing the self-attention head ``--layer`` / ``--head`` ask for; ``sa``
-    itself when neither is given."""
+def analyze_at_head(model, text: str, args):
+    """``model``'s analysis of ``text`` (``--threshold`` / ``--top-k``) showing the self-attention head ``--layer`` /
+    ``--head`` ask for, checked before the text is read."""
     head = head_argument(model.checkpoint, args)
+    sa = model.analyze(text, threshold=args.threshold, top_k=args.top_k)
     return sa if head is None else sa.at_head(*head)
 
 
@@ -369,8 +370,7 @@ def dump_json(obj) -> None:
 
 
 def cmd_analyze(args) -> int:
-    model = load(args.checkpoint, device=args.device)
-    sa = chosen_head(model, model.analyze(args.text, threshold=args.threshold, top_k=args.top_k), args)
+    sa = analyze_at_head(load(args.checkpoint, device=args.device), args.text, args)
     doc = sa.to_dict()
     if args.json:
         dump_json(doc)
@@ -641,7 +641,7 @@ def cmd_export(args) -> int:
     model = load(args.checkpoint)
     text = args.text if args.corpus is None else corpus_text(args.corpus, args.split, args.sentence,
                                                               model.context == "document")
-    sa = chosen_head(model, model.analyze(text, threshold=args.threshold, top_k=args.top_k), args)
+    sa = analyze_at_head(model, text, args)
     try:
         path = sa.export(args.out, args.format, force=args.force)
     except OSError as exc:

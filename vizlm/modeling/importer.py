@@ -663,8 +663,9 @@ def import_pytorch_examples(model_file: Path | str, data: Path | str, corpus: st
     (:func:`read_training_log`), kept as the checkpoint's ``train_log.jsonl`` (the Models page draws it)."""
     model_file, data, out = Path(model_file), Path(data), Path(out)
     if vocab_of is not None:
-        corpus = vocab_of
-    check_corpus_name(corpus)
+        corpus = vocab_of  # an existing corpus, vizlm's own or yours: read, never written
+    else:
+        check_corpus_name(corpus)
     if not data.is_dir():
         raise ImportModelError(f"--data {data}: not a folder (give the folder with train.txt, valid.txt, test.txt)")
     _check_out(out, force)
