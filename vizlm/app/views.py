@@ -89,7 +89,10 @@ def render_heatmaps(analyses: dict, text: str, highlight: Setting, target: int,
                    "hover a cell for its weight and effect. Outlined cells are the highlighted ones (by weight).")
     else:
         st.caption("Rows: the word being predicted; columns: the memory slots it may attend to (the start state and every "
-                   "earlier word). Brighter = more attention; outlined cells are the highlighted ones. Hover a cell for its "
+                   "earlier word"
+                   + ("; a Transformer's: the words read so far, the word just read included, its block only" if
+                      any(sa.self_attention for sa in shown.values()) else "")
+                   + "). Brighter = more attention; outlined cells are the highlighted ones. Hover a cell for its "
                    "weight. Both models use the same colour scale; a map wider than the page scrolls sideways.")
     for name, sa in shown.items():  # one under the other: two side by side do not fit a column
         rows = heatmap_rows(sa, target) if view == "window" else None
