@@ -155,11 +155,12 @@ def splits_of(corpus: str) -> list[tuple[str, str, str]]:
     return out
 
 
-def write(name: str, source: Path | str, force: bool = False, log=sys.stderr) -> Path:
+def write(name: str, source: Path | str, force: bool = False, log=sys.stderr, trained_by: str | None = None) -> Path:
     """Write the evidence of run ``name`` from its checkpoint folder ``source`` (weights,
     config.json, train_log.jsonl). Scores every split of :func:`splits_of`; for attention models
     also the positions. Written to a temporary folder beside the target and renamed when complete;
-    existing evidence is replaced only with ``force``."""
+    existing evidence is replaced only with ``force``. ``trained_by``: the commands that trained a run outside
+    vizlm and imported it (the manifest's ``external``), kept as its ``train.command``."""
     from safetensors.numpy import save_file
 
     dest = folder(name)
@@ -198,6 +199,8 @@ def write(name: str, source: Path | str, force: bool = False, log=sys.stderr) ->
                      "largest_weight": float(stats.peak[ckpt.label]), "entropy": float(stats.entropy[ckpt.label]),
                      "beyond_window": float(stats.beyond[ckpt.label])}
     config = {k: v for k, v in meta.items() if k not in _NOT_CONFIG}
+    if trained_by is not None:
+        config["train"] = {**config.get("train", {}), "command": trained_by}
     config["vocab_sha256"] = hashlib.sha256("\n".join(ckpt.vocab.itos).encode("utf-8")).hexdigest()
     config["vocab_size"] = len(ckpt.vocab)
     config["evidence"] = {"written_by": f"vizlm reproduce --evidence {name}", "commit": paths.commit(),

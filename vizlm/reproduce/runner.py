@@ -80,7 +80,7 @@ def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run:
     if status == "foreign":
         raise ValueError(f"{run.name}: {run.foreign()}; move it aside or train into another folder (--runs DIR)")
     if status == "finished" and not run.done() and not dry_run:
-        evidence.write(run.name, run.folder, log=log)
+        evidence.write(run.name, run.folder, log=log, trained_by=run.external)
     if status in ("finished", "blocked"):
         return status
     if run.external:
@@ -242,7 +242,7 @@ def write_evidence(run: Run, force: bool = False, log=sys.stderr) -> Path:
         raise ValueError(f"{run.name} is not finished ({run.folder} has no test perplexity)")
     if why := run.foreign(meta):
         raise ValueError(f"{run.name}: {why}; its evidence would not be this run's")
-    return evidence.write(run.name, run.folder, force=force, log=log)
+    return evidence.write(run.name, run.folder, force=force, log=log, trained_by=run.external)
 
 
 HALF_PRECISION_TOLERANCE = 0.001  # float16 storage may change test perplexity by less than this (relative)
@@ -293,7 +293,7 @@ def bundle(run: Run, folder_name: str | None = None, manifest: Path | None = Non
     if (run.folder / "train_log.jsonl").is_file():
         shutil.copyfile(run.folder / "train_log.jsonl", dest / "train_log.jsonl")
     _mark_bundled(Path(manifest) if manifest else paths.home() / MANIFEST, run.name, name)
-    evidence.write(run.name, dest, force=True, log=log)  # the evidence of the weights as bundled
+    evidence.write(run.name, dest, force=True, log=log, trained_by=run.external)  # the evidence of the weights as bundled
     print(f"bundled {run.name} -> {dest} ({meta['storage']['dtype']}: test perplexity {full:.3f} -> {half:.3f}, "
           f"{100 * change:+.4f}%)", file=log)
     return dest
