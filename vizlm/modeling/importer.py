@@ -610,6 +610,7 @@ def corpus_metrics(model, vocab: Vocab, corpus: str, data_dir: Path | None = Non
 
 # --------------------------------------------------------------------------- main.py's printed log
 MAX_LOG_BYTES = 64 * 2**20  # a 40-epoch log is ~0.5 MB; anything far larger is not one
+MAX_LOG_LINE = 500  # characters: its lines have about 100
 # its lines: "| epoch 1 | 200/ 1394 batches | lr 5.00 | ms/batch 96.96 | loss 6.36 | ppl 576.88", "| end of epoch 1 |
 # time: 147.27s | valid loss 5.18 | valid ppl 178.10", "| End of training | test loss 4.85 | test ppl 127.40"
 _NUMBER = r"([\d.]+(?:[eE][+-]?\d+)?|inf|nan)"
@@ -635,6 +636,8 @@ def read_training_log(path: Path | str) -> tuple[list[dict], float | None]:
     epochs, losses, lr, test = [], [], None, None
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
+            if len(line) > MAX_LOG_LINE:  # not one of its lines; a long one would cost the patterns far more than linear
+                continue
             if m := _INTERVAL.search(line):
                 ppl = float(m[3])
                 losses.append(math.log(ppl) if 0 < ppl < math.inf else math.nan)
