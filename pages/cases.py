@@ -9,6 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from vizlm.inspect.analysis import head_words
 from vizlm.inspect.highlight import DEFAULT, Share
 from vizlm.app import checkpoints as ck
 from vizlm.app import jobs, results
@@ -82,9 +83,8 @@ if not models:
     st.info("Pick at least one model in the sidebar.", icon=":material/info:")
     st.stop()
 if heads:
-    shown = "; ".join(f"**{ui.md_escape(n)}**: layer {layer + 1}, "
-                      + (f"mean of {ck.get_checkpoint(n).model.config.heads} heads" if h is None else f"head {h + 1}")
-                      for n, (layer, h) in heads.items())
+    shown = "; ".join(f"**{ui.md_escape(n)}**: {head_words(head, ck.get_checkpoint(n).model.config.heads)}"
+                      for n, head in heads.items())
     st.caption(f"A Transformer's pairs are those of the self-attention picked in the sidebar ({shown}); it reads the "
                "word just read too, and the first word of each block attends to itself alone.")
 

@@ -70,6 +70,13 @@ DISTANCE_NOTE = ("distance from the predicted word: 1 = the word just before it 
                  "before that (the newest memory slot)")
 
 
+def head_words(head: tuple[int, int | None], heads: int) -> str:
+    """A self-attention view (``(layer, head)`` counted from 0, head None: the mean of the layer's ``heads``) as
+    people count: "layer 2, head 1" or "layer 2, mean of 4 heads"."""
+    layer, h = head
+    return f"layer {layer + 1}, " + (f"mean of {heads} heads" if h is None else f"head {h + 1}")
+
+
 def distance(offset):
     """The distance from the predicted word (:data:`DISTANCE_NOTE`) of a word ``offset`` words back from the word
     just read, as the statistics store positions (0: the word just read; 1: the one before, the newest memory slot;
@@ -167,10 +174,7 @@ class SentenceAnalysis(RowLayout):
     def head_label(self) -> str | None:
         """What ``attention`` shows, in words: "layer 2, head 1" or "layer 2, mean of 4 heads" (1-based, as people
         count); None without self-attention."""
-        if self.head is None:
-            return None
-        layer, head = self.head
-        return f"layer {layer + 1}, " + (f"mean of {self.heads_per_layer} heads" if head is None else f"head {head + 1}")
+        return None if self.head is None else head_words(self.head, self.heads_per_layer)
 
     @property
     def probs(self) -> np.ndarray:
