@@ -1635,6 +1635,29 @@ def test_faithfulness_page_says_the_cost_then_runs_the_tests_on_request(mine):
     assert not [c for c in at.caption if "Testing" in c.value] and len(charts(at)) == 4
 
 
+def test_faithfulness_page_opens_on_the_repository_s_evidence():
+    """The bundled models whose tests the repository holds open at once on that evidence (nothing computed,
+    intervals over documents), its numbers the report's; a model without evidence says so and how to test it."""
+    import vizlm.app.faithfulness as fv
+    from vizlm.reproduce.corpus_evidence import faithfulness_names, read_faithfulness
+
+    at = page("faithfulness.py")
+    no_exception(at)
+    models = at.multiselect(key="faith_models").value
+    assert models and set(models) <= set(faithfulness_names()) and at.radio(key="faith_source").value == fv.EVIDENCE
+    assert not [c for c in at.caption if "Testing" in c.value] and len(charts(at)) == 4 * len(models)
+    stats = read_faithfulness(models[0]).statistics()
+    own = next(m for m in at.metric if m.label == "perplexity, own attention")
+    assert own.value == f"{math.exp(stats['uniform']['nll']['value']):.1f}"
+    assert any("The repository's evidence" in c.value and "bootstrap over the documents" in c.value for c in at.caption)
+    at = page("faithfulness.py", faith_models=[models[0], "kvp"])  # a bundled model without evidence
+    no_exception(at)
+    assert "holds no evidence of kvp" in messages(at) and len(charts(at)) == 4
+    at.radio(key="faith_source").set_value(fv.RUN)
+    at.run()
+    assert at.select_slider(key="faith_sample").value == 10 and at.toggle(key="faith_run").value is False
+
+
 def test_the_explorer_tests_one_word_s_attention_on_request(monkeypatch):
     """An attention model's panel offers the faithfulness of the selected word, off at first (nothing computed);
     on, the adversarial weights beside the model's own and the two paths of that word."""

@@ -366,3 +366,38 @@ def test_faithfulness_samples_every_document(monkeypatch):
     picked = corpus_evidence.first_of_each_document("brown", "test", 2)
     assert picked == sorted(picked) and {ids[i].rpartition(":")[0] for i in picked} == docs
     assert len(picked) == 2 * len(docs) and all(ids[i].rpartition(":")[2] in ("0", "1") for i in picked)
+
+
+def test_faithfulness_evidence_with_another_seed_s_attention(monkeypatch, tmp_path):
+    """The manifest's ``frozen`` names a second seed's bundled checkpoint: its attention read by the model, the
+    two attentions' divergence kept and reported beside the adversary's; a ``frozen`` that names no tested
+    checkpoint is refused when the manifest is read."""
+    import torch
+
+    from vizlm.inspect import attribution
+    from vizlm.modeling.checkpoint import save_checkpoint
+    from vizlm.data.vocab import Vocab
+    from vizlm.models import build_model
+
+    for key, sub in (("VIZLM_CACHE", "cache"), ("VIZLM_EVIDENCE", "evidence"), ("VIZLM_CHECKPOINTS", "checkpoints")):
+        monkeypatch.setenv(key, str(tmp_path / sub))
+    monkeypatch.setattr(attribution, "MAX_STEPS", 2)
+    vocab = Vocab.for_corpus("brown")
+    for name, seed in (("tiny-kvp", 0), ("tiny-kvp-s2", 1)):
+        torch.manual_seed(seed)
+        model = build_model("kvp", vocab_size=len(vocab), emb_dim=8, hidden_dim=8, window=3).eval()
+        save_checkpoint(tmp_path / "checkpoints" / name, model, "kvp", vocab, metrics={}, corpus={"name": "brown"})
+    manifest = tmp_path / "experiments.toml"
+    table = ('\n[faithfulness]\nlimit = 2\npermutations = 2\nn_steps = 2\nadversary_steps = 2\n'
+             'checkpoints = ["tiny-kvp"]\n')
+    manifest.write_text(TINY + table + 'frozen = {never = "tiny-kvp-s2"}\n')
+    with pytest.raises(ValueError, match="frozen: 'never'"):
+        corpus_runs.load_faithfulness_plan(manifest)
+    manifest.write_text(TINY + table + 'frozen = {tiny-kvp = "tiny-kvp-s2"}\n')
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--faithfulness", "--threads", "1"]) == 0
+    ev = corpus_evidence.read_faithfulness("tiny-kvp")
+    assert ev.config["frozen"] == "tiny-kvp-s2" and len(ev.config["frozen_sha256"]) == 64
+    u = ev.statistics()["uniform"]
+    assert {"frozen_nll", "seed_jsd"} <= set(u) and u["seed_jsd"]["value"] > 0
+    text = "\n".join(corpus_runs.faithfulness_report(corpus_runs.load_faithfulness_plan(manifest)))
+    assert "(tiny-kvp-s2) |" in text and "the attention of another seed of the same model (tiny-kvp-s2)" in text

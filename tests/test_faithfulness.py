@@ -118,6 +118,30 @@ def ignoring(name, **kw):
     return ckpt
 
 
+def _jsd(a: np.ndarray, b: np.ndarray) -> float:
+    m = (a + b) / 2
+    return 0.5 * sum(x * math.log(x / y) for p in (a, b) for x, y in zip(p, m) if x > 0)
+
+
+@pytest.mark.parametrize("name,kw", [("attention", {"window": 3}), ("kvp", {"window": 3})])
+def test_another_seed_s_attention_lies_its_jsd_from_the_model_s_own(name, kw):
+    """Wiegreffe & Pinter's seed variation: per row, the Jensen-Shannon divergence between the model's weights and
+    another seed's on the same words, as the two analyses give them, by hand; none from the model itself."""
+    ckpt, other = tiny(name, **kw), tiny(name, seed=1, **kw)
+    with torch.no_grad():  # weights this small attend almost uniformly: sharpen both
+        for p in (*ckpt.model.parameters(), *other.model.parameters()):
+            p.mul_(10)
+    sa, so = analyze_sentences(ckpt, PASSAGE), analyze_sentences(other, PASSAGE)
+    uni = fa.uniform_baseline(ckpt, sa, other=other)
+    for r in range(len(sa.targets)):
+        a, b = np.nan_to_num(sa.attention[r]), np.nan_to_num(so.attention[r])
+        if (a > 0).sum() + (b > 0).sum() < 3 and np.isnan(uni.seed_jsd[r]):  # a row of one slot: no divergence
+            continue
+        assert uni.seed_jsd[r] == pytest.approx(_jsd(a, b), abs=1e-9), r
+    assert np.nanmax(uni.seed_jsd) > 1e-3
+    assert np.nanmax(np.abs(fa.uniform_baseline(ckpt, sa, other=ckpt).seed_jsd)) <= ATOL
+
+
 @pytest.mark.parametrize("name,kw", ATTENTION_VARIANTS)
 @pytest.mark.parametrize("context", ["sentence", "document"])
 def test_ignored_attention_changes_nothing(name, kw, context):
@@ -385,6 +409,7 @@ def test_corpus_statistics_on_a_tiny_corpus(monkeypatch, tmp_path, context):
     u = frames["uniform"]
     assert res["uniform"]["uniform_minus_own"]["value"] == pytest.approx((u.logprob - u.uniform_logprob).mean())
     assert "frozen_nll" in res["uniform"]
+    assert res["uniform"]["seed_jsd"]["value"] == pytest.approx(np.nanmean(u.seed_jsd), rel=1e-12)
     assert set(res["erasure"]) == {"attention", "gradient", "random", "gradient-x-input", "occlusion"}
     assert res["erasure"]["attention"]["k"] == list(fe.ERASE_K)
     assert set(res["aopc"]) == {"attention", "gradient", "gradient-x-input", "occlusion", "random"}

@@ -22,6 +22,9 @@ from vizlm.app.widgets import chart_downloads, download_row, md_escape, show_cha
 from vizlm.present.export import MIME, export_frame, safe_filename
 from vizlm.inspect.faithfulness import EPSILON, FaithfulnessError, adversarial_row, two_paths
 from vizlm.inspect.faithfulness_erasure import MASKING
+from vizlm.inspect.cache import checkpoint_digest
+from vizlm.data.registry import DataError, split_checksum
+from vizlm.reproduce.corpus_evidence import EvidenceError, faithfulness_names, read_faithfulness, sample_words
 from vizlm.present.faithfulness_plots import (
     adversarial_row_chart,
     agreement_chart,
@@ -38,9 +41,16 @@ from vizlm.present.faithfulness_plots import (
     uniform_frame,
 )
 
+EVIDENCE, RUN = "The repository's evidence", "Run the tests"  # what the page shows: read at once, or computed here
 SAMPLES = (5, 10, 25, 50, 100, 200)  # sentences of the split: every test costs about a second per word
 DEFAULT_SAMPLE = 10
 DEFAULT_MODELS = 2  # models chosen at first: each costs minutes
+
+
+def first_models(names: list[str]) -> list[str]:
+    """The models the page opens on: those whose tests the repository holds (shown at once), else the first."""
+    kept = set(faithfulness_names())
+    return ([n for n in names if n in kept] or names)[:DEFAULT_MODELS]
 
 
 def _when(seconds: float) -> str:
@@ -73,6 +83,40 @@ def corpus_result(model: str, corpus: str, split: str, limit: int) -> dict:
         raise ck.UserError(f"The tests of {model} were cancelled: switch the run off and on to start again.") from None
 
 
+@st.cache_data(show_spinner=False, max_entries=64)
+def _evidence(model: str, key: str, corpus: str, split: str, version: object) -> tuple[dict | None, str | None]:
+    ev = read_faithfulness(model)
+    if ev is None:
+        return None, None
+    c = ev.config
+    if (c["corpus"], c["split"]) != (corpus, split):
+        return None, f"its evidence is of {c['corpus']}/{c['split']}"
+    if c["checkpoint_sha256"] != checkpoint_digest(ck.get_checkpoint(model)):
+        return None, "the checkpoint is not the one its evidence was computed with"
+    if c["corpus_sha256"] != split_checksum(corpus, split):
+        return None, f"{corpus}/{split} was prepared again since its evidence was computed"
+    sample = (f"The repository's evidence ({c['written_by']}, commit {str(c.get('commit') or '—')[:7]}) over "
+              f"{corpus}/{split}, {sample_words(c.get('per_document'), c.get('limit'))}: {c['documents']} documents, "
+              f"{c['units']:,} {c['unit']}, {c['targets']:,} predicted words, read in {c['context']} context; every "
+              f"interval is a 95% bootstrap over the documents.")
+    return {"model": model, "corpus": corpus, "split": split, "context": c["context"], "units": c["units"],
+            "resampled": "documents", "sample": sample, "masking": c["masking"], "unit": "nats",
+            "permutations_per_row": c["permutations"], "epsilon": c["epsilon"], "other": c.get("frozen"),
+            **ev.statistics()}, None
+
+
+def evidence_result(model: str, corpus: str, split: str) -> tuple[dict | None, str | None]:
+    """The repository's faithfulness evidence of a bundled model over ``corpus``/``split`` (``vizlm reproduce
+    --faithfulness``, :meth:`vizlm.reproduce.corpus_evidence.FaithfulnessEvidence.statistics`, intervals over
+    documents) as a result :func:`render_result` draws, read at once: ``(result, None)``; ``(None, why)`` when
+    the evidence is of another split, checkpoint or preparation of the corpus; ``(None, None)`` when there is
+    none."""
+    try:
+        return _evidence(model, ck.model_key(model), corpus, split, results.corpus_version(corpus, split))
+    except (EvidenceError, DataError) as exc:
+        return None, str(exc)
+
+
 def _interval(d: dict | None, fmt: str = ".3f") -> str:
     d = d or {}
     lo, hi = d.get("lo"), d.get("hi")
@@ -97,9 +141,11 @@ def render_result(res: dict, key: str) -> None:
     """Every test of one model's :meth:`~vizlm.api.Model.corpus_faithfulness` result, each chart with its 95%
     interval, its downloads and a caption saying what the test asks and how to read it."""
     stem = safe_filename(f"faithfulness-{res['model']}-{res['corpus']}-{res['split']}")
-    st.caption(f"{res['units']:,} {res['resampled']} of {md_escape(res['corpus'])}/{md_escape(res['split'])}, read in "
-               f"{res['context']} context; every interval is a 95% bootstrap over the {res['resampled']}. Changes are "
-               f"in nats (log P(word) as read minus as changed). Masking: {md_escape(MASKING)}.")
+    sample = res.get("sample") or (f"{res['units']:,} {res['resampled']} of {res['corpus']}/{res['split']}, read in "
+                                   f"{res['context']} context; every interval is a 95% bootstrap over the "
+                                   f"{res['resampled']}.")
+    st.caption(f"{md_escape(sample)} Changes are in nats (log P(word) as read minus as changed). Masking: "
+               f"{md_escape(res.get('masking') or MASKING)}.")
 
     left, right = st.columns(2, gap="large")
     with left:
@@ -177,12 +223,19 @@ def _uniform_and_adversary(res: dict, stem: str, key: str) -> None:
                       delta=_interval(adv["mean_jsd"]), delta_color="off", delta_arrow="off",
                       help=f"the Jensen-Shannon divergence (at most ln 2 = 0.693) of the farthest weights found from "
                            f"the model's own with |Δ log P(word)| < {res.get('epsilon', EPSILON)} nats, over "
-                           f"{adv['rows']:,} words with two slots or more")
+                           f"{adv.get('rows', adv['mean_jsd'].get('n', 0)):,} words with two slots or more")
             share = adv["share_over_half_ln2"]
             st.metric("words moved > ½ ln 2", f"{share['value']:.0%}", width="content",
                       delta=_interval(share, ".0%"), delta_color="off", delta_arrow="off",
                       help="share of the words whose attention could be moved more than half the largest divergence "
                            "while the prediction stays put")
+            seed = (res.get("uniform") or {}).get("seed_jsd")
+            if seed:
+                st.metric("another seed's attention: mean JSD", f"{seed['value']:.3f} nats", width="content",
+                          delta=_interval(seed), delta_color="off", delta_arrow="off",
+                          help=f"how far the attention of another training seed of the model ({res.get('other')}) "
+                               "lies from its own on the same words (Wiegreffe & Pinter 2019): the distance training "
+                               "alone puts between two attentions, beside the adversary's")
         st.caption("Weights as far as possible from the model's own that leave the prediction where it is: a large "
                    "divergence means other attention explains the prediction as well. The Explorer shows them for "
                    "one word.")

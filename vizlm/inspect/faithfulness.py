@@ -357,8 +357,10 @@ def _jsd_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def uniform_baseline(ckpt: Checkpoint, sa: SentenceAnalysis, other: Checkpoint | None = None) -> pd.DataFrame:
     """Wiegreffe & Pinter's baselines: ``log P(target)`` of each row as read (``logprob``), with every row's
     weights uniform over its slots (``uniform_logprob``), and, given ``other`` (a checkpoint of the same family
-    and attention layout, e.g. another seed), with ``other``'s attention on the same text (``frozen_logprob``);
-    their negatives are the per-token NLL (perplexity: the exponential of their mean)."""
+    and attention layout, e.g. another seed), with ``other``'s attention on the same text (``frozen_logprob``)
+    and how far that attention lies from the model's own (``seed_jsd``: Jensen-Shannon divergence of the row's
+    weights, nats, beside which Wiegreffe & Pinter set the adversary's; NaN for a row with fewer than two slots);
+    the log-probabilities' negatives are the per-token NLL (perplexity: the exponential of their mean)."""
     model = ckpt.model
     if other is not None:
         om = other.model
@@ -372,7 +374,7 @@ def uniform_baseline(ckpt: Checkpoint, sa: SentenceAnalysis, other: Checkpoint |
     T = len(sa.targets)
     cols = {"logprob": np.full(T, math.nan), "uniform_logprob": np.full(T, math.nan)}
     if other is not None:
-        cols["frozen_logprob"] = np.full(T, math.nan)
+        cols["frozen_logprob"], cols["seed_jsd"] = np.full(T, math.nan), np.full(T, math.nan)
     for piece in _read(ckpt, sa):
         Tb, f = len(piece.inputs), piece.first
         allowed = piece.allowed.to(piece.attention.dtype)
@@ -385,6 +387,8 @@ def uniform_baseline(ckpt: Checkpoint, sa: SentenceAnalysis, other: Checkpoint |
         cols["uniform_logprob"][f : f + Tb] = res["logp"][0].double().cpu().numpy()
         if other is not None:
             cols["frozen_logprob"][f : f + Tb] = res["logp"][1].double().cpu().numpy()
+            jsd = _jsd_rows(piece.attention.to(uniform.dtype), variants[1]).double().cpu().numpy()
+            cols["seed_jsd"][f : f + Tb] = np.where(piece.allowed.sum(1).cpu().numpy() >= 2, jsd, math.nan)
     return _frame(sa, cols)
 
 

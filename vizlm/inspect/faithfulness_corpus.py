@@ -128,7 +128,8 @@ def statistics(frames: dict[str, pd.DataFrame], n_units: int, n_boot: int = N_BO
                           "uniform_minus_own": ci(u.logprob - u.uniform_logprob, u.unit)}
         if "frozen_logprob" in u:
             out["uniform"] |= {"frozen_nll": ci(-u.frozen_logprob, u.unit),
-                               "frozen_minus_own": ci(u.logprob - u.frozen_logprob, u.unit)}
+                               "frozen_minus_own": ci(u.logprob - u.frozen_logprob, u.unit),
+                               "seed_jsd": ci(u.seed_jsd, u.unit)}  # NaN (one slot) ignored
     e = frames["erasure"]
     if len(e):
         out["erasure"] = {r: {"k": [int(k) for k in sorted(g.k.unique())],

@@ -165,7 +165,7 @@ def permutation_chart(frame: pd.DataFrame) -> alt.FacetChart:
     colour = alt.Color("measure:N", legend=None, scale=alt.Scale(domain=["TVD", "JSD"],
                                                                  range=[CATEGORICAL[0], CATEGORICAL[1]]))
     base = alt.Chart().encode(x=alt.X("bin:O", title="largest weight", sort=bins,
-                                      axis=alt.Axis(labelAngle=0)), color=colour)
+                                      axis=alt.Axis(labelAngle=-45)), color=colour)  # four bins in 120 px
     bar = base.mark_bar(opacity=0.8).encode(
         y=alt.Y("value:Q", title="median over rows", scale=alt.Scale(zero=True)),
         tooltip=[alt.Tooltip("bin:N", title="largest weight"), alt.Tooltip("measure:N"),

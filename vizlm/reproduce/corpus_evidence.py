@@ -227,6 +227,8 @@ def faithfulness_sums(frames: dict, n_units: int) -> dict[str, np.ndarray]:
         if "frozen_logprob" in u:
             mean("uniform.frozen_nll", -u.frozen_logprob, u.unit)
             mean("uniform.frozen_minus_own", u.logprob - u.frozen_logprob, u.unit)
+            ok = u[np.isfinite(u.seed_jsd)]  # rows with two slots or more
+            mean("uniform.seed_jsd", ok.seed_jsd, ok.unit)
     e = frames["erasure"]
     for r, g in (e.groupby("ranking", sort=False) if len(e) else ()):
         for k, gk in g.groupby("k"):
@@ -334,6 +336,10 @@ class FaithfulnessEvidence:
         cluster, n = self.clusters(resample)
         return cluster_interval(values, cluster[units], n, "median", self.config["n_boot"], self.config["seed"])
 
+    def rows(self, name: str) -> int:
+        """How many rows a mean of ``name`` is over (a quantity defined on every row of its test)."""
+        return int(self.arrays[f"{name}.count"].sum())
+
     def _rankings(self, prefix: str) -> list[str]:
         """The rankings stored under ``prefix``: attention, gradient, the attribution methods, random."""
         have = {k.split(".")[0] for k in self.keys(prefix)}
@@ -365,14 +371,18 @@ class FaithfulnessEvidence:
             out["agreement"] = {"kendall_tau": tau, "ceiling": [c for c in pairs if not c.startswith("attention~")]}
         if "permutations.max_weight.value" in self.arrays:
             cols = ("median_tvd", "median_jsd", "median_abs_dlogp")
-            bins = []
+            weight, bins = self.arrays["permutations.max_weight.value"], []
             for lo, hi in pairwise(WEIGHT_BINS):
                 where = ("permutations.max_weight", lo, hi, hi == WEIGHT_BINS[-1])
-                bins.append({"lo": lo, "hi": hi, **{c: self.median(f"permutations.{c}", resample, where) for c in cols}})
-            out["permutations"] = {"bins": bins, "all": {c: self.median(f"permutations.{c}", resample) for c in cols},
+                rows = int(((weight >= lo) & ((weight <= hi) if where[3] else (weight < hi))).sum())
+                bins.append({"lo": lo, "hi": hi, "rows": rows,
+                             **{c: self.median(f"permutations.{c}", resample, where) for c in cols}})
+            out["permutations"] = {"rows": self.rows("permutations.fixed_weight"), "bins": bins,
+                                   "all": {c: self.median(f"permutations.{c}", resample) for c in cols},
                                    "fixed_weight": m("permutations.fixed_weight")}
         if "adversarial.jsd.sum" in self.arrays:
-            out["adversarial"] = {"mean_jsd": m("adversarial.jsd"), "median_jsd": self.median("adversarial.jsd", resample),
+            out["adversarial"] = {"rows": self.rows("adversarial.over_half_ln2"), "mean_jsd": m("adversarial.jsd"),
+                                  "median_jsd": self.median("adversarial.jsd", resample),
                                   "share_over_half_ln2": m("adversarial.over_half_ln2"),
                                   "mean_abs_dlogp": m("adversarial.abs_dlogp")}
         if "uniform.nll.sum" in self.arrays:
@@ -416,6 +426,14 @@ def read_faithfulness(name: str) -> FaithfulnessEvidence | None:
     return None if read is None else FaithfulnessEvidence(name, *read)
 
 
+def sample_words(per_document: int | None, limit: int | None) -> str:
+    """A corpus run's sample of its split in words (the report's and the app's): the first sentences of every
+    document, or of the split."""
+    return ("the first sentence of each of its documents" if per_document == 1
+            else f"the first {per_document} sentences of each of its documents" if per_document
+            else f"its first {limit:,} sentences" if limit else "all its sentences")
+
+
 def first_of_each_document(corpus: str, split: str, per_document: int) -> list[int]:
     """The indices of the first ``per_document`` sentences of every document of a processed split (all of a
     shorter one): a sample spread over the documents the split samples, so a bootstrap over documents has
@@ -434,13 +452,15 @@ def first_of_each_document(corpus: str, split: str, per_document: int) -> list[i
 
 def write_faithfulness(name: str, source: Path | str, corpus: str, split: str, limit: int | None = None,
                        per_document: int | None = None, permutations: int | None = None, n_steps: int | None = None,
-                       adversary_steps: int | None = None, force: bool = False, log=None) -> Path:
+                       adversary_steps: int | None = None, force: bool = False, log=None,
+                       frozen: Path | str | None = None) -> Path:
     """Run the faithfulness tests of checkpoint ``source`` over ``corpus``/``split`` (the first ``per_document``
     sentences of each document, else the first ``limit`` sentences; :func:`vizlm.inspect.faithfulness_corpus.collect`) and
     keep, in ``evidence/faithfulness/NAME/``, what every statistic and its interval are computed from
     (:func:`faithfulness_sums`, with each unit's document) and a config: the checkpoint's and the corpus's
-    checksums, every parameter, the command, the commit and the wall time. Written whole; existing evidence is
-    replaced only with ``force``."""
+    checksums, every parameter, the command, the commit and the wall time. ``frozen``: another seed's checkpoint
+    of the model, whose attention the model reads in Wiegreffe & Pinter's frozen baseline (its checksum kept too).
+    Written whole; existing evidence is replaced only with ``force``."""
     from vizlm.inspect import faithfulness as vf
     from vizlm.inspect import faithfulness_corpus as vfc
     from vizlm.inspect import faithfulness_erasure as vfe
@@ -454,6 +474,7 @@ def write_faithfulness(name: str, source: Path | str, corpus: str, split: str, l
     ckpt = load_checkpoint(source)
     if not ckpt.has_attention:
         raise EvidenceError(f"{name} has no attention: there is nothing to test")
+    other = None if frozen is None else load_checkpoint(frozen)
     commit = paths.commit()  # the code that computes it, read before it starts
     permutations = vf.PERMUTATIONS if permutations is None else permutations
     n_steps = DEFAULT_STEPS if n_steps is None else n_steps
@@ -468,7 +489,7 @@ def write_faithfulness(name: str, source: Path | str, corpus: str, split: str, l
     progress = _Progress(name, "faithfulness", log)
 
     frames, n_units = vfc.collect(ckpt, corpus, split, limit, permutations, adversary_steps=adversary_steps,
-                                 n_steps=n_steps, progress=progress, select=select)
+                                 n_steps=n_steps, other=other, progress=progress, select=select)
     if n_units != len(units):
         raise EvidenceError(f"{name}: {n_units} units read, {len(units)} expected")
     arrays = faithfulness_sums(frames, n_units)
@@ -482,7 +503,9 @@ def write_faithfulness(name: str, source: Path | str, corpus: str, split: str, l
         "epsilon": vf.EPSILON, "adversary_steps": adversary_steps, "adversary_lr": vf.ADVERSARY_LR,
         "methods": list(TEXT_METHODS), "n_steps": n_steps, "ks": list(vfe.ERASE_K), "fractions": list(vfe.FRACTIONS),
         "weight_bins": list(vfc.WEIGHT_BINS), "max_distance": vfc.MAX_DISTANCE, "masking": vfe.MASKING,
-        "passage_tokens": PASSAGE_TOKENS if document else None, "frozen": None, "seed": 0, "n_boot": N_BOOT,
+        "passage_tokens": PASSAGE_TOKENS if document else None,
+        "frozen": None if other is None else Path(frozen).name,
+        "frozen_sha256": None if other is None else checkpoint_digest(other), "seed": 0, "n_boot": N_BOOT,
         "written_by": f"vizlm reproduce --faithfulness {name}", "commit": commit, "source": display_path(Path(source)),
         "threads": torch.get_num_threads(), "wall_s": round(progress.seconds(), 1),
     }

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from vizlm.data.registry import DataError, check_folder_name
@@ -107,6 +107,7 @@ class FaithfulnessPlan:
     permutations: int = 100  # Jain & Wallace's shuffles per row
     n_steps: int = 32  # integrated gradients' steps
     adversary_steps: int = 200  # Adam steps of the adversarial attention
+    frozen: dict[str, str] = field(default_factory=dict)  # checkpoint -> another seed's bundled checkpoint of it
     note: str | None = None
 
 
@@ -125,6 +126,17 @@ def load_faithfulness_plan(path: Path | None = None) -> FaithfulnessPlan | None:
                                   or (top is not None and value > top)):
             raise ValueError(f"{path}: [faithfulness]: {key} must be a whole number from 1"
                              f"{f' to {top}' if top else ''}, not {value!r}")
+    if not isinstance(plan.frozen, dict) or not all(isinstance(v, str) for v in plan.frozen.values()):
+        raise ValueError(f"{path}: [faithfulness]: frozen maps a checkpoint to another seed's checkpoint of it "
+                         '(frozen = {amsrn = "amsrn-shared-s4"}), not ' + repr(plan.frozen))
+    for name, other in plan.frozen.items():
+        if name not in plan.checkpoints or other == name:
+            raise ValueError(f"{path}: [faithfulness]: frozen: {name!r} -> {other!r}: the key must be one of the "
+                             "checkpoints and the value another checkpoint")
+        try:
+            check_folder_name(other, "[faithfulness] frozen checkpoint")
+        except DataError as exc:
+            raise ValueError(f"{path}: {exc}") from None
     return plan
 
 
@@ -140,7 +152,14 @@ def write_faithfulness_evidence(plan: FaithfulnessPlan, names: list[str] | None 
                        lambda n: corpus_evidence.write_faithfulness(n, bundled_dir() / n, plan.corpus, plan.split,
                                                                     plan.limit, plan.per_document, plan.permutations,
                                                                     plan.n_steps, plan.adversary_steps, force,
-                                                                    log or sys.stderr))
+                                                                    log or sys.stderr,
+                                                                    _frozen(plan.frozen.get(n))))
+
+
+def _frozen(name: str | None) -> Path | None:
+    from vizlm.modeling.checkpoint import bundled_dir
+
+    return None if name is None else bundled_dir() / name
 
 
 @dataclass
@@ -305,9 +324,7 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
              "occlusion": "occlusion", "attention": "attention", "gradient": "gradient", "random": "random"}
     any_ev = next(iter(have.values()), None)
     c0 = any_ev.config if any_ev else {}
-    sample = ("the first sentence of each of its documents" if plan.per_document == 1
-              else f"the first {plan.per_document} sentences of each of its documents" if plan.per_document
-              else f"its first {plan.limit:,} sentences" if plan.limit else "all its sentences")
+    sample = corpus_evidence.sample_words(plan.per_document, plan.limit)
     n_models = len(have)
     lines = ["### Beyond the papers: the faithfulness tests of attention", "",
              (f"The literature's tests of attention as an explanation (`vizlm.inspect.faithfulness`, [API.md](API.md)), "
@@ -317,8 +334,9 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
               f"number is a mean (or a median, where said) over the predicted words, with its 95% bootstrap interval "
               f"over the split's documents (the Brown splits sample documents; {c0.get('n_boot', '—')} resamples). "
               f"Log-probability changes are in nats, log P(word) as read minus as changed. Masking (erasure, AOPC): "
-              f"{c0.get('masking', '—')}. Frozen attention from another seed (Wiegreffe & Pinter) needs a second "
-              f"seed's checkpoint of the same model: none is bundled, so it is not run."
+              f"{c0.get('masking', '—')}. Frozen attention from another seed (Wiegreffe & Pinter): the model reads "
+              f"the attention of a second seed's checkpoint of the same setup on the same text; run where the "
+              f"manifest's `frozen` names one ({', '.join(f'{k}: {v}' for k, v in plan.frozen.items()) or 'none'})."
               + (" A document's first sentence is read by a document model with nothing before it, as it reads it "
                  "in running text: these tests see its attention within the sentence, none across sentences "
                  "(`per_document` above 1 in `experiments.toml`'s `[faithfulness]` adds the sentences after it)."
@@ -401,19 +419,31 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
     lines += ["", (f"**Adversarial attention** (Jain & Wallace, Sec. 4.2): per prediction the weights over its slots "
                    f"farthest (JSD, nats; at most ln 2 = 0.693) from its own that change log P(word) by less than "
                    f"ε = {eps} nats ({c0.get('adversary_steps', '—')} Adam steps on the weights' logits)."), "",
-              "| model | predictions | mean JSD | median JSD | JSD > ½ ln 2 (%) | \\|Δ log P\\| (nats) |",
-              "|---|---:|---:|---:|---:|---:|"]
-    far = []
+              "| model | predictions | mean JSD | median JSD | JSD > ½ ln 2 (%) | \\|Δ log P\\| (nats) | "
+              "another seed's attention: mean JSD |",
+              "|---|---:|---:|---:|---:|---:|---|"]
+    far, seeds = [], []
     for n, st in stats.items():
         a = st.get("adversarial")
         if not a:
             continue
+        seed = (st.get("uniform") or {}).get("seed_jsd")
+        between = "—" if seed is None else f"{_interval(seed, spec='.3f')} ({have[n].config.get('frozen')})"
         lines.append(f"| {n} | {a['mean_jsd']['n']:,} | {_interval(a['mean_jsd'], spec='.3f')} | "
                      f"{_interval(a['median_jsd'], spec='.3f')} | {_interval(a['share_over_half_ln2'], 100, '.1f')} | "
-                     f"{_interval(a['mean_abs_dlogp'], spec='.4f')} |")
+                     f"{_interval(a['mean_abs_dlogp'], spec='.4f')} | {between} |")
         far.append((n, a["share_over_half_ln2"]["value"]))
+        if seed is not None:
+            seeds.append((n, a["mean_jsd"], seed))
     lines += ["", (f"Reading: attention at least half the largest possible divergence from the model's own, with the "
                    f"word's probability all but unchanged, was found for {_range(far, '.0f', 100, '%')} of the predictions.")]
+    for n, adv, seed in seeds:  # Wiegreffe & Pinter, Sec. 4: the adversary's distance beside the seeds' own
+        rel = ("farther from the model's own than" if adv["lo"] > seed["hi"] else
+               "closer to the model's own than" if adv["hi"] < seed["lo"] else "about as far from the model's own as")
+        lines += ["", (f"Beside the variation between training seeds (Wiegreffe & Pinter, Sec. 4): in {n} the "
+                       f"adversary's weights lie {rel} the attention of another seed of the same model "
+                       f"({have[n].config.get('frozen')}) on the same words (mean JSD {adv['value']:.3f} vs "
+                       f"{seed['value']:.3f}, intervals above).")]
 
     # (d) uniform
     lines += ["", ("**Uniform attention** (Wiegreffe & Pinter, Sec. 3): every prediction's weights replaced by uniform "
@@ -428,7 +458,7 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
             continue
         d = u["uniform_minus_own"]
         frozen = ("not run: no second seed bundled" if "frozen_nll" not in u
-                  else _interval(_exp(u["frozen_nll"]), spec=".1f"))
+                  else f"{_interval(_exp(u['frozen_nll']), spec='.1f')} ({have[n].config.get('frozen')})")
         lines.append(f"| {n} | {_interval(_exp(u['nll']), spec='.1f')} | {_interval(_exp(u['uniform_nll']), spec='.1f')} | "
                      f"{_interval(d, spec='+.4f')} | {frozen} |")
         {1: worse, -1: better, 0: same_}[_sign(d)].append((n, math.expm1(d["value"])))
