@@ -1688,9 +1688,9 @@ def test_the_explorer_shows_a_transformer_head_chosen_in_the_sidebar_and_the_lin
     no_exception(at)
     assert not at.error, [e.value for e in at.error]
     picker = at.selectbox(key="head_tiny_transformer")
-    assert picker.value == "1.2" and picker.options == ["layer 1 · mean of 2 heads", "layer 1 · head 1",
-                                                        "layer 1 · head 2", "layer 2 · mean of 2 heads",
-                                                        "layer 2 · head 1", "layer 2 · head 2"]
+    assert picker.value == "1.2" and picker.options == ["layer 1, mean of 2 heads", "layer 1, head 1",
+                                                        "layer 1, head 2", "layer 2, mean of 2 heads",
+                                                        "layer 2, head 1", "layer 2, head 2"]
     (spec,) = heatmap_specs(at)
     assert "self-attention, layer 1, head 2" in json.dumps(spec)
     assert at.query_params["head"] in ("1.2", ["1.2"])

@@ -273,7 +273,7 @@ def test_a_transformer_heads_cases_over_a_corpus_are_its_analyses_labels(ckpt):
 
     sents = [["the", "cat", "sat", "on", "the", "mat"], ["the", "dog", "ran", "on", "the", "mat"]]
     report = corpus_cases(ckpt, sentences=sents, ids=["a:0", "a:1"], setting=Share(0.2), use_cache=False)
-    assert report.model == "transformer · layer 3, mean of heads"
+    assert report.model == "transformer · layer 3, mean of 2 heads"
     sa = analyze(ckpt, "the cat sat on the mat\nthe dog ran on the mat")
     expected = label_cases(sa, Share(0.2))
     assert report.pairs == len(expected) and report.labelled == sum(bool(c.labels) for c in expected)

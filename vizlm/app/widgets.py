@@ -19,6 +19,7 @@ from vizlm.app.checkpoints import (
     register_upload,
     trained_corpus,
 )
+from vizlm.inspect.analysis import head_words
 from vizlm.inspect.case_rules import LABELS
 from vizlm.inspect.highlight import Setting
 from vizlm.modeling.checkpoint import MAX_META_BYTES
@@ -355,12 +356,9 @@ def head_select(name: str, layers: int, heads: int, key: str, default: tuple[int
     if st.session_state.get(key) not in options:
         st.session_state[key] = head_code(default)
 
-    def label(code: str) -> str:
-        layer, h = parse_head_code(code)
-        return f"layer {layer + 1} · " + (f"mean of {heads} heads" if h is None else f"head {h + 1}")
-
     with st.sidebar:
-        code = st.selectbox(f"{name}: self-attention", options, key=key, format_func=label,
+        code = st.selectbox(f"{name}: self-attention", options, key=key,
+                            format_func=lambda c: head_words(parse_head_code(c), heads),
                             help=f"{name} is a Transformer: each of its {layers} layers has {heads} attention heads, each "
                                  "attending to the words read so far, the word just read included. The highlights, "
                                  "the heat map, the effects and the cases are of the head picked here, or of a layer's "

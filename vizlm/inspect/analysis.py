@@ -77,6 +77,19 @@ def head_words(head: tuple[int, int | None], heads: int) -> str:
     return f"layer {layer + 1}, " + (f"mean of {heads} heads" if h is None else f"head {h + 1}")
 
 
+def check_head(layers: int, heads: int, layer, head, model: str) -> tuple[int, int | None]:
+    """A self-attention view of a model of ``layers`` x ``heads`` (``layer``, ``head`` counted from 0; negative
+    numbers count from the end, as in a list; ``head`` None: the layer's mean), checked and counted from 0;
+    :class:`InputError` naming what ``model`` has otherwise."""
+    for value, count, what in ((layer, layers, "layer"), (head, heads, "head")):
+        if value is None and what == "head":
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not -count <= int(value) < count:
+            raise InputError(f"{model} has {layers} layer{'s' * (layers != 1)} x {heads} head{'s' * (heads != 1)}: "
+                             f"{what} must be a whole number from 0 to {count - 1} (or -1 for the last), not {value!r}")
+    return int(layer) % layers, None if head is None else int(head) % heads
+
+
 def distance(offset):
     """The distance from the predicted word (:data:`DISTANCE_NOTE`) of a word ``offset`` words back from the word
     just read, as the statistics store positions (0: the word just read; 1: the one before, the newest memory slot;
@@ -156,14 +169,7 @@ class SentenceAnalysis(RowLayout):
         (rows still sum to 1). Every view then reads that head. Arrays are shared, not copied."""
         if self.heads is None:
             raise InputError(f"{self.model} has no self-attention heads to choose from")
-        L, H = self.heads.shape[:2]
-        for value, count, what in ((layer, L, "layer"), (head, H, "head")):
-            if value is None and what == "head":
-                continue
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not -count <= int(value) < count:
-                raise InputError(f"{what} must be a whole number from 0 to {count - 1} (or -1 for the last), "
-                                 f"not {value!r}")
-        layer, head = int(layer) % L, None if head is None else int(head) % H
+        layer, head = check_head(*self.heads.shape[:2], layer, head, self.model)
         if self.head == (layer, head):
             return self
         attention = self.heads[layer].mean(0) if head is None else self.heads[layer, head]

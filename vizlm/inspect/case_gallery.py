@@ -30,6 +30,8 @@ from vizlm.inspect.analysis import (
     SentenceAnalysis,
     analyze_batch,
     analyze_sentences,
+    check_head,
+    head_words,
 )
 from vizlm.inspect.attribution import attribute
 from vizlm.inspect.cache import cached, checkpoint_digest
@@ -248,17 +250,14 @@ def _transformer_head(ckpt: Checkpoint, head: tuple[int, int | None] | None) -> 
             raise InputError(f"{ckpt.label} has no self-attention heads to choose from")
         return None
     L, H = ckpt.model.config.layers, ckpt.model.config.heads
-    layer, h = (L - 1, None) if head is None else head
-    if not (-L <= layer < L and (h is None or -H <= h < H)):
-        raise InputError(f"{ckpt.label} has {L} layers x {H} heads; no layer {layer + 1}, head {h}")
-    return layer % L, None if h is None else h % H
+    return check_head(L, H, *((-1, None) if head is None else head), ckpt.label)
 
 
 def _label(ckpt: Checkpoint, head: tuple[int, int | None] | None) -> str:
     """The report's model: the checkpoint, and a Transformer's layer and head ("name · layer 2, head 1")."""
     if head is None:
         return ckpt.label
-    return f"{ckpt.label} · layer {head[0] + 1}, " + ("mean of heads" if head[1] is None else f"head {head[1] + 1}")
+    return f"{ckpt.label} · {head_words(head, ckpt.model.config.heads)}"
 
 
 def _case_report(ckpt: Checkpoint, source: str, sentences: list[list[str]], ids: list[str] | None,
