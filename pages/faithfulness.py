@@ -24,9 +24,10 @@ page_setup()
 
 with st.sidebar:
     models = ui.attention_models_picker("Faithfulness", "faith_models", "None of the checkpoints has attention.",
-                                        first=fv.first_models)
+                                        first=fv.first_models, self_attention=True)
     label, corpus, split = ui.corpus_picker("faith_corpus", models)
-    kept = {m: fv.evidence_result(m, corpus, split) for m in models}  # the repository's, read at once
+    heads = {m: fv.head_picker(m) for m in models}  # a Transformer's head tested
+    kept = {m: fv.evidence_result(m, corpus, split, heads[m]) for m in models}  # the repository's, read at once
     source = fv.RUN
     if any(res for res, _ in kept.values()):
         ui.keep_choice("faith_source", [fv.EVIDENCE, fv.RUN], fv.EVIDENCE)
@@ -52,7 +53,7 @@ if not models:
 ui.off_corpus_warning(models, corpus, split)  # a model not trained on this corpus: its overlap, above the result
 if source == fv.EVIDENCE:
     for name in models:
-        st.subheader(name, anchor=False, divider="gray")
+        st.subheader(fv.title(name, heads[name]), anchor=False, divider="gray")
         res, why = kept[name]
         if res is None:
             st.info(f"The repository holds no evidence of {ui.md_escape(name)} on {ui.md_escape(corpus)}/"
@@ -62,7 +63,7 @@ if source == fv.EVIDENCE:
         fv.render_result(res, f"faith_{name}")
     st.stop()
 try:
-    cost = fv.estimate(models, corpus, split, limit)
+    cost = fv.estimate(models, corpus, split, limit, heads)
 except (ValueError, ck.UserError) as exc:
     ui.show_error(exc)
     st.stop()
@@ -76,9 +77,9 @@ if not run:
     st.stop()
 
 for name in models:
-    st.subheader(name, anchor=False, divider="gray")
+    st.subheader(fv.title(name, heads[name]), anchor=False, divider="gray")
     try:
-        res = fv.corpus_result(name, corpus, split, limit)
+        res = fv.corpus_result(name, corpus, split, limit, heads[name])
     except (ValueError, ck.UserError) as exc:
         ui.show_error(exc)
         continue

@@ -1658,6 +1658,25 @@ def test_faithfulness_page_opens_on_the_repository_s_evidence():
     assert at.select_slider(key="faith_sample").value == 10 and at.toggle(key="faith_run").value is False
 
 
+def test_faithfulness_page_tests_one_head_of_a_transformer():
+    """A Transformer is offered with a picker of its single heads (the tests replace one head's weights; a layer's
+    mean is no attention the model computes), the last layer's first at first; the cost is said for that head."""
+    import vizlm.app.faithfulness as fv
+
+    at = page("faithfulness.py", faith_models=["transformer-doc"], faith_source=fv.RUN)
+    no_exception(at)
+    picker = at.selectbox(key="faith_head_transformer-doc")
+    assert picker.value == "2.1" and picker.options == ["layer 1, head 1", "layer 1, head 2", "layer 2, head 1",
+                                                        "layer 2, head 2"]
+    assert [h.value for h in at.subheader] == [] and "Testing 1 model over 10 sentences" in " ".join(
+        c.value for c in at.caption)
+    at.toggle(key="faith_run").set_value(False)
+    picker.set_value("1.2")
+    at.run()
+    no_exception(at)
+    assert at.selectbox(key="faith_head_transformer-doc").value == "1.2"
+
+
 def test_the_explorer_tests_one_word_s_attention_on_request(monkeypatch):
     """An attention model's panel offers the faithfulness of the selected word, off at first (nothing computed);
     on, the adversarial weights beside the model's own and the two paths of that word."""
@@ -1697,10 +1716,15 @@ def test_the_explorer_shows_a_transformer_head_chosen_in_the_sidebar_and_the_lin
     assert "Attention effect" in {m.label for m in at.metric}  # the head's output zeroed
     assert any("Self-attention, layer 1, head 2" in c.value and "Without it" in c.value for c in at.caption)
     assert "effect (bits)" in str(at.dataframe[0].value.columns.tolist())
+    toggle = at.toggle(key="faith_word_tiny_transformer")  # one head: its adversary on request
+    toggle.set_value(True).run()
+    no_exception(at)
+    assert "Own and adversarial attention" in [json.loads(c.proto.spec)["title"]["text"] for c in charts(at)]
     picker.set_value("2").run()
     no_exception(at)
     (spec,) = heatmap_specs(at)
     assert "self-attention, layer 2, mean of 2 heads" in json.dumps(spec) and at.query_params["head"] in ("2", ["2"])
+    assert not [t for t in at.toggle if t.key == "faith_word_tiny_transformer"]  # a layer's mean: no test
     at = explorer(model="tiny_transformer", text="the jury said it was fine .", head="7.1")
     no_exception(at)
     assert "not one of tiny_transformer's 2 layers" in messages(at)

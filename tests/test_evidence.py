@@ -401,3 +401,52 @@ def test_faithfulness_evidence_with_another_seed_s_attention(monkeypatch, tmp_pa
     assert {"frozen_nll", "seed_jsd"} <= set(u) and u["seed_jsd"]["value"] > 0
     text = "\n".join(corpus_runs.faithfulness_report(corpus_runs.load_faithfulness_plan(manifest)))
     assert "(tiny-kvp-s2) |" in text and "the attention of another seed of the same model (tiny-kvp-s2)" in text
+
+
+def test_faithfulness_evidence_of_a_transformer_s_heads(monkeypatch, tmp_path, capsys):
+    """A Transformer's tests, one evidence per head the manifest's ``heads`` names (``NAME.head2.1``): the
+    library's numbers for that head, its view recorded, a row per head in the report and no two paths; a head
+    code that is a layer's mean, or a checkpoint the plan does not test, is refused when the manifest is read."""
+    import torch
+
+    from vizlm.inspect import attribution, faithfulness_corpus
+    from vizlm.modeling.checkpoint import save_checkpoint
+    from vizlm.data.vocab import Vocab
+    from vizlm.models import build_model
+
+    for key, sub in (("VIZLM_CACHE", "cache"), ("VIZLM_EVIDENCE", "evidence"), ("VIZLM_CHECKPOINTS", "checkpoints")):
+        monkeypatch.setenv(key, str(tmp_path / sub))
+    monkeypatch.setattr(attribution, "MAX_STEPS", 2)
+    vocab = Vocab.for_corpus("brown")
+    torch.manual_seed(0)
+    model = build_model("transformer", vocab_size=len(vocab), emb_dim=8, hidden_dim=16, heads=2, layers=2, block=8,
+                        context="document").eval()
+    save_checkpoint(tmp_path / "checkpoints" / "tiny-tf", model, "transformer", vocab, metrics={},
+                    corpus={"name": "brown"})
+    manifest = tmp_path / "experiments.toml"
+    table = ('\n[faithfulness]\nlimit = 2\npermutations = 2\nn_steps = 2\nadversary_steps = 2\n'
+             'checkpoints = ["tiny-tf"]\n')
+    for heads, message in (('{tiny-tf = ["2"]}', "heads maps a Transformer"), ('{never = ["2.1"]}', "never not among")):
+        manifest.write_text(TINY + table + f"heads = {heads}\n")
+        with pytest.raises(ValueError, match=message):
+            corpus_runs.load_faithfulness_plan(manifest)
+    manifest.write_text(TINY + table + 'heads = {tiny-tf = ["2.1", "1.2"]}\n')
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--faithfulness", "--threads", "1"]) == 0
+    assert sorted(corpus_evidence.faithfulness_names()) == ["tiny-tf.head1.2", "tiny-tf.head2.1"]
+    ev = corpus_evidence.read_faithfulness("tiny-tf.head2.1")
+    assert ev.config["head"] == [1, 0] and ev.config["view"] == "layer 2, head 1"
+    assert ev.config["written_by"] == "vizlm reproduce --faithfulness tiny-tf"
+    assert corpus_evidence.faithfulness_checkpoint("tiny-tf.head2.1") == "tiny-tf"
+    ckpt = load_checkpoint(tmp_path / "checkpoints" / "tiny-tf")
+    lib = faithfulness_corpus.corpus_faithfulness(ckpt, "brown", "test", limit=2, permutations_n=2, n_steps=2,
+                                                  adversary_steps=2, head=(1, 0))
+    got = ev.statistics("units")
+    assert "paths" not in got and "paths" not in lib and lib["view"] == "layer 2, head 1"
+    _same(got, lib)
+    other = corpus_evidence.read_faithfulness("tiny-tf.head1.2").statistics("units")
+    assert other["uniform"]["uniform_nll"]["value"] != got["uniform"]["uniform_nll"]["value"]
+    text = "\n".join(corpus_runs.faithfulness_report(corpus_runs.load_faithfulness_plan(manifest)))
+    assert "| tiny-tf (layer 2, head 1) |" in text and "| tiny-tf (layer 1, head 2) |" in text
+    capsys.readouterr()
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--faithfulness", "tiny-tf"]) == 0
+    assert "has faithfulness evidence" in capsys.readouterr().err

@@ -20,7 +20,7 @@ from vizlm.inspect import attribution_methods as am
 from vizlm.inspect import faithfulness as fa
 from vizlm.inspect import faithfulness_corpus as fc
 from vizlm.inspect import faithfulness_erasure as fe
-from vizlm.inspect.analysis import analyze_sentences
+from vizlm.inspect.analysis import analyze, analyze_sentences
 from vizlm.modeling.checkpoint import Checkpoint
 from vizlm.data.vocab import SPECIALS, Vocab
 from vizlm.models import build_model
@@ -544,3 +544,85 @@ def test_the_figures_draw_every_statistic_with_its_interval(split_result):
     paths = fa.two_paths(ckpt, sa, rows=[3])
     for chart in (fp.adversarial_row_chart(adv), fp.row_paths_chart(paths)):
         chart_spec(chart)
+
+
+# --------------------------------------------------------------------------- a Transformer's head
+TF_WORDS = ["the", "cat", "sat", "on", "mat", "dog", "ran", "."]
+TF_VOCAB = Vocab(list(SPECIALS) + TF_WORDS)
+TF_TEXT = "the cat sat on the mat . the dog ran"  # 11 rows in blocks of 6: the second block from row 6
+
+
+def tiny_transformer(seed: int = 0) -> Checkpoint:
+    torch.manual_seed(seed)
+    model = build_model("transformer", vocab_size=len(TF_VOCAB), emb_dim=8, hidden_dim=16, heads=2, layers=3,
+                        block=6, context="document").double().eval()
+    return Checkpoint(model, TF_VOCAB, "transformer")
+
+
+def _row_edited(model, inputs, target, layer, head, row, weights):
+    """log P(target) of ``row`` with its weights of (``layer``, ``head``) replaced by ``weights`` (T,), the whole
+    text run again by hand: the other positions as computed."""
+    xs, mask = model.layer_inputs(inputs)
+
+    def edit(w):
+        w = w.clone()
+        w[0, head, row] = weights
+        return w
+
+    x = model.run_layer(layer, xs[layer], mask, edit=edit)[0]
+    for k in range(layer + 1, model.config.layers):
+        x = model.run_layer(k, x, mask)[0]
+    return model.head(model.outputs(x)).logits[0, row].log_softmax(-1)[target].item()
+
+
+@pytest.mark.parametrize("layer, head", [(0, 1), (2, 0)])
+def test_a_transformer_heads_tests_change_one_row_as_the_whole_text_run_again_does(layer, head):
+    """A head's tests change one row's weights at a time, the other positions as computed: uniform weights and the
+    most attended word slot dropped (renormalised) give what the whole text gives run again with that one edit,
+    across a block boundary; the tests refuse a layer's mean and the two paths, which a Transformer lacks."""
+    ckpt = tiny_transformer()
+    sa = analyze(ckpt, TF_TEXT).at_head(layer, head)
+    model = ckpt.model
+    ids = torch.tensor([[TF_VOCAB.bos_id, *TF_VOCAB.encode(sa.norms)]])
+    targets = [*TF_VOCAB.encode(sa.norms), TF_VOCAB.eos_id]
+    uni = fa.uniform_baseline(ckpt, sa)
+    erase = fe.erasure_curves(ckpt, sa, rankings=["attention"])
+    erase = erase[erase.k == 1].set_index("row")
+    allowed = torch.from_numpy(np.array(sa.allowed()))
+    with torch.no_grad():
+        for row in (1, 4, 6, 7, 10):
+            slots = allowed[row].double()
+            ref = _row_edited(model, ids, targets[row], layer, head, row, slots / slots.sum())
+            assert uni.uniform_logprob[row] == pytest.approx(ref, abs=1e-9), row
+            own = torch.from_numpy(sa.attention[row]).clone()
+            words = own * (torch.arange(len(own)) >= 1) * slots  # the <s> slot held fixed
+            own[int(words.argmax())] = 0  # row 6 starts a block: its one slot is itself, and it then reads nothing
+            ref = _row_edited(model, ids, targets[row], layer, head, row, own / own.sum() if own.sum() > 0 else own)
+            assert uni.logprob[row] - erase.dlogp[row] == pytest.approx(ref, abs=1e-9), row
+    with pytest.raises(fa.FaithfulnessError, match="show one first"):
+        fa.permutations(ckpt, analyze(ckpt, TF_TEXT))
+    with pytest.raises(fa.FaithfulnessError, match="no recurrent state"):
+        fa.two_paths(ckpt, sa)
+    with pytest.raises(fa.FaithfulnessError, match="another seed"):
+        fa.uniform_baseline(ckpt, sa, other=tiny_transformer(1))
+
+
+def test_a_transformer_head_whose_output_is_ignored_changes_nothing():
+    """A head whose output never reaches the layer's projection (its columns of out_proj zero): shuffled, uniform,
+    adversarial or erased weights change no prediction, and the adversary moves its weights far."""
+    ckpt = tiny_transformer()
+    layer, head = 1, 0
+    with torch.no_grad():
+        dh = ckpt.model.config.emb_dim // ckpt.model.config.heads
+        ckpt.model.encoder.layers[layer].self_attn.out_proj.weight[:, head * dh : (head + 1) * dh] = 0
+    sa = analyze(ckpt, TF_TEXT).at_head(layer, head)
+    perm = fa.permutations(ckpt, sa, n=5)
+    assert np.isfinite(perm.median_tvd).any() and np.nanmax(np.abs(perm.median_abs_dlogp)) <= ATOL
+    uni = fa.uniform_baseline(ckpt, sa)
+    close(uni.uniform_logprob, uni.logprob, ATOL)
+    adv = fa.adversarial(ckpt, sa, epsilon=1e-6, steps=60)
+    assert np.nanmax(np.abs(adv.dlogp)) <= ATOL and (adv.jsd[adv.slots >= 3] > 0.1).all()
+    erase = fe.erasure_curves(ckpt, sa, rankings=["attention", "gradient", "random", "occlusion"])
+    assert np.nanmax(np.abs(erase.dlogp)) <= ATOL and np.nansum(erase.flip) == 0
+    ao = fe.aopc(ckpt, sa, rankings=["attention", "random"])
+    assert np.nanmax(np.abs(ao[["comprehensiveness", "sufficiency"]].to_numpy())) <= ATOL

@@ -431,7 +431,8 @@ class Model:
                             permutations: int = faith.PERMUTATIONS, epsilon: float = faith.EPSILON,
                             adversary_steps: int = faith.ADVERSARY_STEPS, methods: Iterable[str] = ATTRIBUTION_TEXT_METHODS,
                             n_steps: int = 32, other: Model | str | None = None, seed: int = 0,
-                            progress: Callable[[float], None] | None = None) -> dict:
+                            progress: Callable[[float], None] | None = None,
+                            head: tuple[int, int] | None = None) -> dict:
         """Is this model's attention an explanation? The literature's tests over a corpus split (its first
         ``limit`` sentences), cached on disk (:func:`vizlm.inspect.faithfulness_corpus.corpus_faithfulness`): the agreement of
         attention with slot effects and word-level attribution (``methods``, of
@@ -441,13 +442,14 @@ class Model:
         ``other``'s attention: another seed of the same family, a :class:`Model` or a name), Serrano & Smith's
         erasure curves, ERASER's comprehensiveness and sufficiency, and the two paths (the attention read vs the
         recurrent state) by distance; each with a 95% bootstrap interval over sentences (a document model's:
-        passages). Costly: :meth:`faithfulness_seconds` says how long beforehand; ``progress(fraction)`` is
-        called after each sentence or passage. A model without attention, or a bad argument: a
-        :class:`~vizlm.core.errors.VizlmError`."""
+        passages). A Transformer: the tests of one ``head`` (``(layer, head)`` counted from 0, as
+        :meth:`Analysis.at_head`; default the last layer's first head), each row's weights of that head changed
+        alone, the other positions as computed; it has no two paths. Costly: :meth:`faithfulness_seconds` says how
+        long beforehand; ``progress(fraction)`` is called after each sentence or passage. A model without
+        attention, or a bad argument: a :class:`~vizlm.core.errors.VizlmError`."""
         from vizlm.inspect.attribution import check_steps
 
-        if not self.checkpoint.has_attention:
-            raise faith.FaithfulnessError(f"{self.name} has no attention: there is nothing to test")
+        head = faith_corpus.testable_head(self.checkpoint, head)
         _check_split(corpus, split)
         if limit is not None:
             limit = check_whole(limit, "limit")
@@ -471,18 +473,18 @@ class Model:
         return faith_corpus.corpus_faithfulness(
             self.checkpoint, corpus, split, limit=limit, permutations_n=permutations, epsilon=float(epsilon),
             adversary_steps=adversary_steps, methods=methods, n_steps=n_steps,
-            other=None if other is None else other.checkpoint, seed=seed, progress=progress)
+            other=None if other is None else other.checkpoint, seed=seed, progress=progress, head=head)
 
-    def faithfulness_seconds(self, corpus: str = "brown", split: str = "test", limit: int | None = None) -> float | None:
+    def faithfulness_seconds(self, corpus: str = "brown", split: str = "test", limit: int | None = None,
+                             head: tuple[int, int] | None = None) -> float | None:
         """The expected time of :meth:`corpus_faithfulness` with its default tests over the first ``limit``
         sentences, in seconds (:func:`vizlm.inspect.faithfulness_corpus.estimate_seconds`, an order of magnitude); None when
         the result is already in the disk cache."""
         _check_split(corpus, split)
         if limit is not None:
             limit = check_whole(limit, "limit")
-        if not self.checkpoint.has_attention:
-            raise faith.FaithfulnessError(f"{self.name} has no attention: there is nothing to test")
-        if faith_corpus.is_stored(self.checkpoint, corpus, split, limit=limit):
+        head = faith_corpus.testable_head(self.checkpoint, head)
+        if faith_corpus.is_stored(self.checkpoint, corpus, split, limit=limit, head=head):
             return None
         return faith_corpus.estimate_seconds(self.checkpoint, corpus, split, limit)
 

@@ -258,6 +258,8 @@ def model_panel(name: str, sa: Analysis, r: int, highlight: Setting, text: str,
     )
     if sa.attention is not None and not sa.self_attention:
         faithfulness.word_panel(name, text, r)  # on request: one word's adversary and two paths (recurrent attention)
+    elif sa.self_attention and sa.head[1] is not None:  # one head of a Transformer: its adversary
+        faithfulness.word_panel(name, text, r, sa.head)
 
 
 def _attribution_panel(name: str, sa: Analysis, r: int, highlight: Setting, text: str, method: str) -> None:

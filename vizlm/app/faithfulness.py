@@ -18,13 +18,21 @@ import streamlit as st
 from vizlm.api import Model
 from vizlm.app import checkpoints as ck
 from vizlm.app import jobs, results
-from vizlm.app.widgets import chart_downloads, download_row, md_escape, show_chart, show_error
+from vizlm.app.widgets import chart_downloads, download_row, head_select, md_escape, show_chart, show_error
 from vizlm.present.export import MIME, export_frame, safe_filename
 from vizlm.inspect.faithfulness import EPSILON, FaithfulnessError, adversarial_row, two_paths
 from vizlm.inspect.faithfulness_erasure import MASKING
+from vizlm.inspect.analysis import head_words
 from vizlm.inspect.cache import checkpoint_digest
 from vizlm.data.registry import DataError, split_checksum
-from vizlm.reproduce.corpus_evidence import EvidenceError, faithfulness_names, read_faithfulness, sample_words
+from vizlm.reproduce.corpus_evidence import (
+    EvidenceError,
+    faithfulness_checkpoint,
+    faithfulness_name,
+    faithfulness_names,
+    read_faithfulness,
+    sample_words,
+)
 from vizlm.present.faithfulness_plots import (
     adversarial_row_chart,
     agreement_chart,
@@ -49,18 +57,35 @@ DEFAULT_MODELS = 2  # models chosen at first: each costs minutes
 
 def first_models(names: list[str]) -> list[str]:
     """The models the page opens on: those whose tests the repository holds (shown at once), else the first."""
-    kept = set(faithfulness_names())
+    kept = {faithfulness_checkpoint(n) for n in faithfulness_names()}
     return ([n for n in names if n in kept] or names)[:DEFAULT_MODELS]
+
+
+def head_picker(name: str) -> tuple[int, int] | None:
+    """A Transformer's head to test, in the sidebar (one head: the tests replace its weights; default the last
+    layer's first); None for attention over memory slots."""
+    if not ck.self_attending(name):
+        return None
+    config = ck.get_checkpoint(name).model.config
+    return head_select(name, config.layers, config.heads, f"faith_head_{name}", (config.layers - 1, 0), means=False)
+
+
+def title(name: str, head: tuple[int, int] | None) -> str:
+    """A model's heading on the page: its name, and a Transformer's head tested."""
+    return name if head is None else f"{name} · {head_words(head, 0)}"
 
 
 def _when(seconds: float) -> str:
     return f"about {seconds / 60:.0f} minutes" if seconds >= 90 else f"about {max(1, round(seconds))} seconds"
 
 
-def estimate(models: list[str], corpus: str, split: str, limit: int) -> str | None:
+def estimate(models: list[str], corpus: str, split: str, limit: int,
+             heads: dict[str, tuple[int, int] | None] | None = None) -> str | None:
     """What running the tests over the first ``limit`` sentences costs, for the models not in the disk cache,
-    written for people; None when every one is cached."""
-    costs = {m: Model(ck.get_checkpoint(m)).faithfulness_seconds(corpus, split, limit) for m in models}
+    written for people; None when every one is cached. ``heads``: the Transformers' heads tested."""
+    heads = heads or {}
+    costs = {m: Model(ck.get_checkpoint(m)).faithfulness_seconds(corpus, split, limit, head=heads.get(m))
+             for m in models}
     todo = {m: s for m, s in costs.items() if s is not None}
     if not todo:
         return None
@@ -70,13 +95,14 @@ def estimate(models: list[str], corpus: str, split: str, limit: int) -> str | No
             + (f"; {kept} more {'is' if kept == 1 else 'are'} read from the cache" if kept else "") + ".")
 
 
-def corpus_result(model: str, corpus: str, split: str, limit: int) -> dict:
-    """:meth:`vizlm.api.Model.corpus_faithfulness` of one model, in the background for every session, with a
-    progress bar and a Cancel button; :class:`~vizlm.app.checkpoints.UserError` when cancelled."""
+def corpus_result(model: str, corpus: str, split: str, limit: int, head: tuple[int, int] | None = None) -> dict:
+    """:meth:`vizlm.api.Model.corpus_faithfulness` of one model (a Transformer's ``head``), in the background for
+    every session, with a progress bar and a Cancel button; :class:`~vizlm.app.checkpoints.UserError` when
+    cancelled."""
     version = results.corpus_version(corpus, split)  # a corpus prepared again is read again
     try:
-        return jobs.result(("faithfulness", ck.model_key(model), corpus, split, version, limit),
-                           Model(ck.get_checkpoint(model)).corpus_faithfulness, corpus, split, limit=limit,
+        return jobs.result(("faithfulness", ck.model_key(model), corpus, split, version, limit, head),
+                           Model(ck.get_checkpoint(model)).corpus_faithfulness, corpus, split, limit=limit, head=head,
                            text=f"Testing {model}'s attention over {limit:,} sentences of {corpus}/{split}",
                            cancellable=True)
     except jobs.Cancelled:
@@ -84,8 +110,9 @@ def corpus_result(model: str, corpus: str, split: str, limit: int) -> dict:
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _evidence(model: str, key: str, corpus: str, split: str, version: object) -> tuple[dict | None, str | None]:
-    ev = read_faithfulness(model)
+def _evidence(model: str, key: str, corpus: str, split: str, version: object,
+              head: tuple[int, int] | None) -> tuple[dict | None, str | None]:
+    ev = read_faithfulness(faithfulness_name(model, head))
     if ev is None:
         return None, None
     c = ev.config
@@ -100,19 +127,21 @@ def _evidence(model: str, key: str, corpus: str, split: str, version: object) ->
               f"{c['units']:,} {c['unit']}, {c['targets']:,} predicted words, read in {c['context']} context; every "
               f"interval is a 95% bootstrap over the documents.")
     return {"model": model, "corpus": corpus, "split": split, "context": c["context"], "units": c["units"],
-            "resampled": "documents", "sample": sample, "masking": c["masking"], "unit": "nats",
+            "head": c.get("head"), "view": c.get("view"), "resampled": "documents", "sample": sample, "masking": c["masking"], "unit": "nats",
             "permutations_per_row": c["permutations"], "epsilon": c["epsilon"], "other": c.get("frozen"),
             **ev.statistics()}, None
 
 
-def evidence_result(model: str, corpus: str, split: str) -> tuple[dict | None, str | None]:
+def evidence_result(model: str, corpus: str, split: str,
+                    head: tuple[int, int] | None = None) -> tuple[dict | None, str | None]:
     """The repository's faithfulness evidence of a bundled model over ``corpus``/``split`` (``vizlm reproduce
     --faithfulness``, :meth:`vizlm.reproduce.corpus_evidence.FaithfulnessEvidence.statistics`, intervals over
     documents) as a result :func:`render_result` draws, read at once: ``(result, None)``; ``(None, why)`` when
     the evidence is of another split, checkpoint or preparation of the corpus; ``(None, None)`` when there is
-    none."""
+    none. A Transformer's: of its ``head``."""
     try:
-        return _evidence(model, ck.model_key(model), corpus, split, results.corpus_version(corpus, split))
+        return _evidence(model, ck.model_key(model), corpus, split, results.corpus_version(corpus, split),
+                         None if head is None else tuple(head))
     except (EvidenceError, DataError) as exc:
         return None, str(exc)
 
@@ -249,8 +278,8 @@ def chart_downloads_frame(frame: pd.DataFrame, stem: str, key: str) -> None:
 
 # --------------------------------------------------------------------------- one word (the Explorer)
 @st.cache_data(show_spinner=False, max_entries=256)
-def _adversarial_row(name: str, key: str, text: str, row: int) -> pd.DataFrame:
-    return adversarial_row(ck.get_checkpoint(name), results.analyze_text(name, text), row)
+def _adversarial_row(name: str, key: str, text: str, row: int, head: tuple[int, int] | None) -> pd.DataFrame:
+    return adversarial_row(ck.get_checkpoint(name), results.analyze_text(name, text, head), row)
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
@@ -258,19 +287,21 @@ def _row_paths(name: str, key: str, text: str, row: int) -> pd.DataFrame:
     return two_paths(ck.get_checkpoint(name), results.analyze_text(name, text), rows=[row])
 
 
-def word_panel(name: str, text: str, row: int) -> None:
+def word_panel(name: str, text: str, row: int, head: tuple[int, int] | None = None) -> None:
     """On request (a toggle, off at first): for the selected word of an attention model, the adversarial weights
-    beside its own and the two paths by distance, computed for that word alone."""
+    beside its own and the two paths by distance, computed for that word alone; a Transformer's ``head`` has the
+    adversary only (no recurrent state)."""
+    paths_said = ("" if head is not None else ", and how much each earlier word reaches the prediction through the "
+                  "attention read and through the recurrent state")
     if not st.toggle("Is this attention an explanation?", key=f"faith_word_{name}",
                      help="For the selected word, computed on request: the attention weights farthest from the model's "
-                          "own that leave P(word) within 0.01 nats (Jain & Wallace's adversary), and how much each "
-                          "earlier word reaches the prediction through the attention read and through the recurrent "
-                          "state. The Faithfulness page runs these tests over a corpus."):
+                          f"own that leave P(word) within 0.01 nats (Jain & Wallace's adversary){paths_said}. The "
+                          "Faithfulness page runs these tests over a corpus."):
         return
     try:
         with st.spinner(f"Testing {name}'s attention for this word…", show_time=True):
-            adv = _adversarial_row(name, ck.model_key(name), text, row)
-            paths = _row_paths(name, ck.model_key(name), text, row)
+            adv = _adversarial_row(name, ck.model_key(name), text, row, head)
+            paths = pd.DataFrame() if head is not None else _row_paths(name, ck.model_key(name), text, row)
     except (FaithfulnessError, ck.UserError) as exc:
         show_error(exc)
         return
@@ -284,7 +315,7 @@ def word_panel(name: str, text: str, row: int) -> None:
                    f"0.693), log P(word) changed by {a['dlogp']:+.4f} nats (bound ±{a['epsilon']}). A large divergence "
                    "with the prediction kept: other attention would explain it as well.")
     else:
-        st.caption("This word has fewer than two memory slots: there is no other attention to find.")
+        st.caption("This word has fewer than two slots to attend to: there is no other attention to find.")
     if not paths.empty:
         chart = row_paths_chart(paths)
         show_chart(chart)

@@ -342,11 +342,11 @@ def upload_widget() -> None:
 
 
 def head_select(name: str, layers: int, heads: int, key: str, default: tuple[int, int | None],
-                wanted: str | None = None) -> tuple[int, int | None]:
+                wanted: str | None = None, means: bool = True) -> tuple[int, int | None]:
     """A Transformer's layer and head (or a layer's heads together) in a sidebar select box: (layer, head) counted
-    from 0, head None for the mean. ``wanted``: a :func:`~vizlm.present.links.head_code` from a link, taken when it
-    is one of the model's (else a note says so)."""
-    options = [head_code((layer, h)) for layer in range(layers) for h in (None, *range(heads))]
+    from 0, head None for the mean (not offered without ``means``). ``wanted``: a
+    :func:`~vizlm.present.links.head_code` from a link, taken when it is one of the model's (else a note says so)."""
+    options = [head_code((layer, h)) for layer in range(layers) for h in ((None,) if means else ()) + tuple(range(heads))]
     if wanted is not None:
         if wanted in options:
             st.session_state[key] = wanted

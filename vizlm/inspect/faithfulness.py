@@ -41,6 +41,15 @@ most of its weight: shuffling it in moves "attention off" onto a word, a change 
 
 The two tests that drop slots by a ranking (erasure, AOPC) and their masking rule are
 :mod:`vizlm.inspect.faithfulness_erasure`'s.
+
+A Transformer (self-attention, :mod:`vizlm.models.transformer`) is tested one head at a time: an analysis showing
+one head (:meth:`~vizlm.inspect.analysis.SentenceAnalysis.at_head`; a layer's heads together are no attention the
+model computes, and are refused). Slot ``j`` holds input ``j`` (:mod:`vizlm.inspect.reading`): the word just read
+is a word slot, the ``<s>`` slot is held fixed. Its rows are not independent (a later layer reads every position
+below it), so each test changes one row's weights of the head at a time, the other positions as computed: each
+(variant, row) is a copy of the row's block run from the head's layer on (:func:`_features`, as
+:func:`vizlm.models.effects.head_effects` drops a slot). It has no recurrent state, so no two paths, and frozen
+attention from another seed is offered for recurrent attention only.
 """
 
 from __future__ import annotations
@@ -62,6 +71,7 @@ from vizlm.inspect.attribution import DEFAULT_STEPS, TEXT_METHODS, attribute
 from vizlm.inspect.attribution_methods import reading_pieces, row_head
 from vizlm.modeling.checkpoint import Checkpoint
 from vizlm.models.base import AttentionLM, LMOutput
+from vizlm.models.effects import COPY_ELEMENTS
 
 PERMUTATIONS = 100  # Jain & Wallace's shuffles per row
 EPSILON = 0.01  # nats: the adversary's bound on |delta log P(target)|
@@ -88,21 +98,38 @@ class _Piece:
     logp: torch.Tensor  # (Tb, V) log-softmax as computed
     allowed: torch.Tensor  # (Tb, Tb) bool: the slots each row could attend to (the model's mask)
     words: torch.Tensor  # (Tb, Tb) bool: word slots (allowed, neither the start slot nor the <s> slot)
+    # a Transformer's head (self-attention): (layer, head) tested, its weights (Tb, Tb), and every layer's input
+    # (run_layer's, (Tb, 1, d) each) with the piece's block mask: each row is run again alone from that layer on
+    view: tuple[int, int] | None = None
+    weights: torch.Tensor | None = None
+    xs: list[torch.Tensor] | None = None
+    mask: torch.Tensor | None = None
 
     @property
     def attention(self) -> torch.Tensor:
-        return self.out.attention[0]  # (Tb, Tb)
+        return self.out.attention[0] if self.weights is None else self.weights  # (Tb, Tb)
 
     @property
     def base(self) -> torch.Tensor:
         return self.logp.gather(1, self.targets[:, None])[:, 0]  # (Tb,) log P(target) as computed
 
 
+def self_attention(ckpt: Checkpoint) -> bool:
+    """Whether the tests read one of the model's self-attention heads (a Transformer) rather than its attention
+    over memory slots."""
+    return bool(getattr(ckpt.model, "self_attention", False))
+
+
 def _check(ckpt: Checkpoint, sa: SentenceAnalysis) -> None:
-    if not isinstance(ckpt.model, AttentionLM) or sa.attention is None:
-        raise FaithfulnessError(f"{ckpt.label} has no attention: there is nothing to test")
     if sa.model != ckpt.label:
         raise FaithfulnessError(f"the analysis is of {sa.model}, not of {ckpt.label}")
+    if self_attention(ckpt):
+        if sa.head is None or sa.head[1] is None:
+            raise FaithfulnessError(f"{ckpt.label} is a Transformer: the tests replace the weights of one head, so "
+                                    "show one first (analysis.at_head(layer, head)), not a layer's heads together")
+        return
+    if not isinstance(ckpt.model, AttentionLM) or sa.attention is None:
+        raise FaithfulnessError(f"{ckpt.label} has no attention: there is nothing to test")
 
 
 @torch.no_grad()
@@ -119,13 +146,62 @@ def _read(ckpt: Checkpoint, sa: SentenceAnalysis, wanted: np.ndarray | None = No
                 continue
             inputs, targets = inputs[: mine[-1] + 1], targets[: mine[-1] + 1]
         Tb = len(inputs)
+        rows, slots = torch.arange(Tb, device=inputs.device)[:, None], torch.arange(Tb, device=inputs.device)[None, :]
+        if self_attention(ckpt):  # slot j is input j (slot 0 the <s> read), the row's own included
+            xs, mask = model.layer_inputs(inputs[None])
+            layer, h_ = sa.head
+            weights = model.run_layer(layer, xs[layer], mask)[1][0, h_]  # (Tb, Tb)
+            h = model.outputs(xs[-1])  # (1, Tb, d)
+            head = model.head(h)
+            allowed = mask == 0  # (Tb, Tb): the row's block up to itself
+            out.append(_Piece(first, inputs, targets, h, head, head.logits[0].log_softmax(-1), allowed,
+                              allowed & (slots >= 1), view=(layer, h_), weights=weights, xs=xs, mask=mask))
+            continue
         h = model.encode(inputs[None])  # (1, Tb, D)
         head = model.head(h)
         allowed = model.allowed_slots(Tb, device=h.device)  # (Tb, Tb)
-        rows, slots = torch.arange(Tb, device=h.device)[:, None], torch.arange(Tb, device=h.device)[None, :]
         words = allowed & (slots >= 2) & (slots <= rows)  # slot 0: the zero start state; slot 1: the <s> read
         out.append(_Piece(first, inputs, targets, h, head, head.logits[0].log_softmax(-1), allowed, words))
     return out
+
+
+def _features(model, piece: _Piece, weights: torch.Tensor) -> torch.Tensor:
+    """(N, Tb, F) what the output layer reads at every row of the piece with the row's attention weights those
+    of ``weights`` (N, Tb, Tb) (differentiable in them). A recurrent model's rows are independent given the
+    recurrent outputs: its head is run again. A Transformer's head changes one row at a time: each (variant,
+    row) is a copy of the row's block run from the head's layer on with only that row's weights of the head
+    replaced, the other positions as computed (:func:`vizlm.models.effects.head_effects`' slot effects)."""
+    if piece.view is None:
+        return model.head(piece.h.expand(len(weights), -1, -1), weights=weights).readout.features
+    layer, head = piece.view
+    N, Tb = weights.shape[:2]
+    block, H, dev = model.config.block, model.config.heads, weights.device
+    W = min(block, Tb)
+    steps = torch.arange(W, device=dev)
+    variant, row = torch.arange(N, device=dev).repeat_interleave(Tb), torch.arange(Tb, device=dev).repeat(N)
+    start = (row // block) * block  # (P,) the first position of the row's block
+    where = (start[:, None] + steps[None, :]).clamp_max(Tb - 1)  # (P, W) the positions copied
+    padded = F.pad(weights, (0, W))  # (N, Tb, Tb + W): a copy's positions beyond the text get no weight
+    new = padded[variant, row][torch.arange(len(row), device=dev)[:, None], start[:, None] + steps]  # (P, W)
+    local = row - start  # (P,) the row in its copy
+    block_mask = piece.mask[:W, :W]  # causal: the first block's
+    chunk = max(1, COPY_ELEMENTS // max(1, H * W * W))
+    parts = []
+    for i in range(0, len(row), chunk):
+        sl = slice(i, i + chunk)
+        n = len(row[sl])
+        at = torch.arange(n, device=dev)
+
+        def edit(w: torch.Tensor, at=at, rows=local[sl], new=new[sl]) -> torch.Tensor:  # (n, H, W, W)
+            w = w.clone()
+            w[at, head, rows] = new.to(w.dtype)
+            return w
+
+        x = model.run_layer(layer, piece.xs[layer][where[sl].T, 0], block_mask, edit=edit)[0]  # (W, n, d)
+        for k in range(layer + 1, model.config.layers):
+            x = model.run_layer(k, x, block_mask)[0]
+        parts.append(model.outputs(x)[at, local[sl]])  # (n, d): each copy's own row
+    return torch.cat(parts).reshape(N, Tb, -1)
 
 
 def _outputs(model, piece: _Piece, weights: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -134,7 +210,7 @@ def _outputs(model, piece: _Piece, weights: torch.Tensor) -> dict[str, torch.Ten
     next-word distributions (JSD in nats). The output layer runs a few variants at a time."""
     N, Tb = weights.shape[:2]
     ro = piece.out.readout
-    feats = model.head(piece.h.expand(N, -1, -1), weights=weights).readout.features  # (N, Tb, F)
+    feats = _features(model, piece, weights)  # (N, Tb, F)
     base, p = piece.logp, piece.logp.exp()  # (Tb, V)
     res = {k: feats.new_empty(N, Tb) for k in ("logp", "tvd", "jsd")}
     res["top1"] = torch.empty(N, Tb, dtype=torch.long, device=feats.device)
@@ -325,7 +401,7 @@ def _adversary(model, piece: _Piece, movable: torch.Tensor, epsilon: float, step
         with torch.enable_grad():
             w = torch.where(movable[:, None], z.masked_fill(~allowed, -math.inf), 0.0).softmax(-1)  # (Tb, Tb)
             w = torch.where(movable[:, None], w, att)  # a row with one slot or none keeps its own
-            feats = model.head(piece.h, weights=w[None]).readout.features[0]  # (Tb, F)
+            feats = _features(model, piece, w[None])[0]  # (Tb, F)
             logp = F.linear(feats, ro.weight, ro.bias).log_softmax(-1).gather(1, piece.targets[:, None])[:, 0]
             delta = (base - logp).abs()  # (Tb,)
             div = _jsd_rows(att, w)  # (Tb,)
@@ -362,6 +438,9 @@ def uniform_baseline(ckpt: Checkpoint, sa: SentenceAnalysis, other: Checkpoint |
     weights, nats, beside which Wiegreffe & Pinter set the adversary's; NaN for a row with fewer than two slots);
     the log-probabilities' negatives are the per-token NLL (perplexity: the exponential of their mean)."""
     model = ckpt.model
+    if other is not None and self_attention(ckpt):
+        raise FaithfulnessError(f"{ckpt.label} is a Transformer: frozen attention from another seed is offered for "
+                                "attention over memory slots only")
     if other is not None:
         om = other.model
         if (type(om) is not type(model) or om.window_size() != model.window_size()
@@ -417,6 +496,9 @@ def two_paths(ckpt: Checkpoint, sa: SentenceAnalysis, rows: Sequence[int] | None
     Long frame ``row, target, position, distance`` (vizlm's: 1 = the word just read) and the four changes, over
     the positions attribution covers (not a reading's ``<s>``). ``rows``: only those predicted words (each as in
     the whole text's frame; the reading is computed up to the last of them)."""
+    if self_attention(ckpt):
+        raise FaithfulnessError(f"{ckpt.label} is a Transformer: it has no recurrent state, so a word reaches the "
+                                "prediction through self-attention alone; the two paths are of recurrent attention")
     model = ckpt.model
     wanted = None if rows is None else np.zeros(len(sa.targets), dtype=bool)
     if rows is not None:

@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from vizlm.data.registry import load_corpus, split_checksum
-from vizlm.inspect.analysis import analyze_sentences
+from vizlm.core.errors import InputError
+from vizlm.inspect.analysis import analyze_sentences, check_head, head_words
 from vizlm.inspect.attribution import DEFAULT_STEPS, TEXT_METHODS, attribute, check_steps
 from vizlm.inspect.attribution_corpus import N_BOOT, PASSAGE_TOKENS, bootstrap_draws, cluster_interval, reading_units
 from vizlm.inspect.cache import cached, checkpoint_digest, stored
@@ -28,6 +29,7 @@ from vizlm.inspect.faithfulness import (
     adversarial,
     agreement_table,
     permutations,
+    self_attention,
     two_paths,
     uniform_baseline,
 )
@@ -40,17 +42,42 @@ FAITHFULNESS_VERSION = 1  # in the cache key: bump when the statistics change
 TESTS = ("agreement", "permutations", "adversarial", "uniform", "erasure", "aopc", "paths")
 
 
+def testable_head(ckpt: Checkpoint, head: tuple[int, int] | None = None) -> tuple[int, int] | None:
+    """The view the tests read, checked: None for attention over memory slots (which takes no ``head``); for a
+    Transformer one head ``(layer, head)`` counted from 0 (default: the last layer's first head), as
+    :meth:`~vizlm.inspect.analysis.SentenceAnalysis.at_head` counts. A model without attention, a head it does
+    not have or a layer's heads together: :class:`FaithfulnessError`."""
+    if head is not None and (isinstance(head, (str, bytes)) or not isinstance(head, Sequence) or len(head) != 2):
+        raise FaithfulnessError(f"head is (layer, head), counted from 0, not {head!r}")
+    if self_attention(ckpt):
+        L, H = ckpt.model.config.layers, ckpt.model.config.heads
+        layer, h = (L - 1, 0) if head is None else head
+        if h is None:
+            raise FaithfulnessError(f"{ckpt.label} is a Transformer: the tests replace the weights of one head; "
+                                    "name one (layer, head), not a layer's heads together")
+        try:
+            return check_head(L, H, layer, h, ckpt.label)
+        except InputError as exc:
+            raise FaithfulnessError(str(exc)) from None
+    if not ckpt.has_attention:
+        raise FaithfulnessError(f"{ckpt.label} has no attention: there is nothing to test")
+    if head is not None:
+        raise FaithfulnessError(f"{ckpt.label} has no self-attention heads to choose from")
+    return None
+
+
 def collect(ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None, permutations_n: int = PERMUTATIONS,
             epsilon: float = EPSILON, adversary_steps: int = ADVERSARY_STEPS, methods: Sequence[str] = TEXT_METHODS,
             n_steps: int = DEFAULT_STEPS, passage_tokens: int = PASSAGE_TOKENS, other: Checkpoint | None = None,
             seed: int = 0, progress: Callable[[float], None] | None = None,
-            select: Sequence[int] | None = None) -> tuple[dict[str, pd.DataFrame], int]:
+            select: Sequence[int] | None = None,
+            head: tuple[int, int] | None = None) -> tuple[dict[str, pd.DataFrame], int]:
     """``(frames, units)``: every test's frame over the first ``limit`` sentences of a processed split (or the
     sentences ``select`` names, by their index in the split, ascending), each with a ``unit`` column (the
     sentence, or a document model's passage, :func:`vizlm.inspect.attribution_corpus.reading_units`, each read
-    from a zero state), not cached; and the number of units."""
-    if not ckpt.has_attention:
-        raise FaithfulnessError(f"{ckpt.label} has no attention: there is nothing to test")
+    from a zero state), not cached; and the number of units. A Transformer's ``head`` (:func:`testable_head`)
+    is tested; it has no two paths (its frame is empty)."""
+    head = testable_head(ckpt, head)
     methods = list(methods)
     data = load_corpus(corpus, split)
     document = getattr(ckpt.model.config, "context", "sentence") == "document"
@@ -61,6 +88,8 @@ def collect(ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None,
     for k, unit in enumerate(units):
         sa = analyze_sentences(ckpt, [sentences[i] for i in unit], top_k=0, effects=True, max_effect_pairs=0,
                                max_tokens=None)
+        if head is not None:
+            sa = sa.at_head(*head)
         atts = {m: attribute(ckpt, sa, m, n_steps) for m in ["slot-effect", *methods]}
         frames = {
             "agreement": agreement_table(ckpt, sa, methods, n_steps, atts),
@@ -70,7 +99,7 @@ def collect(ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None,
             "erasure": erasure_curves(ckpt, sa, rankings=[*RANKINGS, *methods], seed=seed + k, attributions=atts),
             "aopc": aopc(ckpt, sa, rankings=["attention", "gradient", *methods, "random"], seed=seed + k,
                          attributions=atts),
-            "paths": two_paths(ckpt, sa),
+            "paths": pd.DataFrame() if head is not None else two_paths(ckpt, sa),
         }
         for name, frame in frames.items():
             parts[name].append(frame.assign(unit=k))
@@ -177,10 +206,9 @@ def _ratio(num: np.ndarray, den: np.ndarray, n_boot: int, seed: int) -> dict:
 
 def _cache_parts(ckpt: Checkpoint, corpus: str, split: str, limit: int | None, permutations_n: int, epsilon: float,
                  adversary_steps: int, methods: Sequence[str], n_steps: int, passage_tokens: int,
-                 other: Checkpoint | None, n_boot: int, seed: int) -> dict:
+                 other: Checkpoint | None, n_boot: int, seed: int, head: tuple[int, int] | None = None) -> dict:
     """The cache key of :func:`corpus_faithfulness` (every parameter), its arguments checked."""
-    if not ckpt.has_attention:
-        raise FaithfulnessError(f"{ckpt.label} has no attention: there is nothing to test")
+    head = testable_head(ckpt, head)
     for m in methods:
         if m not in TEXT_METHODS:
             raise FaithfulnessError(f"unknown word-level method {m!r}; valid: {', '.join(TEXT_METHODS)}")
@@ -192,17 +220,18 @@ def _cache_parts(ckpt: Checkpoint, corpus: str, split: str, limit: int | None, p
             "methods": list(methods), "n_steps": n_steps, "ks": list(ERASE_K), "fractions": list(FRACTIONS),
             "n_boot": n_boot, "seed": seed, "context": "document" if document else "sentence",
             "passage_tokens": passage_tokens if document else None,
-            "other": None if other is None else checkpoint_digest(other)}
+            "other": None if other is None else checkpoint_digest(other),
+            **({} if head is None else {"head": list(head)})}  # a recurrent model's key as it was
 
 
 def is_stored(ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None, permutations_n: int = PERMUTATIONS,
               epsilon: float = EPSILON, adversary_steps: int = ADVERSARY_STEPS, methods: Sequence[str] = TEXT_METHODS,
               n_steps: int = DEFAULT_STEPS, passage_tokens: int = PASSAGE_TOKENS, other: Checkpoint | None = None,
-              n_boot: int = N_BOOT, seed: int = 0) -> bool:
+              n_boot: int = N_BOOT, seed: int = 0, head: tuple[int, int] | None = None) -> bool:
     """Whether :func:`corpus_faithfulness` with these arguments is read from the disk cache rather than computed:
     the cost is said only for what will be computed."""
     return stored(_cache_parts(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods, n_steps,
-                               passage_tokens, other, n_boot, seed))
+                               passage_tokens, other, n_boot, seed, head))
 
 
 # Every test over a split, the first time: seconds per token of the split, measured with the default parameters
@@ -210,6 +239,7 @@ def is_stored(ckpt: Checkpoint, corpus: str, split: str, limit: int | None = Non
 # over the vocabulary dominates (the bundled AMSRN and an 8-unit one with its 10,000 words cost alike, ~1.5 s).
 SECONDS_PER_TOKEN = 0.05
 SECONDS_PER_TOKEN_WORD = 1.5e-4  # per token and word of the vocabulary
+SECONDS_PER_TOKEN_HEAD = 0.3  # a Transformer's head: each row run again alone (the bundled one, same machine)
 
 
 def estimate_seconds(ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None) -> float:
@@ -218,6 +248,8 @@ def estimate_seconds(ckpt: Checkpoint, corpus: str, split: str, limit: int | Non
     starts."""
     sentences = load_corpus(corpus, split).sentences
     tokens = sum(len(x) + 1 for x in (sentences[:limit] if limit is not None else sentences))  # with </s>
+    if self_attention(ckpt):
+        return tokens * SECONDS_PER_TOKEN_HEAD
     return tokens * (SECONDS_PER_TOKEN + SECONDS_PER_TOKEN_WORD * len(ckpt.vocab))
 
 
@@ -226,7 +258,7 @@ def corpus_faithfulness(
     epsilon: float = EPSILON, adversary_steps: int = ADVERSARY_STEPS, methods: Sequence[str] = TEXT_METHODS,
     n_steps: int = DEFAULT_STEPS, passage_tokens: int = PASSAGE_TOKENS, other: Checkpoint | None = None,
     n_boot: int = N_BOOT, seed: int = 0, use_cache: bool = True, progress: Callable[[float], None] | None = None,
-    select: Sequence[int] | None = None,
+    select: Sequence[int] | None = None, head: tuple[int, int] | None = None,
 ) -> dict:
     """Every test over a processed split (its first ``limit`` sentences, or those ``select`` names), cached
     (:mod:`vizlm.inspect.cache`, keyed by the checkpoints' and the split's checksums and every parameter): :func:`statistics`
@@ -239,17 +271,21 @@ def corpus_faithfulness(
     (per ranking: comprehensiveness and sufficiency, their AOPC and per fraction), ``paths`` (per distance: mean
     ``|read|``, ``|state|``, ``|total|`` and the read's share of ``|read| + |state|``); ``masking``: how slots are
     dropped. Every interval a 95% bootstrap over units (sentences, or a document model's passages), ``n_boot``
-    resamples from ``seed``."""
+    resamples from ``seed``. A Transformer: one ``head`` (:func:`testable_head`; ``head`` in the result, counted
+    from 0, and ``view`` in words), no two paths."""
     parts = _cache_parts(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods, n_steps,
-                         passage_tokens, other, n_boot, seed)
+                         passage_tokens, other, n_boot, seed, head)
+    head = testable_head(ckpt, head)
     methods, n_steps, document = parts["methods"], parts["n_steps"], parts["context"] == "document"
     if select is not None:  # only when given: the keys of runs without it stay as they were
         parts["select"] = _selected(len(load_corpus(corpus, split).sentences), limit, select)
 
     def compute() -> dict:
         frames, units = collect(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods, n_steps,
-                                passage_tokens, other, seed, progress, select)
+                                passage_tokens, other, seed, progress, select, head)
         return {"model": ckpt.label, "corpus": corpus, "split": split, "context": parts["context"], "units": units,
+                "head": None if head is None else list(head),
+                "view": None if head is None else head_words(head, ckpt.model.config.heads),
                 "resampled": "passages" if document else "sentences", "masking": MASKING, "unit": "nats",
                 "permutations_per_row": permutations_n, "epsilon": epsilon,
                 "other": None if other is None else other.label, **statistics(frames, units, n_boot, seed)}

@@ -17,10 +17,11 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 import torch
+import torch.nn.functional as F
 
 from vizlm.inspect.analysis import SentenceAnalysis
 from vizlm.inspect.attribution import METHODS, TEXT_METHODS, attribute
-from vizlm.inspect.faithfulness import FaithfulnessError, _outputs, _Piece, _read
+from vizlm.inspect.faithfulness import FaithfulnessError, _features, _outputs, _Piece, _read
 from vizlm.modeling.checkpoint import Checkpoint
 from vizlm.models.effects import drop_slots
 
@@ -51,17 +52,20 @@ def _slot_scores(ckpt: Checkpoint, sa: SentenceAnalysis, piece: _Piece, ranking:
     if ranking == "random":
         return rng.random((Tb, Tb))
     if ranking == "gradient":
+        ro = piece.out.readout
         with torch.enable_grad():
             w = piece.attention.detach().clone()[None].requires_grad_()  # (1, Tb, Tb)
-            logp = ckpt.model.head(piece.h, weights=w).logits.log_softmax(-1)  # (1, Tb, V)
+            logp = F.linear(_features(ckpt.model, piece, w), ro.weight, ro.bias).log_softmax(-1)  # (1, Tb, V)
             total = logp[0].gather(1, piece.targets[:, None]).sum()  # rows are independent: one backward
             (grad,) = torch.autograd.grad(total, [w])
         return grad[0].double().cpu().numpy()
     if ranking not in attributions:
         attributions[ranking] = attribute(ckpt, sa, ranking)
-    scores = np.abs(attributions[ranking].scores)  # (T, T) by position; slot j holds position j - 1
+    scores = np.abs(attributions[ranking].scores)  # (T, T) by position
+    if piece.view is not None:  # self-attention: slot j is position j
+        return scores[f : f + Tb, f : f + Tb].copy()
     out = np.zeros((Tb, Tb))
-    out[:, 1:] = scores[f : f + Tb, f : f + Tb - 1]
+    out[:, 1:] = scores[f : f + Tb, f : f + Tb - 1]  # slot j holds position j - 1
     return out
 
 

@@ -28,8 +28,10 @@ import torch
 
 from vizlm.core import paths
 from vizlm.data.registry import load_corpus
+from vizlm.inspect.analysis import head_words
 from vizlm.inspect.cache import checkpoint_digest
 from vizlm.modeling.checkpoint import load_checkpoint, meta_context
+from vizlm.present.links import head_code, parse_head_code
 from vizlm.reproduce.evidence import EvidenceError, check_whole, display_path, dump_json, publish
 
 
@@ -414,8 +416,21 @@ def faithfulness_folder(name: str) -> Path:
     return paths.evidence_dir() / FAITHFULNESS / name
 
 
+def faithfulness_name(checkpoint: str, head: tuple[int, int] | None = None) -> str:
+    """The evidence of a checkpoint's faithfulness tests: its name, or, for a Transformer, one per head tested
+    (``transformer-doc.head2.1``: layer 2, head 1, counted from 1 as :func:`vizlm.present.links.head_code`)."""
+    return checkpoint if head is None else f"{checkpoint}.head{head_code(head)}"
+
+
+def faithfulness_checkpoint(name: str) -> str:
+    """The checkpoint a :func:`faithfulness_name` is of."""
+    stem, dot, code = name.rpartition(".head")
+    return stem if dot and parse_head_code(code) else name
+
+
 def faithfulness_names() -> list[str]:
-    """The checkpoints whose faithfulness tests have evidence."""
+    """The evidence of faithfulness tests there is (:func:`faithfulness_name`: checkpoints, and Transformers'
+    heads)."""
     return _checkpoints_with(FAITHFULNESS)
 
 
@@ -453,13 +468,14 @@ def first_of_each_document(corpus: str, split: str, per_document: int) -> list[i
 def write_faithfulness(name: str, source: Path | str, corpus: str, split: str, limit: int | None = None,
                        per_document: int | None = None, permutations: int | None = None, n_steps: int | None = None,
                        adversary_steps: int | None = None, force: bool = False, log=None,
-                       frozen: Path | str | None = None) -> Path:
+                       frozen: Path | str | None = None, head: tuple[int, int] | None = None) -> Path:
     """Run the faithfulness tests of checkpoint ``source`` over ``corpus``/``split`` (the first ``per_document``
     sentences of each document, else the first ``limit`` sentences; :func:`vizlm.inspect.faithfulness_corpus.collect`) and
     keep, in ``evidence/faithfulness/NAME/``, what every statistic and its interval are computed from
     (:func:`faithfulness_sums`, with each unit's document) and a config: the checkpoint's and the corpus's
     checksums, every parameter, the command, the commit and the wall time. ``frozen``: another seed's checkpoint
     of the model, whose attention the model reads in Wiegreffe & Pinter's frozen baseline (its checksum kept too).
+    ``head``: a Transformer's head tested (``(layer, head)`` from 0; ``name`` is then :func:`faithfulness_name`'s).
     Written whole; existing evidence is replaced only with ``force``."""
     from vizlm.inspect import faithfulness as vf
     from vizlm.inspect import faithfulness_corpus as vfc
@@ -472,8 +488,10 @@ def write_faithfulness(name: str, source: Path | str, corpus: str, split: str, l
     if dest.exists() and not force:
         raise EvidenceError(f"{dest} exists already (faithfulness evidence of {name}); pass --force to rewrite it")
     ckpt = load_checkpoint(source)
-    if not ckpt.has_attention:
-        raise EvidenceError(f"{name} has no attention: there is nothing to test")
+    try:
+        head = vfc.testable_head(ckpt, head)
+    except vf.FaithfulnessError as exc:
+        raise EvidenceError(f"{name}: {exc}") from None
     other = None if frozen is None else load_checkpoint(frozen)
     commit = paths.commit()  # the code that computes it, read before it starts
     permutations = vf.PERMUTATIONS if permutations is None else permutations
@@ -489,13 +507,15 @@ def write_faithfulness(name: str, source: Path | str, corpus: str, split: str, l
     progress = _Progress(name, "faithfulness", log)
 
     frames, n_units = vfc.collect(ckpt, corpus, split, limit, permutations, adversary_steps=adversary_steps,
-                                 n_steps=n_steps, other=other, progress=progress, select=select)
+                                 n_steps=n_steps, other=other, progress=progress, select=select, head=head)
     if n_units != len(units):
         raise EvidenceError(f"{name}: {n_units} units read, {len(units)} expected")
     arrays = faithfulness_sums(frames, n_units)
     arrays["unit.document"] = np.asarray([numbering[d] for d in doc_of], dtype=np.int32)
     config = {
         "checkpoint": name, "checkpoint_sha256": checkpoint_digest(ckpt), "family": ckpt.meta.get("model"),
+        "head": None if head is None else list(head),
+        "view": None if head is None else head_words(head, ckpt.model.config.heads),
         "context": meta_context(ckpt.meta), "window": model_window(ckpt), "corpus": corpus, "split": split,
         "corpus_sha256": data.checksum, "limit": limit, "per_document": per_document, "sentences": len(index),
         "units": n_units, "unit": "passages" if document else "sentences", "documents": len(numbering),
@@ -506,7 +526,8 @@ def write_faithfulness(name: str, source: Path | str, corpus: str, split: str, l
         "passage_tokens": PASSAGE_TOKENS if document else None,
         "frozen": None if other is None else Path(frozen).name,
         "frozen_sha256": None if other is None else checkpoint_digest(other), "seed": 0, "n_boot": N_BOOT,
-        "written_by": f"vizlm reproduce --faithfulness {name}", "commit": commit, "source": display_path(Path(source)),
+        "written_by": f"vizlm reproduce --faithfulness {Path(source).name}", "commit": commit,
+        "source": display_path(Path(source)),
         "threads": torch.get_num_threads(), "wall_s": round(progress.seconds(), 1),
     }
 

@@ -108,7 +108,26 @@ class FaithfulnessPlan:
     n_steps: int = 32  # integrated gradients' steps
     adversary_steps: int = 200  # Adam steps of the adversarial attention
     frozen: dict[str, str] = field(default_factory=dict)  # checkpoint -> another seed's bundled checkpoint of it
+    heads: dict[str, list[str]] = field(default_factory=dict)  # a Transformer -> the heads tested ("2.1": layer 2, head 1)
     note: str | None = None
+
+    def units(self, names: list[str] | None = None) -> list[tuple[str, str, tuple[int, int] | None, str]]:
+        """``(evidence name, checkpoint, head from 0 or None, label)`` of every evidence the plan (its checkpoints
+        ``names``) keeps: one per checkpoint, one per head tested of a Transformer
+        (:func:`vizlm.reproduce.corpus_evidence.faithfulness_name`); the label is the report's row."""
+        from vizlm.inspect.analysis import head_words
+        from vizlm.present.links import parse_head_code
+
+        out = []
+        for c in names or self.checkpoints:
+            if c not in self.heads:
+                out.append((c, c, None, c))
+                continue
+            for code in self.heads[c]:
+                head = parse_head_code(code)
+                out.append((corpus_evidence.faithfulness_name(c, head), c, head,
+                            f"{c} ({head_words(head, 0)})"))
+        return out
 
 
 def load_faithfulness_plan(path: Path | None = None) -> FaithfulnessPlan | None:
@@ -129,6 +148,15 @@ def load_faithfulness_plan(path: Path | None = None) -> FaithfulnessPlan | None:
     if not isinstance(plan.frozen, dict) or not all(isinstance(v, str) for v in plan.frozen.values()):
         raise ValueError(f"{path}: [faithfulness]: frozen maps a checkpoint to another seed's checkpoint of it "
                          '(frozen = {amsrn = "amsrn-shared-s4"}), not ' + repr(plan.frozen))
+    from vizlm.present.links import parse_head_code
+
+    if not isinstance(plan.heads, dict) or not all(
+            isinstance(v, list) and v and all(isinstance(c, str) and (parse_head_code(c) or (0, None))[1] is not None
+                                              for c in v) for v in plan.heads.values()):
+        raise ValueError(f"{path}: [faithfulness]: heads maps a Transformer to the heads tested, each \"layer.head\" "
+                         '(heads = {transformer-doc = ["2.1", "2.2"]}), not ' + repr(plan.heads))
+    if unknown := [c for c in plan.heads if c not in plan.checkpoints]:
+        raise ValueError(f"{path}: [faithfulness]: heads: {', '.join(unknown)} not among the checkpoints")
     for name, other in plan.frozen.items():
         if name not in plan.checkpoints or other == name:
             raise ValueError(f"{path}: [faithfulness]: frozen: {name!r} -> {other!r}: the key must be one of the "
@@ -147,13 +175,20 @@ def write_faithfulness_evidence(plan: FaithfulnessPlan, names: list[str] | None 
     is skipped unless ``force``."""
     from vizlm.modeling.checkpoint import bundled_dir
 
-    return _write_plan(plan, "faithfulness", names, force, log,
-                       lambda n: corpus_evidence.faithfulness_folder(n).exists(),
-                       lambda n: corpus_evidence.write_faithfulness(n, bundled_dir() / n, plan.corpus, plan.split,
-                                                                    plan.limit, plan.per_document, plan.permutations,
-                                                                    plan.n_steps, plan.adversary_steps, force,
-                                                                    log or sys.stderr,
-                                                                    _frozen(plan.frozen.get(n))))
+    def has(checkpoint: str) -> bool:
+        return all(corpus_evidence.faithfulness_folder(u[0]).exists() for u in plan.units([checkpoint]))
+
+    def write(checkpoint: str) -> Path:
+        written = None
+        for name, _, head, _ in plan.units([checkpoint]):  # a Transformer's heads one after the other
+            if force or not corpus_evidence.faithfulness_folder(name).exists():
+                written = corpus_evidence.write_faithfulness(
+                    name, bundled_dir() / checkpoint, plan.corpus, plan.split, plan.limit, plan.per_document,
+                    plan.permutations, plan.n_steps, plan.adversary_steps, force, log or sys.stderr,
+                    _frozen(plan.frozen.get(checkpoint)), head)
+        return written
+
+    return _write_plan(plan, "faithfulness", names, force, log, has, write)
 
 
 def _frozen(name: str | None) -> Path | None:
@@ -316,15 +351,17 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
     numbers (which intervals lie apart, in how many models)."""
     from vizlm.inspect.attribution import LABELS
 
-    shown = {n: corpus_evidence.read_faithfulness(n) for n in plan.checkpoints}
+    units = plan.units()
+    shown = {label: corpus_evidence.read_faithfulness(name) for name, _, _, label in units}
     have = {n: ev for n, ev in shown.items() if ev is not None}
     stats = {n: ev.statistics() for n, ev in have.items()}
-    missing = [n for n, ev in shown.items() if ev is None]
+    missing = list(dict.fromkeys(c for _, c, _, label in units if shown[label] is None))
     short = {"slot-effect": "slot effect", "gradient-x-input": "G×I", "integrated-gradients": "IG",
              "occlusion": "occlusion", "attention": "attention", "gradient": "gradient", "random": "random"}
     any_ev = next(iter(have.values()), None)
     c0 = any_ev.config if any_ev else {}
     sample = corpus_evidence.sample_words(plan.per_document, plan.limit)
+    heads_said = "; ".join(f"{k} {', '.join(v)}" for k, v in plan.heads.items())
     n_models = len(have)
     lines = ["### Beyond the papers: the faithfulness tests of attention", "",
              (f"The literature's tests of attention as an explanation (`vizlm.inspect.faithfulness`, [API.md](API.md)), "
@@ -337,6 +374,11 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
               f"{c0.get('masking', '—')}. Frozen attention from another seed (Wiegreffe & Pinter): the model reads "
               f"the attention of a second seed's checkpoint of the same setup on the same text; run where the "
               f"manifest's `frozen` names one ({', '.join(f'{k}: {v}' for k, v in plan.frozen.items()) or 'none'})."
+              + (f" A Transformer's self-attention is tested one head at a time (the manifest's `heads`: "
+                 f"{heads_said}, as layer.head): each "
+                 f"prediction's weights of that head are changed alone, the other positions read as computed "
+                 f"(slot j holds input j, the word just read included; the <s> slot is held fixed). It has no "
+                 f"recurrent state, so no two paths." if plan.heads else "")
               + (" A document's first sentence is read by a document model with nothing before it, as it reads it "
                  "in running text: these tests see its attention within the sentence, none across sentences "
                  "(`per_document` above 1 in `experiments.toml`'s `[faithfulness]` adds the sentences after it)."
