@@ -499,7 +499,8 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
         if not u:
             continue
         d = u["uniform_minus_own"]
-        frozen = ("not run: no second seed bundled" if "frozen_nll" not in u
+        frozen = ("not offered for self-attention" if have[n].config.get("head") is not None
+                  else "not run: no second seed bundled" if "frozen_nll" not in u
                   else f"{_interval(_exp(u['frozen_nll']), spec='.1f')} ({have[n].config.get('frozen')})")
         lines.append(f"| {n} | {_interval(_exp(u['nll']), spec='.1f')} | {_interval(_exp(u['uniform_nll']), spec='.1f')} | "
                      f"{_interval(d, spec='+.4f')} | {frozen} |")
