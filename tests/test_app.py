@@ -1668,13 +1668,18 @@ def test_faithfulness_page_tests_one_head_of_a_transformer():
     picker = at.selectbox(key="faith_head_transformer-doc")
     assert picker.value == "2.1" and picker.options == ["layer 1, head 1", "layer 1, head 2", "layer 2, head 1",
                                                         "layer 2, head 2"]
-    assert [h.value for h in at.subheader] == [] and "Testing 1 model over 10 sentences" in " ".join(
+    assert not at.subheader and "Testing 1 model over 10 sentences" in " ".join(
         c.value for c in at.caption)
     at.toggle(key="faith_run").set_value(False)
     picker.set_value("1.2")
     at.run()
     no_exception(at)
     assert at.selectbox(key="faith_head_transformer-doc").value == "1.2"
+    at = page("faithfulness.py", faith_models=["transformer-doc"])  # the repository's evidence of its head 2.1
+    no_exception(at)
+    assert at.radio(key="faith_source").value == fv.EVIDENCE
+    assert [h.value for h in at.subheader] == ["transformer-doc · layer 2, head 1"] and len(charts(at)) == 3
+    assert any("a Transformer has no recurrent state" in c.value for c in at.caption)
 
 
 def test_the_explorer_tests_one_word_s_attention_on_request(monkeypatch):

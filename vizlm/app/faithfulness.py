@@ -202,7 +202,10 @@ def render_result(res: dict, key: str) -> None:
                        "where the weight is peaked mean the model does not need its attention's choice.")
     with right:
         frame = paths_frame(res)
-        if not frame.empty and frame["read_share"].notna().any():
+        if res.get("head") is not None:  # a Transformer's head
+            st.caption("**The two paths** are recurrent attention's: a Transformer has no recurrent state, so an "
+                       "earlier word reaches the prediction through self-attention alone (its layers and heads).")
+        elif not frame.empty and frame["read_share"].notna().any():
             _chart(paths_chart(frame), frame, f"{stem}-paths", f"{key}_paths", "stretch")
             st.caption("**The two paths**: a word occluded changes the prediction through the attention read and "
                        "through the recurrent state. The share through the read, by distance: where it is small, "
