@@ -446,7 +446,7 @@ def test_faithfulness_evidence_of_a_transformer_s_heads(monkeypatch, tmp_path, c
     other = corpus_evidence.read_faithfulness("tiny-tf.head1.2").statistics("units")
     assert other["uniform"]["uniform_nll"]["value"] != got["uniform"]["uniform_nll"]["value"]
     text = "\n".join(corpus_runs.faithfulness_report(corpus_runs.load_faithfulness_plan(manifest)))
-    assert "| tiny-tf (layer 2, head 1) |" in text and "| tiny-tf (layer 1, head 2) |" in text
+    assert "| tiny-tf · layer 2, head 1 |" in text and "| tiny-tf · layer 1, head 2 |" in text
     capsys.readouterr()
     assert cli.main(["reproduce", "--manifest", str(manifest), "--faithfulness", "tiny-tf"]) == 0
     assert "has faithfulness evidence" in capsys.readouterr().err

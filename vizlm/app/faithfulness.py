@@ -22,7 +22,7 @@ from vizlm.app.widgets import chart_downloads, download_row, head_select, md_esc
 from vizlm.present.export import MIME, export_frame, safe_filename
 from vizlm.inspect.faithfulness import EPSILON, FaithfulnessError, adversarial_row, two_paths
 from vizlm.inspect.faithfulness_erasure import MASKING
-from vizlm.inspect.analysis import head_words
+from vizlm.inspect.analysis import view_label
 from vizlm.inspect.cache import checkpoint_digest
 from vizlm.data.registry import DataError, split_checksum
 from vizlm.reproduce.corpus_evidence import (
@@ -72,7 +72,7 @@ def head_picker(name: str) -> tuple[int, int] | None:
 
 def title(name: str, head: tuple[int, int] | None) -> str:
     """A model's heading on the page: its name, and a Transformer's head tested."""
-    return name if head is None else f"{name} · {head_words(head, 0)}"
+    return view_label(name, head, 0)  # one head: the count of heads is not said
 
 
 def _when(seconds: float) -> str:

@@ -77,6 +77,12 @@ def head_words(head: tuple[int, int | None], heads: int) -> str:
     return f"layer {layer + 1}, " + (f"mean of {heads} heads" if h is None else f"head {h + 1}")
 
 
+def view_label(model: str, head: tuple[int, int | None] | None, heads: int) -> str:
+    """A model's name with the self-attention view shown (``"transformer · layer 2, head 1"``); the name alone
+    for a model without one (``head`` None)."""
+    return model if head is None else f"{model} · {head_words(head, heads)}"
+
+
 def check_head(layers: int, heads: int, layer, head, model: str) -> tuple[int, int | None]:
     """A self-attention view of a model of ``layers`` x ``heads`` (``layer``, ``head`` counted from 0; negative
     numbers count from the end, as in a list; ``head`` None: the layer's mean), checked and counted from 0;

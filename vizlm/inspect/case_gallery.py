@@ -31,7 +31,7 @@ from vizlm.inspect.analysis import (
     analyze_batch,
     analyze_sentences,
     check_head,
-    head_words,
+    view_label,
 )
 from vizlm.inspect.attribution import attribute
 from vizlm.inspect.cache import cached, checkpoint_digest
@@ -255,9 +255,7 @@ def _transformer_head(ckpt: Checkpoint, head: tuple[int, int | None] | None) -> 
 
 def _label(ckpt: Checkpoint, head: tuple[int, int | None] | None) -> str:
     """The report's model: the checkpoint, and a Transformer's layer and head ("name · layer 2, head 1")."""
-    if head is None:
-        return ckpt.label
-    return f"{ckpt.label} · {head_words(head, ckpt.model.config.heads)}"
+    return view_label(ckpt.label, head, ckpt.model.config.heads if head is not None else 0)
 
 
 def _case_report(ckpt: Checkpoint, source: str, sentences: list[list[str]], ids: list[str] | None,

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vizlm.data.registry import DataError, check_folder_name
+from vizlm.inspect.analysis import view_label
+from vizlm.present.links import parse_head_code
 from vizlm.reproduce import corpus_evidence, experiments
 
 
@@ -115,9 +117,6 @@ class FaithfulnessPlan:
         """``(evidence name, checkpoint, head from 0 or None, label)`` of every evidence the plan (its checkpoints
         ``names``) keeps: one per checkpoint, one per head tested of a Transformer
         (:func:`vizlm.reproduce.corpus_evidence.faithfulness_name`); the label is the report's row."""
-        from vizlm.inspect.analysis import head_words
-        from vizlm.present.links import parse_head_code
-
         out = []
         for c in names or self.checkpoints:
             if c not in self.heads:
@@ -125,8 +124,7 @@ class FaithfulnessPlan:
                 continue
             for code in self.heads[c]:
                 head = parse_head_code(code)
-                out.append((corpus_evidence.faithfulness_name(c, head), c, head,
-                            f"{c} ({head_words(head, 0)})"))
+                out.append((corpus_evidence.faithfulness_name(c, head), c, head, view_label(c, head, 0)))
         return out
 
 
@@ -148,11 +146,12 @@ def load_faithfulness_plan(path: Path | None = None) -> FaithfulnessPlan | None:
     if not isinstance(plan.frozen, dict) or not all(isinstance(v, str) for v in plan.frozen.values()):
         raise ValueError(f"{path}: [faithfulness]: frozen maps a checkpoint to another seed's checkpoint of it "
                          '(frozen = {amsrn = "amsrn-shared-s4"}), not ' + repr(plan.frozen))
-    from vizlm.present.links import parse_head_code
+    def one_head(code) -> bool:  # "2.1": layer 2, head 1 (not "2", a layer's heads together)
+        head = parse_head_code(code) if isinstance(code, str) else None
+        return head is not None and head[1] is not None
 
-    if not isinstance(plan.heads, dict) or not all(
-            isinstance(v, list) and v and all(isinstance(c, str) and (parse_head_code(c) or (0, None))[1] is not None
-                                              for c in v) for v in plan.heads.values()):
+    if not isinstance(plan.heads, dict) or not all(isinstance(v, list) and v and all(map(one_head, v))
+                                                   for v in plan.heads.values()):
         raise ValueError(f"{path}: [faithfulness]: heads maps a Transformer to the heads tested, each \"layer.head\" "
                          '(heads = {transformer-doc = ["2.1", "2.2"]}), not ' + repr(plan.heads))
     if unknown := [c for c in plan.heads if c not in plan.checkpoints]:
