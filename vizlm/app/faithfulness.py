@@ -20,6 +20,7 @@ from vizlm.app import checkpoints as ck
 from vizlm.app import jobs, results
 from vizlm.app.widgets import chart_downloads, download_row, head_select, md_escape, show_chart, show_error
 from vizlm.present.export import MIME, export_frame, safe_filename
+from vizlm.present.links import head_code
 from vizlm.inspect.faithfulness import EPSILON, FaithfulnessError, adversarial_row, two_paths
 from vizlm.inspect.faithfulness_erasure import MASKING
 from vizlm.inspect.analysis import view_label
@@ -127,9 +128,9 @@ def _evidence(model: str, key: str, corpus: str, split: str, version: object,
               f"{c['units']:,} {c['unit']}, {c['targets']:,} predicted words, read in {c['context']} context; every "
               f"interval is a 95% bootstrap over the documents.")
     return {"model": model, "corpus": corpus, "split": split, "context": c["context"], "units": c["units"],
-            "head": c.get("head"), "view": c.get("view"), "resampled": "documents", "sample": sample, "masking": c["masking"], "unit": "nats",
-            "permutations_per_row": c["permutations"], "epsilon": c["epsilon"], "other": c.get("frozen"),
-            **ev.statistics()}, None
+            "head": c.get("head"), "view": c.get("view"), "resampled": "documents", "sample": sample,
+            "masking": c["masking"], "unit": "nats", "permutations_per_row": c["permutations"],
+            "epsilon": c["epsilon"], "other": c.get("frozen"), **ev.statistics()}, None
 
 
 def evidence_result(model: str, corpus: str, split: str,
@@ -169,7 +170,9 @@ def _chart(chart, frame: pd.DataFrame, stem: str, key: str, width: str = "conten
 def render_result(res: dict, key: str) -> None:
     """Every test of one model's :meth:`~vizlm.api.Model.corpus_faithfulness` result, each chart with its 95%
     interval, its downloads and a caption saying what the test asks and how to read it."""
-    stem = safe_filename(f"faithfulness-{res['model']}-{res['corpus']}-{res['split']}")
+    head = res.get("head")  # a Transformer's head: in the files' names too
+    where = "" if head is None else f"-head{head_code(tuple(head))}"
+    stem = safe_filename(f"faithfulness-{res['model']}{where}-{res['corpus']}-{res['split']}")
     sample = res.get("sample") or (f"{res['units']:,} {res['resampled']} of {res['corpus']}/{res['split']}, read in "
                                    f"{res['context']} context; every interval is a 95% bootstrap over the "
                                    f"{res['resampled']}.")
