@@ -171,15 +171,21 @@ def test_every_finished_run_in_the_repository_has_whole_evidence(monkeypatch):
         assert ev.config["checkpoint_sha256"] == checkpoint_digest(load_checkpoint(ROOT / "checkpoints" / name)), name
         assert all(len(s) == ev.config["units"] == len(c) for s, c in ev.sums.values()), name
     faith = corpus_runs.load_faithfulness_plan(ROOT / experiments.MANIFEST)
-    assert set(corpus_evidence.faithfulness_names()) <= set(faith.checkpoints), "faithfulness evidence the manifest does not name"
+    units = {name: (checkpoint, head) for name, checkpoint, head, _ in faith.units()}  # a Transformer's: per head
+    assert set(corpus_evidence.faithfulness_names()) <= set(units), "faithfulness evidence the manifest does not name"
     for name in corpus_evidence.faithfulness_names():  # whole, with its command and commit, of the bundled weights
         ev = corpus_evidence.read_faithfulness(name)
         c = ev.config
+        checkpoint, head = units[name]
+        assert c.get("head") == (None if head is None else list(head)), name  # no "head": written before it
+        if checkpoint in faith.frozen:  # the second seed's weights as bundled
+            other = load_checkpoint(ROOT / "checkpoints" / faith.frozen[checkpoint])
+            assert (c["frozen"], c["frozen_sha256"]) == (faith.frozen[checkpoint], checkpoint_digest(other)), name
         assert c["commit"] and "+dirty" not in c["commit"] and c["written_by"], name
         assert [c[k] for k in ("corpus", "split", "per_document", "limit", "permutations", "n_steps", "adversary_steps")] == [
             getattr(faith, k) for k in ("corpus", "split", "per_document", "limit", "permutations", "n_steps",
                                         "adversary_steps")], name
-        assert c["checkpoint_sha256"] == checkpoint_digest(load_checkpoint(ROOT / "checkpoints" / name)), name
+        assert c["checkpoint_sha256"] == checkpoint_digest(load_checkpoint(ROOT / "checkpoints" / checkpoint)), name
         per_unit = [a for k, a in ev.arrays.items() if k.endswith((".sum", ".count")) or k == "unit.document"]
         assert per_unit and all(len(a) == c["units"] for a in per_unit), name
     cases = corpus_runs.load_cases_plan(ROOT / experiments.MANIFEST)
