@@ -47,8 +47,8 @@ one head (:meth:`~vizlm.inspect.analysis.SentenceAnalysis.at_head`; a layer's he
 model computes, and are refused). Slot ``j`` holds input ``j`` (:mod:`vizlm.inspect.reading`): the word just read
 is a word slot, the ``<s>`` slot is held fixed. Its rows are not independent (a later layer reads every position
 below it), so each test changes one row's weights of the head at a time, the other positions as computed: each
-(variant, row) is a copy of the row's block run from the head's layer on (:func:`_features`, as
-:func:`vizlm.models.effects.head_effects` drops a slot). It has no recurrent state, so no two paths, and frozen
+(variant, row) is a copy of the row's block run from the head's layer on (:func:`_features`, through
+:func:`vizlm.models.effects.head_row_outputs`, as :func:`~vizlm.models.effects.head_effects` drops a slot). It has no recurrent state, so no two paths, and frozen
 attention from another seed is offered for recurrent attention only.
 """
 
@@ -71,7 +71,7 @@ from vizlm.inspect.attribution import DEFAULT_STEPS, TEXT_METHODS, attribute
 from vizlm.inspect.attribution_methods import reading_pieces, row_head
 from vizlm.modeling.checkpoint import Checkpoint
 from vizlm.models.base import AttentionLM, LMOutput
-from vizlm.models.effects import COPY_ELEMENTS
+from vizlm.models.effects import head_row_outputs
 
 PERMUTATIONS = 100  # Jain & Wallace's shuffles per row
 EPSILON = 0.01  # nats: the adversary's bound on |delta log P(target)|
@@ -170,38 +170,22 @@ def _features(model, piece: _Piece, weights: torch.Tensor) -> torch.Tensor:
     of ``weights`` (N, Tb, Tb) (differentiable in them). A recurrent model's rows are independent given the
     recurrent outputs: its head is run again. A Transformer's head changes one row at a time: each (variant,
     row) is a copy of the row's block run from the head's layer on with only that row's weights of the head
-    replaced, the other positions as computed (:func:`vizlm.models.effects.head_effects`' slot effects)."""
+    replaced, the other positions as computed (:func:`vizlm.models.effects.head_row_outputs`, as the slot
+    effects are)."""
     if piece.view is None:
         return model.head(piece.h.expand(len(weights), -1, -1), weights=weights).readout.features
     layer, head = piece.view
     N, Tb = weights.shape[:2]
-    block, H, dev = model.config.block, model.config.heads, weights.device
-    W = min(block, Tb)
-    steps = torch.arange(W, device=dev)
+    W, dev = min(model.config.block, Tb), weights.device
     variant, row = torch.arange(N, device=dev).repeat_interleave(Tb), torch.arange(Tb, device=dev).repeat(N)
-    start = (row // block) * block  # (P,) the first position of the row's block
-    where = (start[:, None] + steps[None, :]).clamp_max(Tb - 1)  # (P, W) the positions copied
     padded = F.pad(weights, (0, W))  # (N, Tb, Tb + W): a copy's positions beyond the text get no weight
-    new = padded[variant, row][torch.arange(len(row), device=dev)[:, None], start[:, None] + steps]  # (P, W)
-    local = row - start  # (P,) the row in its copy
-    block_mask = piece.mask[:W, :W]  # causal: the first block's
-    chunk = max(1, COPY_ELEMENTS // max(1, H * W * W))
-    parts = []
-    for i in range(0, len(row), chunk):
-        sl = slice(i, i + chunk)
-        n = len(row[sl])
-        at = torch.arange(n, device=dev)
+    steps = torch.arange(W, device=dev)
 
-        def edit(w: torch.Tensor, at=at, rows=local[sl], new=new[sl]) -> torch.Tensor:  # (n, H, W, W)
-            w = w.clone()
-            w[at, head, rows] = new.to(w.dtype)
-            return w
+    def replaced(kept: torch.Tensor, part: slice, start: torch.Tensor) -> torch.Tensor:  # (n, 1, W)
+        return padded[variant[part], row[part]].gather(1, start[:, None] + steps[None, :])[:, None]
 
-        x = model.run_layer(layer, piece.xs[layer][where[sl].T, 0], block_mask, edit=edit)[0]  # (W, n, d)
-        for k in range(layer + 1, model.config.layers):
-            x = model.run_layer(k, x, block_mask)[0]
-        parts.append(model.outputs(x)[at, local[sl]])  # (n, d): each copy's own row
-    return torch.cat(parts).reshape(N, Tb, -1)
+    feats = head_row_outputs(model, (piece.xs, piece.mask), layer, [head], torch.zeros_like(row), row, replaced)
+    return feats.reshape(N, Tb, -1)
 
 
 def _outputs(model, piece: _Piece, weights: torch.Tensor) -> dict[str, torch.Tensor]:

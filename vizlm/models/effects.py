@@ -159,6 +159,45 @@ def _slot_effects(model, h, targets, out, base, select, memory, valid, own=None)
 
 
 # --------------------------------------------------------------------------- self-attention (a Transformer)
+def head_row_outputs(model, layer_inputs: tuple[list[torch.Tensor], torch.Tensor], layer: int, heads: list[int],
+                     streams: torch.Tensor, rows: torch.Tensor, change) -> torch.Tensor:
+    """(P, d) a Transformer's output at row ``rows[p]`` of stream ``streams[p]`` with, at ``layer``, that row's
+    weights of ``heads`` replaced by ``change(kept (n, h, W), part, start (n,))`` (``part``: the slice of the P
+    pairs in this chunk; ``start``: their rows' block starts, so ``kept``'s slot ``s`` is position ``start + s``;
+    differentiable in what it returns), only that row changed: the other positions read as computed, so the
+    row's later layers see them unchanged. A row reads its own block only, so each pair is a copy of the row's
+    block (from its start to the block's end: the positions after the row, masked, change nothing) run from
+    ``layer`` on (:meth:`TransformerLM.run_layer`) with the block's causal mask, in chunks of
+    :data:`COPY_ELEMENTS` weights. ``layer_inputs``: :meth:`TransformerLM.layer_inputs` of the text."""
+    xs, mask = layer_inputs
+    T, block, H = xs[0].shape[0], model.config.block, model.config.heads
+    W = min(block, T)
+    block_mask = mask[:W, :W]  # causal: the first block's
+    steps = torch.arange(W, device=rows.device)
+    hs = torch.tensor(heads, device=rows.device)
+    chunk = max(1, COPY_ELEMENTS // max(1, H * W * W))
+    out = []
+    for i in range(0, len(rows), chunk):
+        part = slice(i, i + chunk)
+        bi, ri = streams[part], rows[part]
+        at = torch.arange(len(ri), device=ri.device)
+        start = (ri // block) * block  # (n,) the first position of the row's block
+        where = (start[:, None] + steps[None, :]).clamp_max(T - 1)  # (n, W) positions copied
+        local = ri - start  # (n,) the row in its copy
+
+        def edit(weights: torch.Tensor, at=at, local=local, part=part, start=start) -> torch.Tensor:  # (n, H, W, W)
+            weights = weights.clone()
+            kept = weights[at[:, None], hs[None, :], local[:, None]]  # (n, h, W)
+            weights[at[:, None], hs[None, :], local[:, None]] = change(kept, part, start).to(weights.dtype)
+            return weights
+
+        x = model.run_layer(layer, xs[layer][where.T, bi[None, :]], block_mask, edit=edit)[0]  # (W, n, d)
+        for k in range(layer + 1, model.config.layers):
+            x = model.run_layer(k, x, block_mask)[0]
+        out.append(model.outputs(x)[at, local])  # (n, d): each copy's own row
+    return torch.cat(out) if out else xs[0].new_zeros(0, xs[0].shape[-1])
+
+
 @torch.no_grad()
 def head_effects(model, inputs: torch.Tensor, targets: torch.Tensor, layer: int, head: int | None,
                  slots: bool = True, select: torch.Tensor | None = None,
@@ -177,7 +216,7 @@ def head_effects(model, inputs: torch.Tensor, targets: torch.Tensor, layer: int,
       NaN elsewhere; a row whose only weight is on ``j`` reads nothing.
 
     Each dropped pair is a copy of its row's block (a row reads nothing before it) run from ``layer`` on
-    (:meth:`TransformerLM.run_layer`), in chunks of :data:`COPY_ELEMENTS` weights. ``layer_inputs``: :meth:`TransformerLM.layer_inputs` when the caller has them."""
+    (:func:`head_row_outputs`). ``layer_inputs``: :meth:`TransformerLM.layer_inputs` when the caller has them."""
     xs, mask = model.layer_inputs(inputs) if layer_inputs is None else layer_inputs
     L, H = model.config.layers, model.config.heads
     base = target_logprobs(model.head(model.outputs(xs[-1])).logits, targets)  # (B, T)
@@ -198,31 +237,14 @@ def head_effects(model, inputs: torch.Tensor, targets: torch.Tensor, layer: int,
     effects = torch.full((B, T, T), float("nan"), dtype=base.dtype, device=base.device)
     effects[~(w > 0).any(1)] = 0.0  # a slot without weight: dropping it changes nothing
     b, r, j = want.nonzero(as_tuple=True)  # (N,) each
-    # a row reads its own block only: each copy is the row's block, from its start to the block's end (the
-    # positions after the row, masked, change nothing), with the block's causal mask
-    W = min(model.config.block, T)
-    block_mask = mask[:W, :W]  # causal: the first block's
-    steps = torch.arange(W, device=b.device)
-    chunk = max(1, COPY_ELEMENTS // max(1, H * W * W))
-    hs = torch.tensor(heads, device=b.device)
-    for i in range(0, len(b), chunk):
-        bi, ri, ji = b[i : i + chunk], r[i : i + chunk], j[i : i + chunk]
-        n = len(bi)
-        at = torch.arange(n, device=bi.device)
-        start = (ri // model.config.block) * model.config.block  # (n,) the first position of the row's block
-        where = (start[:, None] + steps[None, :]).clamp_max(T - 1)  # (n, W) positions copied
-        rows, slots = ri - start, ji - start  # (n,) in the copy
 
-        def edit(weights: torch.Tensor, at=at, rows=rows, slots=slots) -> torch.Tensor:  # (n, H, W, W)
-            weights = weights.clone()
-            kept = weights[at[:, None], hs[None, :], rows[:, None]]  # (n, h, W)
-            weights[at[:, None], hs[None, :], rows[:, None]] = drop_slot(kept, slots[:, None].expand(n, len(heads)))
-            return weights
+    def dropped(kept: torch.Tensor, part: slice, start: torch.Tensor) -> torch.Tensor:  # (n, h, W)
+        return drop_slot(kept, (j[part] - start)[:, None].expand(len(start), len(heads)))
 
-        x = model.run_layer(layer, xs[layer][where.T, bi[None, :]], block_mask, edit=edit)[0]  # (W, n, d)
-        for k in range(layer + 1, L):
-            x = model.run_layer(k, x, block_mask)[0]
-        h = model.outputs(x)[at, rows][:, None]  # (n, 1, d): row r_n only
-        lp = target_logprobs(model.head(h).logits[:, 0], targets[bi, ri])  # (n,)
+    h = head_row_outputs(model, (xs, mask), layer, heads, b, r, dropped)  # (N, d)
+    per = max(1, COPY_ELEMENTS // model.config.vocab_size)  # rows of logits at a time
+    for i in range(0, len(b), per):
+        bi, ri, ji = b[i : i + per], r[i : i + per], j[i : i + per]
+        lp = target_logprobs(model.head(h[i : i + per, None]).logits[:, 0], targets[bi, ri])  # (n,)
         effects[bi, ri, ji] = base[bi, ri] - lp
     return read, effects
