@@ -352,6 +352,14 @@ def test_faithfulness_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pa
     text = "\n".join(corpus_runs.faithfulness_report(plan))
     u = by_doc["uniform"]
     assert f"| tiny-kvp | {math.exp(u['nll']['value']):.1f} (" in text and "Not run yet: never" in text
+    assert "its first 3 sentences" in text and "other settings" not in text
+    # the manifest changed since: the report still describes the evidence, and says how it departs from the manifest
+    manifest.write_text(manifest.read_text().replace("permutations = 4", "permutations = 5").replace("limit = 3", "per_document = 1"))
+    text = "\n".join(corpus_runs.faithfulness_report(corpus_runs.load_faithfulness_plan(manifest)))
+    assert "its first 3 sentences" in text and "the first sentence of each of its documents" not in text
+    assert ("tiny-kvp: per_document None (the manifest: 1), limit 3 (the manifest: None), permutations 4 (the manifest: 5)"
+            in text and "--faithfulness tiny-kvp --force" in text)
+    manifest.write_text(manifest.read_text().replace("permutations = 5", "permutations = 4").replace("per_document = 1", "limit = 3"))
     capsys.readouterr()
     before = (corpus_evidence.faithfulness_folder("tiny-kvp") / "sums.safetensors").read_bytes()
     assert cli.main(["reproduce", "--manifest", str(manifest), "--faithfulness", "tiny-kvp"]) == 0
@@ -453,6 +461,7 @@ def test_faithfulness_evidence_of_a_transformer_s_heads(monkeypatch, tmp_path, c
     assert other["uniform"]["uniform_nll"]["value"] != got["uniform"]["uniform_nll"]["value"]
     text = "\n".join(corpus_runs.faithfulness_report(corpus_runs.load_faithfulness_plan(manifest)))
     assert "| tiny-tf · layer 2, head 1 |" in text and "| tiny-tf · layer 1, head 2 |" in text
+    assert "of 2 attentions" in text and "of 2 models" not in text  # a reading counts each head once
     capsys.readouterr()
     assert cli.main(["reproduce", "--manifest", str(manifest), "--faithfulness", "tiny-tf"]) == 0
     assert "has faithfulness evidence" in capsys.readouterr().err

@@ -29,8 +29,8 @@ ERASE_K = (1, 2, 3, 4, 5)
 FRACTIONS = (0.01, 0.05, 0.1, 0.2, 0.5)
 RANKINGS = ("attention", "gradient", "random")  # slot rankings of any attention model; METHODS rank too
 MASKING = ("a dropped slot's weight is set to zero and the row's other weights renormalised to sum to 1 "
-           "(the slot effect's rule); only word slots are ranked and dropped, the start slot and the <s> slot "
-           "are held fixed")
+           "(the slot effect's rule); only word slots are ranked and dropped, the start slot (where the model has "
+           "one) and the <s> slot are held fixed")
 
 
 # --------------------------------------------------------------------------- rankings of word slots

@@ -127,6 +127,15 @@ class FaithfulnessPlan:
                 out.append((corpus_evidence.faithfulness_name(c, head), c, head, view_label(c, head, 0)))
         return out
 
+    def differs(self, checkpoint: str, config: dict) -> list[str]:
+        """How an evidence's ``config`` (of ``checkpoint``) departs from the plan's settings, one
+        ``"key value (the manifest: value)"`` each; empty when it is what the plan would write now."""
+        want = {"corpus": self.corpus, "split": self.split, "per_document": self.per_document, "limit": self.limit,
+                "permutations": self.permutations, "n_steps": self.n_steps, "adversary_steps": self.adversary_steps,
+                "frozen": self.frozen.get(checkpoint)}
+        return [f"{key} {config.get(key)} (the manifest: {value})" for key, value in want.items()
+                if config.get(key) != value]
+
 
 def load_faithfulness_plan(path: Path | None = None) -> FaithfulnessPlan | None:
     """The ``[faithfulness]`` table of ``experiments.toml``, checked; None when it has none."""
@@ -359,9 +368,16 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
              "occlusion": "occlusion", "attention": "attention", "gradient": "gradient", "random": "random"}
     any_ev = next(iter(have.values()), None)
     c0 = any_ev.config if any_ev else {}
-    sample = corpus_evidence.sample_words(plan.per_document, plan.limit)
+    samples = {(ev.config.get("per_document"), ev.config.get("limit")) for ev in have.values()}
+    per_document, limit = next(iter(samples)) if len(samples) == 1 else (plan.per_document, plan.limit)
+    sample = (corpus_evidence.sample_words(per_document, limit) if len(samples) <= 1
+              else "samples that differ between the models (below)")
+    unit_of = {label: (name, checkpoint) for name, checkpoint, _, label in units}
+    departs = {n: plan.differs(unit_of[n][1], ev.config) for n, ev in have.items()}
+    departs = {n: d for n, d in departs.items() if d}
     heads_said = "; ".join(f"{k} {', '.join(v)}" for k, v in plan.heads.items())
-    n_models = len(have)
+    heads_in = any(ev.config.get("head") is not None for ev in have.values())
+    n_models = f"{len(have)} {'attentions' if heads_in else 'models'}"  # a Transformer's head is one attention tested
     lines = ["### Beyond the papers: the faithfulness tests of attention", "",
              (f"The literature's tests of attention as an explanation (`vizlm.inspect.faithfulness`, [API.md](API.md)), "
               f"run on each bundled attention model over {plan.corpus} {plan.split}, {sample} (`vizlm reproduce "
@@ -377,11 +393,16 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
                  f"{heads_said}, as layer.head): each "
                  f"prediction's weights of that head are changed alone, the other positions read as computed "
                  f"(slot j holds input j, the word just read included; the <s> slot is held fixed). It has no "
-                 f"recurrent state, so no two paths." if plan.heads else "")
+                 f"recurrent state, so no two paths. A reading below counts each head as one attention tested."
+                 if plan.heads else "")
               + (" A document's first sentence is read by a document model with nothing before it, as it reads it "
                  "in running text: these tests see its attention within the sentence, none across sentences "
                  "(`per_document` above 1 in `experiments.toml`'s `[faithfulness]` adds the sentences after it)."
-                 if plan.per_document == 1 else "")), ""]
+                 if per_document == 1 and len(samples) == 1 else "")), ""]
+    if departs:
+        lines += [("Written under other settings than the manifest's (`vizlm reproduce --faithfulness "
+                   f"{' '.join(dict.fromkeys(unit_of[n][1] for n in departs))} --force` writes them again): "
+                   + "; ".join(f"{n}: {', '.join(d)}" for n, d in departs.items()) + "."), ""]
     if missing:
         lines += [f"Not run yet: {', '.join(missing)} (`vizlm reproduce --faithfulness {' '.join(missing)}`).", ""]
     if not have:
@@ -420,7 +441,8 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
             below += _apart(top, hi[1]) < 0
     lines += ["", (f"Reading: attention's best agreement with a word-level method ranges {_range(best_att, '+.2f')}; "
                    f"the best agreement of two methods with each other ranges {_range(ceilings, '+.2f')}. In {below} of "
-                   f"{n_models} models attention's best agreement lies below the methods' best agreement with each other "
+                   f"{n_models} the best agreement of attention with a method lies below the methods' best agreement "
+                   "with each other "
                    "(the 95% intervals apart).")]
 
     # (b) permutations
@@ -428,7 +450,7 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
     heads = [f"[{b['lo']:g}, {b['hi']:g}{']' if b['hi'] == 1 else ')'}" for b in bins]
     perms = c0.get("permutations", "—")
     lines += ["", (f"**Permutations** (Jain & Wallace, Sec. 4.1): each prediction's weights on its word slots shuffled "
-                   f"among them ({perms} shuffles; the start slot and the `<s>` slot keep theirs), the median over the "
+                   f"among them ({perms} shuffles; the start slot, where the model has one, and the `<s>` slot keep theirs), the median over the "
                    "shuffles of the total variation distance (TVD) and the Jensen–Shannon divergence (JSD, nats) of the "
                    "next-word distribution; per bin of the prediction's largest word-slot weight, the median over "
                    "predictions (its interval over documents). Rows: predictions per bin."), "",
@@ -452,7 +474,7 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
     lines += ["", (f"Reading: the share of predictions whose largest word-slot weight is below "
                    f"{bins[0]['hi'] if bins else '—'} ranges {_range(low_share, '.0f', 100, '%')}. Does a shuffle move the "
                    f"prediction more where the attention is peaked? The median TVD of the highest bin with predictions "
-                   f"lies above the lowest bin's in {rises} of {n_models} models; in the highest bin it ranges "
+                   f"lies above the lowest bin's in {rises} of {n_models}; in the highest bin it ranges "
                    f"{_range(top_tvd, '.3f')}.")]
 
     # (c) adversarial
@@ -504,7 +526,7 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
         lines.append(f"| {n} | {_interval(_exp(u['nll']), spec='.1f')} | {_interval(_exp(u['uniform_nll']), spec='.1f')} | "
                      f"{_interval(d, spec='+.4f')} | {frozen} |")
         {1: worse, -1: better, 0: same_}[_sign(d)].append((n, math.expm1(d["value"])))
-    said = [f"raises perplexity in {len(worse)} of {n_models} models"
+    said = [f"raises perplexity in {len(worse)} of {n_models}"
             + (f" (by {_range(worse, '.1f', 100, '%')})" if worse else "")]
     if better:
         said.append(f"lowers it in {len(better)} (by {_range([(n, -v) for n, v in better], '.1f', 100, '%')})")
@@ -533,7 +555,7 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
         beats_random += _sign(ev.difference("erasure.attention.k1.dlogp", "erasure.random.k1.dlogp")) > 0
         beats_gradient += _sign(ev.difference("erasure.attention.k1.dlogp", "erasure.gradient.k1.dlogp")) > 0
     lines += ["", (f"Reading (paired over the same predictions, k = 1): dropping the most attended word slot lowers "
-                   f"log P(word) more than dropping a random one in {beats_random} of {n_models} models, and more than "
+                   f"log P(word) more than dropping a random one in {beats_random} of {n_models}, and more than "
                    f"dropping the slot the gradient ranks first in {beats_gradient} of {n_models}.")]
 
     # (f) AOPC
@@ -558,8 +580,8 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
         top = max(ranks, key=lambda r: o[r]["comprehensiveness"]["value"]
                   if math.isfinite(o[r]["comprehensiveness"]["value"]) else -math.inf)
         best.append(f"{n}: {short.get(top, top)}")
-    lines += ["", (f"Reading (paired): attention's comprehensiveness is above random's in {comp_random} of {n_models} "
-                   f"models. The most comprehensive ranking per model: {'; '.join(best)}.")]
+    lines += ["", (f"Reading (paired): attention's comprehensiveness is above random's in {comp_random} of {n_models}"
+                   f". The most comprehensive ranking per model: {'; '.join(best)}.")]
 
     # (g) the two paths
     groups = [("2", [2]), ("3–5", [3, 4, 5]), ("6–10", list(range(6, 11)))]
