@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import time
 
@@ -265,6 +266,40 @@ def test_a_copy_without_git_records_the_commit_it_is_given(monkeypatch, tmp_path
     monkeypatch.setenv(paths.COMMIT_ENV, "ebd65b1")
     if (ROOT / ".git").exists():
         assert paths.commit() != "ebd65b1" and len(paths.commit().split("+")[0]) == 40
+
+
+def test_the_commit_is_dirty_for_changed_code_or_manifest_not_for_rewritten_evidence(monkeypatch, tmp_path):
+    """A run that rewrites an evidence folder (``--force``) leaves the next run's inputs as committed: changed
+    evidence is not ``+dirty``; a changed manifest, document or module is, and so is a change beside evidence/."""
+    import subprocess
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True,
+                       env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+
+    monkeypatch.setenv("VIZLM_HOME", str(tmp_path))
+    monkeypatch.delenv(paths.COMMIT_ENV, raising=False)
+    files = {"experiments.toml": "a", "evidence/run/config.json": "{}", "evidence-notes.md": "x", "vizlm/m.py": "1"}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "one")
+    head = paths.commit()
+    assert len(head) == 40 and "+" not in head
+    (tmp_path / "evidence" / "run" / "config.json").write_text('{"rewritten": true}')
+    (tmp_path / "evidence" / "new").mkdir()
+    assert paths.commit() == head
+    for name in ("experiments.toml", "evidence-notes.md", "vizlm/m.py"):
+        (tmp_path / name).write_text("changed")
+        assert paths.commit() == head + "+dirty", name
+        git("checkout", "-q", "--", name)
+    assert paths.commit() == head
 
 
 def test_case_labels_against_chance_are_evidence_and_a_table(trained, tmp_path):

@@ -126,7 +126,9 @@ def checkpoints_dir() -> Path:
 
 def commit() -> str | None:
     """The git commit of the vizlm checkout (``git rev-parse HEAD`` in :func:`home`), with
-    ``+dirty`` when it has uncommitted changes to tracked files. Outside a git checkout (a copy of the
+    ``+dirty`` when it has uncommitted changes to tracked files outside ``evidence/``: evidence is what runs
+    write, never what they read, so a run that rewrites one evidence folder (``--force``) leaves the next run's
+    code, data and manifest as committed. Outside a git checkout (a copy of the
     tree on a cluster node or a GPU machine, without ``.git``) it is ``$VIZLM_COMMIT`` when set (the
     commit the copy was made from: 7 to 40 hex digits, ``+dirty`` allowed), else None. A checkout's
     own commit wins over the variable."""
@@ -136,7 +138,8 @@ def commit() -> str | None:
     try:
         head = subprocess.run(["git", "-C", str(home()), "rev-parse", "HEAD"], capture_output=True, text=True,
                               timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(home()), "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "-C", str(home()), "status", "--porcelain", "--untracked-files=no", "--",
+                                ".", f":(exclude){EVIDENCE_FOLDER}"],
                                capture_output=True, text=True, timeout=10, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         head = dirty = ""
@@ -163,9 +166,12 @@ def runs_dir() -> Path:
     return _location("runs", home() / "runs")
 
 
+EVIDENCE_FOLDER = "evidence"  # in the checkout: the runs' evidence, kept in the repository
+
+
 def evidence_dir() -> Path:
     """The evidence of the reproduction's runs (:mod:`vizlm.reproduce.evidence`), kept in the repository."""
-    return _location("evidence", home() / "evidence")
+    return _location("evidence", home() / EVIDENCE_FOLDER)
 
 
 def cache_dir() -> Path:
