@@ -6,7 +6,7 @@ erasure curves, ERASER's comprehensiveness and sufficiency, Jain & Wallace's per
 largest weight), their adversarial attention and the agreement of attention with the explanations beside the
 explanations' agreement with each other (the ceiling), Wiegreffe & Pinter's uniform baseline, and the two paths
 (the attention read vs the recurrent state) by distance. A bundled model opens on the repository's evidence
-(``vizlm reproduce --faithfulness``: the first sentence of every test document, intervals over documents), read at
+(``vizlm reproduce --faithfulness``: the first sentences of every test document, intervals over documents), read at
 once. Thin page: inputs -> the evidence (:func:`vizlm.app.faithfulness.evidence_result`) or
 :meth:`vizlm.Model.corpus_faithfulness` (through :mod:`vizlm.app.faithfulness`, in the background) -> render.
 """
