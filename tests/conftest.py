@@ -28,6 +28,9 @@ from vizlm.models import REGISTRY, build_model
 # it. Every test process (and the CLI processes it starts) gets an empty one; a test that prepares a
 # corpus sets its own with monkeypatch.
 os.environ["VIZLM_CORPORA"] = tempfile.mkdtemp(prefix="vizlm-test-corpora-")
+# Likewise the runs folder (vizlm.core.paths.runs_dir): a checkout that has trained runs lists them in the app, so
+# the suite sees what a fresh clone sees, an empty one; a test that trains sets its own.
+os.environ["VIZLM_RUNS"] = tempfile.mkdtemp(prefix="vizlm-test-runs-")
 
 # Under pytest-xdist every worker has a core of its own (scripts/test.sh starts one per core): one intra-op thread
 # each, in the worker and in the CLI processes it starts. Torch's default (a thread per core in every process)
