@@ -34,6 +34,7 @@ TAGGER_FILE = "tagger.json"  # bigram HMM tagger counts, built from Brown train 
 COLLOCATIONS_FILE = "collocations.tsv"  # word pairs with PMI, built from Brown train (vizlm.data.resources)
 EXAMPLES_FILE = "examples.json"  # example passages of the test splits (vizlm.data.prepare)
 SHIPPED_STATS = "stats"  # the folder of the data folder holding the shipped statistics (not a corpus name)
+EVIDENCE_FOLDER = "evidence"  # the checkout's folder of the runs' evidence, kept in the repository
 
 _ENV = {"home": "VIZLM_HOME", "data": "VIZLM_DATA", "checkpoints": "VIZLM_CHECKPOINTS", "cache": "VIZLM_CACHE", "runs": "VIZLM_RUNS",
         "evidence": "VIZLM_EVIDENCE", "corpora": "VIZLM_CORPORA"}
@@ -164,9 +165,6 @@ def shipped_stats_dir() -> Path:
 def runs_dir() -> Path:
     """Checkpoints of the reproduction's runs that are not bundled (``vizlm reproduce``)."""
     return _location("runs", home() / "runs")
-
-
-EVIDENCE_FOLDER = "evidence"  # in the checkout: the runs' evidence, kept in the repository
 
 
 def evidence_dir() -> Path:

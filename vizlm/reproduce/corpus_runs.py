@@ -372,8 +372,8 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
     per_document, limit = next(iter(samples)) if len(samples) == 1 else (plan.per_document, plan.limit)
     sample = (corpus_evidence.sample_words(per_document, limit) if len(samples) <= 1
               else "samples that differ between the models (below)")
-    unit_of = {label: (name, checkpoint) for name, checkpoint, _, label in units}
-    departs = {n: plan.differs(unit_of[n][1], ev.config) for n, ev in have.items()}
+    checkpoint_of = {label: checkpoint for _, checkpoint, _, label in units}
+    departs = {n: plan.differs(checkpoint_of[n], ev.config) for n, ev in have.items()}
     departs = {n: d for n, d in departs.items() if d}
     heads_said = "; ".join(f"{k} {', '.join(v)}" for k, v in plan.heads.items())
     heads_in = any(ev.config.get("head") is not None for ev in have.values())
@@ -401,7 +401,7 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
                  if per_document == 1 and len(samples) == 1 else "")), ""]
     if departs:
         lines += [("Written under other settings than the manifest's (`vizlm reproduce --faithfulness "
-                   f"{' '.join(dict.fromkeys(unit_of[n][1] for n in departs))} --force` writes them again): "
+                   f"{' '.join(dict.fromkeys(checkpoint_of[n] for n in departs))} --force` writes them again): "
                    + "; ".join(f"{n}: {', '.join(d)}" for n, d in departs.items()) + "."), ""]
     if missing:
         lines += [f"Not run yet: {', '.join(missing)} (`vizlm reproduce --faithfulness {' '.join(missing)}`).", ""]
@@ -450,10 +450,10 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
     heads = [f"[{b['lo']:g}, {b['hi']:g}{']' if b['hi'] == 1 else ')'}" for b in bins]
     perms = c0.get("permutations", "—")
     lines += ["", (f"**Permutations** (Jain & Wallace, Sec. 4.1): each prediction's weights on its word slots shuffled "
-                   f"among them ({perms} shuffles; the start slot, where the model has one, and the `<s>` slot keep theirs), the median over the "
-                   "shuffles of the total variation distance (TVD) and the Jensen–Shannon divergence (JSD, nats) of the "
-                   "next-word distribution; per bin of the prediction's largest word-slot weight, the median over "
-                   "predictions (its interval over documents). Rows: predictions per bin."), "",
+                   f"among them ({perms} shuffles; the start slot, where the model has one, and the `<s>` slot keep "
+                   "theirs), the median over the shuffles of the total variation distance (TVD) and the "
+                   "Jensen–Shannon divergence (JSD, nats) of the next-word distribution; per bin of the prediction's "
+                   "largest word-slot weight, the median over predictions (its interval over documents). Rows: predictions per bin."), "",
               "| model | measure | " + " | ".join(heads) + " | rows per bin |", "|---|---|" + "---|" * (len(bins) + 1)]
     rises, top_tvd, low_share = 0, [], []
     for n, st in stats.items():
