@@ -48,8 +48,9 @@ model computes, and are refused). Slot ``j`` holds input ``j`` (:mod:`vizlm.insp
 is a word slot, the ``<s>`` slot is held fixed. Its rows are not independent (a later layer reads every position
 below it), so each test changes one row's weights of the head at a time, the other positions as computed: each
 (variant, row) is a copy of the row's block run from the head's layer on (:func:`_features`, through
-:func:`vizlm.models.effects.head_row_outputs`, as :func:`~vizlm.models.effects.head_effects` drops a slot). It has no recurrent state, so no two paths, and frozen
-attention from another seed is offered for recurrent attention only.
+:func:`vizlm.models.effects.head_row_outputs`, as :func:`~vizlm.models.effects.head_effects` drops a slot). It
+has no recurrent state, so no two paths, and frozen attention from another seed is offered for recurrent
+attention only.
 """
 
 from __future__ import annotations
