@@ -205,10 +205,13 @@ def test_every_finished_run_in_the_repository_has_whole_evidence(monkeypatch):
 
 
 def test_attribution_evidence_gives_the_librarys_statistics(monkeypatch, tmp_path, capsys):
-    """`vizlm reproduce --attribution` keeps per-unit sums whose means and intervals are exactly
-    corpus_attribution's; the report's tables read them alone; existing evidence is kept unless --force."""
+    """`vizlm reproduce --attribution` keeps per-unit sums and each unit's document: resampling the units gives
+    exactly the library's intervals, resampling the documents what a bootstrap of the per-word values over their
+    documents gives; the report's tables read them alone and name evidence the manifest no longer describes;
+    existing evidence is kept unless --force."""
     import torch
 
+    from vizlm.data.registry import load_corpus
     from vizlm.inspect import attribution_corpus
     from vizlm.modeling.checkpoint import save_checkpoint
     from vizlm.data.vocab import Vocab
@@ -222,29 +225,49 @@ def test_attribution_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pat
         model = build_model(family, vocab_size=len(vocab), emb_dim=8, hidden_dim=8, **kw).eval()
         save_checkpoint(tmp_path / "checkpoints" / name, model, family, vocab, metrics={}, corpus={"name": "brown"})
     manifest = tmp_path / "experiments.toml"
-    manifest.write_text(TINY + '\n[attribution]\nmethod = "occlusion"\nlimit = 12\ncheckpoints = ["tiny-kvp", "tiny-lstm", "never"]\n')
+    manifest.write_text(TINY + '\n[attribution]\nmethod = "occlusion"\nper_document = 2\n'
+                               'checkpoints = ["tiny-kvp", "tiny-lstm", "never"]\n')
     assert cli.main(["reproduce", "--manifest", str(manifest), "--attribution", "tiny-kvp", "tiny-lstm"]) == 0
     ev = corpus_evidence.read_attribution("tiny-kvp")
-    assert ev.config["limit"] == 12 and ev.config["commit"] is not None and ev.config["window"] == 3
+    c = ev.config
+    assert (c["per_document"], c["limit"], c["window"], c["permutations"]) == (2, None, 3, 0) and c["commit"] is not None
     ckpt = load_checkpoint(tmp_path / "checkpoints" / "tiny-kvp")
-    lib = attribution_corpus.corpus_attribution(ckpt, "brown", "test", "occlusion", limit=12)
-    assert ev.statistic("kendall_tau") == pytest.approx(lib["agreement"]["kendall_tau"], rel=1e-12)
-    assert ev.statistic("moved_1_bit") == pytest.approx(lib["permutation"]["share_over_1_bit"], rel=1e-12)
-    assert ev.statistic("beyond_window") == pytest.approx(lib["positions"]["beyond_window"], rel=1e-12)
+    select = corpus_evidence.first_of_each_document("brown", "test", 2)
+    rows, n_units = attribution_corpus.collect(ckpt, "brown", "test", "occlusion", permutations=0, select=select)
+    ids = load_corpus("brown", "test").ids
+    docs = list(dict.fromkeys(ids[i].rpartition(":")[0] for i in select))  # in order of first appearance
+    assert (c["units"], c["documents"]) == (n_units, len(docs)) == (2 * len(docs), len(docs))  # two sentences each
+    doc_of_row = np.array([docs.index(ids[select[u]].rpartition(":")[0]) for u in rows["unit"].astype(int)])
+    chosen = rows["npos"] >= 2
+    tau = np.where(chosen, rows["tau"], np.nan)
+    by_units = attribution_corpus.cluster_interval(tau, rows["unit"], n_units)
+    by_documents = attribution_corpus.cluster_interval(tau, doc_of_row, len(docs))
+    assert ev.statistic("kendall_tau", resample="units") == pytest.approx(by_units, rel=1e-12)
+    assert ev.statistic("kendall_tau") == pytest.approx(by_documents, rel=1e-12)
+    assert by_documents["hi"] - by_documents["lo"] != pytest.approx(by_units["hi"] - by_units["lo"], rel=1e-3)
     assert corpus_evidence.read_attribution("tiny-lstm").statistic("kendall_tau") is None  # no attention, no agreement
     chance = ev.statistic("top1_chance")  # 1 / n of the n positions a prediction could attend to (window 3)
-    assert chance["n"] == lib["agreement"]["targets"] and 1 / 3 <= chance["value"] <= 1 / 2
+    assert chance["n"] == int(chosen.sum()) and 1 / 3 <= chance["value"] <= 1 / 2
     plan = corpus_runs.load_attribution(manifest)
     monkeypatch.setattr(corpus_evidence, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
     text = "\n".join(corpus_runs.attribution_report(plan))
-    tau = lib["agreement"]["kendall_tau"]
-    assert f"| tiny-kvp | {tau['n']:,} | {tau['value']:+.3f} ({tau['lo']:+.3f}–{tau['hi']:+.3f}) |" in text
-    assert "| never | not run |" in text and "| tiny-lstm | sentence | — |" in text
+    t = ev.statistic("kendall_tau")
+    assert f"| tiny-kvp | {t['n']:,} | {t['value']:+.3f} ({t['lo']:+.3f}–{t['hi']:+.3f}) |" in text
+    assert "| never | not run |" in text and f"| tiny-lstm | sentence | — | {len(docs)} |" in text
+    assert "the first 2 sentences of each of its documents" in text and f"({len(docs)} documents;" in text
+    # the manifest changed since: the evidence is named, with the command that writes it again, and not shown
+    manifest.write_text(manifest.read_text().replace('method = "occlusion"', 'method = "gradient-x-input"'))
+    text = "\n".join(corpus_runs.attribution_report(corpus_runs.load_attribution(manifest)))
+    assert ("tiny-kvp: method occlusion (the manifest: gradient-x-input)" in text
+            and "--attribution tiny-kvp tiny-lstm --force" in text and f"| tiny-kvp | {t['n']:,} |" not in text)
     capsys.readouterr()
     assert cli.main(["reproduce", "--manifest", str(manifest), "--attribution", "tiny-kvp"]) == 0
     assert "has attribution evidence" in capsys.readouterr().err
     assert cli.main(["reproduce", "--manifest", str(manifest), "--attribution", "other"]) == 2
     assert "not in the manifest's [attribution] checkpoints" in capsys.readouterr().err
+    manifest.write_text(manifest.read_text().replace("per_document = 2", "per_document = 2\nlimit = 5"))
+    with pytest.raises(ValueError, match="give one"):
+        corpus_runs.load_attribution(manifest)
 
 
 def test_a_copy_without_git_records_the_commit_it_is_given(monkeypatch, tmp_path):

@@ -47,6 +47,12 @@ def document_of(sid: str) -> str:
     return sid.rpartition(":")[0]
 
 
+def document_keys(ids: Iterable[str]) -> list[str]:
+    """Each sentence id's document (:func:`document_of`), an id without ``:`` a document of its own (a key no
+    other id has): how vizlm groups sentences into documents, for reading and for resampling."""
+    return [document_of(sid) or f"\0{i}" for i, sid in enumerate(ids)]
+
+
 def document_sizes(ids: Iterable[str]) -> list[int]:
     """Sentences per document for sentence ids ``document:index`` in corpus order.
 
@@ -55,8 +61,7 @@ def document_sizes(ids: Iterable[str]) -> list[int]:
     """
     sizes: list[int] = []
     last = None
-    for i, sid in enumerate(ids):
-        doc = document_of(sid) or f"\0{i}"
+    for doc in document_keys(ids):
         if doc == last:
             sizes[-1] += 1
         else:
@@ -189,5 +194,5 @@ def rewrite_ids(folder: Path, split: str, ids: Iterable[str]) -> None:
 
 
 __all__ = ["CARD_FILE", "CARD_FORMAT", "COLUMNS", "MAX_CARD_BYTES", "TOKEN_ID_FILES", "VOCAB_FILE", "SplitWriter",
-           "card_text", "document_of", "document_sizes", "file_stamp", "lines_text", "read_card", "rewrite_ids", "sha256_file", "split_file",
+           "card_text", "document_keys", "document_of", "document_sizes", "file_stamp", "lines_text", "read_card", "rewrite_ids", "sha256_file", "split_file",
            "split_files", "vocab_text", "write_card", "write_files", "write_folder", "write_vocab"]

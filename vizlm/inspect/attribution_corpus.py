@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from vizlm.data.folder import document_keys
 from vizlm.data.registry import load_corpus, split_checksum
 from vizlm.inspect.agreement import TOP_K, nanmean
 from vizlm.inspect.analysis import SentenceAnalysis, analyze_sentences
@@ -106,7 +107,7 @@ def reading_units(sentences: list[list[str]], ids: list[str], document: bool, pa
     if not document:
         return [[i] for i in keep]
     units: list[list[int]] = []
-    doc_of = [sid.rpartition(":")[0] or f"\0{k}" for k, sid in enumerate(ids)]
+    doc_of = document_keys(ids)
     size = 0
     for i in keep:
         n = len(sentences[i]) + 1
@@ -117,6 +118,15 @@ def reading_units(sentences: list[list[str]], ids: list[str], document: bool, pa
             units.append([i])
             size = n
     return units
+
+
+def unit_documents(units: list[list[int]], ids: list[str]) -> np.ndarray:
+    """The document of each unit (:func:`reading_units`' units of the sentences with these ``ids``;
+    :func:`vizlm.data.folder.document_keys`), numbered 0, 1, ... in order of first appearance: the clusters a
+    bootstrap over documents resamples (the Brown splits sample documents, not sentences)."""
+    keys = document_keys(ids)
+    numbering: dict[str, int] = {}
+    return np.asarray([numbering.setdefault(keys[u[0]], len(numbering)) for u in units], dtype=np.int32)
 
 
 def model_window(ckpt: Checkpoint) -> int | None:
@@ -204,7 +214,7 @@ def corpus_agreement(ckpt: Checkpoint, corpus: str, split: str, method: str = "g
     return corpus_attribution(ckpt, corpus, split, method, limit, **kwargs)
 
 
-def _collect(ckpt, sentences, ids, units, method, n_steps, permutations, max_offset, absolute, seed,
+def _collect(ckpt, sentences, units, method, n_steps, permutations, max_offset, absolute, seed,
              progress) -> dict:
     """Per-target arrays over the units: unit index, agreement, permutation shifts, position shares."""
     W = max_offset
@@ -374,20 +384,20 @@ def unit_sums(rows: dict, n_units: int) -> dict[str, tuple[np.ndarray, np.ndarra
 def collect(ckpt: Checkpoint, corpus: str, split: str, method: str = "gradient-x-input", limit: int | None = None,
             n_steps: int = DEFAULT_STEPS, permutations: int = PERMUTATIONS, max_offset: int = MAX_OFFSET,
             passage_tokens: int = PASSAGE_TOKENS, absolute: bool = True, seed: int = 0,
-            progress: Callable[[float], None] | None = None) -> tuple[dict, int]:
+            progress: Callable[[float], None] | None = None, select: list[int] | None = None) -> tuple[dict, int]:
     """``(rows, units)``: the per-target arrays of :func:`corpus_attribution` over a processed split (its first
-    ``limit`` sentences), not cached, and how many units (sentences, or a document model's passages) they come
-    from."""
+    ``limit`` sentences, or the sentences ``select`` indexes, in order), not cached, and how many units
+    (:func:`reading_units`: sentences, or a document model's passages) they come from."""
     if method not in METHODS:
         raise AttributionError(f"unknown attribution method {method!r}; valid: {', '.join(METHODS)}")
     if method == "slot-effect" and not ckpt.has_attention:
         raise AttributionError(f"{ckpt.label} has no attention: it has no slot effects")
     data = load_corpus(corpus, split)
     document = getattr(ckpt.model.config, "context", "sentence") == "document"
-    sentences = data.sentences[:limit] if limit is not None else data.sentences
-    units = reading_units(sentences, data.ids, document, passage_tokens)
-    rows = _collect(ckpt, sentences, data.ids, units, method, n_steps, permutations, max_offset, absolute, seed,
-                    progress)
+    index = list(select) if select is not None else list(range(len(data.sentences)))[:limit]
+    sentences = [data.sentences[i] for i in index]
+    units = reading_units(sentences, [data.ids[i] for i in index], document, passage_tokens)
+    rows = _collect(ckpt, sentences, units, method, n_steps, permutations, max_offset, absolute, seed, progress)
     return rows, len(units)
 
 
@@ -452,5 +462,6 @@ __all__ = [
     "model_window",
     "permutation_shift",
     "reading_units",
+    "unit_documents",
     "unit_sums",
 ]

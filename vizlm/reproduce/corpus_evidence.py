@@ -4,7 +4,7 @@
 
     attribution/CHECKPOINT/     config.json and sums.safetensors: per unit (sentence, or a document model's
                                 passage) the sum and count of each quantity of the corpus attribution
-                                (:data:`vizlm.inspect.attribution_corpus.UNIT_SUMS`)
+                                (:data:`vizlm.inspect.attribution_corpus.UNIT_SUMS`), each unit's document
     faithfulness/CHECKPOINT/    config.json and sums.safetensors: what every statistic of the faithfulness tests
                                 and its interval are computed from (:func:`faithfulness_sums`), each unit's document
     cases/CHECKPOINT.json       each case label's rate beside its distance-matched chance rate
@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from vizlm.core import paths
+from vizlm.data.folder import document_keys
 from vizlm.data.registry import load_corpus
 from vizlm.inspect.analysis import head_words
 from vizlm.inspect.cache import checkpoint_digest
@@ -55,27 +56,42 @@ class _Progress:
 # --------------------------------------------------------------------------- corpus attribution (beyond the papers)
 ATTRIBUTION = "attribution"  # evidence/attribution/CHECKPOINT/: what a bundled model's predictions depended on
 ATTRIBUTION_FILES = ("config.json", "sums.safetensors")
+UNIT_DOCUMENT = "unit.document"  # in sums.safetensors (attribution, faithfulness): each unit's document, 0, 1, ...
 
 
 @dataclass
 class AttributionEvidence:
     """A bundled checkpoint's attribution over a corpus split, read back (:func:`read_attribution`): per unit
     (sentence, or a document model's passage) the sum and count of each quantity of
-    :data:`vizlm.inspect.attribution_corpus.UNIT_SUMS` it has."""
+    :data:`vizlm.inspect.attribution_corpus.UNIT_SUMS` it has, and ``documents``: each unit's document (None in
+    evidence written before it was kept)."""
 
     name: str
     config: dict
     sums: dict[str, tuple[np.ndarray, np.ndarray]] = field(repr=False)
+    documents: np.ndarray | None = field(default=None, repr=False)
 
-    def statistic(self, key: str) -> dict | None:
-        """The mean of ``key`` over the targets with its 95% interval resampling the units (the library's
-        :func:`vizlm.inspect.attribution_corpus.cluster_mean`, with the seed and resamples the config records); None when
-        the model has no such quantity (agreement without attention)."""
+    def statistic(self, key: str, resample: str = "documents") -> dict | None:
+        """The mean of ``key`` over the targets with its 95% interval resampling ``resample``: ``"documents"``
+        (the report's: the Brown splits sample documents) or ``"units"`` (the library's
+        :func:`vizlm.inspect.attribution_corpus.corpus_attribution`, exactly), by
+        :func:`vizlm.inspect.attribution_corpus.cluster_mean` with the seed and resamples the config records; None
+        when the model has no such quantity (agreement without attention)."""
         from vizlm.inspect.attribution_corpus import cluster_mean
 
         if key not in self.sums:
             return None
-        return cluster_mean(*self.sums[key], n_boot=self.config["n_boot"], seed=self.config["seed"])
+        sums, counts = self.sums[key]
+        if resample == "documents":
+            if self.documents is None:
+                raise EvidenceError(f"{self.name}: attribution evidence without its units' documents; write it again: "
+                                    f"vizlm reproduce --attribution {self.name} --force")
+            n = int(self.documents.max(initial=-1)) + 1
+            sums = np.bincount(self.documents, weights=sums, minlength=n)
+            counts = np.bincount(self.documents, weights=counts, minlength=n)
+        elif resample != "units":
+            raise ValueError(f"resample must be 'documents' or 'units', not {resample!r}")
+        return cluster_mean(sums, counts, n_boot=self.config["n_boot"], seed=self.config["seed"])
 
 
 def attribution_folder(name: str) -> Path:
@@ -127,17 +143,38 @@ def read_attribution(name: str) -> AttributionEvidence | None:
     if read is None:
         return None
     config, arrays = read
+    documents = arrays.pop(UNIT_DOCUMENT, None)
     keys = sorted({k.rsplit(".", 1)[0] for k in arrays})
-    return AttributionEvidence(name, config, {k: (arrays[f"{k}.sum"], arrays[f"{k}.count"]) for k in keys})
+    return AttributionEvidence(name, config, {k: (arrays[f"{k}.sum"], arrays[f"{k}.count"]) for k in keys},
+                               None if documents is None else documents.astype(np.int64))
 
 
-def write_attribution(name: str, source: Path | str, corpus: str, split: str, method: str, limit: int | None,
-                      force: bool = False, log=None) -> Path:
-    """Attribute the predictions of checkpoint ``source`` over ``corpus``/``split`` (its first ``limit``
-    sentences; :func:`vizlm.inspect.attribution_corpus.collect`) and keep, in ``evidence/attribution/NAME/``, the per-unit
-    sums the report's means and intervals are computed from (:func:`vizlm.inspect.attribution_corpus.unit_sums`) and a
-    config: the checkpoint's and the corpus's checksums, every parameter, the command and the commit.
-    Written whole; existing evidence is replaced only with ``force``."""
+def corpus_sample(corpus: str, split: str, document: bool, per_document: int | None = None,
+                  limit: int | None = None) -> tuple[list[int] | None, list[list[int]], np.ndarray]:
+    """What a corpus pass over ``corpus``/``split`` reads: ``(select, units, unit documents)``. ``select``: the
+    indices of the first ``per_document`` sentences of every document (:func:`first_of_each_document`), None for
+    the split's first ``limit`` sentences (all, without a limit); ``units``: the sentence indices, within those,
+    of each unit (:func:`vizlm.inspect.attribution_corpus.reading_units`: a sentence, or a ``document`` model's
+    passage); and each unit's document, numbered from 0 (what the report's bootstrap resamples)."""
+    from vizlm.inspect.attribution_corpus import PASSAGE_TOKENS, reading_units, unit_documents
+
+    data = load_corpus(corpus, split)
+    select = first_of_each_document(corpus, split, per_document) if per_document is not None else None
+    index = select if select is not None else list(range(len(data.sentences)))[:limit]
+    ids = [data.ids[i] for i in index]
+    units = reading_units([data.sentences[i] for i in index], ids, document, PASSAGE_TOKENS)
+    return select, units, unit_documents(units, ids)
+
+
+def write_attribution(name: str, source: Path | str, corpus: str, split: str, method: str, limit: int | None = None,
+                      force: bool = False, log=None, per_document: int | None = None) -> Path:
+    """Attribute the predictions of checkpoint ``source`` over ``corpus``/``split`` (the first ``per_document``
+    sentences of each document, else the first ``limit`` sentences, else all; :func:`corpus_sample`,
+    :func:`vizlm.inspect.attribution_corpus.collect`) and keep, in ``evidence/attribution/NAME/``, the per-unit sums
+    the report's means and intervals are computed from (:func:`vizlm.inspect.attribution_corpus.unit_sums`), each
+    unit's document, and a config: the checkpoint's and the corpus's checksums, every parameter, the command and
+    the commit. No permutation test: the faithfulness evidence runs Jain & Wallace's as they did
+    (:func:`write_faithfulness`). Written whole; existing evidence is replaced only with ``force``."""
     from vizlm.inspect import attribution_corpus as va
 
     log = log or sys.stderr
@@ -145,27 +182,33 @@ def write_attribution(name: str, source: Path | str, corpus: str, split: str, me
     if dest.exists() and not force:
         raise EvidenceError(f"{dest} exists already (attribution evidence of {name}); pass --force to rewrite it")
     ckpt = load_checkpoint(source)
+    commit = paths.commit()  # the code that computes it, read before it starts
+    document = meta_context(ckpt.meta) == "document"
+    select, units, unit_document = corpus_sample(corpus, split, document, per_document, limit)
     progress = _Progress(name, "attribution", log)
 
-    rows, units = va.collect(ckpt, corpus, split, method, limit, progress=progress)
-    sums = va.unit_sums(rows, units)
-    document = meta_context(ckpt.meta) == "document"
+    rows, n_units = va.collect(ckpt, corpus, split, method, limit, permutations=0, progress=progress, select=select)
+    if n_units != len(units):
+        raise EvidenceError(f"{name}: {n_units} units read, {len(units)} expected")
+    sums = va.unit_sums(rows, n_units)
     config = {
         "checkpoint": name, "checkpoint_sha256": checkpoint_digest(ckpt), "family": ckpt.meta.get("model"),
         "context": meta_context(ckpt.meta), "window": va.model_window(ckpt), "attention": ckpt.has_attention,
         "corpus": corpus, "split": split, "corpus_sha256": load_corpus(corpus, split).checksum, "limit": limit,
-        "method": method, "units": units, "resampled": "passages" if document else "sentences",
-        "targets": len(rows["unit"]), "permutations": va.PERMUTATIONS, "max_offset": va.MAX_OFFSET,
+        "per_document": per_document, "method": method, "units": n_units,
+        "unit": "passages" if document else "sentences", "documents": int(unit_document.max(initial=-1)) + 1,
+        "resampled": "documents", "targets": len(rows["unit"]), "permutations": 0, "max_offset": va.MAX_OFFSET,
         "passage_tokens": va.PASSAGE_TOKENS if document else None, "absolute": True, "seed": 0, "n_boot": va.N_BOOT,
-        "written_by": f"vizlm reproduce --attribution {name}", "commit": paths.commit(),
+        "written_by": f"vizlm reproduce --attribution {name}", "commit": commit,
         "source": display_path(Path(source)), "threads": torch.get_num_threads(),
         "wall_s": round(progress.seconds(), 1),
     }
     arrays = {f"{k}.{part}": a for k, (s_, c) in sums.items() for part, a in (("sum", s_), ("count", c))}
+    arrays[UNIT_DOCUMENT] = unit_document
 
     _publish_sums(dest, config, arrays)
-    print(f"evidence: {name} -> {dest} ({config['targets']:,} targets in {units:,} {config['resampled']}, "
-          f"{config['wall_s']:.0f} s)", file=log)
+    print(f"evidence: {name} -> {dest} ({config['targets']:,} targets in {n_units:,} {config['unit']} of "
+          f"{config['documents']} documents, {config['wall_s']:.0f} s)", file=log)
     return dest
 
 
@@ -272,7 +315,7 @@ class FaithfulnessEvidence:
             return np.arange(n), n
         if resample != "documents":
             raise ValueError(f"resample must be 'documents' or 'units', not {resample!r}")
-        doc = self.arrays["unit.document"].astype(int)
+        doc = self.arrays[UNIT_DOCUMENT].astype(int)
         return doc, int(doc.max(initial=-1)) + 1
 
     def keys(self, prefix: str) -> list[str]:
@@ -454,11 +497,9 @@ def first_of_each_document(corpus: str, split: str, per_document: int) -> list[i
     shorter one): a sample spread over the documents the split samples, so a bootstrap over documents has
     every document of the split to draw."""
 
-    ids = load_corpus(corpus, split).ids
     seen: dict[str, int] = {}
     out = []
-    for i, sid in enumerate(ids):
-        doc = sid.rpartition(":")[0] or f"\0{i}"
+    for i, doc in enumerate(document_keys(load_corpus(corpus, split).ids)):
         if seen.get(doc, 0) < per_document:
             seen[doc] = seen.get(doc, 0) + 1
             out.append(i)
@@ -481,7 +522,7 @@ def write_faithfulness(name: str, source: Path | str, corpus: str, split: str, l
     from vizlm.inspect import faithfulness_corpus as vfc
     from vizlm.inspect import faithfulness_erasure as vfe
     from vizlm.inspect.attribution import DEFAULT_STEPS, TEXT_METHODS
-    from vizlm.inspect.attribution_corpus import N_BOOT, PASSAGE_TOKENS, model_window, reading_units
+    from vizlm.inspect.attribution_corpus import N_BOOT, PASSAGE_TOKENS, model_window
 
     log = log or sys.stderr
     dest = faithfulness_folder(name)
@@ -498,12 +539,8 @@ def write_faithfulness(name: str, source: Path | str, corpus: str, split: str, l
     n_steps = DEFAULT_STEPS if n_steps is None else n_steps
     adversary_steps = vf.ADVERSARY_STEPS if adversary_steps is None else adversary_steps
     data = load_corpus(corpus, split)
-    select = first_of_each_document(corpus, split, per_document) if per_document is not None else None
-    index = select if select is not None else list(range(len(data.sentences)))[:limit]
     document = meta_context(ckpt.meta) == "document"
-    units = reading_units([data.sentences[i] for i in index], [data.ids[i] for i in index], document, PASSAGE_TOKENS)
-    doc_of = [data.ids[index[u[0]]].rpartition(":")[0] for u in units]
-    numbering = {d: k for k, d in enumerate(dict.fromkeys(doc_of))}
+    select, units, unit_document = corpus_sample(corpus, split, document, per_document, limit)
     progress = _Progress(name, "faithfulness", log)
 
     frames, n_units = vfc.collect(ckpt, corpus, split, limit, permutations, adversary_steps=adversary_steps,
@@ -511,14 +548,15 @@ def write_faithfulness(name: str, source: Path | str, corpus: str, split: str, l
     if n_units != len(units):
         raise EvidenceError(f"{name}: {n_units} units read, {len(units)} expected")
     arrays = faithfulness_sums(frames, n_units)
-    arrays["unit.document"] = np.asarray([numbering[d] for d in doc_of], dtype=np.int32)
+    arrays[UNIT_DOCUMENT] = unit_document
     config = {
         "checkpoint": name, "checkpoint_sha256": checkpoint_digest(ckpt), "family": ckpt.meta.get("model"),
         "head": None if head is None else list(head),
         "view": None if head is None else head_words(head, ckpt.model.config.heads),
         "context": meta_context(ckpt.meta), "window": model_window(ckpt), "corpus": corpus, "split": split,
-        "corpus_sha256": data.checksum, "limit": limit, "per_document": per_document, "sentences": len(index),
-        "units": n_units, "unit": "passages" if document else "sentences", "documents": len(numbering),
+        "corpus_sha256": data.checksum, "limit": limit, "per_document": per_document,
+        "sentences": sum(map(len, units)), "units": n_units, "unit": "passages" if document else "sentences",
+        "documents": int(unit_document.max(initial=-1)) + 1,
         "resampled": "documents", "targets": len(frames["uniform"]), "permutations": permutations,
         "epsilon": vf.EPSILON, "adversary_steps": adversary_steps, "adversary_lr": vf.ADVERSARY_LR,
         "methods": list(TEXT_METHODS), "n_steps": n_steps, "ks": list(vfe.ERASE_K), "fractions": list(vfe.FRACTIONS),
@@ -585,7 +623,7 @@ def read_cases(name: str) -> dict | None:
         raise EvidenceError(f"{path}: cannot be read ({e})") from e
 
 
-__all__ = ["ATTRIBUTION", "CASES", "FAITHFULNESS", "AttributionEvidence", "FaithfulnessEvidence", "attribution_folder",
-           "attribution_names", "cases_path", "faithfulness_folder", "faithfulness_names", "faithfulness_sums",
+__all__ = ["ATTRIBUTION", "CASES", "FAITHFULNESS", "UNIT_DOCUMENT", "AttributionEvidence", "FaithfulnessEvidence",
+           "attribution_folder", "attribution_names", "cases_path", "corpus_sample", "faithfulness_folder", "faithfulness_names", "faithfulness_sums",
            "first_of_each_document", "read_attribution", "read_cases", "read_faithfulness", "write_attribution",
            "write_cases", "write_faithfulness"]

@@ -28,8 +28,30 @@ class AttributionPlan:
     corpus: str = "brown"
     split: str = "test"
     method: str = "gradient-x-input"
-    limit: int | None = None  # the split's first sentences
+    per_document: int | None = None  # the first sentences of every document of the split ...
+    limit: int | None = None  # ... or the split's first sentences (neither: all of it)
     note: str | None = None
+
+    def differs(self, checkpoint: str, config: dict) -> list[str]:
+        """How an evidence's ``config`` departs from the plan's settings (:meth:`FaithfulnessPlan.differs`'s form);
+        evidence without its units' documents (written before they were kept) departs too."""
+        want = {"corpus": self.corpus, "split": self.split, "method": self.method,
+                "per_document": self.per_document, "limit": self.limit}
+        return ([f"{key} {config.get(key)} (the manifest: {value})" for key, value in want.items()
+                 if config.get(key) != value]
+                + ([] if config.get("resampled") == "documents" else ["no documents kept (resampled over units)"]))
+
+
+def _check_counts(plan, path: Path, table: str, limits: dict[str, int | None]) -> None:
+    """Each of the plan's ``limits`` keys is None or a whole number from 1 (up to its value, where one is given)."""
+    for key, top in limits.items():
+        value = getattr(plan, key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1
+                                  or (top is not None and value > top)):
+            raise ValueError(f"{path}: [{table}]: {key} must be a whole number from 1"
+                             f"{f' to {top}' if top else ''}, not {value!r}")
+    if getattr(plan, "per_document", None) is not None and plan.limit is not None:
+        raise ValueError(f"{path}: [{table}]: per_document and limit choose the sample two ways: give one")
 
 
 def _load_plan(path: Path | None, table: str, cls: type):
@@ -77,8 +99,11 @@ def load_attribution(path: Path | None = None) -> AttributionPlan | None:
     from vizlm.inspect.attribution import TEXT_METHODS
 
     plan, path = _load_plan(path, "attribution", AttributionPlan)
-    if plan is not None and plan.method not in TEXT_METHODS:
+    if plan is None:
+        return None
+    if plan.method not in TEXT_METHODS:
         raise ValueError(f"{path}: [attribution]: method must be one of {', '.join(TEXT_METHODS)}")
+    _check_counts(plan, path, "attribution", {"per_document": None, "limit": None})
     return plan
 
 
@@ -92,7 +117,8 @@ def write_attribution_evidence(plan: AttributionPlan, names: list[str] | None = 
                        lambda n: corpus_evidence.attribution_folder(n).exists(),
                        lambda n: corpus_evidence.write_attribution(n, bundled_dir() / n, plan.corpus, plan.split,
                                                                    plan.method, plan.limit, force=force,
-                                                                   log=log or sys.stderr))
+                                                                   log=log or sys.stderr,
+                                                                   per_document=plan.per_document))
 
 
 @dataclass
@@ -145,13 +171,8 @@ def load_faithfulness_plan(path: Path | None = None) -> FaithfulnessPlan | None:
     plan, path = _load_plan(path, "faithfulness", FaithfulnessPlan)
     if plan is None:
         return None
-    for key, top in (("per_document", None), ("limit", None), ("permutations", MAX_PERMUTATIONS), ("n_steps", MAX_STEPS),
-                     ("adversary_steps", None)):
-        value = getattr(plan, key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1
-                                  or (top is not None and value > top)):
-            raise ValueError(f"{path}: [faithfulness]: {key} must be a whole number from 1"
-                             f"{f' to {top}' if top else ''}, not {value!r}")
+    _check_counts(plan, path, "faithfulness", {"per_document": None, "limit": None, "permutations": MAX_PERMUTATIONS,
+                                               "n_steps": MAX_STEPS, "adversary_steps": None})
     if not isinstance(plan.frozen, dict) or not all(isinstance(v, str) for v in plan.frozen.values()):
         raise ValueError(f"{path}: [faithfulness]: frozen maps a checkpoint to another seed's checkpoint of it "
                          '(frozen = {amsrn = "amsrn-shared-s4"}), not ' + repr(plan.frozen))
@@ -276,53 +297,62 @@ def _chance(stat: dict | None) -> str:
 def attribution_report(plan: AttributionPlan) -> list[str]:
     """The tables of "Is attention an explanation?" from ``evidence/attribution/`` alone (markdown lines):
     per model, where its predictions' |attribution| lies by distance, and, for attention models, how the
-    attention agrees with it and how far shuffling it moves the prediction; each a mean over the predicted
-    words with a 95% bootstrap interval over the units (sentences, or a document model's passages)."""
+    attention agrees with it; each a mean over the predicted words with a 95% bootstrap interval over the
+    split's documents (:meth:`vizlm.reproduce.corpus_evidence.AttributionEvidence.statistic`). Evidence written
+    under other settings than the plan's is named, with the command that writes it again."""
     from vizlm.inspect.agreement import TOP_K
     from vizlm.inspect.attribution import LABELS
     from vizlm.inspect.attribution_corpus import DISTANCE_BINS
 
     shown = {n: corpus_evidence.read_attribution(n) for n in plan.checkpoints}
-    what = f"{plan.corpus} {plan.split}" + (f", its first {plan.limit:,} sentences" if plan.limit else "")
-    perms = next((ev.config["permutations"] for ev in shown.values() if ev is not None), "—")
+    have = {n: ev for n, ev in shown.items() if ev is not None}
+    departs = {n: d for n, ev in have.items() if (d := plan.differs(n, ev.config))}
+    current = {n: ev for n, ev in have.items() if n not in departs}  # each as the plan would write it now
+    c0 = next(iter(current.values())).config if current else {}
     lines = ["### Beyond the papers: is attention an explanation?", "",
-             (f"Each model's predictions on {what}, attributed with {LABELS[plan.method]} (captum), every word's "
-              "log P(word) to every word read before it, in the model's own context (`vizlm reproduce --attribution`; "
-              "evidence in `evidence/attribution/`). Means over the predicted words, 95% bootstrap intervals over "
-              "sentences (sentence models) or passages of whole sentences up to 100 tokens (document models)."),
-             "", "Where the dependence lies: the share of a prediction's |attribution| on the word just read, one "
-             "word back, 2–5 back, further back, and beyond the model's attention window.", "",
-             "| model | context | window | targets | just read (%) | 1 back (%) | 2–5 back (%) | > 5 back (%) | "
-             "beyond the window (%) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for name, ev in shown.items():
+             (f"Each model's predictions on {plan.corpus} {plan.split}, "
+              f"{corpus_evidence.sample_words(plan.per_document, plan.limit)}, attributed with {LABELS[plan.method]} "
+              "(captum), "
+              "every word's log P(word) to every word read before it, in the model's own context (`vizlm reproduce "
+              "--attribution`; evidence in `evidence/attribution/`): sentence models a sentence at a time, document "
+              "models in passages of whole sentences up to 100 tokens. Means over the predicted words, with 95% "
+              f"bootstrap intervals over the split's documents ({c0.get('documents', '—')} documents; the Brown "
+              f"splits sample documents; {c0.get('n_boot', '—')} resamples)."), ""]
+    if departs:
+        lines += [("Written under other settings than the manifest's, and not shown (`vizlm reproduce --attribution "
+                   f"{' '.join(departs)} --force` writes them again): "
+                   + "; ".join(f"{n}: {', '.join(d)}" for n, d in departs.items()) + "."), ""]
+    lines += ["Where the dependence lies: the share of a prediction's |attribution| on the word just read, one "
+              "word back, 2–5 back, further back, and beyond the model's attention window.", "",
+              "| model | context | window | documents | words | just read (%) | 1 back (%) | 2–5 back (%) | "
+              "> 5 back (%) | beyond the window (%) |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name in plan.checkpoints:
+        ev = current.get(name)
         if ev is None:
-            lines.append(f"| {name} | not run | | | | | | | |")
+            lines.append(f"| {name} | {'not run' if name not in departs else 'written again (above)'} "
+                         "| | | | | | | | |")
             continue
         c = ev.config
         bins = " | ".join(_interval(ev.statistic(b), 100, ".1f") for b in DISTANCE_BINS)
-        lines.append(f"| {name} | {c['context']} | {c['window'] or '—'} | {c['targets']:,} | {bins} | "
-                     f"{_interval(ev.statistic('beyond_window'), 100, '.1f')} |")
+        lines.append(f"| {name} | {c['context']} | {c['window'] or '—'} | {c['documents']} | {c['targets']:,} | "
+                     f"{bins} | {_interval(ev.statistic('beyond_window'), 100, '.1f')} |")
     lines += ["", (f"Agreement of the attention with the attribution (attention models; the words a prediction could "
                    f"attend to, predictions with at least two): Kendall τ-b of weight and |attribution|, whether the most "
                    f"attended word is the most important one, the overlap of the top {TOP_K} (each beside what chance "
-                   f"gives: attention and attribution unrelated, 1/n and {TOP_K}/n of n positions); and Jain & Wallace's "
-                   f"permutation test, each prediction's attention shuffled over its own slots "
-                   f"({perms} shuffles, the median per prediction): |Δ log₂ P(word)|, the share moved by more than 1 bit, and the total "
-                   "variation distance of the next-word distribution."), "",
-              f"| model | targets | Kendall τ | top-1 agrees (%) | by chance | top-{TOP_K} overlap (%) | by chance | "
-              "permuted: \\|Δ log₂ P\\| (bits) | moved > 1 bit (%) | TVD |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for name, ev in shown.items():
-        if ev is None or "kendall_tau" not in ev.sums:
+                   f"gives: attention and attribution unrelated, 1/n and {TOP_K}/n of n positions). Jain & Wallace's "
+                   "permutation test, the ceiling of the agreement and the other tests are the faithfulness "
+                   "section's, below."), "",
+              f"| model | words | Kendall τ | top-1 agrees (%) | by chance | top-{TOP_K} overlap (%) | by chance |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, ev in current.items():
+        if "kendall_tau" not in ev.sums:
             continue
         tau = ev.statistic("kendall_tau")
         lines.append(f"| {name} | {tau['n']:,} | {_interval(tau, spec='+.3f')} | "
                      f"{_interval(ev.statistic('top1'), 100, '.1f')} | {_chance(ev.statistic('top1_chance'))} | "
                      f"{_interval(ev.statistic(f'top{TOP_K}_overlap'), 100, '.1f')} | "
-                     f"{_chance(ev.statistic(f'top{TOP_K}_chance'))} | "
-                     f"{_interval(ev.statistic('abs_dlogp'), 1 / math.log(2), '.3f')} | "
-                     f"{_interval(ev.statistic('moved_1_bit'), 100, '.1f')} | {_interval(ev.statistic('tvd'), spec='.3f')} |")
+                     f"{_chance(ev.statistic(f'top{TOP_K}_chance'))} |")
     if plan.note:
         lines += ["", plan.note]
     return lines + [""]
