@@ -480,7 +480,7 @@ def test_corpus_statistics_on_a_tiny_corpus(monkeypatch, tmp_path, context):
     from vizlm.data.registry import load_corpus
     corpus = load_corpus("brown", "test")
     units = ac.reading_units(corpus.sentences[:10], corpus.ids, context == "document", 20)
-    assert res["units"] == len(units)
+    assert res["units"] == len(units) and (res["documents"], res["resampled"]) == (3, "documents")  # 4 sentences each
     if context == "document":
         assert any(len(u) > 1 for u in units)
     shares0, rows, tops = [], 0, []
@@ -502,14 +502,21 @@ def test_corpus_statistics_on_a_tiny_corpus(monkeypatch, tmp_path, context):
     perm = res["permutation"]
     assert perm["median_abs_dlogp"]["value"] >= 0 and 0 <= perm["mean_tvd"]["value"] <= 1
     assert res["positions"]["window"] == 3 and 0 <= res["positions"]["beyond_window"]["value"] <= 1
-    # the per-unit sums the evidence keeps give the same means and intervals, and the distance bins partition
+    # the per-unit sums the evidence keeps, summed per document, give the same means and intervals, and the
+    # distance bins partition
     rows_, n = ac.collect(ckpt, "brown", "test", "occlusion", limit=10, permutations=4, max_offset=4, passage_tokens=20)
     sums = ac.unit_sums(rows_, n)
+    doc = rows_["unit_document"]
+    assert len(doc) == n and list(doc) == sorted(doc) and doc.max() == 2
+
+    def per_document(s: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.bincount(doc, weights=s), np.bincount(doc, weights=c)
+
     for name, stat in (("kendall_tau", res["agreement"]["kendall_tau"]), ("top1", res["agreement"]["top1_share"]),
                        ("top3_overlap", res["agreement"]["top3_overlap"]), ("abs_dlogp", perm["mean_abs_dlogp"]),
                        ("tvd", perm["mean_tvd"]), ("moved_1_bit", perm["share_over_1_bit"]),
                        ("beyond_window", res["positions"]["beyond_window"])):
-        assert ac.cluster_mean(*sums[name], n_boot=100) == pytest.approx(stat, rel=1e-12), name
+        assert ac.cluster_mean(*per_document(*sums[name]), n_boot=100) == pytest.approx(stat, rel=1e-12), name
     bins = sum(sums[b][0] for b in ac.DISTANCE_BINS)  # per unit: each row's shares over the bins sum to 1
     assert bins == pytest.approx(sums["share_now"][1]) and sums["share_now"][1].sum() > 0
     assert ac.cluster_mean(*sums["share_now"], n_boot=100)["value"] == pytest.approx(

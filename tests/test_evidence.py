@@ -399,16 +399,16 @@ def test_faithfulness_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pa
     assert c["commit"] is not None and c["written_by"] == "vizlm reproduce --faithfulness tiny-kvp" and c["wall_s"] >= 0
     ckpt = load_checkpoint(tmp_path / "checkpoints" / "tiny-kvp")
     lib = faithfulness_corpus.corpus_faithfulness(ckpt, "brown", "test", limit=3, permutations_n=4, n_steps=2, adversary_steps=3)
-    got = ev.statistics("units")
+    got = ev.statistics()  # the report's and the library's: the documents resampled
     assert set(got) == set(faithfulness_corpus.TESTS) and got["erasure"].keys() == lib["erasure"].keys()
     _same(got, lib)
     assert np.isfinite(got["adversarial"]["mean_jsd"]["value"]) and got["paths"]["read_share"][1]["value"] > 0
-    by_doc = ev.statistics()  # the report's: the same numbers, the documents resampled (one: the first 3 sentences)
-    assert c["documents"] == 1 and by_doc["uniform"]["nll"]["value"] == got["uniform"]["nll"]["value"]
+    by_unit = ev.statistics("units")  # the same numbers, the units resampled (one document: the first 3 sentences)
+    assert c["documents"] == 1 and by_unit["uniform"]["nll"]["value"] == got["uniform"]["nll"]["value"]
     plan = corpus_runs.load_faithfulness_plan(manifest)
     monkeypatch.setattr(corpus_evidence, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
     text = "\n".join(corpus_runs.faithfulness_report(plan))
-    u = by_doc["uniform"]
+    u = got["uniform"]
     assert f"| tiny-kvp | {math.exp(u['nll']['value']):.1f} (" in text and "Not run yet: never" in text
     assert "its first 3 sentences" in text and "other settings" not in text
     # the manifest changed since: the report still describes the evidence, and says how it departs from the manifest
@@ -512,10 +512,10 @@ def test_faithfulness_evidence_of_a_transformer_s_heads(monkeypatch, tmp_path, c
     ckpt = load_checkpoint(tmp_path / "checkpoints" / "tiny-tf")
     lib = faithfulness_corpus.corpus_faithfulness(ckpt, "brown", "test", limit=2, permutations_n=2, n_steps=2,
                                                   adversary_steps=2, head=(1, 0))
-    got = ev.statistics("units")
+    got = ev.statistics()
     assert "paths" not in got and "paths" not in lib and lib["view"] == "layer 2, head 1"
     _same(got, lib)
-    other = corpus_evidence.read_faithfulness("tiny-tf.head1.2").statistics("units")
+    other = corpus_evidence.read_faithfulness("tiny-tf.head1.2").statistics()
     assert other["uniform"]["uniform_nll"]["value"] != got["uniform"]["uniform_nll"]["value"]
     text = "\n".join(corpus_runs.faithfulness_report(corpus_runs.load_faithfulness_plan(manifest)))
     assert "| tiny-tf · layer 2, head 1 |" in text and "| tiny-tf · layer 1, head 2 |" in text

@@ -392,9 +392,12 @@ def test_corpus_statistics_on_a_tiny_corpus(monkeypatch, tmp_path, context):
     kw = {"limit": 6, "permutations_n": 5, "adversary_steps": 10, "methods": ["gradient-x-input", "occlusion"],
           "passage_tokens": 15, "other": other, "n_boot": 50}
     res = fc.corpus_faithfulness(ckpt, "brown", "test", **kw)
-    frames, units = fc.collect(ckpt, "brown", "test", 6, 5, fa.EPSILON, 10, ["gradient-x-input", "occlusion"],
-                               passage_tokens=15, other=other)
-    assert res["units"] == units and res["resampled"] == ("passages" if context == "document" else "sentences")
+    frames, documents = fc.collect(ckpt, "brown", "test", 6, 5, fa.EPSILON, 10, ["gradient-x-input", "occlusion"],
+                                   passage_tokens=15, other=other)
+    units = len(documents)
+    assert res["units"] == units and res["read_in"] == ("passages" if context == "document" else "sentences")
+    # the intervals resample the documents (4 sentences each): the first 6 sentences are of 2
+    assert res["resampled"] == "documents" and res["documents"] == 2 and sorted(set(documents)) == [0, 1]
     if context == "document":
         assert units < 6
     # by hand from the per-text frames

@@ -565,8 +565,9 @@ def cmd_attribute(args) -> int:
         if args.json:
             dump_json(doc)
             return 0
-        print(f"{doc['model']} on {doc['corpus']}/{doc['split']}, {doc['method']} ({doc['units']:,} "
-              f"{doc['resampled']}; intervals: 95% bootstrap over them; --json for attribution by distance)")
+        print(f"{doc['model']} on {doc['corpus']}/{doc['split']}, {doc['method']} ({doc['units']:,} {doc['read_in']} "
+              f"of {doc['documents']:,} documents; intervals: 95% bootstrap over the {doc['resampled']}; --json for "
+              "attribution by distance)")
         for key in ("agreement", "permutation"):
             if doc.get(key):
                 print(f"{key}: " + json.dumps(json_safe(doc[key]), ensure_ascii=False))

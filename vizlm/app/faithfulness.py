@@ -128,7 +128,8 @@ def _evidence(model: str, key: str, corpus: str, split: str, version: object,
               f"{c['units']:,} {c['unit']}, {c['targets']:,} predicted words, read in {c['context']} context; every "
               f"interval is a 95% bootstrap over the documents.")
     return {"model": model, "corpus": corpus, "split": split, "context": c["context"], "units": c["units"],
-            "head": c.get("head"), "view": c.get("view"), "resampled": "documents", "sample": sample,
+            "read_in": c["unit"], "documents": c["documents"], "head": c.get("head"), "view": c.get("view"),
+            "resampled": "documents", "sample": sample,
             "masking": c["masking"], "unit": "nats", "permutations_per_row": c["permutations"],
             "epsilon": c["epsilon"], "other": c.get("frozen"), **ev.statistics()}, None
 
@@ -173,9 +174,9 @@ def render_result(res: dict, key: str) -> None:
     head = res.get("head")  # a Transformer's head: in the files' names too
     where = "" if head is None else f"-head{head_code(tuple(head))}"
     stem = safe_filename(f"faithfulness-{res['model']}{where}-{res['corpus']}-{res['split']}")
-    sample = res.get("sample") or (f"{res['units']:,} {res['resampled']} of {res['corpus']}/{res['split']}, read in "
-                                   f"{res['context']} context; every interval is a 95% bootstrap over the "
-                                   f"{res['resampled']}.")
+    sample = res.get("sample") or (f"{res['units']:,} {res['read_in']} of {res['documents']:,} documents of "
+                                   f"{res['corpus']}/{res['split']}, read in {res['context']} context; every interval "
+                                   f"is a 95% bootstrap over the {res['resampled']}.")
     st.caption(f"{md_escape(sample)} Changes are in nats (log P(word) as read minus as changed). Masking: "
                f"{md_escape(res.get('masking') or MASKING)}.")
 

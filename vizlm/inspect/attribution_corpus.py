@@ -5,10 +5,11 @@ attention weights over its own slots: how far does the prediction move?, :func:`
 attribution by relative position beside the attention's (Daniluk et al., Fig. 3).
 
 Each unit (:func:`reading_units`: a sentence, or a document model's passage of whole sentences) is read in the
-model's context and attributed by :func:`vizlm.inspect.attribution.attribute`; every interval is a bootstrap over
-units (:func:`cluster_interval`, :func:`cluster_mean`), which the faithfulness tests and the evidence share. The
-evidence keeps per-unit sums (:func:`unit_sums`) of the per-target arrays (:func:`collect`). All scores are in
-nats of ``log P(target)``.
+model's context and attributed by :func:`vizlm.inspect.attribution.attribute`; an interval is a bootstrap over
+clusters of predictions (:func:`cluster_interval`, :func:`cluster_mean`, which the faithfulness tests and the evidence
+share): here the split's documents (:func:`unit_documents`), the unit a corpus split samples. The evidence keeps
+per-unit sums (:func:`unit_sums`) of the per-target arrays (:func:`collect`) and each unit's document. All scores
+are in nats of ``log P(target)``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from vizlm.inspect.attribution_methods import AttributionError, reading_pieces
 from vizlm.inspect.cache import cached, checkpoint_digest, stored
 from vizlm.modeling.checkpoint import Checkpoint
 
-ATTRIBUTION_VERSION = 1  # in the cache key: bump when the statistics change
+ATTRIBUTION_VERSION = 2  # in the cache key: bump when the statistics change (2: intervals over documents)
 MAX_OFFSET = 30  # the most words back the position statistics keep (beyond: summed)
 PASSAGE_TOKENS = 100  # a document model reads a document in passages of whole sentences up to this many tokens
 PERMUTATIONS = 10  # shuffles of each row's attention in the permutation test
@@ -159,8 +160,9 @@ def corpus_attribution(
       next-word distribution; their corpus median and mean, and the share of targets the median shuffle
       moves by more than 1 bit);
 
-    every interval a 95% bootstrap over units (sentences, or a document model's passages: targets of one
-    unit are not independent), ``n_boot`` resamples from ``seed``.
+    every interval but the positions' a 95% bootstrap over the split's documents (:func:`unit_documents`: the
+    unit a corpus split samples; predictions of one document are not independent), ``n_boot`` resamples from
+    ``seed``; ``units`` and ``documents`` say how many were read.
     """
     if method == "integrated-gradients":
         n_steps = check_steps(n_steps)
@@ -171,8 +173,9 @@ def corpus_attribution(
         rows, units = collect(ckpt, corpus, split, method, limit, n_steps, permutations, max_offset, passage_tokens,
                               absolute, seed, progress)
         return {"model": ckpt.label, "method": method, "corpus": corpus, "split": split, "context": parts["context"],
-                "units": units, "resampled": "passages" if parts["context"] == "document" else "sentences",
-                **_statistics(rows, units, model_window(ckpt), max_offset, n_boot, seed)}
+                "units": units, "read_in": "passages" if parts["context"] == "document" else "sentences",
+                "documents": int(rows["unit_document"].max(initial=-1)) + 1, "resampled": "documents",
+                **_statistics(rows, model_window(ckpt), max_offset, n_boot, seed)}
 
     return cached(parts, compute, use_cache)
 
@@ -387,7 +390,8 @@ def collect(ckpt: Checkpoint, corpus: str, split: str, method: str = "gradient-x
             progress: Callable[[float], None] | None = None, select: list[int] | None = None) -> tuple[dict, int]:
     """``(rows, units)``: the per-target arrays of :func:`corpus_attribution` over a processed split (its first
     ``limit`` sentences, or the sentences ``select`` indexes, in order), not cached, and how many units
-    (:func:`reading_units`: sentences, or a document model's passages) they come from."""
+    (:func:`reading_units`: sentences, or a document model's passages) they come from; ``rows["unit_document"]``:
+    each unit's document (:func:`unit_documents`)."""
     if method not in METHODS:
         raise AttributionError(f"unknown attribution method {method!r}; valid: {', '.join(METHODS)}")
     if method == "slot-effect" and not ckpt.has_attention:
@@ -395,14 +399,20 @@ def collect(ckpt: Checkpoint, corpus: str, split: str, method: str = "gradient-x
     data = load_corpus(corpus, split)
     document = getattr(ckpt.model.config, "context", "sentence") == "document"
     index = list(select) if select is not None else list(range(len(data.sentences)))[:limit]
-    sentences = [data.sentences[i] for i in index]
-    units = reading_units(sentences, [data.ids[i] for i in index], document, passage_tokens)
+    sentences, ids = [data.sentences[i] for i in index], [data.ids[i] for i in index]
+    units = reading_units(sentences, ids, document, passage_tokens)
     rows = _collect(ckpt, sentences, units, method, n_steps, permutations, max_offset, absolute, seed, progress)
+    rows["unit_document"] = unit_documents(units, ids)
     return rows, len(units)
 
 
-def _statistics(rows: dict, n_units: int, window: int | None, W: int, n_boot: int, seed: int) -> dict:
+def _statistics(rows: dict, window: int | None, W: int, n_boot: int, seed: int) -> dict:
     share, reach = rows["share"], rows["reach"]
+    n_docs = int(rows["unit_document"].max(initial=-1)) + 1
+
+    def over_documents(values: np.ndarray, units: np.ndarray, stat: str = "mean") -> dict:
+        return cluster_interval(values, rows["unit_document"][units.astype(int)], n_docs, stat, n_boot, seed)
+
     positions = {"offset": list(range(W + 1)), "mean": [], "lo": [], "hi": [], "count": []}
     for o in range(W + 1):
         x = share[reach[:, o] & np.isfinite(share[:, o]), o]
@@ -413,10 +423,10 @@ def _statistics(rows: dict, n_units: int, window: int | None, W: int, n_boot: in
         positions["hi"].append(mean + half)
         positions["count"].append(int(len(x)))
     out: dict = {"targets": int(len(rows["unit"])), "positions": positions}
-    positions["beyond"] = cluster_interval(share[:, W + 1], rows["unit"], n_units, "mean", n_boot, seed)
+    positions["beyond"] = over_documents(share[:, W + 1], rows["unit"])
     positions["window"] = window
     positions["beyond_window"] = (None if rows["beyond_window"] is None else
-                                  cluster_interval(rows["beyond_window"], rows["unit"], n_units, "mean", n_boot, seed))
+                                  over_documents(rows["beyond_window"], rows["unit"]))
     if rows["attention"] is not None:
         att = rows["attention"]
         positions["attention"] = [nanmean(att[:, o]) for o in range(W + 1)]
@@ -426,24 +436,23 @@ def _statistics(rows: dict, n_units: int, window: int | None, W: int, n_boot: in
         finite = tau[np.isfinite(tau)]
         out["agreement"] = {
             "targets": int(chosen.sum()),
-            "kendall_tau": cluster_interval(tau, unit, n_units, "mean", n_boot, seed),
-            "kendall_tau_median": cluster_interval(tau, unit, n_units, "median", n_boot, seed),
+            "kendall_tau": over_documents(tau, unit),
+            "kendall_tau_median": over_documents(tau, unit, "median"),
             "kendall_tau_quantiles": {str(q): float(np.quantile(finite, q)) if len(finite) else math.nan
                                       for q in (0.1, 0.25, 0.5, 0.75, 0.9)},
-            "top1_share": cluster_interval(rows["top1"][chosen], unit, n_units, "mean", n_boot, seed),
-            f"top{TOP_K}_overlap": cluster_interval(rows["topk"][chosen], unit, n_units, "mean", n_boot, seed),
+            "top1_share": over_documents(rows["top1"][chosen], unit),
+            f"top{TOP_K}_overlap": over_documents(rows["topk"][chosen], unit),
         }
         if len(rows["dlogp"]):
             pu = rows["perm_unit"]
             out["permutation"] = {
                 "targets": int(np.isfinite(rows["dlogp"]).sum()),
-                "median_abs_dlogp": cluster_interval(rows["dlogp"], pu, n_units, "median", n_boot, seed),
-                "mean_abs_dlogp": cluster_interval(rows["dlogp"], pu, n_units, "mean", n_boot, seed),
-                "median_tvd": cluster_interval(rows["tvd"], pu, n_units, "median", n_boot, seed),
-                "mean_tvd": cluster_interval(rows["tvd"], pu, n_units, "mean", n_boot, seed),
-                "share_over_1_bit": cluster_interval(
-                    np.where(np.isfinite(rows["dlogp"]), (rows["dlogp"] > math.log(2)).astype(float), math.nan),
-                    pu, n_units, "mean", n_boot, seed),
+                "median_abs_dlogp": over_documents(rows["dlogp"], pu, "median"),
+                "mean_abs_dlogp": over_documents(rows["dlogp"], pu),
+                "median_tvd": over_documents(rows["tvd"], pu, "median"),
+                "mean_tvd": over_documents(rows["tvd"], pu),
+                "share_over_1_bit": over_documents(
+                    np.where(np.isfinite(rows["dlogp"]), (rows["dlogp"] > math.log(2)).astype(float), math.nan), pu),
                 "unit": "nats",
             }
     return out

@@ -1,7 +1,8 @@
 """The faithfulness tests (:mod:`vizlm.inspect.faithfulness`, :mod:`vizlm.inspect.faithfulness_erasure`) over a
-processed split: :func:`corpus_faithfulness` runs them (cached), with 95% bootstrap intervals over units (sentences,
-or a document model's passages, :func:`vizlm.inspect.attribution_corpus.reading_units`); :func:`collect` gives every
-test's frame, :func:`statistics` their statistics; :func:`estimate_seconds` and :func:`is_stored` say the cost
+processed split: :func:`corpus_faithfulness` runs them (cached), with 95% bootstrap intervals over the split's
+documents (:func:`vizlm.inspect.attribution_corpus.unit_documents`: the unit a corpus split samples), each read in units
+(sentences, or a document model's passages, :func:`vizlm.inspect.attribution_corpus.reading_units`); :func:`collect`
+gives every test's frame, :func:`statistics` their statistics; :func:`estimate_seconds` and :func:`is_stored` say the cost
 before it starts.
 """
 
@@ -18,7 +19,14 @@ from vizlm.data.registry import load_corpus, split_checksum
 from vizlm.core.errors import InputError
 from vizlm.inspect.analysis import analyze_sentences, check_head, head_words
 from vizlm.inspect.attribution import DEFAULT_STEPS, TEXT_METHODS, attribute, check_steps
-from vizlm.inspect.attribution_corpus import N_BOOT, PASSAGE_TOKENS, bootstrap_draws, cluster_interval, reading_units
+from vizlm.inspect.attribution_corpus import (
+    N_BOOT,
+    PASSAGE_TOKENS,
+    bootstrap_draws,
+    cluster_interval,
+    reading_units,
+    unit_documents,
+)
 from vizlm.inspect.cache import cached, checkpoint_digest, stored
 from vizlm.inspect.faithfulness import (
     ADVERSARY_LR,
@@ -38,7 +46,7 @@ from vizlm.modeling.checkpoint import Checkpoint
 
 WEIGHT_BINS = (0.0, 0.25, 0.5, 0.75, 1.0)  # the row's largest word-slot weight (Jain & Wallace's figures)
 MAX_DISTANCE = 10  # the two paths by distance 1..MAX_DISTANCE, then beyond
-FAITHFULNESS_VERSION = 1  # in the cache key: bump when the statistics change
+FAITHFULNESS_VERSION = 2  # in the cache key: bump when the statistics change (2: intervals over documents)
 TESTS = ("agreement", "permutations", "adversarial", "uniform", "erasure", "aopc", "paths")
 
 
@@ -71,19 +79,20 @@ def collect(ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None,
             n_steps: int = DEFAULT_STEPS, passage_tokens: int = PASSAGE_TOKENS, other: Checkpoint | None = None,
             seed: int = 0, progress: Callable[[float], None] | None = None,
             select: Sequence[int] | None = None,
-            head: tuple[int, int] | None = None) -> tuple[dict[str, pd.DataFrame], int]:
-    """``(frames, units)``: every test's frame over the first ``limit`` sentences of a processed split (or the
+            head: tuple[int, int] | None = None) -> tuple[dict[str, pd.DataFrame], np.ndarray]:
+    """``(frames, documents)``: every test's frame over the first ``limit`` sentences of a processed split (or the
     sentences ``select`` names, by their index in the split, ascending), each with a ``unit`` column (the
     sentence, or a document model's passage, :func:`vizlm.inspect.attribution_corpus.reading_units`, each read
-    from a zero state), not cached; and the number of units. A Transformer's ``head`` (:func:`testable_head`)
-    is tested; it has no two paths (its frame is empty)."""
+    from a zero state), not cached; and each unit's document (:func:`vizlm.inspect.attribution_corpus.unit_documents`;
+    its length is the number of units). A Transformer's ``head`` (:func:`testable_head`) is tested; it has no
+    two paths (its frame is empty)."""
     head = testable_head(ckpt, head)
     methods = list(methods)
     data = load_corpus(corpus, split)
     document = getattr(ckpt.model.config, "context", "sentence") == "document"
     index = _selected(len(data.sentences), limit, select)
-    sentences = [data.sentences[i] for i in index]
-    units = reading_units(sentences, [data.ids[i] for i in index], document, passage_tokens)
+    sentences, ids = [data.sentences[i] for i in index], [data.ids[i] for i in index]
+    units = reading_units(sentences, ids, document, passage_tokens)
     parts: dict[str, list[pd.DataFrame]] = {t: [] for t in TESTS}
     for k, unit in enumerate(units):
         sa = analyze_sentences(ckpt, [sentences[i] for i in unit], top_k=0, effects=True, max_effect_pairs=0,
@@ -105,7 +114,8 @@ def collect(ckpt: Checkpoint, corpus: str, split: str, limit: int | None = None,
             parts[name].append(frame.assign(unit=k))
         if progress:
             progress((k + 1) / len(units))
-    return {name: pd.concat(xs, ignore_index=True) if xs else pd.DataFrame() for name, xs in parts.items()}, len(units)
+    frames = {name: pd.concat(xs, ignore_index=True) if xs else pd.DataFrame() for name, xs in parts.items()}
+    return frames, unit_documents(units, ids)
 
 
 def _selected(n: int, limit: int | None, select: Sequence[int] | None) -> list[int]:
@@ -118,11 +128,15 @@ def _selected(n: int, limit: int | None, select: Sequence[int] | None) -> list[i
     return index
 
 
-def statistics(frames: dict[str, pd.DataFrame], n_units: int, n_boot: int = N_BOOT, seed: int = 0) -> dict:
-    """The corpus statistics of :func:`collect`'s frames (JSON-able), every interval a 95% bootstrap over units."""
+def statistics(frames: dict[str, pd.DataFrame], documents: np.ndarray, n_boot: int = N_BOOT, seed: int = 0) -> dict:
+    """The corpus statistics of :func:`collect`'s frames (JSON-able), every interval a 95% bootstrap over the
+    documents (``documents``: each unit's, numbered from 0, as :func:`collect` gives them)."""
+    documents = np.asarray(documents, int)
+    n_docs = int(documents.max(initial=-1)) + 1
 
     def ci(values, units, stat="mean"):
-        return cluster_interval(np.asarray(values, float), np.asarray(units, int), n_units, stat, n_boot, seed)
+        return cluster_interval(np.asarray(values, float), documents[np.asarray(units, int)], n_docs, stat, n_boot,
+                                seed)
 
     out: dict = {}
     a = frames["agreement"]
@@ -182,17 +196,17 @@ def statistics(frames: dict[str, pd.DataFrame], n_units: int, n_boot: int = N_BO
             by["distance"].append(str(lo) if hi is not None else f">{MAX_DISTANCE}")
             for c in ("read", "state", "total"):
                 by[c].append(ci(sel[c].abs(), sel.unit))
-            units = sel.unit.to_numpy(int)
-            read = np.bincount(units, weights=sel.read.abs().to_numpy(), minlength=n_units)
-            both = read + np.bincount(units, weights=sel.state.abs().to_numpy(), minlength=n_units)
+            docs = documents[sel.unit.to_numpy(int)]
+            read = np.bincount(docs, weights=sel.read.abs().to_numpy(), minlength=n_docs)
+            both = read + np.bincount(docs, weights=sel.state.abs().to_numpy(), minlength=n_docs)
             by["read_share"].append(_ratio(read, both, n_boot, seed))
         out["paths"] = by
     return out
 
 
 def _ratio(num: np.ndarray, den: np.ndarray, n_boot: int, seed: int) -> dict:
-    """``{"value", "lo", "hi"}``: ``sum(num) / sum(den)`` of per-unit sums, with a 95% bootstrap interval over the
-    units (the same draws as :func:`vizlm.inspect.attribution_corpus.cluster_interval`'s)."""
+    """``{"value", "lo", "hi"}``: ``sum(num) / sum(den)`` of per-cluster sums, with a 95% bootstrap interval over the
+    clusters (the same draws as :func:`vizlm.inspect.attribution_corpus.cluster_interval`'s)."""
     total = float(den.sum())
     if not len(den) or total <= 0:
         return {"value": math.nan, "lo": math.nan, "hi": math.nan}
@@ -270,8 +284,8 @@ def corpus_faithfulness(
     uniform and with ``other``'s attention), ``erasure`` (per ranking and k: mean delta log P, flip rate), ``aopc``
     (per ranking: comprehensiveness and sufficiency, their AOPC and per fraction), ``paths`` (per distance: mean
     ``|read|``, ``|state|``, ``|total|`` and the read's share of ``|read| + |state|``); ``masking``: how slots are
-    dropped. Every interval a 95% bootstrap over units (sentences, or a document model's passages), ``n_boot``
-    resamples from ``seed``. A Transformer: one ``head`` (:func:`testable_head`; ``head`` in the result, counted
+    dropped. Every interval a 95% bootstrap over the split's documents (``units`` and ``documents`` say how many were
+    read), ``n_boot`` resamples from ``seed``. A Transformer: one ``head`` (:func:`testable_head`; ``head`` in the result, counted
     from 0, and ``view`` in words), no two paths."""
     parts = _cache_parts(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods, n_steps,
                          passage_tokens, other, n_boot, seed, head)
@@ -281,13 +295,15 @@ def corpus_faithfulness(
         parts["select"] = _selected(len(load_corpus(corpus, split).sentences), limit, select)
 
     def compute() -> dict:
-        frames, units = collect(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods, n_steps,
-                                passage_tokens, other, seed, progress, select, head)
-        return {"model": ckpt.label, "corpus": corpus, "split": split, "context": parts["context"], "units": units,
+        frames, documents = collect(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods,
+                                    n_steps, passage_tokens, other, seed, progress, select, head)
+        return {"model": ckpt.label, "corpus": corpus, "split": split, "context": parts["context"],
+                "units": len(documents), "documents": int(documents.max(initial=-1)) + 1,
                 "head": None if head is None else list(head),
                 "view": None if head is None else head_words(head, ckpt.model.config.heads),
-                "resampled": "passages" if document else "sentences", "masking": MASKING, "unit": "nats",
+                "resampled": "documents", "read_in": "passages" if document else "sentences", "masking": MASKING,
+                "unit": "nats",
                 "permutations_per_row": permutations_n, "epsilon": epsilon,
-                "other": None if other is None else other.label, **statistics(frames, units, n_boot, seed)}
+                "other": None if other is None else other.label, **statistics(frames, documents, n_boot, seed)}
 
     return cached(parts, compute, use_cache)

@@ -72,9 +72,9 @@ class AttributionEvidence:
     documents: np.ndarray | None = field(default=None, repr=False)
 
     def statistic(self, key: str, resample: str = "documents") -> dict | None:
-        """The mean of ``key`` over the targets with its 95% interval resampling ``resample``: ``"documents"``
-        (the report's: the Brown splits sample documents) or ``"units"`` (the library's
-        :func:`vizlm.inspect.attribution_corpus.corpus_attribution`, exactly), by
+        """The mean of ``key`` over the targets with its 95% interval resampling ``resample``: ``"documents"`` (the
+        report's and :func:`vizlm.inspect.attribution_corpus.corpus_attribution`'s: the Brown splits sample documents)
+        or ``"units"`` (sentences or passages: narrower intervals that ignore the documents), by
         :func:`vizlm.inspect.attribution_corpus.cluster_mean` with the seed and resamples the config records; None
         when the model has no such quantity (agreement without attention)."""
         from vizlm.inspect.attribution_corpus import cluster_mean
@@ -309,7 +309,8 @@ class FaithfulnessEvidence:
 
     def clusters(self, resample: str = "documents") -> tuple[np.ndarray, int]:
         """``(cluster of each unit, number of clusters)``: the documents (the Brown splits sample documents, as
-        :mod:`vizlm.reproduce.verdicts` resamples them) or the units themselves (as :func:`~vizlm.inspect.faithfulness_corpus.corpus_faithfulness`)."""
+        :mod:`vizlm.reproduce.verdicts` and :func:`~vizlm.inspect.faithfulness_corpus.corpus_faithfulness` resample
+        them) or the units themselves (sentences or passages: narrower intervals that ignore the documents)."""
         n = int(self.config["units"])
         if resample == "units":
             return np.arange(n), n
@@ -400,8 +401,7 @@ class FaithfulnessEvidence:
     def statistics(self, resample: str = "documents") -> dict:
         """:func:`vizlm.inspect.faithfulness_corpus.statistics`' numbers from the evidence alone, in its layout (agreement,
         permutations by weight bin, adversarial, uniform, erasure, aopc, paths), every interval resampling
-        ``resample``: ``"units"`` gives the library's own intervals (sentences or passages), ``"documents"``
-        the report's."""
+        ``resample``: ``"documents"``, the report's and the library's intervals, or ``"units"`` (:meth:`clusters`)."""
         from vizlm.inspect.faithfulness_corpus import MAX_DISTANCE, WEIGHT_BINS
 
         def m(name):
@@ -543,9 +543,10 @@ def write_faithfulness(name: str, source: Path | str, corpus: str, split: str, l
     select, units, unit_document = corpus_sample(corpus, split, document, per_document, limit)
     progress = _Progress(name, "faithfulness", log)
 
-    frames, n_units = vfc.collect(ckpt, corpus, split, limit, permutations, adversary_steps=adversary_steps,
-                                 n_steps=n_steps, other=other, progress=progress, select=select, head=head)
-    if n_units != len(units):
+    frames, documents = vfc.collect(ckpt, corpus, split, limit, permutations, adversary_steps=adversary_steps,
+                                    n_steps=n_steps, other=other, progress=progress, select=select, head=head)
+    n_units = len(documents)
+    if n_units != len(units) or not np.array_equal(documents, unit_document):
         raise EvidenceError(f"{name}: {n_units} units read, {len(units)} expected")
     arrays = faithfulness_sums(frames, n_units)
     arrays[UNIT_DOCUMENT] = unit_document
