@@ -254,7 +254,7 @@ def test_attribution_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pat
     t = ev.statistic("kendall_tau")
     assert f"| tiny-kvp | {t['n']:,} | {t['value']:+.3f} ({t['lo']:+.3f}–{t['hi']:+.3f}) |" in text
     assert "| never | not run |" in text and f"| tiny-lstm | sentence | — | {len(docs)} |" in text
-    assert "the first 2 sentences of each of its documents" in text and f"({len(docs)} documents;" in text
+    assert "the first 2 sentences of each of its documents" in text and f"({len(docs)} documents:" in text
     # the manifest changed since: the evidence is named, with the command that writes it again, and not shown
     manifest.write_text(manifest.read_text().replace('method = "occlusion"', 'method = "gradient-x-input"'))
     text = "\n".join(corpus_runs.attribution_report(corpus_runs.load_attribution(manifest)))
@@ -403,14 +403,14 @@ def test_faithfulness_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pa
     assert set(got) == set(faithfulness_corpus.TESTS) and got["erasure"].keys() == lib["erasure"].keys()
     _same(got, lib)
     assert np.isfinite(got["adversarial"]["mean_jsd"]["value"]) and got["paths"]["read_share"][1]["value"] > 0
-    by_unit = ev.statistics("units")  # the same numbers, the units resampled (one document: the first 3 sentences)
-    assert c["documents"] == 1 and by_unit["uniform"]["nll"]["value"] == got["uniform"]["nll"]["value"]
+    # one document (the split's first 3 sentences) has no spread to resample: library and evidence resample the units
+    assert c["documents"] == 1 and lib["resampled"] == "sentences" and ev.statistics("units") == got
     plan = corpus_runs.load_faithfulness_plan(manifest)
     monkeypatch.setattr(corpus_evidence, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
     text = "\n".join(corpus_runs.faithfulness_report(plan))
     u = got["uniform"]
     assert f"| tiny-kvp | {math.exp(u['nll']['value']):.1f} (" in text and "Not run yet: never" in text
-    assert "its first 3 sentences" in text and "other settings" not in text
+    assert "its first 3 sentences" in text and "other settings" not in text and "the sample holds one document" in text
     # the manifest changed since: the report still describes the evidence, and says how it departs from the manifest
     manifest.write_text(manifest.read_text().replace("permutations = 4", "permutations = 5").replace("limit = 3", "per_document = 1"))
     text = "\n".join(corpus_runs.faithfulness_report(corpus_runs.load_faithfulness_plan(manifest)))

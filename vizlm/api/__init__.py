@@ -416,8 +416,8 @@ class Model:
         (:func:`vizlm.inspect.attribution_corpus.corpus_attribution`): attribution by distance beside the attention's
         (Daniluk et al.'s Fig. 3) and, for attention models, the agreement and Jain & Wallace's permutation
         test (``permutations`` shuffles of each row; 0: none, as the Positions page's attribution by distance,
-        :data:`vizlm.inspect.attribution_corpus.BY_DISTANCE`), each with a 95% bootstrap interval over sentences (a document
-        model's: passages)."""
+        :data:`vizlm.inspect.attribution_corpus.BY_DISTANCE`), each with a 95% bootstrap interval over the split's
+        documents."""
         from vizlm.inspect.attribution_corpus import corpus_attribution
 
         _check_split(corpus, split)
@@ -441,8 +441,8 @@ class Model:
         attention (``|delta log P| < epsilon`` nats, ``adversary_steps`` steps), the uniform baseline (and
         ``other``'s attention: another seed of the same family, a :class:`Model` or a name), Serrano & Smith's
         erasure curves, ERASER's comprehensiveness and sufficiency, and the two paths (the attention read vs the
-        recurrent state) by distance; each with a 95% bootstrap interval over sentences (a document model's:
-        passages). A Transformer: the tests of one ``head`` (``(layer, head)`` counted from 0, as
+        recurrent state) by distance; each with a 95% bootstrap interval over the split's documents (the first
+        ``limit`` sentences may all be of one: then the interval is the spread of that one). A Transformer: the tests of one ``head`` (``(layer, head)`` counted from 0, as
         :meth:`Analysis.at_head`; default the last layer's first head), each row's weights of that head changed
         alone, the other positions as computed; it has no two paths. Costly: :meth:`faithfulness_seconds` says how
         long beforehand; ``progress(fraction)`` is called after each sentence or passage. A model without

@@ -130,6 +130,17 @@ def unit_documents(units: list[list[int]], ids: list[str]) -> np.ndarray:
     return np.asarray([numbering.setdefault(keys[u[0]], len(numbering)) for u in units], dtype=np.int32)
 
 
+def resample_clusters(unit_document: np.ndarray) -> tuple[np.ndarray, str]:
+    """``(cluster of each unit, what the clusters are)``: what a corpus statistic's bootstrap resamples, given each
+    unit's document (:func:`unit_documents`). The documents (``"documents"``), the unit a split samples; where
+    every unit read is of one document (a split's first sentences), that one document has no spread to resample,
+    and the units themselves are resampled (``"units"``: sentences, or a document model's passages)."""
+    unit_document = np.asarray(unit_document, int)
+    if int(unit_document.max(initial=-1)) >= 1:
+        return unit_document, "documents"
+    return np.arange(len(unit_document)), "units"
+
+
 def model_window(ckpt: Checkpoint) -> int | None:
     """How many of the newest slots a row may attend to (Daniluk et al.'s L, RM's n, AMSRN's and Salton's
     ``memory``); None: the whole reading, or no attention."""
@@ -161,20 +172,23 @@ def corpus_attribution(
       moves by more than 1 bit);
 
     every interval but the positions' a 95% bootstrap over the split's documents (:func:`unit_documents`: the
-    unit a corpus split samples; predictions of one document are not independent), ``n_boot`` resamples from
-    ``seed``; ``units`` and ``documents`` say how many were read.
+    unit a corpus split samples; predictions of one document are not independent; over the units where all are of
+    one document, :func:`resample_clusters`; ``resampled`` says which), ``n_boot`` resamples from ``seed``;
+    ``units`` and ``documents`` say how many were read.
     """
     if method == "integrated-gradients":
         n_steps = check_steps(n_steps)
     parts = _cache_parts(ckpt, corpus, split, method, limit, n_steps, permutations, max_offset, passage_tokens,
                          absolute, n_boot, seed)
 
+    read_in = "passages" if parts["context"] == "document" else "sentences"
+
     def compute() -> dict:
         rows, units = collect(ckpt, corpus, split, method, limit, n_steps, permutations, max_offset, passage_tokens,
                               absolute, seed, progress)
         return {"model": ckpt.label, "method": method, "corpus": corpus, "split": split, "context": parts["context"],
-                "units": units, "read_in": "passages" if parts["context"] == "document" else "sentences",
-                "documents": int(rows["unit_document"].max(initial=-1)) + 1, "resampled": "documents",
+                "units": units, "read_in": read_in, "documents": int(rows["unit_document"].max(initial=-1)) + 1,
+                "resampled": read_in if resample_clusters(rows["unit_document"])[1] == "units" else "documents",
                 **_statistics(rows, model_window(ckpt), max_offset, n_boot, seed)}
 
     return cached(parts, compute, use_cache)
@@ -408,10 +422,11 @@ def collect(ckpt: Checkpoint, corpus: str, split: str, method: str = "gradient-x
 
 def _statistics(rows: dict, window: int | None, W: int, n_boot: int, seed: int) -> dict:
     share, reach = rows["share"], rows["reach"]
-    n_docs = int(rows["unit_document"].max(initial=-1)) + 1
+    cluster, _ = resample_clusters(rows["unit_document"])
+    n_clusters = int(cluster.max(initial=-1)) + 1
 
     def over_documents(values: np.ndarray, units: np.ndarray, stat: str = "mean") -> dict:
-        return cluster_interval(values, rows["unit_document"][units.astype(int)], n_docs, stat, n_boot, seed)
+        return cluster_interval(values, cluster[units.astype(int)], n_clusters, stat, n_boot, seed)
 
     positions = {"offset": list(range(W + 1)), "mean": [], "lo": [], "hi": [], "count": []}
     for o in range(W + 1):
@@ -471,6 +486,7 @@ __all__ = [
     "model_window",
     "permutation_shift",
     "reading_units",
+    "resample_clusters",
     "unit_documents",
     "unit_sums",
 ]

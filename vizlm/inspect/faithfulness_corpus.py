@@ -25,6 +25,7 @@ from vizlm.inspect.attribution_corpus import (
     bootstrap_draws,
     cluster_interval,
     reading_units,
+    resample_clusters,
     unit_documents,
 )
 from vizlm.inspect.cache import cached, checkpoint_digest, stored
@@ -130,12 +131,13 @@ def _selected(n: int, limit: int | None, select: Sequence[int] | None) -> list[i
 
 def statistics(frames: dict[str, pd.DataFrame], documents: np.ndarray, n_boot: int = N_BOOT, seed: int = 0) -> dict:
     """The corpus statistics of :func:`collect`'s frames (JSON-able), every interval a 95% bootstrap over the
-    documents (``documents``: each unit's, numbered from 0, as :func:`collect` gives them)."""
-    documents = np.asarray(documents, int)
-    n_docs = int(documents.max(initial=-1)) + 1
+    documents (``documents``: each unit's, numbered from 0, as :func:`collect` gives them; over the units where all
+    are of one document: :func:`vizlm.inspect.attribution_corpus.resample_clusters`)."""
+    clusters, _ = resample_clusters(documents)  # what is resampled, by unit
+    n_clusters = int(clusters.max(initial=-1)) + 1
 
     def ci(values, units, stat="mean"):
-        return cluster_interval(np.asarray(values, float), documents[np.asarray(units, int)], n_docs, stat, n_boot,
+        return cluster_interval(np.asarray(values, float), clusters[np.asarray(units, int)], n_clusters, stat, n_boot,
                                 seed)
 
     out: dict = {}
@@ -196,9 +198,9 @@ def statistics(frames: dict[str, pd.DataFrame], documents: np.ndarray, n_boot: i
             by["distance"].append(str(lo) if hi is not None else f">{MAX_DISTANCE}")
             for c in ("read", "state", "total"):
                 by[c].append(ci(sel[c].abs(), sel.unit))
-            docs = documents[sel.unit.to_numpy(int)]
-            read = np.bincount(docs, weights=sel.read.abs().to_numpy(), minlength=n_docs)
-            both = read + np.bincount(docs, weights=sel.state.abs().to_numpy(), minlength=n_docs)
+            of = clusters[sel.unit.to_numpy(int)]
+            read = np.bincount(of, weights=sel.read.abs().to_numpy(), minlength=n_clusters)
+            both = read + np.bincount(of, weights=sel.state.abs().to_numpy(), minlength=n_clusters)
             by["read_share"].append(_ratio(read, both, n_boot, seed))
         out["paths"] = by
     return out
@@ -284,8 +286,8 @@ def corpus_faithfulness(
     uniform and with ``other``'s attention), ``erasure`` (per ranking and k: mean delta log P, flip rate), ``aopc``
     (per ranking: comprehensiveness and sufficiency, their AOPC and per fraction), ``paths`` (per distance: mean
     ``|read|``, ``|state|``, ``|total|`` and the read's share of ``|read| + |state|``); ``masking``: how slots are
-    dropped. Every interval a 95% bootstrap over the split's documents (``units`` and ``documents`` say how many were
-    read), ``n_boot`` resamples from ``seed``. A Transformer: one ``head`` (:func:`testable_head`; ``head`` in the result, counted
+    dropped. Every interval a 95% bootstrap over the split's documents, or over the units where all are of one
+    (``resampled`` says which; ``units`` and ``documents`` how many were read), ``n_boot`` resamples from ``seed``. A Transformer: one ``head`` (:func:`testable_head`; ``head`` in the result, counted
     from 0, and ``view`` in words), no two paths."""
     parts = _cache_parts(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods, n_steps,
                          passage_tokens, other, n_boot, seed, head)
@@ -297,11 +299,13 @@ def corpus_faithfulness(
     def compute() -> dict:
         frames, documents = collect(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods,
                                     n_steps, passage_tokens, other, seed, progress, select, head)
+        read_in = "passages" if document else "sentences"
         return {"model": ckpt.label, "corpus": corpus, "split": split, "context": parts["context"],
                 "units": len(documents), "documents": int(documents.max(initial=-1)) + 1,
                 "head": None if head is None else list(head),
                 "view": None if head is None else head_words(head, ckpt.model.config.heads),
-                "resampled": "documents", "read_in": "passages" if document else "sentences", "masking": MASKING,
+                "resampled": read_in if resample_clusters(documents)[1] == "units" else "documents", "read_in": read_in,
+                "masking": MASKING,
                 "unit": "nats",
                 "permutations_per_row": permutations_n, "epsilon": epsilon,
                 "other": None if other is None else other.label, **statistics(frames, documents, n_boot, seed)}

@@ -77,7 +77,7 @@ class AttributionEvidence:
         or ``"units"`` (sentences or passages: narrower intervals that ignore the documents), by
         :func:`vizlm.inspect.attribution_corpus.cluster_mean` with the seed and resamples the config records; None
         when the model has no such quantity (agreement without attention)."""
-        from vizlm.inspect.attribution_corpus import cluster_mean
+        from vizlm.inspect.attribution_corpus import cluster_mean, resample_clusters
 
         if key not in self.sums:
             return None
@@ -86,9 +86,10 @@ class AttributionEvidence:
             if self.documents is None:
                 raise EvidenceError(f"{self.name}: attribution evidence without its units' documents; write it again: "
                                     f"vizlm reproduce --attribution {self.name} --force")
-            n = int(self.documents.max(initial=-1)) + 1
-            sums = np.bincount(self.documents, weights=sums, minlength=n)
-            counts = np.bincount(self.documents, weights=counts, minlength=n)
+            cluster, _ = resample_clusters(self.documents)
+            n = int(cluster.max(initial=-1)) + 1
+            sums = np.bincount(cluster, weights=sums, minlength=n)
+            counts = np.bincount(cluster, weights=counts, minlength=n)
         elif resample != "units":
             raise ValueError(f"resample must be 'documents' or 'units', not {resample!r}")
         return cluster_mean(sums, counts, n_boot=self.config["n_boot"], seed=self.config["seed"])
@@ -310,14 +311,17 @@ class FaithfulnessEvidence:
     def clusters(self, resample: str = "documents") -> tuple[np.ndarray, int]:
         """``(cluster of each unit, number of clusters)``: the documents (the Brown splits sample documents, as
         :mod:`vizlm.reproduce.verdicts` and :func:`~vizlm.inspect.faithfulness_corpus.corpus_faithfulness` resample
-        them) or the units themselves (sentences or passages: narrower intervals that ignore the documents)."""
+        them; the units where all are of one, :func:`~vizlm.inspect.attribution_corpus.resample_clusters`) or the
+        units themselves (sentences or passages: narrower intervals that ignore the documents)."""
+        from vizlm.inspect.attribution_corpus import resample_clusters
+
         n = int(self.config["units"])
         if resample == "units":
             return np.arange(n), n
         if resample != "documents":
             raise ValueError(f"resample must be 'documents' or 'units', not {resample!r}")
-        doc = self.arrays[UNIT_DOCUMENT].astype(int)
-        return doc, int(doc.max(initial=-1)) + 1
+        cluster, _ = resample_clusters(self.arrays[UNIT_DOCUMENT])
+        return cluster, int(cluster.max(initial=-1)) + 1
 
     def keys(self, prefix: str) -> list[str]:
         """The quantities stored under ``prefix`` (``"erasure.attention."``: its ``k1.dlogp`` ...), in order."""

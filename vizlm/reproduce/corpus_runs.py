@@ -294,6 +294,19 @@ def _chance(stat: dict | None) -> str:
     return "—" if stat is None or not stat["n"] else f"{100 * stat['value']:.1f}"
 
 
+def _resampled(configs: list[dict]) -> str:
+    """What the intervals of these evidence configs resample, in words, and how often
+    (:func:`vizlm.inspect.attribution_corpus.resample_clusters`' rule): the documents, or the units read where a
+    sample holds one document."""
+    docs = sorted({c.get("documents") for c in configs} - {None})
+    n_boot = next((c["n_boot"] for c in configs if "n_boot" in c), "—")
+    if docs and docs[0] < 2:
+        return (f"the units read (sentences or passages: {'a sample' if len(docs) > 1 else 'the sample'} holds "
+                f"one document, so no documents to resample; {n_boot} resamples)")
+    return (f"the split's documents ({'–'.join(map(str, docs[:1] + docs[-1:] if len(docs) > 1 else docs)) or '—'} "
+            f"documents: the Brown splits sample documents; {n_boot} resamples)")
+
+
 def attribution_report(plan: AttributionPlan) -> list[str]:
     """The tables of "Is attention an explanation?" from ``evidence/attribution/`` alone (markdown lines):
     per model, where its predictions' |attribution| lies by distance, and, for attention models, how the
@@ -308,7 +321,6 @@ def attribution_report(plan: AttributionPlan) -> list[str]:
     have = {n: ev for n, ev in shown.items() if ev is not None}
     departs = {n: d for n, ev in have.items() if (d := plan.differs(n, ev.config))}
     current = {n: ev for n, ev in have.items() if n not in departs}  # each as the plan would write it now
-    c0 = next(iter(current.values())).config if current else {}
     lines = ["### Beyond the papers: is attention an explanation?", "",
              (f"Each model's predictions on {plan.corpus} {plan.split}, "
               f"{corpus_evidence.sample_words(plan.per_document, plan.limit)}, attributed with {LABELS[plan.method]} "
@@ -316,8 +328,7 @@ def attribution_report(plan: AttributionPlan) -> list[str]:
               "every word's log P(word) to every word read before it, in the model's own context (`vizlm reproduce "
               "--attribution`; evidence in `evidence/attribution/`): sentence models a sentence at a time, document "
               "models in passages of whole sentences up to 100 tokens. Means over the predicted words, with 95% "
-              f"bootstrap intervals over the split's documents ({c0.get('documents', '—')} documents; the Brown "
-              f"splits sample documents; {c0.get('n_boot', '—')} resamples)."), ""]
+              f"bootstrap intervals over {_resampled([ev.config for ev in current.values()])}."), ""]
     if departs:
         lines += [("Written under other settings than the manifest's, and not shown (`vizlm reproduce --attribution "
                    f"{' '.join(departs)} --force` writes them again): "
@@ -414,7 +425,7 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
               f"--faithfulness`; evidence in `evidence/faithfulness/`), read in the model's own context: sentence "
               f"models a sentence at a time, document models in passages of whole sentences up to 100 tokens. Each "
               f"number is a mean (or a median, where said) over the predicted words, with its 95% bootstrap interval "
-              f"over the split's documents (the Brown splits sample documents; {c0.get('n_boot', '—')} resamples). "
+              f"over {_resampled([ev.config for ev in have.values()])}. "
               f"Log-probability changes are in nats, log P(word) as read minus as changed. Masking (erasure, AOPC): "
               f"{c0.get('masking', '—')}. Frozen attention from another seed (Wiegreffe & Pinter): the model reads "
               f"the attention of a second seed's checkpoint of the same setup on the same text; run where the "
