@@ -259,7 +259,8 @@ def test_attribution_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pat
     manifest.write_text(manifest.read_text().replace('method = "occlusion"', 'method = "gradient-x-input"'))
     text = "\n".join(corpus_runs.attribution_report(corpus_runs.load_attribution(manifest)))
     assert ("tiny-kvp: method occlusion (the manifest: gradient-x-input)" in text
-            and "--attribution tiny-kvp tiny-lstm --force" in text and f"| tiny-kvp | {t['n']:,} |" not in text)
+            and "--attribution tiny-kvp tiny-lstm --force" in text and f"| tiny-kvp | {t['n']:,} |" not in text
+            and "| tiny-kvp | other settings (above) |" in text)
     capsys.readouterr()
     assert cli.main(["reproduce", "--manifest", str(manifest), "--attribution", "tiny-kvp"]) == 0
     assert "has attribution evidence" in capsys.readouterr().err

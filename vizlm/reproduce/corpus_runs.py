@@ -341,7 +341,7 @@ def attribution_report(plan: AttributionPlan) -> list[str]:
     for name in plan.checkpoints:
         ev = current.get(name)
         if ev is None:
-            lines.append(f"| {name} | {'not run' if name not in departs else 'written again (above)'} "
+            lines.append(f"| {name} | {'not run' if name not in departs else 'other settings (above)'} "
                          "| | | | | | | | |")
             continue
         c = ev.config
