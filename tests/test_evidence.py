@@ -163,13 +163,14 @@ def test_every_finished_run_in_the_repository_has_whole_evidence(monkeypatch):
                and p.name not in (corpus_evidence.ATTRIBUTION, corpus_evidence.CASES, corpus_evidence.FAITHFULNESS)]
     assert {p.name for p in folders} <= set(runs), "evidence of a run the manifest does not name"
     plan = corpus_runs.load_attribution(ROOT / experiments.MANIFEST)
-    assert set(corpus_evidence.attribution_names()) <= set(plan.checkpoints), "attribution evidence the manifest does not name"
+    kept = {name: (checkpoint, method) for name, checkpoint, method in plan.units()}  # a checkpoint per method
+    assert set(corpus_evidence.attribution_names()) <= set(kept), "attribution evidence the manifest does not name"
     for name in corpus_evidence.attribution_names():  # whole, with its command and commit, of the bundled weights
         ev = corpus_evidence.read_attribution(name)
+        checkpoint, method = kept[name]
         assert ev.config["commit"] and "+dirty" not in ev.config["commit"] and ev.config["written_by"], name
-        assert (ev.config["corpus"], ev.config["split"], ev.config["method"], ev.config["limit"]) == (
-            plan.corpus, plan.split, plan.method, plan.limit), name
-        assert ev.config["checkpoint_sha256"] == checkpoint_digest(load_checkpoint(ROOT / "checkpoints" / name)), name
+        assert not plan.differs(ev.config, method) and ev.config["checkpoint"] == checkpoint, name
+        assert ev.config["checkpoint_sha256"] == checkpoint_digest(load_checkpoint(ROOT / "checkpoints" / checkpoint)), name
         assert all(len(s) == ev.config["units"] == len(c) for s, c in ev.sums.values()), name
     faith = corpus_runs.load_faithfulness_plan(ROOT / experiments.MANIFEST)
     units = {name: (checkpoint, head) for name, checkpoint, head, _ in faith.units()}  # a Transformer's: per head
@@ -249,12 +250,33 @@ def test_attribution_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pat
     chance = ev.statistic("top1_chance")  # 1 / n of the n positions a prediction could attend to (window 3)
     assert chance["n"] == int(chosen.sum()) and 1 / 3 <= chance["value"] <= 1 / 2
     plan = corpus_runs.load_attribution(manifest)
+    loads = corpus_evidence.load_checkpoint
     monkeypatch.setattr(corpus_evidence, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
     text = "\n".join(corpus_runs.attribution_report(plan))
     t = ev.statistic("kendall_tau")
     assert f"| tiny-kvp | {t['n']:,} | {t['value']:+.3f} ({t['lo']:+.3f}–{t['hi']:+.3f}) |" in text
     assert "| never | not run |" in text and f"| tiny-lstm | sentence | — | {len(docs)} |" in text
     assert "the first 2 sentences of each of its documents" in text and f"({len(docs)} documents:" in text
+    # another method too (`also`): its own evidence, its rows tagged; not written yet, it is listed
+    manifest.write_text(manifest.read_text().replace('method = "occlusion"', 'method = "occlusion"\nalso = ["gradient-x-input"]'))
+    plan = corpus_runs.load_attribution(manifest)
+    assert plan.units(["tiny-kvp"]) == [("tiny-kvp", "tiny-kvp", "occlusion"),
+                                        ("tiny-kvp.gradient-x-input", "tiny-kvp", "gradient-x-input")]
+    text = "\n".join(corpus_runs.attribution_report(plan))
+    assert "Not run yet with gradient × input: tiny-kvp, tiny-lstm, never" in text and "· G×I" not in text
+    monkeypatch.setattr(corpus_evidence, "load_checkpoint", loads)  # writing evidence loads it
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--attribution", "tiny-kvp"]) == 0
+    assert "tiny-kvp.gradient-x-input" in capsys.readouterr().err  # the missing one written, the other kept
+    monkeypatch.setattr(corpus_evidence, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
+    gxi = corpus_evidence.read_attribution("tiny-kvp.gradient-x-input")
+    assert (gxi.config["checkpoint"], gxi.config["method"], gxi.config["n_steps"]) == ("tiny-kvp", "gradient-x-input", None)
+    text = "\n".join(corpus_runs.attribution_report(plan))
+    assert f"| tiny-kvp · G×I | sentence | 3 | {len(docs)} |" in text and "Not run yet with gradient × input: tiny-lstm, never" in text
+    assert "in the rows tagged G×I, gradient × input" in text
+    with pytest.raises(ValueError, match="also lists other methods"):
+        manifest.write_text(manifest.read_text().replace('also = ["gradient-x-input"]', 'also = ["occlusion"]'))
+        corpus_runs.load_attribution(manifest)
+    manifest.write_text(manifest.read_text().replace('\nalso = ["occlusion"]', ''))
     # the manifest changed since: the evidence is named, with the command that writes it again, and not shown
     manifest.write_text(manifest.read_text().replace('method = "occlusion"', 'method = "gradient-x-input"'))
     text = "\n".join(corpus_runs.attribution_report(corpus_runs.load_attribution(manifest)))
@@ -262,6 +284,7 @@ def test_attribution_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pat
             and "--attribution tiny-kvp tiny-lstm --force" in text and f"| tiny-kvp | {t['n']:,} |" not in text
             and "| tiny-kvp | other settings (above) |" in text)
     capsys.readouterr()
+    manifest.write_text(manifest.read_text().replace('method = "gradient-x-input"', 'method = "occlusion"'))
     assert cli.main(["reproduce", "--manifest", str(manifest), "--attribution", "tiny-kvp"]) == 0
     assert "has attribution evidence" in capsys.readouterr().err
     assert cli.main(["reproduce", "--manifest", str(manifest), "--attribution", "other"]) == 2

@@ -106,8 +106,14 @@ def _checkpoints_with(table: str) -> list[str]:
 
 
 def attribution_names() -> list[str]:
-    """The checkpoints whose corpus attribution has evidence."""
+    """The corpus attribution evidence there is (:func:`attribution_name`)."""
     return _checkpoints_with(ATTRIBUTION)
+
+
+def attribution_name(checkpoint: str, method: str, main: str) -> str:
+    """The evidence of a checkpoint's corpus attribution by ``method``: the checkpoint's name for the ``main``
+    method, ``CHECKPOINT.METHOD`` for another (``salton-doc.integrated-gradients``)."""
+    return checkpoint if method == main else f"{checkpoint}.{method}"
 
 
 def _publish_sums(dest: Path, config: dict, arrays: dict) -> None:
@@ -177,6 +183,7 @@ def write_attribution(name: str, source: Path | str, corpus: str, split: str, me
     the commit. No permutation test: the faithfulness evidence runs Jain & Wallace's as they did
     (:func:`write_faithfulness`). Written whole; existing evidence is replaced only with ``force``."""
     from vizlm.inspect import attribution_corpus as va
+    from vizlm.inspect.attribution import DEFAULT_STEPS
 
     log = log or sys.stderr
     dest = attribution_folder(name)
@@ -193,14 +200,15 @@ def write_attribution(name: str, source: Path | str, corpus: str, split: str, me
         raise EvidenceError(f"{name}: {n_units} units read, {len(units)} expected")
     sums = va.unit_sums(rows, n_units)
     config = {
-        "checkpoint": name, "checkpoint_sha256": checkpoint_digest(ckpt), "family": ckpt.meta.get("model"),
+        "checkpoint": Path(source).name, "checkpoint_sha256": checkpoint_digest(ckpt), "family": ckpt.meta.get("model"),
         "context": meta_context(ckpt.meta), "window": va.model_window(ckpt), "attention": ckpt.has_attention,
         "corpus": corpus, "split": split, "corpus_sha256": load_corpus(corpus, split).checksum, "limit": limit,
-        "per_document": per_document, "method": method, "units": n_units,
+        "per_document": per_document, "method": method,
+        "n_steps": DEFAULT_STEPS if method == "integrated-gradients" else None, "units": n_units,
         "unit": "passages" if document else "sentences", "documents": int(unit_document.max(initial=-1)) + 1,
         "resampled": "documents", "targets": len(rows["unit"]), "permutations": 0, "max_offset": va.MAX_OFFSET,
         "passage_tokens": va.PASSAGE_TOKENS if document else None, "absolute": True, "seed": 0, "n_boot": va.N_BOOT,
-        "written_by": f"vizlm reproduce --attribution {name}", "commit": commit,
+        "written_by": f"vizlm reproduce --attribution {Path(source).name}", "commit": commit,
         "source": display_path(Path(source)), "threads": torch.get_num_threads(),
         "wall_s": round(progress.seconds(), 1),
     }
@@ -629,6 +637,6 @@ def read_cases(name: str) -> dict | None:
 
 
 __all__ = ["ATTRIBUTION", "CASES", "FAITHFULNESS", "UNIT_DOCUMENT", "AttributionEvidence", "FaithfulnessEvidence",
-           "attribution_folder", "attribution_names", "cases_path", "corpus_sample", "faithfulness_folder", "faithfulness_names", "faithfulness_sums",
+           "attribution_folder", "attribution_name", "attribution_names", "cases_path", "corpus_sample", "faithfulness_folder", "faithfulness_names", "faithfulness_sums",
            "first_of_each_document", "read_attribution", "read_cases", "read_faithfulness", "write_attribution",
            "write_cases", "write_faithfulness"]

@@ -28,14 +28,23 @@ class AttributionPlan:
     corpus: str = "brown"
     split: str = "test"
     method: str = "gradient-x-input"
+    also: list[str] = field(default_factory=list)  # more methods, each its own evidence (CHECKPOINT.METHOD)
     per_document: int | None = None  # the first sentences of every document of the split ...
     limit: int | None = None  # ... or the split's first sentences (neither: all of it)
     note: str | None = None
 
-    def differs(self, checkpoint: str, config: dict) -> list[str]:
-        """How an evidence's ``config`` departs from the plan's settings (:meth:`FaithfulnessPlan.differs`'s form);
-        evidence without its units' documents (written before they were kept) departs too."""
-        want = {"corpus": self.corpus, "split": self.split, "method": self.method,
+    def units(self, names: list[str] | None = None) -> list[tuple[str, str, str]]:
+        """``(evidence name, checkpoint, method)`` of every evidence the plan (its checkpoints ``names``) keeps: one
+        per checkpoint with ``method``, and one per checkpoint and method of ``also``
+        (:func:`vizlm.reproduce.corpus_evidence.attribution_name`)."""
+        return [(corpus_evidence.attribution_name(c, m, self.method), c, m) for c in names or self.checkpoints
+                for m in [self.method, *self.also]]
+
+    def differs(self, config: dict, method: str | None = None) -> list[str]:
+        """How an evidence's ``config`` (of ``method``, default the plan's) departs from the plan's settings
+        (:meth:`FaithfulnessPlan.differs`'s form); evidence without its units' documents (written before they were
+        kept) departs too."""
+        want = {"corpus": self.corpus, "split": self.split, "method": method or self.method,
                 "per_document": self.per_document, "limit": self.limit}
         return ([f"{key} {config.get(key)} (the manifest: {value})" for key, value in want.items()
                  if config.get(key) != value]
@@ -103,22 +112,34 @@ def load_attribution(path: Path | None = None) -> AttributionPlan | None:
         return None
     if plan.method not in TEXT_METHODS:
         raise ValueError(f"{path}: [attribution]: method must be one of {', '.join(TEXT_METHODS)}")
+    if (not isinstance(plan.also, list) or any(m not in TEXT_METHODS for m in plan.also)
+            or len({plan.method, *plan.also}) != 1 + len(plan.also)):
+        raise ValueError(f"{path}: [attribution]: also lists other methods than `method`, each once, of "
+                         f"{', '.join(TEXT_METHODS)} (also = [\"integrated-gradients\"]), not {plan.also!r}")
     _check_counts(plan, path, "attribution", {"per_document": None, "limit": None})
     return plan
 
 
 def write_attribution_evidence(plan: AttributionPlan, names: list[str] | None = None, force: bool = False,
                                log=None) -> list[Path]:
-    """Attribute the plan's bundled checkpoints (``names``: these only) and write their evidence; a checkpoint
-    with evidence is skipped unless ``force``. Progress goes to ``log`` (default: standard error)."""
+    """Attribute the plan's bundled checkpoints (``names``: these only) with each of its methods and write their
+    evidence (:meth:`AttributionPlan.units`), one after the other; one with evidence is skipped unless ``force``.
+    Progress goes to ``log`` (default: standard error)."""
     from vizlm.modeling.checkpoint import bundled_dir
 
-    return _write_plan(plan, "attribution", names, force, log,
-                       lambda n: corpus_evidence.attribution_folder(n).exists(),
-                       lambda n: corpus_evidence.write_attribution(n, bundled_dir() / n, plan.corpus, plan.split,
-                                                                   plan.method, plan.limit, force=force,
-                                                                   log=log or sys.stderr,
-                                                                   per_document=plan.per_document))
+    def has(checkpoint: str) -> bool:
+        return all(corpus_evidence.attribution_folder(u[0]).exists() for u in plan.units([checkpoint]))
+
+    def write(checkpoint: str) -> Path:
+        written = None
+        for name, _, method in plan.units([checkpoint]):
+            if force or not corpus_evidence.attribution_folder(name).exists():
+                written = corpus_evidence.write_attribution(name, bundled_dir() / checkpoint, plan.corpus, plan.split,
+                                                            method, plan.limit, force=force, log=log or sys.stderr,
+                                                            per_document=plan.per_document)
+        return written
+
+    return _write_plan(plan, "attribution", names, force, log, has, write)
 
 
 @dataclass
@@ -307,47 +328,61 @@ def _resampled(configs: list[dict]) -> str:
             f"documents: the Brown splits sample documents; {n_boot} resamples)")
 
 
+SHORT_METHODS = {"gradient-x-input": "G×I", "integrated-gradients": "IG", "occlusion": "occlusion"}  # a row's tag
+
+
 def attribution_report(plan: AttributionPlan) -> list[str]:
     """The tables of "Is attention an explanation?" from ``evidence/attribution/`` alone (markdown lines):
-    per model, where its predictions' |attribution| lies by distance, and, for attention models, how the
-    attention agrees with it; each a mean over the predicted words with a 95% bootstrap interval over the
-    split's documents (:meth:`vizlm.reproduce.corpus_evidence.AttributionEvidence.statistic`). Evidence written
-    under other settings than the plan's is named, with the command that writes it again."""
+    per model (and per method of the plan's ``also``: its rows tagged), where its predictions' |attribution| lies
+    by distance, and, for attention models, how the attention agrees with it; each a mean over the predicted
+    words with a 95% bootstrap interval over the split's documents
+    (:meth:`vizlm.reproduce.corpus_evidence.AttributionEvidence.statistic`). Evidence written under other settings
+    than the plan's is named, with the command that writes it again; evidence not written yet is listed."""
     from vizlm.inspect.agreement import TOP_K
-    from vizlm.inspect.attribution import LABELS
+    from vizlm.inspect.attribution import DEFAULT_STEPS, LABELS
     from vizlm.inspect.attribution_corpus import DISTANCE_BINS
 
-    shown = {n: corpus_evidence.read_attribution(n) for n in plan.checkpoints}
-    have = {n: ev for n, ev in shown.items() if ev is not None}
-    departs = {n: d for n, ev in have.items() if (d := plan.differs(n, ev.config))}
-    current = {n: ev for n, ev in have.items() if n not in departs}  # each as the plan would write it now
+    units = plan.units()
+    label = {name: checkpoint if method == plan.method else f"{checkpoint} · {SHORT_METHODS[method]}"
+             for name, checkpoint, method in units}
+    shown = {name: corpus_evidence.read_attribution(name) for name, _, _ in units}
+    departs = {name: d for name, _, method in units
+               if shown[name] is not None and (d := plan.differs(shown[name].config, method))}
+    current = {name: ev for name, ev in shown.items() if ev is not None and name not in departs}  # as written now
+    pending = {m: [c for name, c, method in units if method == m and shown[name] is None] for m in plan.also}
+    steps = f", {DEFAULT_STEPS} steps" if "integrated-gradients" in (plan.method, *plan.also) else ""
     lines = ["### Beyond the papers: is attention an explanation?", "",
              (f"Each model's predictions on {plan.corpus} {plan.split}, "
-              f"{corpus_evidence.sample_words(plan.per_document, plan.limit)}, attributed with {LABELS[plan.method]} "
-              "(captum), "
-              "every word's log P(word) to every word read before it, in the model's own context (`vizlm reproduce "
-              "--attribution`; evidence in `evidence/attribution/`): sentence models a sentence at a time, document "
-              "models in passages of whole sentences up to 100 tokens. Means over the predicted words, with 95% "
-              f"bootstrap intervals over {_resampled([ev.config for ev in current.values()])}."), ""]
+              f"{corpus_evidence.sample_words(plan.per_document, plan.limit)}, attributed with {LABELS[plan.method]}"
+              + "".join(f" and, in the rows tagged {SHORT_METHODS[m]}, {LABELS[m]}" for m in plan.also)
+              + f" (captum{steps}), every word's log P(word) to every word read before it, in the model's own context "
+              "(`vizlm reproduce --attribution`; evidence in `evidence/attribution/`): sentence models a sentence at "
+              "a time, document models in passages of whole sentences up to 100 tokens. Means over the predicted "
+              f"words, with 95% bootstrap intervals over {_resampled([ev.config for ev in current.values()])}."), ""]
     if departs:
         lines += [("Written under other settings than the manifest's, and not shown (`vizlm reproduce --attribution "
-                   f"{' '.join(departs)} --force` writes them again): "
-                   + "; ".join(f"{n}: {', '.join(d)}" for n, d in departs.items()) + "."), ""]
+                   f"{' '.join(dict.fromkeys(c for n, c, _ in units if n in departs))} --force` writes them again): "
+                   + "; ".join(f"{label[n]}: {', '.join(d)}" for n, d in departs.items()) + "."), ""]
+    for m, names in pending.items():
+        if names:
+            lines += [f"Not run yet with {LABELS[m]}: {', '.join(names)} (`vizlm reproduce --attribution "
+                      f"{' '.join(names)}`).", ""]
     lines += ["Where the dependence lies: the share of a prediction's |attribution| on the word just read, one "
               "word back, 2–5 back, further back, and beyond the model's attention window.", "",
               "| model | context | window | documents | words | just read (%) | 1 back (%) | 2–5 back (%) | "
               "> 5 back (%) | beyond the window (%) |",
               "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for name in plan.checkpoints:
+    for name, _, method in units:
         ev = current.get(name)
         if ev is None:
-            lines.append(f"| {name} | {'not run' if name not in departs else 'other settings (above)'} "
-                         "| | | | | | | | |")
+            if method == plan.method:
+                lines.append(f"| {label[name]} | {'not run' if name not in departs else 'other settings (above)'} "
+                             "| | | | | | | | |")
             continue
         c = ev.config
         bins = " | ".join(_interval(ev.statistic(b), 100, ".1f") for b in DISTANCE_BINS)
-        lines.append(f"| {name} | {c['context']} | {c['window'] or '—'} | {c['documents']} | {c['targets']:,} | "
-                     f"{bins} | {_interval(ev.statistic('beyond_window'), 100, '.1f')} |")
+        lines.append(f"| {label[name]} | {c['context']} | {c['window'] or '—'} | {c['documents']} | "
+                     f"{c['targets']:,} | {bins} | {_interval(ev.statistic('beyond_window'), 100, '.1f')} |")
     lines += ["", (f"Agreement of the attention with the attribution (attention models; the words a prediction could "
                    f"attend to, predictions with at least two): Kendall τ-b of weight and |attribution|, whether the most "
                    f"attended word is the most important one, the overlap of the top {TOP_K} (each beside what chance "
@@ -360,7 +395,7 @@ def attribution_report(plan: AttributionPlan) -> list[str]:
         if "kendall_tau" not in ev.sums:
             continue
         tau = ev.statistic("kendall_tau")
-        lines.append(f"| {name} | {tau['n']:,} | {_interval(tau, spec='+.3f')} | "
+        lines.append(f"| {label[name]} | {tau['n']:,} | {_interval(tau, spec='+.3f')} | "
                      f"{_interval(ev.statistic('top1'), 100, '.1f')} | {_chance(ev.statistic('top1_chance'))} | "
                      f"{_interval(ev.statistic(f'top{TOP_K}_overlap'), 100, '.1f')} | "
                      f"{_chance(ev.statistic(f'top{TOP_K}_chance'))} |")
