@@ -256,7 +256,8 @@ def test_attribution_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pat
     t = ev.statistic("kendall_tau")
     assert f"| tiny-kvp | {t['n']:,} | {t['value']:+.3f} ({t['lo']:+.3f}–{t['hi']:+.3f}) |" in text
     assert "| never | not run |" in text and f"| tiny-lstm | sentence | — | {len(docs)} |" in text
-    assert "the first 2 sentences of each of its documents" in text and f"({len(docs)} documents:" in text
+    assert "the first 2 sentences of each of its documents" in text
+    assert f"({len(docs)} documents, the unit a split samples" in text
     # another method too (`also`): its own evidence, its rows tagged; not written yet, it is listed
     manifest.write_text(manifest.read_text().replace('method = "occlusion"', 'method = "occlusion"\nalso = ["gradient-x-input"]'))
     plan = corpus_runs.load_attribution(manifest)

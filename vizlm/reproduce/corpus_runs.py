@@ -324,8 +324,8 @@ def _resampled(configs: list[dict]) -> str:
     if docs and docs[0] < 2:
         return (f"the units read (sentences or passages: {'a sample' if len(docs) > 1 else 'the sample'} holds "
                 f"one document, so no documents to resample; {n_boot} resamples)")
-    return (f"the split's documents ({'–'.join(map(str, docs[:1] + docs[-1:] if len(docs) > 1 else docs)) or '—'} "
-            f"documents: the Brown splits sample documents; {n_boot} resamples)")
+    span = f"{docs[0]}–{docs[-1]}" if len(docs) > 1 else str(docs[0]) if docs else "—"
+    return f"the split's documents ({span} documents, the unit a split samples; {n_boot} resamples)"
 
 
 SHORT_METHODS = {"gradient-x-input": "G×I", "integrated-gradients": "IG", "occlusion": "occlusion"}  # a row's tag
@@ -440,8 +440,8 @@ def faithfulness_report(plan: FaithfulnessPlan) -> list[str]:
     have = {n: ev for n, ev in shown.items() if ev is not None}
     stats = {n: ev.statistics() for n, ev in have.items()}
     missing = list(dict.fromkeys(c for _, c, _, label in units if shown[label] is None))
-    short = {"slot-effect": "slot effect", "gradient-x-input": "G×I", "integrated-gradients": "IG",
-             "occlusion": "occlusion", "attention": "attention", "gradient": "gradient", "random": "random"}
+    short = {**SHORT_METHODS, "slot-effect": "slot effect", "attention": "attention", "gradient": "gradient",
+             "random": "random"}
     any_ev = next(iter(have.values()), None)
     c0 = any_ev.config if any_ev else {}
     samples = {(ev.config.get("per_document"), ev.config.get("limit")) for ev in have.values()}
