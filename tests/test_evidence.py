@@ -271,6 +271,7 @@ def test_attribution_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pat
     monkeypatch.setattr(corpus_evidence, "load_checkpoint", lambda *a: pytest.fail("the report loaded a checkpoint"))
     gxi = corpus_evidence.read_attribution("tiny-kvp.gradient-x-input")
     assert (gxi.config["checkpoint"], gxi.config["method"], gxi.config["n_steps"]) == ("tiny-kvp", "gradient-x-input", None)
+    assert corpus_evidence.attribution_checkpoint(gxi.name) == "tiny-kvp" == corpus_evidence.attribution_checkpoint("tiny-kvp")
     text = "\n".join(corpus_runs.attribution_report(plan))
     assert f"| tiny-kvp · G×I | sentence | 3 | {len(docs)} |" in text and "Not run yet with gradient × input: tiny-lstm, never" in text
     assert "in the rows tagged G×I, gradient × input" in text

@@ -441,8 +441,9 @@ class Model:
         attention (``|delta log P| < epsilon`` nats, ``adversary_steps`` steps), the uniform baseline (and
         ``other``'s attention: another seed of the same family, a :class:`Model` or a name), Serrano & Smith's
         erasure curves, ERASER's comprehensiveness and sufficiency, and the two paths (the attention read vs the
-        recurrent state) by distance; each with a 95% bootstrap interval over the split's documents (the first
-        ``limit`` sentences may all be of one: then the interval is the spread of that one). A Transformer: the tests of one ``head`` (``(layer, head)`` counted from 0, as
+        recurrent state) by distance; each with a 95% bootstrap interval over the split's documents (over its
+        sentences or passages where the first ``limit`` sentences are all of one document: ``resampled`` says
+        which). A Transformer: the tests of one ``head`` (``(layer, head)`` counted from 0, as
         :meth:`Analysis.at_head`; default the last layer's first head), each row's weights of that head changed
         alone, the other positions as computed; it has no two paths. Costly: :meth:`faithfulness_seconds` says how
         long beforehand; ``progress(fraction)`` is called after each sentence or passage. A model without

@@ -194,5 +194,6 @@ def rewrite_ids(folder: Path, split: str, ids: Iterable[str]) -> None:
 
 
 __all__ = ["CARD_FILE", "CARD_FORMAT", "COLUMNS", "MAX_CARD_BYTES", "TOKEN_ID_FILES", "VOCAB_FILE", "SplitWriter",
-           "card_text", "document_keys", "document_of", "document_sizes", "file_stamp", "lines_text", "read_card", "rewrite_ids", "sha256_file", "split_file",
-           "split_files", "vocab_text", "write_card", "write_files", "write_folder", "write_vocab"]
+           "card_text", "document_keys", "document_of", "document_sizes", "file_stamp", "lines_text", "read_card",
+           "rewrite_ids", "sha256_file", "split_file", "split_files", "vocab_text", "write_card", "write_files",
+           "write_folder", "write_vocab"]

@@ -124,7 +124,7 @@ def reading_units(sentences: list[list[str]], ids: list[str], document: bool, pa
 def unit_documents(units: list[list[int]], ids: list[str]) -> np.ndarray:
     """The document of each unit (:func:`reading_units`' units of the sentences with these ``ids``;
     :func:`vizlm.data.folder.document_keys`), numbered 0, 1, ... in order of first appearance: the clusters a
-    bootstrap over documents resamples (the Brown splits sample documents, not sentences)."""
+    bootstrap over documents resamples (a corpus split samples documents, not sentences)."""
     keys = document_keys(ids)
     numbering: dict[str, int] = {}
     return np.asarray([numbering.setdefault(keys[u[0]], len(numbering)) for u in units], dtype=np.int32)
@@ -425,7 +425,7 @@ def _statistics(rows: dict, window: int | None, W: int, n_boot: int, seed: int) 
     cluster, _ = resample_clusters(rows["unit_document"])
     n_clusters = int(cluster.max(initial=-1)) + 1
 
-    def over_documents(values: np.ndarray, units: np.ndarray, stat: str = "mean") -> dict:
+    def interval(values: np.ndarray, units: np.ndarray, stat: str = "mean") -> dict:
         return cluster_interval(values, cluster[units.astype(int)], n_clusters, stat, n_boot, seed)
 
     positions = {"offset": list(range(W + 1)), "mean": [], "lo": [], "hi": [], "count": []}
@@ -438,10 +438,10 @@ def _statistics(rows: dict, window: int | None, W: int, n_boot: int, seed: int) 
         positions["hi"].append(mean + half)
         positions["count"].append(int(len(x)))
     out: dict = {"targets": int(len(rows["unit"])), "positions": positions}
-    positions["beyond"] = over_documents(share[:, W + 1], rows["unit"])
+    positions["beyond"] = interval(share[:, W + 1], rows["unit"])
     positions["window"] = window
     positions["beyond_window"] = (None if rows["beyond_window"] is None else
-                                  over_documents(rows["beyond_window"], rows["unit"]))
+                                  interval(rows["beyond_window"], rows["unit"]))
     if rows["attention"] is not None:
         att = rows["attention"]
         positions["attention"] = [nanmean(att[:, o]) for o in range(W + 1)]
@@ -451,22 +451,22 @@ def _statistics(rows: dict, window: int | None, W: int, n_boot: int, seed: int) 
         finite = tau[np.isfinite(tau)]
         out["agreement"] = {
             "targets": int(chosen.sum()),
-            "kendall_tau": over_documents(tau, unit),
-            "kendall_tau_median": over_documents(tau, unit, "median"),
+            "kendall_tau": interval(tau, unit),
+            "kendall_tau_median": interval(tau, unit, "median"),
             "kendall_tau_quantiles": {str(q): float(np.quantile(finite, q)) if len(finite) else math.nan
                                       for q in (0.1, 0.25, 0.5, 0.75, 0.9)},
-            "top1_share": over_documents(rows["top1"][chosen], unit),
-            f"top{TOP_K}_overlap": over_documents(rows["topk"][chosen], unit),
+            "top1_share": interval(rows["top1"][chosen], unit),
+            f"top{TOP_K}_overlap": interval(rows["topk"][chosen], unit),
         }
         if len(rows["dlogp"]):
             pu = rows["perm_unit"]
             out["permutation"] = {
                 "targets": int(np.isfinite(rows["dlogp"]).sum()),
-                "median_abs_dlogp": over_documents(rows["dlogp"], pu, "median"),
-                "mean_abs_dlogp": over_documents(rows["dlogp"], pu),
-                "median_tvd": over_documents(rows["tvd"], pu, "median"),
-                "mean_tvd": over_documents(rows["tvd"], pu),
-                "share_over_1_bit": over_documents(
+                "median_abs_dlogp": interval(rows["dlogp"], pu, "median"),
+                "mean_abs_dlogp": interval(rows["dlogp"], pu),
+                "median_tvd": interval(rows["tvd"], pu, "median"),
+                "mean_tvd": interval(rows["tvd"], pu),
+                "share_over_1_bit": interval(
                     np.where(np.isfinite(rows["dlogp"]), (rows["dlogp"] > math.log(2)).astype(float), math.nan), pu),
                 "unit": "nats",
             }

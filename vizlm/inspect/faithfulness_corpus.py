@@ -1,9 +1,9 @@
 """The faithfulness tests (:mod:`vizlm.inspect.faithfulness`, :mod:`vizlm.inspect.faithfulness_erasure`) over a
 processed split: :func:`corpus_faithfulness` runs them (cached), with 95% bootstrap intervals over the split's
-documents (:func:`vizlm.inspect.attribution_corpus.unit_documents`: the unit a corpus split samples), each read in units
-(sentences, or a document model's passages, :func:`vizlm.inspect.attribution_corpus.reading_units`); :func:`collect`
-gives every test's frame, :func:`statistics` their statistics; :func:`estimate_seconds` and :func:`is_stored` say the cost
-before it starts.
+documents (:func:`vizlm.inspect.attribution_corpus.unit_documents`: the unit a corpus split samples), each read in
+units (sentences, or a document model's passages, :func:`vizlm.inspect.attribution_corpus.reading_units`);
+:func:`collect` gives every test's frame, :func:`statistics` their statistics; :func:`estimate_seconds` and
+:func:`is_stored` say the cost before it starts.
 """
 
 from __future__ import annotations
@@ -287,8 +287,9 @@ def corpus_faithfulness(
     (per ranking: comprehensiveness and sufficiency, their AOPC and per fraction), ``paths`` (per distance: mean
     ``|read|``, ``|state|``, ``|total|`` and the read's share of ``|read| + |state|``); ``masking``: how slots are
     dropped. Every interval a 95% bootstrap over the split's documents, or over the units where all are of one
-    (``resampled`` says which; ``units`` and ``documents`` how many were read), ``n_boot`` resamples from ``seed``. A Transformer: one ``head`` (:func:`testable_head`; ``head`` in the result, counted
-    from 0, and ``view`` in words), no two paths."""
+    (``resampled`` says which; ``units`` and ``documents`` how many were read), ``n_boot`` resamples from
+    ``seed``. A Transformer: one ``head`` (:func:`testable_head`; ``head`` in the result, counted from 0, and
+    ``view`` in words), no two paths."""
     parts = _cache_parts(ckpt, corpus, split, limit, permutations_n, epsilon, adversary_steps, methods, n_steps,
                          passage_tokens, other, n_boot, seed, head)
     head = testable_head(ckpt, head)

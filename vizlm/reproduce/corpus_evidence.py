@@ -73,7 +73,7 @@ class AttributionEvidence:
 
     def statistic(self, key: str, resample: str = "documents") -> dict | None:
         """The mean of ``key`` over the targets with its 95% interval resampling ``resample``: ``"documents"`` (the
-        report's and :func:`vizlm.inspect.attribution_corpus.corpus_attribution`'s: the Brown splits sample documents)
+        report's and :func:`vizlm.inspect.attribution_corpus.corpus_attribution`'s: the unit a split samples)
         or ``"units"`` (sentences or passages: narrower intervals that ignore the documents), by
         :func:`vizlm.inspect.attribution_corpus.cluster_mean` with the seed and resamples the config records; None
         when the model has no such quantity (agreement without attention)."""
@@ -85,7 +85,7 @@ class AttributionEvidence:
         if resample == "documents":
             if self.documents is None:
                 raise EvidenceError(f"{self.name}: attribution evidence without its units' documents; write it again: "
-                                    f"vizlm reproduce --attribution {self.name} --force")
+                                    f"vizlm reproduce --attribution {attribution_checkpoint(self.name)} --force")
             cluster, _ = resample_clusters(self.documents)
             n = int(cluster.max(initial=-1)) + 1
             sums = np.bincount(cluster, weights=sums, minlength=n)
@@ -114,6 +114,13 @@ def attribution_name(checkpoint: str, method: str, main: str) -> str:
     """The evidence of a checkpoint's corpus attribution by ``method``: the checkpoint's name for the ``main``
     method, ``CHECKPOINT.METHOD`` for another (``salton-doc.integrated-gradients``)."""
     return checkpoint if method == main else f"{checkpoint}.{method}"
+
+
+def attribution_checkpoint(name: str) -> str:
+    """The checkpoint an :func:`attribution_name` is of (what `vizlm reproduce --attribution` takes)."""
+    from vizlm.inspect.attribution import TEXT_METHODS
+
+    return next((name[: -len(m) - 1] for m in TEXT_METHODS if name.endswith(f".{m}")), name)
 
 
 def _publish_sums(dest: Path, config: dict, arrays: dict) -> None:
@@ -146,7 +153,8 @@ def _read_sums(where: Path, files: tuple[str, ...], command: str) -> tuple[dict,
 
 def read_attribution(name: str) -> AttributionEvidence | None:
     """The corpus attribution evidence of checkpoint ``name``, None when it has none."""
-    read = _read_sums(attribution_folder(name), ATTRIBUTION_FILES, f"vizlm reproduce --attribution {name}")
+    read = _read_sums(attribution_folder(name), ATTRIBUTION_FILES,
+                      f"vizlm reproduce --attribution {attribution_checkpoint(name)}")
     if read is None:
         return None
     config, arrays = read
@@ -637,6 +645,7 @@ def read_cases(name: str) -> dict | None:
 
 
 __all__ = ["ATTRIBUTION", "CASES", "FAITHFULNESS", "UNIT_DOCUMENT", "AttributionEvidence", "FaithfulnessEvidence",
-           "attribution_folder", "attribution_name", "attribution_names", "cases_path", "corpus_sample", "faithfulness_folder", "faithfulness_names", "faithfulness_sums",
+           "attribution_checkpoint", "attribution_folder", "attribution_name", "attribution_names", "cases_path",
+           "corpus_sample", "faithfulness_folder", "faithfulness_names", "faithfulness_sums",
            "first_of_each_document", "read_attribution", "read_cases", "read_faithfulness", "write_attribution",
            "write_cases", "write_faithfulness"]
