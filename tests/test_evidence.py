@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from corpora import make_corpus
 from conftest import ROOT
 from test_reproduce import TINY
 
@@ -220,7 +221,9 @@ def test_attribution_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pat
 
     for key, sub in (("VIZLM_CACHE", "cache"), ("VIZLM_EVIDENCE", "evidence"), ("VIZLM_CHECKPOINTS", "checkpoints")):
         monkeypatch.setenv(key, str(tmp_path / sub))
-    vocab = Vocab.for_corpus("brown")
+    data = make_corpus(tmp_path / "data", train=5, valid=5, test=24, doc_sentences=4, mean_length=6)  # 6 documents
+    monkeypatch.setenv("VIZLM_DATA", str(data))
+    vocab = Vocab.for_corpus("brown", data)
     for name, family, kw in (("tiny-kvp", "kvp", {"window": 3}), ("tiny-lstm", "lstm", {})):
         torch.manual_seed(0)
         model = build_model(family, vocab_size=len(vocab), emb_dim=8, hidden_dim=8, **kw).eval()
