@@ -361,6 +361,10 @@ def test_attribute_corpus_statistics(capsys, monkeypatch, tmp_path):
     assert len(list(tmp_path.glob("*.json"))) == 2
     code, out, _ = run(capsys, "attribute", "--checkpoint", "amsrn", "--corpus", "wsj", "--limit", "6", "--json")
     assert json.loads(out) == docs["amsrn"] and len(list(tmp_path.glob("*.json"))) == 2
+    # the table says what was read and what its intervals resample (the first 6 sentences are of 3 documents)
+    code, out, _ = run(capsys, "attribute", "--checkpoint", "amsrn", "--corpus", "wsj", "--limit", "6")
+    assert code == 0 and (docs["amsrn"]["documents"], docs["amsrn"]["resampled"]) == (3, "documents")
+    assert "(6 sentences of 3 documents; intervals: 95% bootstrap over the documents;" in out
 
 
 def test_attribute_states_its_cost_and_shows_progress(capsys, monkeypatch):

@@ -565,9 +565,9 @@ def cmd_attribute(args) -> int:
         if args.json:
             dump_json(doc)
             return 0
+        docs = f"{doc['documents']:,} document{'' if doc['documents'] == 1 else 's'}"
         print(f"{doc['model']} on {doc['corpus']}/{doc['split']}, {doc['method']} ({doc['units']:,} {doc['read_in']} "
-              f"of {doc['documents']:,} documents; intervals: 95% bootstrap over the {doc['resampled']}; --json for "
-              "attribution by distance)")
+              f"of {docs}; intervals: 95% bootstrap over the {doc['resampled']}; --json for attribution by distance)")
         for key in ("agreement", "permutation"):
             if doc.get(key):
                 print(f"{key}: " + json.dumps(json_safe(doc[key]), ensure_ascii=False))

@@ -174,7 +174,8 @@ def render_result(res: dict, key: str) -> None:
     head = res.get("head")  # a Transformer's head: in the files' names too
     where = "" if head is None else f"-head{head_code(tuple(head))}"
     stem = safe_filename(f"faithfulness-{res['model']}{where}-{res['corpus']}-{res['split']}")
-    sample = res.get("sample") or (f"{res['units']:,} {res['read_in']} of {res['documents']:,} documents of "
+    docs = f"{res['documents']:,} document{'' if res['documents'] == 1 else 's'}"
+    sample = res.get("sample") or (f"{res['units']:,} {res['read_in']} of {docs} of "
                                    f"{res['corpus']}/{res['split']}, read in {res['context']} context; every interval "
                                    f"is a 95% bootstrap over the {res['resampled']}.")
     st.caption(f"{md_escape(sample)} Changes are in nats (log P(word) as read minus as changed). Masking: "
