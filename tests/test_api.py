@@ -397,6 +397,8 @@ def test_positions():
     assert set(frame["model"]) == {"kvp-doc"} and p.skipped == ["lstm-doc"]
     assert sorted(frame["offset"]) == [1, 2, 3, 4, 5] and (frame["mean"] >= 0).all()
     assert "kvp-doc" in p.effects and 0 <= p.effects["kvp-doc"]["share_over_1_bit"] <= 1
+    assert p.resampled == {"kvp-doc": "sentences"} and p.to_dict()["resampled"] == p.resampled  # 30 sentences: one document
+    assert (frame["lo"] <= frame["mean"]).all() and (frame["mean"] <= frame["hi"]).all()
     assert export.chart_spec(p.chart(), validate=False) == export.chart_spec(charts.positions_chart(frame), validate=False)
     assert export.chart_spec(p.chart("effect"), validate=False) == \
         export.chart_spec(charts.positions_chart(frame, measure="effect"), validate=False)

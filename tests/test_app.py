@@ -712,6 +712,7 @@ def test_positions_page_shows_effects_beside_weights():
     headings = " ".join(m.value for m in at.markdown)
     assert "**Attention entropy**" in headings and "**Words the attention moves by > 1 bit**" in headings
     assert any("largest" in m.delta for m in at.metric) and any("mean |effect|" in m.delta for m in at.metric)
+    assert any(c.value.startswith("Bands: 95% intervals, a bootstrap over the ") for c in at.caption)
 
 
 def test_positions_metric_labels_fit_a_quarter_of_the_page():

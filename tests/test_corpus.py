@@ -222,3 +222,47 @@ def test_shipped_statistics_are_read_when_the_cache_has_none(monkeypatch, tmp_pa
     other = {"kind": "test", "n": 2}
     (shipped / f"{cache.key_of(other)}{cache.SHIPPED_SUFFIX}").write_bytes(b"\x1f\x8b not gzip")
     assert cache.cached(other, lambda: {"from": "computed"}) == {"from": "computed"}
+
+
+@pytest.mark.parametrize("family,kw", [
+    ("amsrn", {}), ("kvp", {"window": 3, "context": "document"}),
+    ("transformer", {"heads": 2, "layers": 2, "block": 6, "context": "document"}),
+])
+def test_position_bands_resample_documents(sentences, family, kw):
+    """Each document's sums, read with the others in streams and batches, are those of the document read alone; the
+    band is the bootstrap over them; one document resamples its sentences, one sentence its words."""
+    from vizlm.inspect.attribution_corpus import cluster_means
+
+    ckpt = tiny(family, 2, **kw)
+    ids = [f"d{i % 3}:{i}" for i in range(len(sentences))]  # three documents, interleaved: grouped in order of first id
+    ids = sorted(ids, key=lambda x: (x.split(":")[0], int(x.split(":")[1])))
+    label = ckpt.label if family != "transformer" else f"{ckpt.label} · layer 1"
+    whole = attention_by_position([ckpt], sentences, window=4, ids=ids, effects=False, use_cache=False)
+    assert whole.resampled[label] == "documents"
+    units = whole.units[label]
+    assert units["total"].shape == (3, 4)
+    for d in range(3):
+        mine = [i for i, x in enumerate(ids) if x.startswith(f"d{d}:")]
+        alone = attention_by_position([ckpt], [sentences[i] for i in mine], window=4, ids=[ids[i] for i in mine],
+                                      effects=False, use_cache=False)
+        assert alone.resampled[label] == "sentences"  # one document: its sentences are resampled
+        assert np.allclose(units["total"][d], alone.units[label]["total"].sum(0), rtol=1e-9, atol=1e-12)
+        assert np.array_equal(units["count"][d], alone.units[label]["count"].sum(0))
+    _, lo, hi = cluster_means(units["total"], units["count"])
+    frame = whole.frame[whole.frame.model == label]
+    assert np.allclose(frame["lo"], np.where(units["count"].sum(0) > 0, lo, frame["mean"]), equal_nan=True)
+    assert np.allclose(frame["hi"], np.where(units["count"].sum(0) > 0, hi, frame["mean"]), equal_nan=True)
+    one = attention_by_position([ckpt], sentences[:1], window=4, ids=ids[:1], effects=False, use_cache=False)
+    assert one.resampled[label] == "words"
+
+
+def test_recent_mass_is_the_sum_of_the_nearest_means():
+    from vizlm.inspect.corpus_stats import recent_mass
+
+    rng = np.random.default_rng(0)
+    count = rng.integers(1, 50, (20, 6)).astype(float)
+    total = count * rng.uniform(0, 0.3, (20, 6))
+    got = recent_mass(total, count, 3)
+    assert got["value"] == pytest.approx(sum(total[:, k].sum() / count[:, k].sum() for k in range(3)))
+    assert got["lo"] < got["value"] < got["hi"] and got["units"] == 20
+    assert math.isnan(recent_mass(total[:1], count[:1], 3)["lo"])  # one unit: nothing to resample

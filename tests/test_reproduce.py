@@ -455,16 +455,30 @@ def test_a_mass_claim_reads_the_average_weight_by_position(manifest, monkeypatch
     runner.write_evidence(runs["kvp-tiny"])
     stored = runs["kvp-tiny"].evidence().positions
     assert stored["window"] == 3 and stored["offset"] == [1, 2, 3] and sum(stored["mean"]) == pytest.approx(1, abs=0.02)
-    means = {}
+    total, count = np.asarray(stored["unit_total"]), np.asarray(stored["unit_count"])  # per test document
+    assert total.shape == count.shape == (len(total), 3) and stored["resampled"] in ("documents", "sentences")
+    assert np.allclose(total.sum(0) / count.sum(0), stored["mean"], rtol=1e-9)
+    means, units = {}, {}
     monkeypatch.setattr(experiments.Run, "evidence", lambda self: types.SimpleNamespace(positions={
-        "window": 3, "offset": [3, 1, 2], "mean": [means[3], means[1], means[2]], "largest_weight": 0.61, "entropy": 0.85}))
+        "window": 3, "offset": [3, 1, 2], "mean": [means[3], means[1], means[2]], "largest_weight": 0.61, "entropy": 0.85,
+        **units}))
     means.update({1: 0.5, 2: 0.3, 3: 0.2})
     decided = report.decide(claim, runs)
     assert decided["verdict"] == "reproduced" and decided["runs"] == "kvp-tiny"
     assert decided["ours"] == ("80% of the weight on the 2 most recent of 3 positions (equal weights: 67%); a row's "
-                               "largest weight 0.61 on average (equal weights: 0.33), its entropy 0.85 nats (1.10)")
+                               "largest weight 0.61 on average (equal weights: 0.33), its entropy 0.85 nats (1.10); no "
+                               "interval: its evidence predates the per-document sums")
     means.update({1: 0.4, 2: 0.3, 3: 0.3})
     assert report.decide(claim, runs)["verdict"] == "not reproduced"
+    # with the per-document sums: the verdict holds the interval against the share (documents that differ widely)
+    count = np.full((8, 3), 100.0)
+    spread = np.array([0.2, 0.9, 0.3, 0.95, 0.25, 0.9, 0.3, 0.95])[:, None] * np.array([0.6, 0.4, 0.0])
+    units.update({"resampled": "documents", "unit_total": (count * spread).tolist(), "unit_count": count.tolist()})
+    decided = report.decide(claim, runs)
+    assert decided["verdict"] == "inconclusive: the interval holds the paper's share"
+    assert "documents resampled, 1 seed" in decided["ours"]
+    units["unit_total"] = (count * np.array([0.5, 0.4, 0.1])).tolist()  # every document alike: 90%
+    assert report.decide(claim, runs)["verdict"] == "reproduced"
 
 
 SWEEP = "".join(f"""

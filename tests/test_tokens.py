@@ -247,11 +247,12 @@ def test_corpus_statistics_in_chunks_equal_the_text(data, tmp_path, monkeypatch,
     if context == "sentence":
         amsrn = _tiny_checkpoint(tmp_path, "amsrn", vocab, 3)
         got = vc.positions_corpus([a, amsrn, b], "brown", "valid", window=4, use_cache=False)
-        want = vc.attention_by_position([a, amsrn, b], c.sentences, window=4, use_cache=False)
+        want = vc.attention_by_position([a, amsrn, b], c.sentences, window=4, use_cache=False, ids=c.ids)
         assert got.skipped == want.skipped == [a.label]
+        assert got.resampled == want.resampled == {amsrn.label: "documents", b.label: "documents"}
         assert np.allclose(got.frame[["mean", "lo", "hi"]].to_numpy(float), want.frame[["mean", "lo", "hi"]].to_numpy(float),
                            rtol=1e-9, atol=1e-12)
         assert got.entropy == pytest.approx(want.entropy, rel=1e-9) and got.beyond == pytest.approx(want.beyond, rel=1e-9)
         assert got.peak == pytest.approx(want.peak, rel=1e-9)
         batches = [list(vc._split_batches(stored, 16, r, 3)) for r in range(3)]
-        assert all(batches) and sum(int((t != 0).sum()) for share in batches for _, t in share) == stored.n_tokens
+        assert all(batches) and sum(int((t != 0).sum()) for share in batches for _, t, _ in share) == stored.n_tokens

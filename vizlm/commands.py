@@ -482,6 +482,8 @@ def cmd_positions(args) -> int:
         return 0
     columns = [c for c in stats.frame.columns if effects or not c.startswith("effect")]
     print(stats.frame[columns].to_string(index=False))
+    if stats.resampled:
+        print(f"lo, hi: {stats.band_note()}")
     print()
     for name, entropy in stats.entropy.items():
         print(f"{name}: mean attention entropy {entropy:.3f} nats, mean largest weight of a row {stats.peak[name]:.3f}, "

@@ -404,6 +404,12 @@ class Positions:
         return dict(self.result.failed)
 
     @property
+    def resampled(self) -> dict[str, str]:
+        """Per model, what the 95% bands resample: ``"documents"`` (the unit a split samples), ``"sentences"`` (a
+        text of one document) or ``"words"`` (a single sentence: a normal band over its words)."""
+        return self.result.resampled
+
+    @property
     def effects(self) -> dict[str, dict]:
         """Per model: tokens, mean_read_bits, mean_abs_read_bits, share_over_1_bit (words the read moves
         by more than 1 bit)."""

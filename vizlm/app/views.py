@@ -203,6 +203,7 @@ def render_position_stats(stats, chart_fn, stem: str, key: str) -> None:
         st.caption(f"{'Right' if beside else 'Below'}: the mean effect of the slot at each position, in bits — how much log₂ P(word) drops when that "
                    "slot is dropped from the memory (the other weights renormalised). A position can carry much weight "
                    "and little effect.")
+    st.caption(f"Bands: {stats.band_note(md_escape)}")
 
 
 def _share(x) -> str:

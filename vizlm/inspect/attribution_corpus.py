@@ -30,7 +30,8 @@ from vizlm.inspect.attribution_methods import AttributionError, reading_pieces
 from vizlm.inspect.cache import cached, checkpoint_digest, stored
 from vizlm.modeling.checkpoint import Checkpoint
 
-ATTRIBUTION_VERSION = 2  # in the cache key: bump when the statistics change (2: intervals over documents)
+ATTRIBUTION_VERSION = 3  # in the cache key: bump when the statistics change (2: intervals over documents, 3: the
+# per-offset band too)
 MAX_OFFSET = 30  # the most words back the position statistics keep (beyond: summed)
 PASSAGE_TOKENS = 100  # a document model reads a document in passages of whole sentences up to this many tokens
 PERMUTATIONS = 10  # shuffles of each row's attention in the permutation test
@@ -141,6 +142,19 @@ def resample_clusters(unit_document: np.ndarray) -> tuple[np.ndarray, str]:
     return np.arange(len(unit_document)), "units"
 
 
+def clusters_of(unit_document: np.ndarray, resample: str = "documents") -> tuple[np.ndarray, int]:
+    """``(cluster of each unit, number of clusters)``: what a bootstrap over stored per-unit sums resamples,
+    ``"documents"`` (:func:`resample_clusters`: the documents, or the units where all are of one) or ``"units"``
+    (sentences or passages: narrower intervals that ignore the documents)."""
+    unit_document = np.asarray(unit_document, int)
+    if resample == "units":
+        return np.arange(len(unit_document)), len(unit_document)
+    if resample != "documents":
+        raise ValueError(f"resample must be 'documents' or 'units', not {resample!r}")
+    cluster, _ = resample_clusters(unit_document)
+    return cluster, int(cluster.max(initial=-1)) + 1
+
+
 def model_window(ckpt: Checkpoint) -> int | None:
     """How many of the newest slots a row may attend to (Daniluk et al.'s L, RM's n, AMSRN's and Salton's
     ``memory``); None: the whole reading, or no attention."""
@@ -186,10 +200,10 @@ def corpus_attribution(
     def compute() -> dict:
         rows, units = collect(ckpt, corpus, split, method, limit, n_steps, permutations, max_offset, passage_tokens,
                               absolute, seed, progress)
+        stats = _statistics(rows, model_window(ckpt), max_offset, n_boot, seed)
         return {"model": ckpt.label, "method": method, "corpus": corpus, "split": split, "context": parts["context"],
                 "units": units, "read_in": read_in, "documents": int(rows["unit_document"].max(initial=-1)) + 1,
-                "resampled": read_in if resample_clusters(rows["unit_document"])[1] == "units" else "documents",
-                **_statistics(rows, model_window(ckpt), max_offset, n_boot, seed)}
+                "resampled": read_in if stats.pop("resampled") == "units" else "documents", **stats}
 
     return cached(parts, compute, use_cache)
 
@@ -320,10 +334,36 @@ def cluster_mean(sums: np.ndarray, counts: np.ndarray, n_boot: int = N_BOOT, see
     n = int(counts.sum())
     if not n:
         return {"value": math.nan, "lo": math.nan, "hi": math.nan, "n": 0}
+    value, lo, hi = cluster_means(sums[:, None], counts[:, None], n_boot, seed)
+    return {"value": float(value[0]), "lo": float(lo[0]), "hi": float(hi[0]), "n": n}
+
+
+def cluster_means(sums: np.ndarray, counts: np.ndarray, n_boot: int = N_BOOT, seed: int = 0
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(value, lo, hi)``, each (K,): :func:`cluster_mean` of K quantities at once, given per unit as
+    ``sums[u, k]`` and ``counts[u, k]`` (units, K), every quantity resampled with the same draws of the units
+    (NaN where a quantity has no count)."""
+    value, boot = cluster_resamples(sums, counts, n_boot, seed)
+    lo, hi = np.full(len(value), math.nan), np.full(len(value), math.nan)
+    some = np.isfinite(boot).any(0)
+    if some.any():
+        lo[some], hi[some] = np.nanquantile(boot[:, some], [0.025, 0.975], axis=0)
+    return value, lo, hi
+
+
+def cluster_resamples(sums: np.ndarray, counts: np.ndarray, n_boot: int = N_BOOT, seed: int = 0
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """``(value (K,), resampled (n_boot, K))``: the means of :func:`cluster_means` and each bootstrap resample's
+    (the units drawn with replacement, :func:`bootstrap_draws`), for a statistic made of them (a sum of means);
+    NaN where there is no count."""
+    sums, counts = np.asarray(sums, float), np.asarray(counts, float)
     draws = bootstrap_draws(len(sums), n_boot, seed)
     with np.errstate(invalid="ignore", divide="ignore"):
-        boot = (draws @ sums) / (draws @ counts)
-    return {"value": float(sums.sum() / counts.sum()), **_percentiles(boot), "n": n}
+        value = sums.sum(0) / counts.sum(0)
+        boot = (draws @ sums) / (draws @ counts)  # (n_boot, K)
+    boot[~np.isfinite(boot)] = np.nan
+    value[~np.isfinite(value)] = np.nan
+    return value, boot
 
 
 def cluster_interval(values: np.ndarray, units: np.ndarray, n_units: int, stat: str = "mean",
@@ -422,22 +462,20 @@ def collect(ckpt: Checkpoint, corpus: str, split: str, method: str = "gradient-x
 
 def _statistics(rows: dict, window: int | None, W: int, n_boot: int, seed: int) -> dict:
     share, reach = rows["share"], rows["reach"]
-    cluster, _ = resample_clusters(rows["unit_document"])
+    cluster, resampled = resample_clusters(rows["unit_document"])
     n_clusters = int(cluster.max(initial=-1)) + 1
 
     def interval(values: np.ndarray, units: np.ndarray, stat: str = "mean") -> dict:
         return cluster_interval(values, cluster[units.astype(int)], n_clusters, stat, n_boot, seed)
 
-    positions = {"offset": list(range(W + 1)), "mean": [], "lo": [], "hi": [], "count": []}
-    for o in range(W + 1):
-        x = share[reach[:, o] & np.isfinite(share[:, o]), o]
-        mean = float(x.mean()) if len(x) else math.nan
-        half = 1.96 * float(x.std()) / math.sqrt(len(x)) if len(x) else math.nan
-        positions["mean"].append(mean)
-        positions["lo"].append(mean - half)
-        positions["hi"].append(mean + half)
-        positions["count"].append(int(len(x)))
-    out: dict = {"targets": int(len(rows["unit"])), "positions": positions}
+    ok = reach[:, : W + 1] & np.isfinite(share[:, : W + 1])  # (rows, W + 1) the offsets each row has
+    of = cluster[rows["unit"].astype(int)]
+    per_cluster = [np.stack([np.bincount(of, weights=np.where(ok[:, o], x[:, o], 0), minlength=n_clusters)
+                             for o in range(W + 1)], 1) for x in (share, ok.astype(float))]  # (clusters, W + 1) each
+    mean, lo, hi = cluster_means(*per_cluster, n_boot=n_boot, seed=seed)
+    positions = {"offset": list(range(W + 1)), "mean": mean.tolist(), "lo": lo.tolist(), "hi": hi.tolist(),
+                 "count": ok.sum(0).astype(int).tolist()}
+    out: dict = {"targets": int(len(rows["unit"])), "positions": positions, "resampled": resampled}
     positions["beyond"] = interval(share[:, W + 1], rows["unit"])
     positions["window"] = window
     positions["beyond_window"] = (None if rows["beyond_window"] is None else
@@ -479,6 +517,9 @@ __all__ = [
     "bootstrap_draws",
     "cluster_interval",
     "cluster_mean",
+    "cluster_means",
+    "cluster_resamples",
+    "clusters_of",
     "collect",
     "corpus_agreement",
     "corpus_attribution",

@@ -16,6 +16,7 @@ take part in the computation.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -25,20 +26,23 @@ import torch
 
 from vizlm.inspect.cache import cached, checkpoint_digest, lookup, store
 from vizlm.modeling.checkpoint import Checkpoint
-from vizlm.data.batches import document_batches, iter_batches, plan_batches, split_documents
+from vizlm.data.batches import plan_batches
 from vizlm.data.folder import document_sizes
 from vizlm.data.registry import split_texts
 from vizlm.data.vocab import Vocab, encode_sentences
 from vizlm.core.distributed import SINGLE, Context, shard
-from vizlm.modeling.evaluate import OVERFLOW_NOTE, perplexity, read_documents, score, sentence_nll_split, split_segments
+from vizlm.inspect.attribution_corpus import cluster_means, cluster_resamples
+from vizlm.modeling.evaluate import (OVERFLOW_NOTE, chunk_segments, perplexity, read_documents, score,
+                                    sentence_nll_split)
 from vizlm.models import effects as fx
 from vizlm.models.base import attention_entropy
-from vizlm.data.tokens import TokenSplit, open_split
+from vizlm.data.tokens import Chunk, ChunkData, TokenSplit, open_split
 
 Progress = Callable[[float], None] | None
 LN2 = math.log(2)
-# in the cache key: 2 added the effects, 3 the mean largest weight of a row, 4 stores the sums (any narrower window)
-POSITIONS_VERSION = 4
+# in the cache key: 2 added the effects, 3 the mean largest weight of a row, 4 stores the sums (any narrower window),
+# 5 per document (intervals resample documents)
+POSITIONS_VERSION = 5
 MAX_WINDOW = 30  # the most positions back the app shows; statistics stored for a window serve every narrower one
 POSITION_COLUMNS = ["model", "offset", "mean", "lo", "hi", "count", "effect", "effect_lo", "effect_hi"]
 DOC_STREAMS, DOC_SEGMENT = 64, 50  # how a document model reads text for the statistics (as vizlm.modeling.evaluate scores it)
@@ -219,7 +223,8 @@ def _resampled_documents(ids: list[str]) -> list[int] | None:
 @dataclass
 class PositionStats:
     """Mean attention weight at offsets 1..L back from the target (1 = most recent slot), and the
-    mean slot effect there (bits: log2 P(target) minus the same with that slot dropped)."""
+    mean slot effect there (bits: log2 P(target) minus the same with that slot dropped), each with a
+    95% bootstrap interval that resamples the split's documents (``resampled``)."""
 
     frame: pd.DataFrame  # POSITION_COLUMNS: model, offset, mean, lo, hi, count, effect, effect_lo, effect_hi
     entropy: dict[str, float]  # mean attention entropy (nats) per model
@@ -229,10 +234,27 @@ class PositionStats:
     # per model: tokens, mean_read_bits, mean_abs_read_bits, share_over_1_bit (|read effect| > 1 bit)
     effects: dict[str, dict] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)  # models whose reading failed (a plugin's), and why
+    # per model: what the intervals resample ("documents"; "sentences" in a text of one document; "words" for
+    # one sentence) and, per unit of it, the weight and its count at each offset ("total", "count": (units, L))
+    units: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def resampled(self) -> dict[str, str]:
+        return {name: u["resampled"] for name, u in self.units.items()}
+
+    def band_note(self, name: Callable[[str], str] = str) -> str:
+        """What the 95% intervals resample, in a sentence (per model, each written ``name(model)``, where they
+        differ)."""
+        kinds = list(dict.fromkeys(self.resampled.values()))
+        if len(kinds) == 1:
+            return f"95% intervals, {BANDS[kinds[0]]}."
+        return "95% intervals, " + "; ".join(
+            f"{', '.join(name(m) for m, k in self.resampled.items() if k == kind)}: {BANDS[kind]}" for kind in kinds) + "."
 
     def to_dict(self) -> dict:
         return {"positions": self.frame.to_dict("records"), "entropy": self.entropy, "beyond_window": self.beyond,
-                "largest_weight": self.peak, "skipped": self.skipped, "effects": self.effects, "failed": self.failed}
+                "largest_weight": self.peak, "skipped": self.skipped, "effects": self.effects, "failed": self.failed,
+                "resampled": self.resampled}
 
     @classmethod
     def merge(cls, parts: list[PositionStats], failed: dict[str, str] | None = None) -> PositionStats:
@@ -242,7 +264,8 @@ class PositionStats:
                                                                          pd.DataFrame(columns=POSITION_COLUMNS)),
                    {k: v for p in parts for k, v in p.entropy.items()}, {k: v for p in parts for k, v in p.beyond.items()},
                    {k: v for p in parts for k, v in p.peak.items()}, [n for p in parts for n in p.skipped],
-                   {k: v for p in parts for k, v in p.effects.items()}, dict(failed or {}))
+                   {k: v for p in parts for k, v in p.effects.items()}, dict(failed or {}),
+                   {k: v for p in parts for k, v in p.units.items()})
 
 
 def offset_slots(T: int, window: int, carried: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -254,9 +277,9 @@ def offset_slots(T: int, window: int, carried: int = 1) -> tuple[torch.Tensor, t
     return slot.clamp_min(0), slot >= 0
 
 
-# The sums of one model's position statistics, in one float64 array that adds up over chunks and
-# ranks: total, total of squares and count of the weight at offsets 1..L; total and total of squares
-# of the slot effect (bits); entropy, beyond-window weight, rows; read-effect sum, |sum|, > 1 bit;
+# The sums of one model's position statistics, per unit the intervals resample (a row each), in float64 arrays
+# that add up over chunks and ranks: total, total of squares and count of the weight at offsets 1..L; total and
+# total of squares of the slot effect (bits); entropy, beyond-window weight, rows; read-effect sum, |sum|, > 1 bit;
 # largest weight of a row.
 def _layout(window: int) -> dict[str, slice]:
     L = window
@@ -267,17 +290,54 @@ def _layout(window: int) -> dict[str, slice]:
     return out
 
 
+BANDS = {"documents": "a bootstrap over the documents read (the unit a corpus split samples)",
+         "sentences": "a bootstrap over the sentences (the text is one document)",
+         "words": "a normal interval over the words (one sentence)"}  # what PositionStats' intervals resample
+MAX_UNITS = 1000  # at most this many units are resampled: more documents are taken in runs of neighbours
+
+
+@dataclass(frozen=True)
+class _Units:
+    """What the position statistics' intervals resample in a split: its documents (the unit a split samples),
+    or, in a text of one document, its sentences; more than :data:`MAX_UNITS` are grouped into that many runs of
+    neighbours (a bootstrap over groups of whole units stays valid). ``of(chunk, data)``: the group of every
+    token of a chunk."""
+
+    resampled: str  # "documents" or "sentences"
+    total: int  # documents or sentences in the split
+    groups: int
+
+    @classmethod
+    def of(cls, split: TokenSplit, documents: bool = True) -> _Units:
+        """``documents``: whether the split's documents are the text's (False: its sentences, each held as one)."""
+        by, total = ("documents", split.n_documents) if documents and split.n_documents >= 2 else ("sentences", len(split))
+        return cls(by, total, max(1, min(total, MAX_UNITS)))
+
+    def tokens(self, chunk: Chunk, data: ChunkData) -> np.ndarray:
+        """(tokens of the chunk,) int64: the group of each token."""
+        starts = data.documents[:, 1] if self.resampled == "documents" else data.offsets
+        first = chunk.d0 if self.resampled == "documents" else chunk.s0
+        unit = np.repeat(first + np.arange(len(starts) - 1), np.diff(starts))
+        return unit * self.groups // max(self.total, 1)
+
+
+def _add_units(acc: torch.Tensor, units: torch.Tensor, parts: torch.Tensor) -> None:
+    """Add ``parts`` (B, T, ..., F) of every target into ``acc`` (groups, ..., F) at its unit ``units`` (B, T)."""
+    acc.index_add_(0, units.reshape(-1).to(acc.device), parts.reshape(-1, *parts.shape[2:]).to(acc.dtype))
+
+
 @torch.no_grad()
-def _position_sums(ckpt: Checkpoint, reads, window: int, tick, effects: bool = True) -> np.ndarray | None:
-    """The summed statistics of :func:`_layout` over ``reads``, ``(output, targets (B, T), state)`` of
-    a forward pass each (``state``: the carried memory a document segment was read after, None for
-    sentences read from a zero state); None for a model without attention. Offset ``d`` of a row is
-    the slot ``d`` steps back in the model's memory, across sentence boundaries in running text; it
-    exists where the slot is a real position (not before the text, not padding of a carried memory)."""
+def _position_sums(ckpt: Checkpoint, reads, window: int, tick, groups: int, effects: bool = True) -> np.ndarray | None:
+    """The summed statistics of :func:`_layout` over ``reads``, ``(output, targets (B, T), state, units (B, T))``
+    of a forward pass each (``state``: the carried memory a document segment was read after, None for sentences
+    read from a zero state; ``units``: the group each target's sums go to), (groups, F); None for a model
+    without attention. Offset ``d`` of a row is the slot ``d`` steps back in the model's memory, across sentence
+    boundaries in running text; it exists where the slot is a real position (not before the text, not padding of
+    a carried memory)."""
     model = ckpt.model
     at = _layout(window)
-    sums = np.zeros(at["peak"].stop, dtype=np.float64)
-    for out, targets, state in reads:
+    acc = torch.zeros(groups, at["peak"].stop, dtype=torch.float64, device=next(model.parameters()).device)
+    for out, targets, state, units in reads:
         if out.attention is None:
             return None
         device = targets.device
@@ -285,11 +345,15 @@ def _position_sums(ckpt: Checkpoint, reads, window: int, tick, effects: bool = T
         B, T, S = att.shape
         carried = S - T + 1  # memory slots carried into the segment (1: the start slot of a sentence)
         real = targets != 0  # (B, T)
+        r = real.double()
         slot, exists = offset_slots(T, window, carried)  # (T, L)
         slot, exists = slot.to(device), exists.to(device)
         if state is not None:  # (B, T, L): the carried slots before a stream's document start are padding
             exists = exists[None] & (slot[None] >= (carried - state.valid)[:, None, None])
         m = (exists & real[..., None]).double()  # (B, T, L)
+        w = att.gather(2, slot.expand(B, T, window))  # (B, T, L)
+        eff = torch.zeros(B, T, window, dtype=torch.float64, device=device)
+        read = torch.zeros(B, T, dtype=torch.float64, device=device)
         if effects:
             back = torch.arange(T, device=device)[:, None] + (carried - 1) - torch.arange(S, device=device)[None, :]
             select = ((back >= 0) & (back < window))[None] & real[..., None]  # (B, T, S) offsets 1..L, real rows
@@ -297,53 +361,59 @@ def _position_sums(ckpt: Checkpoint, reads, window: int, tick, effects: bool = T
             read, e = fx.attention_effects(model, out.hidden, targets, out=out, select=select, memory=memory,
                                            valid=valid)  # (B, T), (B, T, S) nats
             read = read.double() / LN2  # bits
-            sums[at["read_sum"]] += float((read * real).sum())
-            sums[at["read_abs"]] += float((read.abs() * real).sum())
-            sums[at["read_big"]] += float(((read.abs() > 1) & real).sum())
-            e = e.double().gather(2, slot.expand(B, T, window)) / LN2  # (B, T, L) bits
-            sums[at["eff"]] += (e * m).sum((0, 1)).cpu().numpy()
-            sums[at["eff_sq"]] += (e * e * m).sum((0, 1)).cpu().numpy()
-        w = att.gather(2, slot.expand(B, T, window))  # (B, T, L)
-        sums[at["total"]] += (w * m).sum((0, 1)).cpu().numpy()
-        sums[at["total_sq"]] += (w * w * m).sum((0, 1)).cpu().numpy()
-        sums[at["count"]] += m.sum((0, 1)).cpu().numpy()
+            eff = e.double().gather(2, slot.expand(B, T, window)) / LN2  # (B, T, L) bits
         allowed = model.allowed_slots(T, state, device)  # (T, S) or (B, T, S)
-        sums[at["ent"]] += float((attention_entropy(att, allowed) * real).sum())
-        sums[at["beyond"]] += float(((1 - (w * m).sum(-1)) * real).sum())
-        sums[at["rows"]] += float(real.sum())
-        sums[at["peak"]] += float((att.max(-1).values * real).sum())
+        per_target = [
+            w * m, w * w * m, m, eff * m, eff * eff * m,
+            (attention_entropy(att, allowed) * r)[..., None], ((1 - (w * m).sum(-1)) * r)[..., None], r[..., None],
+            (read * r)[..., None], (read.abs() * r)[..., None], ((read.abs() > 1) & real).double()[..., None],
+            (att.max(-1).values * r)[..., None],
+        ]
+        _add_units(acc, units, torch.cat(per_target, -1))
         tick()
-    return sums
+    return acc.cpu().numpy()
 
 
 def _sentence_reads(model, batches):
-    """``(output, targets, None)`` of sentence batches ``(inputs, targets)`` read from a zero state."""
+    """``(output, targets, None, units)`` of sentence batches ``(inputs, targets, units)`` read from a zero state."""
     device = next(model.parameters()).device
-    for inputs, targets in batches:
-        yield model(inputs.to(device)), targets.to(device), None
+    for inputs, targets, units in batches:
+        yield model(inputs.to(device)), targets.to(device), None, units
 
 
 def _document_reads(model, segments):
-    """``(output, targets, state)`` of document segments read as running text (:func:`read_documents`)."""
+    """``(output, targets, state, units)`` of document segments ``(segment, units (B, T))`` read as running text
+    (:func:`read_documents`)."""
     device = next(model.parameters()).device
-    for seg, out, state in read_documents(model, segments):
-        yield out, seg.targets.to(device), state
+    units: deque = deque()
+
+    def each():  # read_documents reads a segment at a time, in order
+        for seg, u in segments:
+            units.append(u)
+            yield seg
+
+    for seg, out, state in read_documents(model, each()):
+        yield out, seg.targets.to(device), state, units.popleft()
 
 
 def _self_attending(ckpt: Checkpoint) -> bool:
     return bool(getattr(ckpt.model, "self_attention", False))
 
 
-def _block_batches(ckpt: Checkpoint, split: TokenSplit, batch_size: int, rank: int = 0, world: int = 1):
-    """``(inputs, targets, start)`` (B, block), (B, block), (B,) of the blocks a Transformer reads rank ``rank``'s share
-    of ``split`` in: each document (running text) or each sentence (sentence context) from ``<s>``, cut in blocks
-    of ``block`` tokens from its start, each block read from scratch (:mod:`vizlm.models.transformer`): the
-    weights of the blocks are those of the whole text read at once. ``start``: where a block starts in its text.
-    Right-padded with target 0."""
+def _block_batches(ckpt: Checkpoint, split: TokenSplit, batch_size: int, rank: int = 0, world: int = 1,
+                   units: _Units | None = None):
+    """``(inputs, targets, start, units)`` (B, block), (B, block), (B,), (B, block) of the blocks a Transformer
+    reads rank ``rank``'s share of ``split`` in: each document (running text) or each sentence (sentence context)
+    from ``<s>``, cut in blocks of ``block`` tokens from its start, each block read from scratch
+    (:mod:`vizlm.models.transformer`): the weights of the blocks are those of the whole text read at once.
+    ``start``: where a block starts in its text; ``units``: each target's group (:class:`_Units`). Right-padded
+    with target 0."""
     W = ckpt.model.config.block
+    units = units or _Units.of(split)
     done = 0
     for chunk in split.chunks():
         data = split.read(chunk)
+        group = units.tokens(chunk, data)
         if _reads_documents(ckpt):
             inputs, starts = data.running_inputs(), data.documents[:, 1]
             pieces = [(int(a), int(b)) for a, b in zip(starts[:-1], starts[1:])]
@@ -358,65 +428,71 @@ def _block_batches(ckpt: Checkpoint, split: TokenSplit, batch_size: int, rank: i
             part = blocks[i : i + batch_size]
             x = torch.zeros(len(part), W, dtype=torch.long)
             y = torch.zeros(len(part), W, dtype=torch.long)
+            u = torch.zeros(len(part), W, dtype=torch.long)
             for r, (a, b, _) in enumerate(part):
                 x[r, : b - a] = torch.from_numpy(inputs[a:b])
                 y[r, : b - a] = torch.from_numpy(data.tokens[a:b].astype(np.int64))
-            yield x, y, torch.tensor([k for _, _, k in part])
+                u[r, : b - a] = torch.from_numpy(group[a:b])
+            yield x, y, torch.tensor([k for _, _, k in part]), u
 
 
 @torch.no_grad()
-def _self_attention_sums(model, batches, window: int, tick) -> np.ndarray:
-    """:func:`_position_sums` of a Transformer, one row per layer (its mean over heads): (layers, sums). Offset
+def _self_attention_sums(model, batches, window: int, tick, groups: int) -> np.ndarray:
+    """:func:`_position_sums` of a Transformer, each layer's (the mean over its heads): (groups, layers, F). Offset
     ``k`` (0-based) of the per-offset sums is ``k`` words back from the word just read, the word itself at 0
     (distance ``k + 1``, :func:`vizlm.inspect.analysis.distance`); it exists where that word is in the text, and
     a word of an earlier block has weight 0 (a block reads nothing before it), as a word beyond a recurrent
     model's window does. No effects."""
     at = _layout(window)
     device = next(model.parameters()).device
-    sums = np.zeros((model.config.layers, at["peak"].stop), dtype=np.float64)
-    for inputs, targets, start in batches:
+    acc = torch.zeros(groups, model.config.layers, at["peak"].stop, dtype=torch.float64, device=device)
+    for inputs, targets, start, units in batches:
         inputs, targets, start = inputs.to(device), targets.to(device), start.to(device)
         att = model.encode_with_attention(inputs)[1].double().mean(2)  # (B, L, T, T) each layer's mean over heads
-        B, L, T, _ = att.shape
-        real = (targets != 0)[:, None, :]  # (B, 1, T)
+        att = att.transpose(1, 2)  # (B, T, L, T)
+        B, T, L, _ = att.shape
+        real = targets != 0  # (B, T)
+        r = real.double()[..., None]  # (B, T, 1): the same for every layer
         slot = torch.arange(T, device=device)[:, None] - torch.arange(window, device=device)[None, :]  # (T, window)
         exists = (start[:, None, None] + slot[None]) >= 0  # (B, T, window) the word is in the text
-        m = (exists[:, None] & real[..., None]).double()  # (B, 1, T, window)
-        w = att.gather(3, slot.clamp_min(0).expand(B, L, T, window)) * (slot >= 0)  # (B, L, T, window) 0: earlier block
+        m = (exists & real[..., None]).double()[:, :, None]  # (B, T, 1, window)
+        index = slot.clamp_min(0)[None, :, None].expand(B, T, L, window)
+        w = att.gather(3, index) * (slot >= 0)[None, :, None]  # (B, T, L, window) 0: a word of an earlier block
         causal = torch.ones(T, T, dtype=torch.bool, device=device).tril()
-        sums[:, at["total"]] += (w * m).sum((0, 2)).cpu().numpy()
-        sums[:, at["total_sq"]] += (w * w * m).sum((0, 2)).cpu().numpy()
-        sums[:, at["count"]] += m.sum((0, 2)).expand(L, window).cpu().numpy()  # the same for every layer
-        ent = attention_entropy(att.reshape(B * L, T, T), causal).reshape(B, L, T)
-        sums[:, at["ent"]] += (ent * real).sum((0, 2)).cpu().numpy()[:, None]
-        sums[:, at["beyond"]] += ((1 - (w * m).sum(-1)) * real).sum((0, 2)).cpu().numpy()[:, None]
-        sums[:, at["rows"]] += float(real.sum())
-        sums[:, at["peak"]] += (att.max(-1).values * real).sum((0, 2)).cpu().numpy()[:, None]
+        ent = attention_entropy(att.transpose(1, 2).reshape(B * L, T, T), causal).reshape(B, L, T).transpose(1, 2)
+        zeros = torch.zeros(B, T, L, window, dtype=torch.float64, device=device)
+        per_target = [
+            w * m, w * w * m, m.expand(B, T, L, window), zeros, zeros,
+            (ent * r)[..., None], ((1 - (w * m).sum(-1)) * r)[..., None], r.expand(B, T, L)[..., None],
+            *[torch.zeros(B, T, L, 1, dtype=torch.float64, device=device)] * 3,
+            (att.max(-1).values * r)[..., None],
+        ]
+        _add_units(acc, units, torch.cat(per_target, -1))
         tick()
-    return sums
+    return acc.cpu().numpy()
 
 
 _SUMS_PER_OFFSET = ("total", "total_sq", "count", "eff", "eff_sq")
 
 
 def _narrow(sums: np.ndarray, wide: int, window: int) -> np.ndarray:
-    """The sums of :func:`_position_sums` at ``window`` from those at a ``wide``r one: the offsets'
+    """The sums of :func:`_position_sums` (..., F) at ``window`` from those at a ``wide``r one: the offsets'
     sums are the same, and the weight beyond ``window`` gains what offsets window+1..wide held."""
     if wide == window:
         return sums
     a, b = _layout(wide), _layout(window)
-    out = np.zeros(b["peak"].stop, dtype=np.float64)
+    out = np.zeros((*sums.shape[:-1], b["peak"].stop), dtype=np.float64)
     for name, part in b.items():
-        out[part] = sums[a[name]][: window] if name in _SUMS_PER_OFFSET else sums[a[name]]
-    out[b["beyond"]] += sums[a["total"]][window:].sum()
+        out[..., part] = sums[..., a[name]][..., :window] if name in _SUMS_PER_OFFSET else sums[..., a[name]]
+    out[..., b["beyond"]] += sums[..., a["total"]][..., window:].sum(-1, keepdims=True)
     return out
 
 
 def _positions_cached(parts_of: Callable[[int, bool], dict], window: int, effects: bool,
-                      compute: Callable[[], np.ndarray | None], enabled: bool) -> dict:
+                      compute: Callable[[], tuple[np.ndarray | None, str]], enabled: bool) -> dict:
     """One model's :func:`_position_stats` ({} without attention): from stored sums at ``window`` or
     a wider one up to :data:`MAX_WINDOW` (those with effects serve a request without), else
-    ``compute()``d and stored. ``parts_of(window, effects)``: the cache key."""
+    ``compute()``d (the sums and what they resample) and stored. ``parts_of(window, effects)``: the cache key."""
     if enabled:
         for wide in range(window, max(window, MAX_WINDOW) + 1):
             for eff in (True,) if effects else (False, True):
@@ -424,8 +500,8 @@ def _positions_cached(parts_of: Callable[[int, bool], dict], window: int, effect
                 if isinstance(value, dict) and value.get("window") == wide and (
                         value.get("sums") is None or np.shape(value["sums"])[-1] == _layout(wide)["peak"].stop):
                     return _stats_from(value, window, effects)
-    sums = compute()
-    value = {"window": window, "sums": None if sums is None else sums.tolist()}
+    sums, resampled = compute()
+    value = {"window": window, "resampled": resampled, "sums": None if sums is None else sums.tolist()}
     if enabled:
         store(parts_of(window, effects), value)
     return _stats_from(value, window, effects)
@@ -437,53 +513,80 @@ def _stats_from(value: dict, window: int, effects: bool) -> dict:
     if value["sums"] is None:
         return {}
     sums = np.asarray(value["sums"], dtype=np.float64)
-    if sums.ndim == 2:  # self-attention, a row per layer
-        return {"layers": [{**_position_stats(_narrow(row, value["window"], window), window, False),
-                            "offset": list(range(window))} for row in sums]}
-    return _position_stats(_narrow(sums, value["window"], window), window, effects)
+    sums = _narrow(sums, value["window"], window)
+    if sums.ndim == 3:  # self-attention: (units, layers, F)
+        return {"layers": [{**_position_stats(sums[:, k], window, value["resampled"], False),
+                            "offset": list(range(window))} for k in range(sums.shape[1])]}
+    return _position_stats(sums, window, value["resampled"], effects)
 
 
-def _position_stats(sums: np.ndarray, window: int, effects: bool = True) -> dict:
-    """Means and 95% confidence bands from :func:`_position_sums`."""
+def _position_stats(sums: np.ndarray, window: int, resampled: str, effects: bool = True) -> dict:
+    """Means and 95% intervals from :func:`_position_sums` (units, F): a bootstrap over the units (``resampled``),
+    or, with one unit (a single sentence), a normal interval over its words (``resampled``: "words")."""
     at = _layout(window)
-    count = torch.from_numpy(sums[at["count"]])
-    rows = float(sums[at["rows"]][0])
+    total = sums.sum(0)
+    count = total[at["count"]]
+    rows = float(total[at["rows"]][0])
+    units = int((sums[:, at["rows"]][:, 0] > 0).sum())
+    resampled = resampled if units >= 2 else "words"
 
-    def band(s, sq):  # mean and 95% confidence interval of the mean
-        s, sq = torch.from_numpy(sums[s]), torch.from_numpy(sums[sq])
-        mean = s / count.clamp_min(1)
-        std = (sq / count.clamp_min(1) - mean**2).clamp_min(0).sqrt()
-        half = 1.96 * std / count.clamp_min(1).sqrt()
-        return mean, mean - half, mean + half
+    def band(s: slice, sq: slice) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # mean and its 95% interval
+        mean = total[s] / np.maximum(count, 1)
+        if units >= 2:
+            _, lo, hi = cluster_means(sums[:, s], sums[:, at["count"]])
+        else:
+            std = np.sqrt(np.maximum(total[sq] / np.maximum(count, 1) - mean**2, 0))
+            lo, hi = mean - 1.96 * std / np.sqrt(np.maximum(count, 1)), mean + 1.96 * std / np.sqrt(np.maximum(count, 1))
+        return mean, np.where(count > 0, lo, mean), np.where(count > 0, hi, mean)
 
     mean, lo, hi = band(at["total"], at["total_sq"])
     res = {
         "offset": list(range(1, window + 1)), "mean": mean.tolist(), "lo": lo.tolist(),
-        "hi": hi.tolist(), "count": count.long().tolist(),
-        **{name: float(sums[at[key]][0]) / max(rows, 1)
+        "hi": hi.tolist(), "count": count.astype(np.int64).tolist(),
+        **{name: float(total[at[key]][0]) / max(rows, 1)
            for name, key in (("entropy", "ent"), ("beyond", "beyond"), ("peak", "peak"))},
+        "units": {"resampled": resampled, "total": sums[:, at["total"]], "count": sums[:, at["count"]]},
     }
     if effects:
         e_mean, e_lo, e_hi = band(at["eff"], at["eff_sq"])
-        read_sum, read_abs, read_big = (float(sums[at[k]][0]) for k in ("read_sum", "read_abs", "read_big"))
+        read_sum, read_abs, read_big = (float(total[at[k]][0]) for k in ("read_sum", "read_abs", "read_big"))
         res |= {"effect": e_mean.tolist(), "effect_lo": e_lo.tolist(), "effect_hi": e_hi.tolist(),
                 "read": {"tokens": int(rows), "mean_read_bits": read_sum / max(rows, 1),
                          "mean_abs_read_bits": read_abs / max(rows, 1), "share_over_1_bit": read_big / max(rows, 1)}}
     return res
 
 
-def _split_batches(split: TokenSplit, batch_size: int, rank: int, world: int):
-    """Rank ``rank``'s length-bucketed batches of the non-empty sentences of ``split``, a chunk
-    at a time (as :func:`iter_batches` batches them, for a split of one chunk)."""
+def _split_batches(split: TokenSplit, batch_size: int, rank: int, world: int, units: _Units | None = None):
+    """Rank ``rank``'s length-bucketed batches of the non-empty sentences of ``split``, a chunk at a time (as
+    :func:`vizlm.data.batches.iter_batches` batches them, for a split of one chunk): ``(inputs, targets, units)``, ``units`` the
+    group of every target (:class:`_Units`)."""
+    units = units or _Units.of(split)
     done = 0
     for chunk in split.chunks():
         data = split.read(chunk)
+        group = units.tokens(chunk, data)
         lengths = data.lengths()
         keep = [i for i, n in enumerate(lengths) if n]
         batches = plan_batches([lengths[i] for i in keep], batch_size)
         first, done = done, done + len(batches)
         for j in shard(len(batches), (rank - first) % world, world):
-            yield data.collate([keep[i] for i in batches[j]])
+            idx = [keep[i] for i in batches[j]]
+            inputs, targets = data.collate(idx)
+            yield inputs, targets, torch.from_numpy(group[data.offsets[idx]])[:, None].expand_as(targets)
+
+
+def _split_segments(split: TokenSplit, rank: int, world: int, units: _Units):
+    """:func:`vizlm.modeling.evaluate.split_segments` of ``split`` at the statistics' streams and segment length,
+    each segment with the group of every target (B, T) (:class:`_Units`)."""
+    for chunk in split.chunks():
+        mine = shard(chunk.d1 - chunk.d0, (rank - chunk.d0) % world, world)
+        if not len(mine):
+            continue
+        data = split.read(chunk)
+        group = units.tokens(chunk, data)
+        group = np.concatenate([group[data.documents[d, 1] : data.documents[d + 1, 1]] for d in mine])
+        for seg in chunk_segments(data.select_documents(mine), DOC_STREAMS, DOC_SEGMENT):
+            yield seg, torch.from_numpy(group[seg.positions.clamp_min(0).numpy()])
 
 
 def _reads_documents(ckpt: Checkpoint) -> bool:
@@ -518,7 +621,7 @@ def layer_label(model: str, layer: int) -> str:
 
 def _collect(results: list[tuple[Checkpoint, dict]], window: int) -> PositionStats:
     """:class:`PositionStats` of every model's :func:`_position_stats` ({} for a model without attention)."""
-    frames, entropy, beyond, peak, skipped, read = [], {}, {}, {}, [], {}
+    frames, entropy, beyond, peak, skipped, read, units = [], {}, {}, {}, [], {}, {}
     for ckpt, whole in results:
         if not whole:
             skipped.append(ckpt.label)
@@ -528,11 +631,44 @@ def _collect(results: list[tuple[Checkpoint, dict]], window: int) -> PositionSta
                            [(layer_label(ckpt.label, k), res) for k, res in enumerate(layers)]):
             nan = [math.nan] * window
             frames.append(pd.DataFrame({"model": label, **{k: res.get(k, nan) for k in POSITION_COLUMNS[1:]}}))
-            entropy[label], beyond[label], peak[label] = res["entropy"], res["beyond"], res["peak"]
+            entropy[label], beyond[label], peak[label], units[label] = (res["entropy"], res["beyond"], res["peak"],
+                                                                        res["units"])
             if "read" in res:
                 read[label] = res["read"]
     frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=POSITION_COLUMNS)
-    return PositionStats(frame, entropy, beyond, peak, skipped, read)
+    return PositionStats(frame, entropy, beyond, peak, skipped, read, units=units)
+
+
+def _split_sums(ckpt: Checkpoint, split: TokenSplit, window: int, tick, effects: bool, batch_size: int,
+                ctx: Context = SINGLE, documents: bool = True) -> tuple[np.ndarray | None, str]:
+    """``(sums, what they resample)`` of one model over ``split`` (:func:`_position_sums`, a Transformer's
+    :func:`_self_attention_sums`; None without attention), each rank of ``ctx`` reading its share and the sums
+    added. ``documents``: the split's documents are the text's (a document model reads them as running text);
+    False: they are its sentences, each held as a document of its own, and a document model reads each alone."""
+    units = _Units.of(split, documents)
+    if _self_attending(ckpt):
+        batches = _block_batches(ckpt, split, batch_size, ctx.rank, ctx.world_size, units)
+        return ctx.sum_array(_self_attention_sums(ckpt.model, batches, window, tick, units.groups)), units.resampled
+    if not ckpt.has_attention:
+        return None, units.resampled
+    if _reads_documents(ckpt) and documents:
+        reads = _document_reads(ckpt.model, _split_segments(split, ctx.rank, ctx.world_size, units))
+    else:
+        reads = _sentence_reads(ckpt.model, _split_batches(split, batch_size, ctx.rank, ctx.world_size, units))
+    sums = _position_sums(ckpt, reads, window, tick, units.groups, effects)
+    return (None if sums is None else ctx.sum_array(sums)), units.resampled
+
+
+def recent_mass(total: np.ndarray, count: np.ndarray, k: int, n_boot: int = 1000, seed: int = 0) -> dict:
+    """``{"value", "lo", "hi", "units"}``: the weight on the ``k`` most recent slots (the mean weight at offsets
+    1..k summed: Daniluk et al.'s Fig. 3 reading), from per-unit sums of the weight and its count at offsets 1..L
+    (``PositionStats.units``: (units, L) each), with a 95% bootstrap interval that resamples the units."""
+    total, count = np.asarray(total, float)[:, :k], np.asarray(count, float)[:, :k]
+    value, boot = cluster_resamples(total, count, n_boot, seed)
+    share = boot.sum(1)
+    share = share[np.isfinite(share)]
+    lo, hi = np.quantile(share, [0.025, 0.975]) if len(share) and len(total) >= 2 else (math.nan, math.nan)
+    return {"value": float(value.sum()), "lo": float(lo), "hi": float(hi), "units": len(total)}
 
 
 def attention_by_position(ckpts: list[Checkpoint], sentences: list[list[str]], window: int = 10,
@@ -543,7 +679,8 @@ def attention_by_position(ckpts: list[Checkpoint], sentences: list[list[str]], w
 
     Each model reads ``sentences`` in its context: given their ``ids`` (``document:index``), a
     document model reads the documents as running text (its offsets reach across sentence
-    boundaries, up to its own window), otherwise every sentence alone."""
+    boundaries, up to its own window), otherwise every sentence alone. The intervals resample the
+    documents the ``ids`` name (the sentences, in a text of one document or without ``ids``)."""
     if window < 1:
         raise ValueError("window must be >= 1")
     keep = [i for i, s in enumerate(sentences) if s]
@@ -551,17 +688,9 @@ def attention_by_position(ckpts: list[Checkpoint], sentences: list[list[str]], w
     sizes = document_sizes([ids[i] for i in keep]) if ids is not None else None
     tick = _progress(math.ceil(len(sents) / batch_size) * len(ckpts), progress)
 
-    def compute(ckpt: Checkpoint) -> np.ndarray | None:
-        seqs = encode_sentences(sents, ckpt.vocab)
-        if _self_attending(ckpt):
-            split = TokenSplit.from_sequences(seqs, sizes if _reads_documents(ckpt) else None)
-            return _self_attention_sums(ckpt.model, _block_batches(ckpt, split, batch_size), window, tick)
-        if _reads_documents(ckpt) and sizes is not None:
-            docs = split_documents(seqs, sizes)
-            reads = _document_reads(ckpt.model, document_batches(docs, DOC_STREAMS, DOC_SEGMENT))
-        else:
-            reads = _sentence_reads(ckpt.model, (b[1:] for b in iter_batches(seqs, batch_size)))
-        return _position_sums(ckpt, reads, window, tick, effects)
+    def compute(ckpt: Checkpoint) -> tuple[np.ndarray | None, str]:
+        split = TokenSplit.from_sequences(encode_sentences(sents, ckpt.vocab), sizes)
+        return _split_sums(ckpt, split, window, tick, effects, batch_size, documents=sizes is not None)
 
     return _collect([(c, _positions_cached(lambda w, e, c=c: _position_parts(c, corpus_checksum, w, e), window, effects,
                                            lambda c=c: compute(c), use_cache and corpus_checksum is not None))
@@ -574,7 +703,7 @@ def positions_corpus(ckpts: list[Checkpoint], corpus: str, split: str, window: i
     """:func:`attention_by_position` over a processed split, cached; the split is read a chunk at
     a time, each rank of ``ctx`` reading its share of the batches (the sums add up over ranks), a
     document model its share of the documents as running text. ``sentences``: only the split's
-    first sentences (what a dry run's metrics cover)."""
+    first sentences (what a dry run's metrics cover). The intervals resample the split's documents."""
     if window < 1:
         raise ValueError("window must be >= 1")
     splits = [open_split(corpus, split, ckpt.vocab) for ckpt in ckpts]
@@ -583,24 +712,13 @@ def positions_corpus(ckpts: list[Checkpoint], corpus: str, split: str, window: i
     tick = _progress(sum(math.ceil(len(sp) / batch_size / ctx.world_size) for sp, c in zip(splits, ckpts)
                          if c.has_attention or _self_attending(c)), progress)
 
-    def compute(ckpt: Checkpoint, sp: TokenSplit) -> np.ndarray | None:
-        if _self_attending(ckpt):
-            batches = _block_batches(ckpt, sp, batch_size, ctx.rank, ctx.world_size)
-            return ctx.sum_array(_self_attention_sums(ckpt.model, batches, window, tick))
-        if not ckpt.has_attention:
-            return None
-        if _reads_documents(ckpt):
-            reads = _document_reads(ckpt.model, split_segments(sp, ctx.rank, ctx.world_size, DOC_STREAMS, DOC_SEGMENT))
-        else:
-            reads = _sentence_reads(ckpt.model, _split_batches(sp, batch_size, ctx.rank, ctx.world_size))
-        return ctx.sum_array(_position_sums(ckpt, reads, window, tick, effects))
-
     def parts(ckpt: Checkpoint, sp: TokenSplit, wide: int, eff: bool) -> dict:
         key = _position_parts(ckpt, sp.checksum, wide, eff)
         return key if sentences is None else {**key, "sentences": sentences}
 
     return _collect([(c, _positions_cached(lambda w, e, c=c, sp=sp: parts(c, sp, w, e), window, effects,
-                                           lambda c=c, sp=sp: compute(c, sp), use_cache and not ctx.distributed))
+                                           lambda c=c, sp=sp: _split_sums(c, sp, window, tick, effects, batch_size, ctx),
+                                           use_cache and not ctx.distributed))
                      for c, sp in zip(ckpts, splits)], window)
 
 

@@ -174,10 +174,12 @@ def split_segments(split: TokenSplit, rank: int = 0, world: int = 1, streams: in
     for chunk in split.chunks(max_tokens):
         mine = shard(chunk.d1 - chunk.d0, (rank - chunk.d0) % world, world)
         if len(mine):
-            yield from _chunk_segments(split.read(chunk).select_documents(mine), streams, segment)
+            yield from chunk_segments(split.read(chunk).select_documents(mine), streams, segment)
 
 
-def _chunk_segments(data: ChunkData, streams: int, segment: int):
+def chunk_segments(data: ChunkData, streams: int, segment: int):
+    """The segments of the documents of ``data`` read as running text by ``streams`` streams, ``segment`` targets
+    each (:func:`vizlm.data.batches.document_plan`); a segment's ``positions`` index ``data.tokens``."""
     plan = document_plan(data.document_targets(), streams, segment)
     inputs = data.running_inputs()
     return (plan_segment(plan, k, inputs, data.tokens) for k in range(len(plan)))
@@ -249,7 +251,7 @@ def sentence_nll_split(model: nn.Module, split: TokenSplit, rank: int = 0, world
 def _document_target_nll(model: nn.Module, data: ChunkData, streams: int, segment: int) -> np.ndarray:
     """NLL of every target of ``data``'s documents read as running text, in order (targets,)."""
     tok_nll = np.zeros(len(data.tokens), dtype=np.float64)
-    for seg, tok in _read_documents(model, _chunk_segments(data, streams, segment)):
+    for seg, tok in _read_documents(model, chunk_segments(data, streams, segment)):
         real = seg.positions >= 0  # (B, T)
         tok_nll[seg.positions[real].numpy()] = tok[real].double().numpy()
     return tok_nll

@@ -77,22 +77,18 @@ class AttributionEvidence:
         or ``"units"`` (sentences or passages: narrower intervals that ignore the documents), by
         :func:`vizlm.inspect.attribution_corpus.cluster_mean` with the seed and resamples the config records; None
         when the model has no such quantity (agreement without attention)."""
-        from vizlm.inspect.attribution_corpus import cluster_mean, resample_clusters
+        from vizlm.inspect.attribution_corpus import cluster_mean, clusters_of
 
         if key not in self.sums:
             return None
         sums, counts = self.sums[key]
-        if resample == "documents":
-            if self.documents is None:
-                raise EvidenceError(f"{self.name}: attribution evidence without its units' documents; write it again: "
-                                    f"vizlm reproduce --attribution {attribution_checkpoint(self.name)} --force")
-            cluster, _ = resample_clusters(self.documents)
-            n = int(cluster.max(initial=-1)) + 1
-            sums = np.bincount(cluster, weights=sums, minlength=n)
-            counts = np.bincount(cluster, weights=counts, minlength=n)
-        elif resample != "units":
-            raise ValueError(f"resample must be 'documents' or 'units', not {resample!r}")
-        return cluster_mean(sums, counts, n_boot=self.config["n_boot"], seed=self.config["seed"])
+        if resample == "documents" and self.documents is None:
+            raise EvidenceError(f"{self.name}: attribution evidence without its units' documents; write it again: "
+                                f"vizlm reproduce --attribution {attribution_checkpoint(self.name)} --force")
+        cluster, n = clusters_of(np.zeros(len(sums)) if self.documents is None else self.documents, resample)
+        return cluster_mean(np.bincount(cluster, weights=sums, minlength=n),
+                            np.bincount(cluster, weights=counts, minlength=n),
+                            n_boot=self.config["n_boot"], seed=self.config["seed"])
 
 
 def attribution_folder(name: str) -> Path:
@@ -329,15 +325,9 @@ class FaithfulnessEvidence:
         :mod:`vizlm.reproduce.verdicts` and :func:`~vizlm.inspect.faithfulness_corpus.corpus_faithfulness` resample
         them; the units where all are of one, :func:`~vizlm.inspect.attribution_corpus.resample_clusters`) or the
         units themselves (sentences or passages: narrower intervals that ignore the documents)."""
-        from vizlm.inspect.attribution_corpus import resample_clusters
+        from vizlm.inspect.attribution_corpus import clusters_of
 
-        n = int(self.config["units"])
-        if resample == "units":
-            return np.arange(n), n
-        if resample != "documents":
-            raise ValueError(f"resample must be 'documents' or 'units', not {resample!r}")
-        cluster, _ = resample_clusters(self.arrays[UNIT_DOCUMENT])
-        return cluster, int(cluster.max(initial=-1)) + 1
+        return clusters_of(self.arrays[UNIT_DOCUMENT], resample)
 
     def keys(self, prefix: str) -> list[str]:
         """The quantities stored under ``prefix`` (``"erasure.attention."``: its ``k1.dlogp`` ...), in order."""

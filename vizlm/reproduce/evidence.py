@@ -15,7 +15,8 @@ A finished run of the reproduction (``experiments.toml``) leaves, in ``evidence/
                        document (int32)
     positions.json     for attention models: the mean attention weight by relative position on
                        the test split (Daniluk et al., Fig. 3), the mean largest weight of a row
-                       and the mean entropy
+                       and the mean entropy; ``unit_total`` and ``unit_count``: per test document
+                       (``resampled``), the weight and its count at each offset (the intervals)
 
 Everything ``vizlm reproduce --report`` writes is computed from these files alone (no weights, no
 model evaluation): a fresh clone regenerates docs/RESULTS.md unchanged in seconds. The weights of
@@ -197,7 +198,10 @@ def write(name: str, source: Path | str, force: bool = False, log=sys.stderr, tr
                      **{k: frame[k].astype(float).tolist() for k in ("mean", "lo", "hi")},
                      "count": frame["count"].astype(float).tolist(),
                      "largest_weight": float(stats.peak[ckpt.label]), "entropy": float(stats.entropy[ckpt.label]),
-                     "beyond_window": float(stats.beyond[ckpt.label])}
+                     "beyond_window": float(stats.beyond[ckpt.label]),
+                     # per unit the intervals resample (the test documents): the weight and its count at each offset
+                     "resampled": stats.units[ckpt.label]["resampled"],
+                     **{f"unit_{k}": np.asarray(stats.units[ckpt.label][k]).tolist() for k in ("total", "count")}}
     config = {k: v for k, v in meta.items() if k not in _NOT_CONFIG}
     if trained_by is not None:
         config["train"] = {**config.get("train", {}), "command": trained_by}

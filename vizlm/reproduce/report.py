@@ -14,7 +14,10 @@ import math
 import statistics
 from pathlib import Path
 
+import numpy as np
+
 from vizlm.core import files
+from vizlm.inspect.corpus_stats import recent_mass
 from vizlm.reproduce import evidence, experiments, verdicts
 from vizlm.reproduce.corpus_runs import (
     AttributionPlan,
@@ -120,12 +123,19 @@ def decide(claim: Claim, runs: dict[str, Run], spreads: Spreads | None = None) -
             return {"verdict": "not tested", "ours": f"{run.name}'s evidence has no attention by position"}
         window = pos["window"]
         share = float(sum(m for _, m in sorted(zip(pos["offset"], pos["mean"]))[: claim.positions]))
+        verdict, interval = ("reproduced" if share >= claim.share else "not reproduced"), ""
+        if "unit_total" in pos:  # the interval resamples the test documents (one seed)
+            mass = recent_mass(np.asarray(pos["unit_total"]), np.asarray(pos["unit_count"]), claim.positions)
+            verdict = ("reproduced" if mass["lo"] >= claim.share else "not reproduced" if mass["hi"] < claim.share
+                       else "inconclusive: the interval holds the paper's share")
+            interval = f" (95% CI {mass['lo']:.0%} to {mass['hi']:.0%}; {pos['resampled']} resampled, 1 seed)"
         # a flat average by position comes from flat rows or from sharp rows that pick different positions
-        return {"verdict": "reproduced" if share >= claim.share else "not reproduced", "runs": used,
-                "ours": f"{share:.0%} of the weight on the {claim.positions} most recent of {window} positions "
+        return {"verdict": verdict, "runs": used,
+                "ours": f"{share:.0%} of the weight on the {claim.positions} most recent of {window} positions{interval} "
                         f"(equal weights: {claim.positions / window:.0%}); a row's largest weight "
                         f"{pos['largest_weight']:.2f} on average (equal weights: {1 / window:.2f}), its entropy "
-                        f"{pos['entropy']:.2f} nats ({math.log(window):.2f})"}
+                        f"{pos['entropy']:.2f} nats ({math.log(window):.2f})"
+                        + ("" if interval else "; no interval: its evidence predates the per-document sums")}
     spreads = spreads if spreads is not None else Spreads(runs)
     pairs = seed_pairs(run, against, runs)
     iv = verdicts.claim_interval([seed_pair(r, a) for r, a in pairs], spreads.pair_variance(run, against))
