@@ -206,6 +206,63 @@ def test_every_finished_run_in_the_repository_has_whole_evidence(monkeypatch):
         assert ev.perplexity("test") == pytest.approx(ev.metrics["test_perplexity"], rel=1e-4), p.name
 
 
+def test_attribution_evidence_goes_on_where_a_stopped_pass_was(monkeypatch, tmp_path):
+    """A pass stopped midway keeps the documents it finished (in the cache folder) and, run again, computes only
+    the others; its evidence equals that of a pass never stopped. Another checkpoint starts over."""
+    import torch
+    from safetensors.numpy import load_file
+
+    from vizlm.inspect import attribution_corpus
+    from vizlm.modeling.checkpoint import save_checkpoint
+    from vizlm.data.vocab import Vocab
+    from vizlm.models import build_model
+
+    for key, sub in (("VIZLM_CACHE", "cache"), ("VIZLM_EVIDENCE", "evidence")):
+        monkeypatch.setenv(key, str(tmp_path / sub))
+    data = make_corpus(tmp_path / "data", train=5, valid=5, test=24, doc_sentences=4, mean_length=6)  # 6 documents
+    monkeypatch.setenv("VIZLM_DATA", str(data))
+    vocab = Vocab.for_corpus("brown", data)
+    torch.manual_seed(0)
+    model = build_model("kvp", vocab_size=len(vocab), emb_dim=8, hidden_dim=8, window=3, context="document").eval()
+    source = save_checkpoint(tmp_path / "kvp", model, "kvp", vocab, metrics={}, corpus={"name": "brown"})
+    write = lambda name, force=False: corpus_evidence.write_attribution(  # noqa: E731
+        name, source, "brown", "test", "occlusion", force=force, log=open(os.devnull, "w"))
+    write("whole")
+    collect, calls = attribution_corpus.collect, []
+
+    def stopping(*a, **kw):
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        calls.append(kw["select"])
+        return collect(*a, **kw)
+
+    monkeypatch.setattr(attribution_corpus, "collect", stopping)
+    with pytest.raises(KeyboardInterrupt):
+        write("resumed")
+    assert not corpus_evidence.attribution_folder("resumed").exists() and len(calls) == 3
+    monkeypatch.setattr(attribution_corpus, "collect", lambda *a, **kw: calls.append(kw["select"]) or collect(*a, **kw))
+    write("resumed")
+    assert len(calls) == 6  # the other three documents only
+    assert sorted(i for c in calls for i in c) == list(range(24))  # each sentence read once over the two passes
+    whole, resumed = (load_file(str(corpus_evidence.attribution_folder(n) / "sums.safetensors")) for n in ("whole", "resumed"))
+    assert whole.keys() == resumed.keys() and all(np.array_equal(whole[k], resumed[k]) for k in whole)
+    a, b = (corpus_evidence.read_attribution(n).config for n in ("whole", "resumed"))
+    assert {k: v for k, v in a.items() if k not in ("wall_s", "written_by")} == \
+        {k: v for k, v in b.items() if k not in ("wall_s", "written_by")}
+    assert not (tmp_path / "cache" / "partial" / "resumed").exists()  # gone once the evidence is written
+    # the documents kept belong to one checkpoint, sample and code: another starts over
+    monkeypatch.setattr(attribution_corpus, "collect", stopping)
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        write("whole", force=True)
+    torch.manual_seed(1)
+    other = build_model("kvp", vocab_size=len(vocab), emb_dim=8, hidden_dim=8, window=3, context="document").eval()
+    save_checkpoint(tmp_path / "kvp", other, "kvp", vocab, metrics={}, corpus={"name": "brown"}, force=True)
+    monkeypatch.setattr(attribution_corpus, "collect", lambda *a, **kw: calls.append(kw["select"]) or collect(*a, **kw))
+    write("whole", force=True)
+    assert len(calls) == 3 + 6
+
+
 def test_attribution_evidence_gives_the_librarys_statistics(monkeypatch, tmp_path, capsys):
     """`vizlm reproduce --attribution` keeps per-unit sums and each unit's document: resampling the units gives
     exactly the library's intervals, resampling the documents what a bootstrap of the per-word values over their

@@ -15,8 +15,10 @@ written whole (:func:`vizlm.reproduce.evidence.publish`). A run's own evidence i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -27,6 +29,7 @@ import numpy as np
 import torch
 
 from vizlm.core import paths
+from vizlm.core.files import write_text
 from vizlm.data.folder import document_keys
 from vizlm.data.registry import load_corpus
 from vizlm.inspect.analysis import head_words
@@ -177,6 +180,53 @@ def corpus_sample(corpus: str, split: str, document: bool, per_document: int | N
     return select, units, unit_documents(units, ids)
 
 
+def _runs_of(unit_document: np.ndarray) -> list[tuple[int, int]]:
+    """``[(first unit, end)]`` of each run of consecutive units of one document."""
+    cuts = [0, *(np.flatnonzero(np.diff(unit_document)) + 1).tolist(), len(unit_document)]
+    return [(a, b) for a, b in pairwise(cuts) if b > a]
+
+
+class _Blocks:
+    """The finished documents of a corpus pass whose evidence is not written yet (:func:`write_attribution`), kept
+    in the cache folder (``partial/NAME/``, outside the repository), one file a document, each written whole:
+    a pass that was stopped reads them back and computes the others. ``key`` (the checkpoint's and the corpus's
+    checksums, the method, the sentences, the commit of the code) must match, else they are computed again."""
+
+    def __init__(self, name: str, key: dict) -> None:
+        self.folder = paths.cache_dir() / "partial" / name
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+        stamp = self.folder / "key.json"
+        if self.folder.is_dir() and (not stamp.is_file() or json.loads(stamp.read_text("utf-8")).get("digest") != digest):
+            shutil.rmtree(self.folder)  # another checkpoint, sample or code: nothing to go on from
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if not stamp.is_file():
+            write_text(stamp, json.dumps({"digest": digest}), force=True)
+
+    def get(self, b: int) -> dict | None:
+        from safetensors.numpy import load_file
+
+        path = self.folder / f"{b}.safetensors"
+        if not path.is_file():
+            return None
+        arrays = load_file(str(path))
+        meta = json.loads((self.folder / f"{b}.json").read_text("utf-8"))
+        return {"sums": {k: (arrays[f"{k}.sum"], arrays[f"{k}.count"]) for k in meta["keys"]},
+                "targets": meta["targets"], "seconds": meta["seconds"]}
+
+    def put(self, b: int, sums: dict, targets: int, seconds: float) -> dict:
+        from safetensors.numpy import save_file
+
+        write_text(self.folder / f"{b}.json", json.dumps({"keys": list(sums), "targets": targets, "seconds": seconds}),
+                   force=True)
+        tmp = self.folder / f".{b}.safetensors.tmp"
+        save_file({f"{k}.{part}": a for k, (s_, c) in sums.items() for part, a in (("sum", s_), ("count", c))}, str(tmp))
+        tmp.replace(self.folder / f"{b}.safetensors")  # the arrays last: a block is there when its arrays are
+        return {"sums": sums, "targets": targets, "seconds": seconds}
+
+    def clear(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
 def write_attribution(name: str, source: Path | str, corpus: str, split: str, method: str, limit: int | None = None,
                       force: bool = False, log=None, per_document: int | None = None) -> Path:
     """Attribute the predictions of checkpoint ``source`` over ``corpus``/``split`` (the first ``per_document``
@@ -185,7 +235,9 @@ def write_attribution(name: str, source: Path | str, corpus: str, split: str, me
     the report's means and intervals are computed from (:func:`vizlm.inspect.attribution_corpus.unit_sums`), each
     unit's document, and a config: the checkpoint's and the corpus's checksums, every parameter, the command and
     the commit. No permutation test: the faithfulness evidence runs Jain & Wallace's as they did
-    (:func:`write_faithfulness`). Written whole; existing evidence is replaced only with ``force``."""
+    (:func:`write_faithfulness`). Written whole; existing evidence is replaced only with ``force``. Computed a
+    document at a time, each document kept until the evidence is written: run again after a stop, it goes on
+    from the documents done (:class:`_Blocks`)."""
     from vizlm.inspect import attribution_corpus as va
     from vizlm.inspect.attribution import DEFAULT_STEPS
 
@@ -197,12 +249,32 @@ def write_attribution(name: str, source: Path | str, corpus: str, split: str, me
     commit = paths.commit()  # the code that computes it, read before it starts
     document = meta_context(ckpt.meta) == "document"
     select, units, unit_document = corpus_sample(corpus, split, document, per_document, limit)
+    index = select if select is not None else list(range(len(load_corpus(corpus, split).sentences)))[:limit]
     progress = _Progress(name, "attribution", log)
-
-    rows, n_units = va.collect(ckpt, corpus, split, method, limit, permutations=0, progress=progress, select=select)
-    if n_units != len(units):
-        raise EvidenceError(f"{name}: {n_units} units read, {len(units)} expected")
-    sums = va.unit_sums(rows, n_units)
+    key = {"name": name, "checkpoint_sha256": checkpoint_digest(ckpt), "corpus_sha256": load_corpus(corpus, split).checksum,
+           "method": method, "sentences": index, "commit": commit}
+    # a document at a time (a unit never spans two), each kept until the evidence is written, so that a run
+    # that was stopped goes on where it was (:class:`_Blocks`)
+    blocks = _Blocks(name, key)
+    sums: dict[str, list] = {}
+    targets, seconds = 0, 0.0
+    for b, (u0, u1) in enumerate(_runs_of(unit_document)):
+        part = blocks.get(b)
+        if part is None:
+            start = time.perf_counter()
+            chosen = [index[i] for u in units[u0:u1] for i in u]
+            rows, n = va.collect(ckpt, corpus, split, method, permutations=0, select=chosen,
+                                 progress=lambda f, a=u0, n=u1 - u0: progress((a + f * n) / len(units)))
+            if n != u1 - u0:
+                raise EvidenceError(f"{name}: {n} units read in document {b}, {u1 - u0} expected")
+            part = blocks.put(b, va.unit_sums(rows, n), len(rows["unit"]), time.perf_counter() - start)
+        targets, seconds = targets + part["targets"], seconds + part["seconds"]
+        for k, pair in part["sums"].items():
+            sums.setdefault(k, []).append(pair)
+    n_units = len(units)
+    sums = {k: (np.concatenate([s for s, _ in parts]), np.concatenate([c for _, c in parts])) for k, parts in sums.items()}
+    if any(len(s) != n_units for s, _ in sums.values()):
+        raise EvidenceError(f"{name}: the documents' sums do not add up to the {n_units} units read")
     config = {
         "checkpoint": Path(source).name, "checkpoint_sha256": checkpoint_digest(ckpt), "family": ckpt.meta.get("model"),
         "context": meta_context(ckpt.meta), "window": va.model_window(ckpt), "attention": ckpt.has_attention,
@@ -210,16 +282,17 @@ def write_attribution(name: str, source: Path | str, corpus: str, split: str, me
         "per_document": per_document, "method": method,
         "n_steps": DEFAULT_STEPS if method == "integrated-gradients" else None, "units": n_units,
         "unit": "passages" if document else "sentences", "documents": int(unit_document.max(initial=-1)) + 1,
-        "resampled": "documents", "targets": len(rows["unit"]), "permutations": 0, "max_offset": va.MAX_OFFSET,
+        "resampled": "documents", "targets": targets, "permutations": 0, "max_offset": va.MAX_OFFSET,
         "passage_tokens": va.PASSAGE_TOKENS if document else None, "absolute": True, "seed": 0, "n_boot": va.N_BOOT,
         "written_by": f"vizlm reproduce --attribution {Path(source).name}", "commit": commit,
         "source": display_path(Path(source)), "threads": torch.get_num_threads(),
-        "wall_s": round(progress.seconds(), 1),
+        "wall_s": round(seconds, 1),  # the documents' own, summed over the runs that computed them
     }
     arrays = {f"{k}.{part}": a for k, (s_, c) in sums.items() for part, a in (("sum", s_), ("count", c))}
     arrays[UNIT_DOCUMENT] = unit_document
 
     _publish_sums(dest, config, arrays)
+    blocks.clear()
     print(f"evidence: {name} -> {dest} ({config['targets']:,} targets in {n_units:,} {config['unit']} of "
           f"{config['documents']} documents, {config['wall_s']:.0f} s)", file=log)
     return dest
