@@ -300,8 +300,8 @@ MAX_UNITS = 1000  # at most this many units are resampled: more documents are ta
 class _Units:
     """What the position statistics' intervals resample in a split: its documents (the unit a split samples),
     or, in a text of one document, its sentences; more than :data:`MAX_UNITS` are grouped into that many runs of
-    neighbours (a bootstrap over groups of whole units stays valid). ``of(chunk, data)``: the group of every
-    token of a chunk."""
+    neighbours (a bootstrap over groups of whole units stays valid). :meth:`tokens`: the group of every token
+    of a chunk."""
 
     resampled: str  # "documents" or "sentences"
     total: int  # documents or sentences in the split
