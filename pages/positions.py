@@ -78,7 +78,7 @@ with st.sidebar:
 st.title("Attention by position", anchor=False)
 st.caption("Mean attention weight at each distance from the predicted word (1 = the word just before it, the word just "
            "read, which no memory slot holds; 2 = the newest memory slot), "
-           "averaged over every prediction in the split, with a 95% band over its documents — Daniluk et al. (2017), Fig. 3. "
+           "averaged over every prediction of the sentences read (the Sentences picker), with a 95% band over their documents — Daniluk et al. (2017), Fig. 3. "
            "A model that only looks at the last few words has its mass on the right (the nearest words). Beside it, the mean **effect** of the "
            "slot at each position (bits): whether that attention changed the predictions.")
 if not models:
