@@ -32,8 +32,8 @@ from vizlm.data.registry import split_texts
 from vizlm.data.vocab import Vocab, encode_sentences
 from vizlm.core.distributed import SINGLE, Context, shard
 from vizlm.inspect.attribution_corpus import cluster_means, cluster_resamples
-from vizlm.modeling.evaluate import (OVERFLOW_NOTE, chunk_segments, perplexity, read_documents, score,
-                                    sentence_nll_split)
+from vizlm.modeling.evaluate import (OVERFLOW_NOTE, chunk_segments, document_shares, perplexity, read_documents,
+                                    score, sentence_nll_split)
 from vizlm.models import effects as fx
 from vizlm.models.base import attention_entropy
 from vizlm.data.tokens import Chunk, ChunkData, TokenSplit, open_split
@@ -578,11 +578,7 @@ def _split_batches(split: TokenSplit, batch_size: int, rank: int, world: int, un
 def _split_segments(split: TokenSplit, rank: int, world: int, units: _Units):
     """:func:`vizlm.modeling.evaluate.split_segments` of ``split`` at the statistics' streams and segment length,
     each segment with the group of every target (B, T) (:class:`_Units`)."""
-    for chunk in split.chunks():
-        mine = shard(chunk.d1 - chunk.d0, (rank - chunk.d0) % world, world)
-        if not len(mine):
-            continue
-        data = split.read(chunk)
+    for chunk, data, mine in document_shares(split, rank, world):
         group = units.tokens(chunk, data)
         group = np.concatenate([group[data.documents[d, 1] : data.documents[d + 1, 1]] for d in mine])
         for seg in chunk_segments(data.select_documents(mine), DOC_STREAMS, DOC_SEGMENT):

@@ -171,10 +171,17 @@ def split_segments(split: TokenSplit, rank: int = 0, world: int = 1, streams: in
                    max_tokens: int | None = None):
     """The segments of documents ``rank, rank + world, ...`` of ``split`` read as running text (as
     :func:`score_split` reads them), a chunk at a time; for :func:`read_documents`."""
+    for _, data, mine in document_shares(split, rank, world, max_tokens):
+        yield from chunk_segments(data.select_documents(mine), streams, segment)
+
+
+def document_shares(split: TokenSplit, rank: int = 0, world: int = 1, max_tokens: int | None = None):
+    """``(chunk, its ids, the chunk's documents rank ``rank`` reads)`` of every chunk where that rank has some:
+    documents ``rank, rank + world, ...`` of ``split``, a chunk at a time."""
     for chunk in split.chunks(max_tokens):
         mine = shard(chunk.d1 - chunk.d0, (rank - chunk.d0) % world, world)
         if len(mine):
-            yield from chunk_segments(split.read(chunk).select_documents(mine), streams, segment)
+            yield chunk, split.read(chunk), mine
 
 
 def chunk_segments(data: ChunkData, streams: int, segment: int):

@@ -159,7 +159,7 @@ def read_attribution(name: str) -> AttributionEvidence | None:
     config, arrays = read
     documents = arrays.pop(UNIT_DOCUMENT, None)
     keys = sorted({k.rsplit(".", 1)[0] for k in arrays})
-    return AttributionEvidence(name, config, {k: (arrays[f"{k}.sum"], arrays[f"{k}.count"]) for k in keys},
+    return AttributionEvidence(name, config, _paired_sums(arrays, keys),
                                None if documents is None else documents.astype(np.int64))
 
 
@@ -178,6 +178,16 @@ def corpus_sample(corpus: str, split: str, document: bool, per_document: int | N
     ids = [data.ids[i] for i in index]
     units = reading_units([data.sentences[i] for i in index], ids, document, PASSAGE_TOKENS)
     return select, units, unit_documents(units, ids)
+
+
+def _flat_sums(sums: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Per-unit ``{name: (sums, counts)}`` as the arrays ``NAME.sum`` and ``NAME.count`` a safetensors file holds."""
+    return {f"{k}.{part}": a for k, (s_, c) in sums.items() for part, a in (("sum", s_), ("count", c))}
+
+
+def _paired_sums(arrays: dict[str, np.ndarray], keys) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """:func:`_flat_sums` read back: ``{name: (NAME.sum, NAME.count)}`` for each of ``keys``."""
+    return {k: (arrays[f"{k}.sum"], arrays[f"{k}.count"]) for k in keys}
 
 
 def _runs_of(unit_document: np.ndarray) -> list[tuple[int, int]]:
@@ -210,7 +220,7 @@ class _Blocks:
             return None
         arrays = load_file(str(path))
         meta = json.loads((self.folder / f"{b}.json").read_text("utf-8"))
-        return {"sums": {k: (arrays[f"{k}.sum"], arrays[f"{k}.count"]) for k in meta["keys"]},
+        return {"sums": _paired_sums(arrays, meta["keys"]),
                 "targets": meta["targets"], "seconds": meta["seconds"]}
 
     def put(self, b: int, sums: dict, targets: int, seconds: float) -> dict:
@@ -219,7 +229,7 @@ class _Blocks:
         write_text(self.folder / f"{b}.json", json.dumps({"keys": list(sums), "targets": targets, "seconds": seconds}),
                    force=True)
         tmp = self.folder / f".{b}.safetensors.tmp"
-        save_file({f"{k}.{part}": a for k, (s_, c) in sums.items() for part, a in (("sum", s_), ("count", c))}, str(tmp))
+        save_file(_flat_sums(sums), str(tmp))
         tmp.replace(self.folder / f"{b}.safetensors")  # the arrays last: a block is there when its arrays are
         return {"sums": sums, "targets": targets, "seconds": seconds}
 
@@ -288,7 +298,7 @@ def write_attribution(name: str, source: Path | str, corpus: str, split: str, me
         "source": display_path(Path(source)), "threads": torch.get_num_threads(),
         "wall_s": round(seconds, 1),  # the documents' own, summed over the runs that computed them
     }
-    arrays = {f"{k}.{part}": a for k, (s_, c) in sums.items() for part, a in (("sum", s_), ("count", c))}
+    arrays = _flat_sums(sums)
     arrays[UNIT_DOCUMENT] = unit_document
 
     _publish_sums(dest, config, arrays)
