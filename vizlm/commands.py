@@ -549,6 +549,7 @@ def cmd_cases(args) -> int:
 
 def cmd_attribute(args) -> int:
     from vizlm.present.export import FORMATS, export_attribution, json_safe
+    from vizlm.present.tables import sample_text
 
     if args.out is not None:
         if args.corpus:
@@ -567,9 +568,8 @@ def cmd_attribute(args) -> int:
         if args.json:
             dump_json(doc)
             return 0
-        docs = f"{doc['documents']:,} document{'' if doc['documents'] == 1 else 's'}"
-        print(f"{doc['model']} on {doc['corpus']}/{doc['split']}, {doc['method']} ({doc['units']:,} {doc['read_in']} "
-              f"of {docs}; intervals: 95% bootstrap over the {doc['resampled']}; --json for attribution by distance)")
+        print(f"{doc['model']} on {doc['corpus']}/{doc['split']}, {doc['method']} ({sample_text(doc)}; intervals: 95% "
+              f"bootstrap over the {doc['resampled']}; --json for attribution by distance)")
         for key in ("agreement", "permutation"):
             if doc.get(key):
                 print(f"{key}: " + json.dumps(json_safe(doc[key]), ensure_ascii=False))

@@ -21,6 +21,7 @@ from vizlm.app import jobs, results
 from vizlm.app.widgets import chart_downloads, download_row, head_select, md_escape, show_chart, show_error
 from vizlm.present.export import MIME, export_frame, safe_filename
 from vizlm.present.links import head_code
+from vizlm.present.tables import sample_text
 from vizlm.inspect.faithfulness import EPSILON, FaithfulnessError, adversarial_row, two_paths
 from vizlm.inspect.faithfulness_erasure import MASKING
 from vizlm.inspect.analysis import view_label
@@ -174,8 +175,7 @@ def render_result(res: dict, key: str) -> None:
     head = res.get("head")  # a Transformer's head: in the files' names too
     where = "" if head is None else f"-head{head_code(tuple(head))}"
     stem = safe_filename(f"faithfulness-{res['model']}{where}-{res['corpus']}-{res['split']}")
-    docs = f"{res['documents']:,} document{'' if res['documents'] == 1 else 's'}"
-    sample = res.get("sample") or (f"{res['units']:,} {res['read_in']} of {docs} of "
+    sample = res.get("sample") or (f"{sample_text(res)} of "
                                    f"{res['corpus']}/{res['split']}, read in {res['context']} context; every interval "
                                    f"is a 95% bootstrap over the {res['resampled']}.")
     st.caption(f"{md_escape(sample)} Changes are in nats (log P(word) as read minus as changed). Masking: "

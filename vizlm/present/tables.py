@@ -177,3 +177,10 @@ def card_line(card: dict, split: str) -> str:
     if isinstance(st.get("oov_rate"), (int, float)):
         parts.append(f"{st['oov_rate']:.2%} of tokens outside it")
     return " · ".join(parts)
+
+
+def sample_text(res: dict) -> str:
+    """What a corpus result (:meth:`~vizlm.api.Model.corpus_attribution`,
+    :meth:`~vizlm.api.Model.corpus_faithfulness`) read, for people: "1,432 passages of 50 documents"."""
+    documents = res["documents"]
+    return f"{res['units']:,} {res['read_in']} of {documents:,} document{'' if documents == 1 else 's'}"
