@@ -239,6 +239,7 @@ def test_position_bands_resample_documents(sentences, family, kw):
     label = ckpt.label if family != "transformer" else f"{ckpt.label} · layer 1"
     whole = attention_by_position([ckpt], sentences, window=4, ids=ids, effects=False, use_cache=False)
     assert whole.resampled[label] == "documents"
+    assert "over the documents read" in whole.band_note() and "only 3 documents, so the interval is rough" in whole.band_note()
     units = whole.units[label]
     assert units["total"].shape == (3, 4)
     for d in range(3):
@@ -253,7 +254,10 @@ def test_position_bands_resample_documents(sentences, family, kw):
     assert np.allclose(frame["lo"], np.where(units["count"].sum(0) > 0, lo, frame["mean"]), equal_nan=True)
     assert np.allclose(frame["hi"], np.where(units["count"].sum(0) > 0, hi, frame["mean"]), equal_nan=True)
     one = attention_by_position([ckpt], sentences[:1], window=4, ids=ids[:1], effects=False, use_cache=False)
-    assert one.resampled[label] == "words"
+    assert one.resampled[label] == "words" and "rough" not in one.band_note()
+    many = attention_by_position([ckpt], sentences[:12], window=4, ids=[f"d{i}:0" for i in range(12)], effects=False,
+                                 use_cache=False)  # twelve documents of a sentence each: enough for a plain bootstrap
+    assert many.resampled[label] == "documents" and "rough" not in many.band_note()
 
 
 def test_recent_mass_is_the_sum_of_the_nearest_means():

@@ -245,11 +245,18 @@ class PositionStats:
     def band_note(self, name: Callable[[str], str] = str) -> str:
         """What the 95% intervals resample, in a sentence (per model, each written ``name(model)``, where they
         differ)."""
-        kinds = list(dict.fromkeys(self.resampled.values()))
-        if len(kinds) == 1:
-            return f"95% intervals, {BANDS[kinds[0]]}."
+        def band(model: str) -> str:  # a bootstrap over a few units says how few: its interval is rough
+            u = self.units[model]
+            n = int((np.asarray(u["count"]).sum(axis=1) > 0).sum())  # units read
+            few = u["resampled"] != "words" and n < FEW_UNITS
+            return BANDS[u["resampled"]] + (f"; only {n} {u['resampled']}, so the interval is rough" if few else "")
+
+        kinds = {m: band(m) for m in self.units}
+        texts = list(dict.fromkeys(kinds.values()))
+        if len(texts) == 1:
+            return f"95% intervals, {texts[0]}."
         return "95% intervals, " + "; ".join(
-            f"{', '.join(name(m) for m, k in self.resampled.items() if k == kind)}: {BANDS[kind]}" for kind in kinds) + "."
+            f"{', '.join(name(m) for m, k in kinds.items() if k == text)}: {text}" for text in texts) + "."
 
     def to_dict(self) -> dict:
         return {"positions": self.frame.to_dict("records"), "entropy": self.entropy, "beyond_window": self.beyond,
@@ -293,6 +300,7 @@ def _layout(window: int) -> dict[str, slice]:
 BANDS = {"documents": "a bootstrap over the documents read (the unit a corpus split samples)",
          "sentences": "a bootstrap over the sentences (the text is one document)",
          "words": "a normal interval over the words (one sentence)"}  # what PositionStats' intervals resample
+FEW_UNITS = 10  # a bootstrap over fewer units than this is said to be rough
 MAX_UNITS = 1000  # at most this many units are resampled: more documents are taken in runs of neighbours
 
 
