@@ -292,6 +292,7 @@ def test_attribution_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pat
     ev = corpus_evidence.read_attribution("tiny-kvp")
     c = ev.config
     assert (c["per_document"], c["limit"], c["window"], c["permutations"]) == (2, None, 3, 0) and c["commit"] is not None
+    assert c["device"] == "cpu"  # reproduce's default, recorded
     ckpt = load_checkpoint(tmp_path / "checkpoints" / "tiny-kvp")
     select = corpus_evidence.first_of_each_document("brown", "test", 2)
     rows, n_units = attribution_corpus.collect(ckpt, "brown", "test", "occlusion", permutations=0, select=select)
@@ -349,6 +350,13 @@ def test_attribution_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pat
     manifest.write_text(manifest.read_text().replace('method = "gradient-x-input"', 'method = "occlusion"'))
     assert cli.main(["reproduce", "--manifest", str(manifest), "--attribution", "tiny-kvp"]) == 0
     assert "has attribution evidence" in capsys.readouterr().err
+    if not torch.cuda.is_available():  # a device this machine lacks: said before anything is read or replaced
+        kept = (corpus_evidence.attribution_folder("tiny-kvp") / "sums.safetensors").read_bytes()
+        assert cli.main(["reproduce", "--manifest", str(manifest), "--attribution", "tiny-kvp", "--force",
+                         "--device", "cuda"]) == 2
+        err = capsys.readouterr().err
+        assert "--device cuda: this PyTorch sees no CUDA device" in err and "Traceback" not in err
+        assert (corpus_evidence.attribution_folder("tiny-kvp") / "sums.safetensors").read_bytes() == kept
     assert cli.main(["reproduce", "--manifest", str(manifest), "--attribution", "other"]) == 2
     assert "not in the manifest's [attribution] checkpoints" in capsys.readouterr().err
     manifest.write_text(manifest.read_text().replace("per_document = 2", "per_document = 2\nlimit = 5"))
@@ -419,6 +427,7 @@ def test_case_labels_against_chance_are_evidence_and_a_table(trained, tmp_path):
     path = corpus_evidence.write_cases("amsrn-tiny", source, "brown", "test", limit=30)
     doc = corpus_evidence.read_cases("amsrn-tiny")
     assert path == corpus_evidence.cases_path("amsrn-tiny") and doc["limit"] == 30 and doc["commit"] is not None
+    assert doc["device"] == "cpu"
     assert doc["pairs"] > 0 and set(doc["chance"]) <= {"trigger", "causal", "phrase", "grammar"}
     for c in doc["chance"].values():
         assert 0 <= c["observed"] <= 1 and 0 <= c["chance"] <= 1 and c["pairs"] == doc["pairs"]
@@ -483,6 +492,7 @@ def test_faithfulness_evidence_gives_the_librarys_statistics(monkeypatch, tmp_pa
     c = ev.config
     assert (c["limit"], c["permutations"], c["n_steps"], c["units"], c["unit"]) == (3, 4, 2, 3, "sentences")
     assert c["commit"] is not None and c["written_by"] == "vizlm reproduce --faithfulness tiny-kvp" and c["wall_s"] >= 0
+    assert c["device"] == "cpu"
     ckpt = load_checkpoint(tmp_path / "checkpoints" / "tiny-kvp")
     lib = faithfulness_corpus.corpus_faithfulness(ckpt, "brown", "test", limit=3, permutations_n=4, n_steps=2, adversary_steps=3)
     got = ev.statistics()  # the report's and the library's: the documents resampled

@@ -220,8 +220,9 @@ def _add_reproduce(sub) -> None:
                    "has finished); --threads defaults to the CPUs shared out. 2 on a 2-core machine; several on a GPU")
     p.add_argument("--device", choices=DEVICES, default="cpu", help="what --only/--all train on (default cpu: the "
                    "repository's evidence trained on the CPU, and one seed gives the same weights only on the same kind "
-                   "of device; cuda trains several times faster and records it, train.device; evidence is scored on "
-                   "the CPU)")
+                   "of device; cuda trains several times faster and records it, train.device; a run's evidence is "
+                   "scored on the CPU), and where --attribution / --faithfulness / --cases compute (recorded in their "
+                   "evidence's config, device)")
     p.add_argument("--json", action="store_true", help="with --list: print JSON")
     p.add_argument("--force", action="store_true", help="with --evidence / --attribution / --faithfulness / --cases: "
                    "rewrite evidence that exists")
@@ -325,7 +326,7 @@ def cmd_reproduce(args) -> int:
                 import torch
 
                 torch.set_num_threads(args.threads)
-            write(plan, asked, force=args.force)
+            write(plan, asked, force=args.force, device=args.device)
             return 0
         if args.bundle:
             if args.bundle not in runs:

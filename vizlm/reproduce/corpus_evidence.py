@@ -196,6 +196,17 @@ def _runs_of(unit_document: np.ndarray) -> list[tuple[int, int]]:
     return [(a, b) for a, b in pairwise(cuts) if b > a]
 
 
+def _loaded(source: Path | str, device: str) -> tuple:
+    """``(checkpoint, torch device)``: ``source`` read and put on ``device`` (:data:`vizlm.core.distributed.DEVICES`;
+    one this machine lacks is refused before anything is read)."""
+    from vizlm.core.distributed import resolve_device
+
+    where = resolve_device(device)
+    ckpt = load_checkpoint(source)
+    ckpt.model.to(where)
+    return ckpt, where
+
+
 class _Blocks:
     """The finished documents of a corpus pass whose evidence is not written yet (:func:`write_attribution`), kept
     in the cache folder (``partial/NAME/``, outside the repository), one file a document, each written whole:
@@ -238,7 +249,7 @@ class _Blocks:
 
 
 def write_attribution(name: str, source: Path | str, corpus: str, split: str, method: str, limit: int | None = None,
-                      force: bool = False, log=None, per_document: int | None = None) -> Path:
+                      force: bool = False, log=None, per_document: int | None = None, device: str = "cpu") -> Path:
     """Attribute the predictions of checkpoint ``source`` over ``corpus``/``split`` (the first ``per_document``
     sentences of each document, else the first ``limit`` sentences, else all; :func:`corpus_sample`,
     :func:`vizlm.inspect.attribution_corpus.collect`) and keep, in ``evidence/attribution/NAME/``, the per-unit sums
@@ -247,7 +258,8 @@ def write_attribution(name: str, source: Path | str, corpus: str, split: str, me
     the commit. No permutation test: the faithfulness evidence runs Jain & Wallace's as they did
     (:func:`write_faithfulness`). Written whole; existing evidence is replaced only with ``force``. Computed a
     document at a time, each document kept until the evidence is written: run again after a stop, it goes on
-    from the documents done (:class:`_Blocks`)."""
+    from the documents done (:class:`_Blocks`, on the same device only). ``device``: where the model computes
+    (:data:`vizlm.core.distributed.DEVICES`), recorded in the config."""
     from vizlm.inspect import attribution_corpus as va
     from vizlm.inspect.attribution import DEFAULT_STEPS
 
@@ -255,14 +267,14 @@ def write_attribution(name: str, source: Path | str, corpus: str, split: str, me
     dest = attribution_folder(name)
     if dest.exists() and not force:
         raise EvidenceError(f"{dest} exists already (attribution evidence of {name}); pass --force to rewrite it")
-    ckpt = load_checkpoint(source)
+    ckpt, where = _loaded(source, device)
     commit = paths.commit()  # the code that computes it, read before it starts
     document = meta_context(ckpt.meta) == "document"
     select, units, unit_document = corpus_sample(corpus, split, document, per_document, limit)
     index = select if select is not None else list(range(len(load_corpus(corpus, split).sentences)))[:limit]
     progress = _Progress(name, "attribution", log)
     key = {"name": name, "checkpoint_sha256": checkpoint_digest(ckpt), "corpus_sha256": load_corpus(corpus, split).checksum,
-           "method": method, "sentences": index, "commit": commit}
+           "method": method, "sentences": index, "commit": commit, "device": where.type}
     # a document at a time (a unit never spans two), each kept until the evidence is written, so that a run
     # that was stopped goes on where it was (:class:`_Blocks`)
     blocks = _Blocks(name, key)
@@ -295,7 +307,7 @@ def write_attribution(name: str, source: Path | str, corpus: str, split: str, me
         "resampled": "documents", "targets": targets, "permutations": 0, "max_offset": va.MAX_OFFSET,
         "passage_tokens": va.PASSAGE_TOKENS if document else None, "absolute": True, "seed": 0, "n_boot": va.N_BOOT,
         "written_by": f"vizlm reproduce --attribution {Path(source).name}", "commit": commit,
-        "source": display_path(Path(source)), "threads": torch.get_num_threads(),
+        "source": display_path(Path(source)), "threads": torch.get_num_threads(), "device": where.type,
         "wall_s": round(seconds, 1),  # the documents' own, summed over the runs that computed them
     }
     arrays = _flat_sums(sums)
@@ -602,7 +614,8 @@ def first_of_each_document(corpus: str, split: str, per_document: int) -> list[i
 def write_faithfulness(name: str, source: Path | str, corpus: str, split: str, limit: int | None = None,
                        per_document: int | None = None, permutations: int | None = None, n_steps: int | None = None,
                        adversary_steps: int | None = None, force: bool = False, log=None,
-                       frozen: Path | str | None = None, head: tuple[int, int] | None = None) -> Path:
+                       frozen: Path | str | None = None, head: tuple[int, int] | None = None,
+                       device: str = "cpu") -> Path:
     """Run the faithfulness tests of checkpoint ``source`` over ``corpus``/``split`` (the first ``per_document``
     sentences of each document, else the first ``limit`` sentences; :func:`vizlm.inspect.faithfulness_corpus.collect`) and
     keep, in ``evidence/faithfulness/NAME/``, what every statistic and its interval are computed from
@@ -610,7 +623,8 @@ def write_faithfulness(name: str, source: Path | str, corpus: str, split: str, l
     checksums, every parameter, the command, the commit and the wall time. ``frozen``: another seed's checkpoint
     of the model, whose attention the model reads in Wiegreffe & Pinter's frozen baseline (its checksum kept too).
     ``head``: a Transformer's head tested (``(layer, head)`` from 0; ``name`` is then :func:`faithfulness_name`'s).
-    Written whole; existing evidence is replaced only with ``force``."""
+    ``device``: where the models compute, recorded in the config. Written whole; existing evidence is replaced only
+    with ``force``."""
     from vizlm.inspect import faithfulness as vf
     from vizlm.inspect import faithfulness_corpus as vfc
     from vizlm.inspect import faithfulness_erasure as vfe
@@ -621,12 +635,12 @@ def write_faithfulness(name: str, source: Path | str, corpus: str, split: str, l
     dest = faithfulness_folder(name)
     if dest.exists() and not force:
         raise EvidenceError(f"{dest} exists already (faithfulness evidence of {name}); pass --force to rewrite it")
-    ckpt = load_checkpoint(source)
+    ckpt, where = _loaded(source, device)
     try:
         head = vfc.testable_head(ckpt, head)
     except vf.FaithfulnessError as exc:
         raise EvidenceError(f"{name}: {exc}") from None
-    other = None if frozen is None else load_checkpoint(frozen)
+    other = None if frozen is None else _loaded(frozen, device)[0]
     commit = paths.commit()  # the code that computes it, read before it starts
     permutations = vf.PERMUTATIONS if permutations is None else permutations
     n_steps = DEFAULT_STEPS if n_steps is None else n_steps
@@ -660,7 +674,7 @@ def write_faithfulness(name: str, source: Path | str, corpus: str, split: str, l
         "frozen_sha256": None if other is None else checkpoint_digest(other), "seed": 0, "n_boot": N_BOOT,
         "written_by": f"vizlm reproduce --faithfulness {Path(source).name}", "commit": commit,
         "source": display_path(Path(source)),
-        "threads": torch.get_num_threads(), "wall_s": round(progress.seconds(), 1),
+        "threads": torch.get_num_threads(), "device": where.type, "wall_s": round(progress.seconds(), 1),
     }
 
     _publish_sums(dest, config, arrays)
@@ -677,12 +691,12 @@ def cases_path(name: str) -> Path:
 
 
 def write_cases(name: str, source: Path | str, corpus: str, split: str, limit: int | None, force: bool = False,
-                log=None) -> Path:
+                log=None, device: str = "cpu") -> Path:
     """Label the highlights of checkpoint ``source`` over ``corpus``/``split`` (its first ``limit`` sentences,
     the Cases page's threshold; :func:`vizlm.inspect.case_gallery.corpus_cases`) and keep each label's rate beside its
     distance-matched chance rate with the interval of their difference (:func:`vizlm.inspect.case_chance.label_rates_vs_chance`)
     in ``evidence/cases/NAME.json``, with the checkpoint's and the corpus's checksums, the command and the commit.
-    Existing evidence is replaced only with ``force``."""
+    ``device``: where the model computes, recorded. Existing evidence is replaced only with ``force``."""
     from vizlm.core import files
     from vizlm.inspect.case_gallery import corpus_cases
 
@@ -690,7 +704,7 @@ def write_cases(name: str, source: Path | str, corpus: str, split: str, limit: i
     dest = cases_path(name)
     if dest.exists() and not force:
         raise EvidenceError(f"{dest} exists already (case evidence of {name}); pass --force to rewrite it")
-    ckpt = load_checkpoint(source)
+    ckpt, where = _loaded(source, device)
     start = time.perf_counter()
     report = corpus_cases(ckpt, corpus, split, limit=limit, use_cache=False)
     doc = {
@@ -698,7 +712,7 @@ def write_cases(name: str, source: Path | str, corpus: str, split: str, limit: i
         "corpus": corpus, "split": split, "corpus_sha256": load_corpus(corpus, split).checksum, "limit": limit,
         "threshold": report.threshold, "pairs": report.pairs, "chance": report.chance,
         "written_by": f"vizlm reproduce --cases {name}", "commit": paths.commit(), "source": display_path(Path(source)),
-        "wall_s": round(time.perf_counter() - start, 1),
+        "device": where.type, "wall_s": round(time.perf_counter() - start, 1),
     }
     dest.parent.mkdir(parents=True, exist_ok=True)
     files.write_text(dest, json.dumps(doc, indent=1, sort_keys=True) + "\n", force=True)

@@ -121,10 +121,10 @@ def load_attribution(path: Path | None = None) -> AttributionPlan | None:
 
 
 def write_attribution_evidence(plan: AttributionPlan, names: list[str] | None = None, force: bool = False,
-                               log=None) -> list[Path]:
+                               log=None, device: str = "cpu") -> list[Path]:
     """Attribute the plan's bundled checkpoints (``names``: these only) with each of its methods and write their
-    evidence (:meth:`AttributionPlan.units`), one after the other; one with evidence is skipped unless ``force``.
-    Progress goes to ``log`` (default: standard error)."""
+    evidence (:meth:`AttributionPlan.units`), one after the other, on ``device``; one with evidence is skipped unless
+    ``force``. Progress goes to ``log`` (default: standard error)."""
     from vizlm.modeling.checkpoint import bundled_dir
 
     def has(checkpoint: str) -> bool:
@@ -136,7 +136,7 @@ def write_attribution_evidence(plan: AttributionPlan, names: list[str] | None = 
             if force or not corpus_evidence.attribution_folder(name).exists():
                 written = corpus_evidence.write_attribution(name, bundled_dir() / checkpoint, plan.corpus, plan.split,
                                                             method, plan.limit, force=force, log=log or sys.stderr,
-                                                            per_document=plan.per_document)
+                                                            per_document=plan.per_document, device=device)
         return written
 
     return _write_plan(plan, "attribution", names, force, log, has, write)
@@ -219,10 +219,10 @@ def load_faithfulness_plan(path: Path | None = None) -> FaithfulnessPlan | None:
 
 
 def write_faithfulness_evidence(plan: FaithfulnessPlan, names: list[str] | None = None, force: bool = False,
-                                log=None) -> list[Path]:
-    """Run the faithfulness tests of the plan's bundled checkpoints (``names``: these only) and write their
-    evidence, one checkpoint after the other (each folder whole when it is written); a checkpoint with evidence
-    is skipped unless ``force``."""
+                                log=None, device: str = "cpu") -> list[Path]:
+    """Run the faithfulness tests of the plan's bundled checkpoints (``names``: these only) on ``device`` and write
+    their evidence, one checkpoint after the other (each folder whole when it is written); a checkpoint with
+    evidence is skipped unless ``force``."""
     from vizlm.modeling.checkpoint import bundled_dir
 
     def has(checkpoint: str) -> bool:
@@ -235,7 +235,7 @@ def write_faithfulness_evidence(plan: FaithfulnessPlan, names: list[str] | None 
                 written = corpus_evidence.write_faithfulness(
                     name, bundled_dir() / checkpoint, plan.corpus, plan.split, plan.limit, plan.per_document,
                     plan.permutations, plan.n_steps, plan.adversary_steps, force, log or sys.stderr,
-                    _frozen(plan.frozen.get(checkpoint)), head)
+                    _frozen(plan.frozen.get(checkpoint)), head, device)
         return written
 
     return _write_plan(plan, "faithfulness", names, force, log, has, write)
@@ -264,14 +264,15 @@ def load_cases_plan(path: Path | None = None) -> CasesPlan | None:
     return _load_plan(path, "cases", CasesPlan)[0]
 
 
-def write_cases_evidence(plan: CasesPlan, names: list[str] | None = None, force: bool = False, log=None) -> list[Path]:
-    """Label the plan's bundled checkpoints (``names``: these only) against chance and write their evidence; a
-    checkpoint with evidence is skipped unless ``force``."""
+def write_cases_evidence(plan: CasesPlan, names: list[str] | None = None, force: bool = False, log=None,
+                         device: str = "cpu") -> list[Path]:
+    """Label the plan's bundled checkpoints (``names``: these only) against chance on ``device`` and write their
+    evidence; a checkpoint with evidence is skipped unless ``force``."""
     from vizlm.modeling.checkpoint import bundled_dir
 
     return _write_plan(plan, "cases", names, force, log, lambda n: corpus_evidence.cases_path(n).exists(),
                        lambda n: corpus_evidence.write_cases(n, bundled_dir() / n, plan.corpus, plan.split, plan.limit,
-                                                             force, log or sys.stderr))
+                                                             force, log or sys.stderr, device))
 
 
 def _points(x: float | None) -> str:
