@@ -12,17 +12,19 @@ the app reads it when the user's cache has none. Run it again when a bundled che
 corpus changes (a changed file has a new checksum, so an old entry is never used for it):
 
     python scripts/ship_stats.py [--only NAME ...] [--corpora brown wsj sinica] [--splits test valid]
-                                 [--threads N]
+                                 [--threads N] [--prune]
 
 An entry already shipped is read, not computed again (the library's own lookup), so a run that
-was stopped goes on where it was. Entries of checkpoints that changed are never read again; to
-drop them, empty ``data/stats/`` and run this again.
+was stopped goes on where it was. Entries of checkpoints that changed (a checkpoint bundled again,
+or removed) are never read again: ``--prune`` deletes them, the entries whose checkpoint checksum is
+no bundled checkpoint's; alone it computes nothing, with ``--only NAME ...`` it then computes those.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import os
 import sys
 import tempfile
@@ -34,7 +36,7 @@ import torch
 from vizlm.core import paths
 from vizlm.inspect.highlight import DEFAULT
 from vizlm.inspect.attribution_corpus import BY_DISTANCE, corpus_attribution
-from vizlm.inspect.cache import SHIPPED_SUFFIX
+from vizlm.inspect.cache import SHIPPED_SUFFIX, checkpoint_digest
 from vizlm.inspect.case_gallery import GALLERY_EXAMPLES, GALLERY_LIMIT, GALLERY_RANK, corpus_cases
 from vizlm.modeling.checkpoint import bundled_checkpoints, bundled_dir, load_checkpoint, meta_corpus
 from vizlm.inspect.corpus_stats import MAX_WINDOW, positions_corpus, split_scores
@@ -52,12 +54,26 @@ def first_view(ckpt) -> tuple[str | None, str]:
     return meta_corpus(ckpt.meta), HELD_OUT[0]
 
 
+def prune(out: Path) -> list[Path]:
+    """Delete the shipped entries of checkpoints that are no longer bundled (their ``parts.checkpoint``, the
+    checksum of the checkpoint's files, is no bundled checkpoint's); the deleted paths."""
+    kept = {checkpoint_digest(load_checkpoint(bundled_dir() / name)) for name in bundled_checkpoints()}
+    gone = []
+    for path in sorted(out.glob(f"*{SHIPPED_SUFFIX}")):
+        digest = json.loads(gzip.decompress(path.read_bytes())).get("parts", {}).get("checkpoint")
+        if isinstance(digest, str) and digest not in kept:
+            path.unlink()
+            gone.append(path)
+    return gone
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", nargs="+", help="these bundled checkpoints (default: all)")
     ap.add_argument("--corpora", nargs="+", default=list(CORPORA), choices=CORPORA)
     ap.add_argument("--splits", nargs="+", default=list(HELD_OUT), choices=HELD_OUT)
     ap.add_argument("--threads", type=int, default=None, help="torch threads")
+    ap.add_argument("--prune", action="store_true", help="first delete the entries of checkpoints no longer bundled")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -68,6 +84,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = paths.shipped_stats_dir()
     out.mkdir(parents=True, exist_ok=True)
+    if args.prune:
+        gone = prune(out)
+        print(f"{len(gone)} entries of checkpoints no longer bundled deleted", flush=True)
+        if args.only is None:
+            return 0
     written = set()
     with tempfile.TemporaryDirectory() as cache:
         os.environ["VIZLM_CACHE"] = cache  # the entries the computations write are the ones shipped

@@ -75,3 +75,24 @@ def test_a_shipped_entry_is_what_computing_gives(monkeypatch, tmp_path):
     shipped, computed = (corpus_cases(ckpt, "brown", "test", use_cache=use, **kw) for use in (True, False))
     assert (shipped.pairs, shipped.counts) == (computed.pairs, computed.counts)
     assert not list(tmp_path.iterdir())  # the shipped entries were read
+
+
+def test_prune_deletes_only_the_entries_of_checkpoints_no_longer_bundled(tmp_path):
+    """``ship_stats.py --prune``: an entry whose checkpoint checksum is no bundled checkpoint's goes; a bundled
+    checkpoint's entry and anything without a checkpoint stay."""
+    import gzip
+    import importlib.util
+    import json
+
+    from vizlm.core import paths
+    from vizlm.inspect.cache import SHIPPED_SUFFIX, checkpoint_digest
+
+    spec = importlib.util.spec_from_file_location("ship_stats", paths.home() / "scripts" / "ship_stats.py")
+    ship = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ship)
+    bundled = checkpoint_digest(load_checkpoint(bundled_dir() / bundled_checkpoints()[0]))
+    for name, parts in (("kept", {"kind": "positions", "checkpoint": bundled}),
+                        ("gone", {"kind": "positions", "checkpoint": "0" * 64}), ("other", {"kind": "corpus"})):
+        (tmp_path / f"{name}{SHIPPED_SUFFIX}").write_bytes(gzip.compress(json.dumps({"parts": parts, "value": {}}).encode()))
+    assert ship.prune(tmp_path) == [tmp_path / f"gone{SHIPPED_SUFFIX}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"kept{SHIPPED_SUFFIX}", f"other{SHIPPED_SUFFIX}"]
