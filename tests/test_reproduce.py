@@ -13,7 +13,7 @@ from conftest import ROOT
 
 from vizlm import cli
 from vizlm.core import files, paths
-from vizlm.reproduce import corpus_runs, experiments, report, runner, verdicts
+from vizlm.reproduce import corpus_runs, evidence, experiments, report, runner, verdicts
 from vizlm.models import REGISTRY, make_config
 
 TINY = """
@@ -565,6 +565,39 @@ def test_bundle_stores_half_precision_when_it_is_harmless(manifest, tmp_path, mo
     assert again["base"].bundled == "tiny-lstm" and again["base"].folder == dest and again["base"].status() == "finished"
     assert cli.main(["reproduce", "--manifest", str(manifest), "--bundle", "base"]) == 2  # already bundled
     assert "already bundled" in capsys.readouterr().err
+
+
+def test_a_finished_run_trains_again_when_forced_and_is_bundled_in_place(manifest, tmp_path, monkeypatch, capsys):
+    """`run NAME --force` (a stale run): a finished run, a bundled one too, trains again from scratch into
+    runs/NAME and its evidence is replaced; `--bundle NAME --force` swaps the bundled checkpoint for it, written
+    whole beside it first. A finished run in runs/NAME is never trained over."""
+    import shutil
+
+    monkeypatch.setenv("VIZLM_CHECKPOINTS", str(tmp_path / "ck"))
+    runs = experiments.load_manifest(manifest)
+    runner.run_one(runs["base"], runs, dry_run=True)
+    m = ["reproduce", "--manifest", str(manifest)]
+    assert cli.main([*m, "--bundle", "base", "--as", "tiny-lstm"]) == 0
+    source = lambda: evidence.read("base").config["evidence"]["source"]  # noqa: E731
+    assert source().endswith("tiny-lstm")
+    capsys.readouterr()
+    assert cli.main([*m, "run", "base", "--force"]) == 2  # runs/base holds the finished run it was bundled from
+    assert "holds a finished run of base: move it aside" in capsys.readouterr().err
+    shutil.move(tmp_path / "runs" / "base", tmp_path / "old-base")
+    train = runner._train  # a few batches (a pipeline check) stand in for the training
+    monkeypatch.setattr(runner, "_train", lambda run, runs, folder, resume, threads, dry_run, log, device:
+                        train(run, runs, folder, resume, threads, True, log, device))
+    for wrong in (["--all"], ["--jobs", "2"]):
+        assert cli.main([*m, "run", "base", "--force", *wrong]) == 2
+    assert cli.main([*m, "run", "base", "--force"]) == 0
+    assert "reproduce: base: finished" in capsys.readouterr().err
+    assert (tmp_path / "runs" / "base" / "model.safetensors").is_file() and source().endswith("base")  # runs/base
+    bundled = tmp_path / "ck" / "tiny-lstm"
+    (bundled / "old.txt").write_text("the checkpoint bundled before")
+    assert cli.main([*m, "--bundle", "base", "--force"]) == 0
+    assert not (bundled / "old.txt").exists() and sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["tiny-lstm"]
+    assert source().endswith("tiny-lstm") and experiments.load_manifest(manifest)["base"].bundled == "tiny-lstm"
+    assert manifest.read_text().count('bundled = "tiny-lstm"') == 1
 
 
 def test_the_runs_marked_stale_are_those_the_plateau_rule_would_have_trained_otherwise():

@@ -225,7 +225,9 @@ def _add_reproduce(sub) -> None:
                    "evidence's config, device)")
     p.add_argument("--json", action="store_true", help="with --list: print JSON")
     p.add_argument("--force", action="store_true", help="with --evidence / --attribution / --faithfulness / --cases: "
-                   "rewrite evidence that exists")
+                   "rewrite evidence that exists; with run NAME ...: train those finished runs again from scratch (a "
+                   "stale run: its evidence from an older protocol) into RUNS/NAME, a bundled one too, and replace "
+                   "their evidence; with --bundle NAME: bundle such a retrained run in place of its bundled checkpoint")
     p.add_argument("--dry-run", action="store_true", help="a few batches per run, to check the pipeline (not results)")
 
 
@@ -331,7 +333,7 @@ def cmd_reproduce(args) -> int:
         if args.bundle:
             if args.bundle not in runs:
                 raise ValueError(f"no run {args.bundle!r} in the manifest; see `vizlm reproduce --list`")
-            runner.bundle(runs[args.bundle], args.bundle_as, args.manifest)
+            runner.bundle(runs[args.bundle], args.bundle_as, args.manifest, force=args.force)
             return 0
         if args.report:
             claims = experiments.load_claims(args.manifest, runs)
@@ -341,6 +343,15 @@ def cmd_reproduce(args) -> int:
             print(f"wrote {path}", file=sys.stderr)
             return 0
         names = list(runs) if args.all else args.only
+        if args.force:  # train finished runs again (stale ones), one after another, each named
+            if args.all or args.jobs > 1 or args.dry_run:
+                raise ValueError("--force trains the runs named (run NAME ... --force) again, one after another: not "
+                                 "with --all, --jobs or --dry-run")
+            for run in runner.order(runs, names):
+                if run.name in names:
+                    print(f"reproduce: {run.name}: {runner.retrain(run, runs, args.threads, device=args.device)}",
+                          file=sys.stderr)
+            return 0
         if args.jobs > 1:
             result = runner.run_many(args.manifest, names, args.jobs, args.threads, args.dry_run, args.device)
         else:

@@ -456,7 +456,7 @@ def state_note(run: Run, status: str, meta: dict) -> str:
     if status == "finished":
         cap = run.capped(meta)
         notes = [f"stopped at its {cap}-epoch cap, still improving" if cap is not None else "",
-                 f"stale: {run.stale}" if run.stale else ""]
+                 f"stale: {run.stale}; train it again: {run.command()} --force" if run.stale else ""]
         if any(notes):
             return "; ".join(n for n in notes if n)
     if status in ("not run", "partial") and files.training_now(run.folder):

@@ -1,5 +1,6 @@
 """Training the runs of ``experiments.toml`` (:mod:`vizlm.reproduce.experiments`): what is not run is trained, a
-partial run resumed, never a finished one retrained (:func:`run_one`); one after another (:func:`run_serial`) or
+partial run resumed, a finished one retrained only when asked (:func:`retrain`, ``--force``: a stale run), never
+otherwise (:func:`run_one`); one after another (:func:`run_serial`) or
 side by side in processes of their own (:func:`run_many`, ``--jobs``), each after the runs it starts from; a
 finished run's evidence written from its checkpoint (:func:`write_evidence`); a finished run copied into
 ``checkpoints/`` as a bundled one (:func:`bundle`); the runs' state for ``--list`` (:func:`table`).
@@ -96,22 +97,58 @@ def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run:
         raise ValueError(f"{run.name} starts from {run.init}, whose weights are not here (only its evidence is kept): "
                          f"retrain it into {runs[run.init].folder} first (move {evidence.folder(run.init)} aside, "
                          f"then `{runs[run.init].command()}`)")
+    _train(run, runs, run.folder, status == "partial", threads, dry_run, log, device)
+    if not dry_run and run.status() == "finished":
+        evidence.write(run.name, run.folder, force=run.done(), log=log)  # a raised cap: the run went on
+    return run.status()
+
+
+def _train(run: Run, runs: dict[str, Run], folder: Path, resume: bool, threads: int | None, dry_run: bool, log,
+           device: str) -> None:
+    """Train ``run`` into ``folder`` (``resume``: from its resume state there) by the manifest's settings."""
     check_corpus(run)
     dev = resolve_device(device)  # a clear message before anything is read or written
     if threads:
         import torch
 
         torch.set_num_threads(threads)
-    print(f"reproduce: {'resuming' if status == 'partial' else 'training'} {run.name} -> {run.folder}", file=log)
+    print(f"reproduce: {'resuming' if resume else 'training'} {run.name} -> {folder}", file=log)
     tc = TrainConfig(epochs=run.epochs, seed=run.seed, freeze=run.freeze,
                      extra={"command": run.command(), "run": run.name, "commit": paths.commit()})
     tc = tc.dry_run() if dry_run else tc
-    train(run.model, run.model_kwargs(runs), run.corpus, run.folder, tc,
-          init=str(runs[run.init].folder) if run.init else None, resume=status == "partial", match=run.match,
+    train(run.model, run.model_kwargs(runs), run.corpus, folder, tc,
+          init=str(runs[run.init].folder) if run.init else None, resume=resume, match=run.match,
           ctx=Context(device=dev))  # one process: a run is not split across a torchrun group
-    if not dry_run and run.status() == "finished":
-        evidence.write(run.name, run.folder, force=run.done(), log=log)  # a raised cap: the run went on
-    return run.status()
+
+
+def retrain(run: Run, runs: dict[str, Run], threads: int | None = None, log=sys.stderr, device: str = "cpu") -> str:
+    """Train a finished ``run`` again from scratch (``run NAME --force``: its evidence or its bundled checkpoint
+    comes from an older protocol, a ``stale`` run), into ``runs/NAME`` whatever ``bundled`` says, and replace its
+    evidence with the new run's; returns ``"finished"``. A retraining that was stopped resumes there; a finished
+    run there (the old one, or a retraining whose evidence is written) is never trained over: move it aside. A
+    bundled run's checkpoint stays until ``bundle(run, force=True)`` (``--bundle NAME --force``) bundles the new one
+    in its place."""
+    if run.blocked:
+        raise ValueError(f"{run.name} is blocked: {run.blocked}")
+    if run.external:
+        raise ValueError(f"{run.name} is trained outside vizlm, then imported: {run.external}")
+    if run.init and not (runs[run.init].folder / "model.safetensors").is_file():
+        raise ValueError(f"{run.name} starts from {run.init}, whose weights are not here: retrain that first")
+    folder = paths.runs_dir() / run.name
+    try:
+        meta = read_meta(folder)
+    except (CheckpointError, OSError):
+        meta = {}
+    if meta and (why := run.foreign(meta)):
+        raise ValueError(f"{run.name}: {folder} holds another run ({why}); move it aside first")
+    if "test_perplexity" in meta.get("metrics", {}):
+        raise ValueError(f"{folder} holds a finished run of {run.name}: move it aside to train it again")
+    resume = (folder / "resume" / "state.json").is_file()
+    if folder.exists() and any(folder.iterdir()) and not resume:
+        raise ValueError(f"{folder} holds files but no run to resume; move it aside first")
+    _train(run, runs, folder, resume, threads, False, log, device)
+    evidence.write(run.name, folder, force=True, log=log)
+    return "finished"
 
 
 LOCATIONS = ("data", "checkpoints", "cache", "runs", "corpora", "evidence")  # what a job process is told
@@ -248,9 +285,12 @@ def write_evidence(run: Run, force: bool = False, log=sys.stderr) -> Path:
 HALF_PRECISION_TOLERANCE = 0.001  # float16 storage may change test perplexity by less than this (relative)
 
 
-def bundle(run: Run, folder_name: str | None = None, manifest: Path | None = None, log=sys.stderr) -> Path:
+def bundle(run: Run, folder_name: str | None = None, manifest: Path | None = None, log=sys.stderr,
+           force: bool = False) -> Path:
     """Copy the finished ``run`` into ``checkpoints/FOLDER`` (default: the run's name), as the app's
     bundled checkpoint of it, and record that in the manifest (``bundled = "FOLDER"``).
+    ``force``: a bundled run trained again (:func:`retrain`, in ``runs/NAME``) replaces its bundled checkpoint,
+    which is swapped only once the new one is written whole.
 
     Its weights are stored as float16 when that changes its test perplexity by less than
     :data:`HALF_PRECISION_TOLERANCE` (measured here, both numbers kept in ``storage``), else as
@@ -263,12 +303,23 @@ def bundle(run: Run, folder_name: str | None = None, manifest: Path | None = Non
     from vizlm.modeling.checkpoint import save_checkpoint
     from vizlm.modeling.evaluate import score_split
 
-    if run.status() != "finished" or not (run.folder / "model.safetensors").is_file():
-        raise ValueError(f"{run.name} is {run.status()} and has no weights in {run.folder}; only a finished run "
-                         "whose weights are here can be bundled")
-    if run.bundled:
-        raise ValueError(f"{run.name} is already bundled in checkpoints/{run.bundled}")
-    ckpt = load_checkpoint(run.folder)
+    if run.bundled and not force:
+        raise ValueError(f"{run.name} is already bundled in checkpoints/{run.bundled} (--force: bundle runs/{run.name}, "
+                         "the run trained again, in its place)")
+    source = paths.runs_dir() / run.name if run.bundled else run.folder
+    try:
+        finished = "test_perplexity" in read_meta(source).get("metrics", {})
+    except (CheckpointError, OSError):
+        finished = False
+    if not finished or not (source / "model.safetensors").is_file():
+        raise ValueError(f"{run.name} has no finished run with its weights in {source}; only such a run can be bundled"
+                         + (f" in place of checkpoints/{run.bundled} (train it again: run {run.name} --force)"
+                            if run.bundled else ""))
+    name = run.bundled or folder_name or run.name
+    dest = paths.checkpoints_dir() / name
+    if dest.exists() and not run.bundled:
+        raise ValueError(f"checkpoints/{name} exists already; choose another name (--as)")
+    ckpt = load_checkpoint(source)
     meta = {k: v for k, v in ckpt.meta.items() if k not in ("format", "format_version", "vizlm_version", "model",
                                                              "config", "vocab")}
     test = open_split(run.corpus, "test", ckpt.vocab)
@@ -285,14 +336,21 @@ def bundle(run: Run, folder_name: str | None = None, manifest: Path | None = Non
                        "test_perplexity_float16": half, "relative_change": change}
     if use_half:
         meta["metrics"] = {**meta.get("metrics", {}), "test_perplexity": half}
-    name = folder_name or run.name
-    dest = paths.checkpoints_dir() / name
-    if dest.exists():
-        raise ValueError(f"checkpoints/{name} exists already; choose another name (--as)")
-    save_checkpoint(dest, ckpt.model, ckpt.name, ckpt.vocab, weights_dtype=torch.float16 if use_half else None, **meta)
-    if (run.folder / "train_log.jsonl").is_file():
-        shutil.copyfile(run.folder / "train_log.jsonl", dest / "train_log.jsonl")
-    _mark_bundled(Path(manifest) if manifest else paths.home() / MANIFEST, run.name, name)
+    new = dest.with_name(f".{name}.new") if run.bundled else dest  # a replacement is written beside, then swapped
+    if new != dest and new.exists():
+        shutil.rmtree(new)  # a replacement left half-written by a stop
+    save_checkpoint(new, ckpt.model, ckpt.name, ckpt.vocab, weights_dtype=torch.float16 if use_half else None, **meta)
+    if (source / "train_log.jsonl").is_file():
+        shutil.copyfile(source / "train_log.jsonl", new / "train_log.jsonl")
+    if new != dest:
+        old = dest.with_name(f".{name}.old")
+        if old.exists():
+            shutil.rmtree(old)
+        dest.rename(old)
+        new.rename(dest)
+        shutil.rmtree(old)
+    else:
+        _mark_bundled(Path(manifest) if manifest else paths.home() / MANIFEST, run.name, name)
     evidence.write(run.name, dest, force=True, log=log, trained_by=run.external)  # the evidence of the weights as bundled
     print(f"bundled {run.name} -> {dest} ({meta['storage']['dtype']}: test perplexity {full:.3f} -> {half:.3f}, "
           f"{100 * change:+.4f}%)", file=log)
@@ -310,4 +368,4 @@ def _mark_bundled(manifest: Path, run: str, folder: str) -> None:
 
 
 __all__ = ["HALF_PRECISION_TOLERANCE", "LOCATIONS", "TO_TRAIN", "bundle", "check_corpus", "job_log", "order", "pending",
-           "run_many", "run_one", "run_serial", "table", "write_evidence"]
+           "retrain", "run_many", "run_one", "run_serial", "table", "write_evidence"]
