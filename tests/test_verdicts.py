@@ -85,6 +85,12 @@ def test_seed_variance_and_the_protocol_median():
                          verdicts.SeedSpread(1e-2, 2, "own seeds")])
     assert m.var == 4e-4 and m.df == 6  # one unstable setup does not set everyone's spread
     assert protocol_median([]).var == 0.0
+    # two seeds (one degree of freedom) never narrow an interval below the protocol's median; three may
+    two, three = seed_variance([4.80, 4.8001]), seed_variance([4.80, 4.8001, 4.8002])
+    assert verdicts.trusted(two, m).var == m.var and "from 2 seeds is smaller" in verdicts.trusted(two, m).how
+    assert verdicts.trusted(three, m) is three and verdicts.trusted(None, m) is m
+    wide = seed_variance([4.80, 4.90])
+    assert verdicts.trusted(wide, m) is wide  # a wider own spread from two seeds is kept
 
 
 def test_holm_step_down():

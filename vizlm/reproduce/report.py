@@ -54,7 +54,8 @@ def protocol(run: Run) -> tuple[str, str]:
 
 class Spreads:
     """The between-seed variance of every setup's test log perplexity (:mod:`vizlm.reproduce.verdicts`): its own
-    seeds' where it has two or more finished, else the median of its protocol's."""
+    seeds' where it has three or more finished, the larger of its own and its protocol's median with two, else
+    that median (:func:`vizlm.reproduce.verdicts.trusted`)."""
 
     def __init__(self, runs: dict[str, Run]):
         self.own: dict[str, verdicts.SeedSpread] = {}
@@ -68,7 +69,7 @@ class Spreads:
         self.median = {key: verdicts.protocol_median([s for _, s in g]) for key, g in self.groups.items()}
 
     def of(self, run: Run) -> verdicts.SeedSpread:
-        return self.own.get(run.name) or self.median.get(protocol(run), verdicts.SeedSpread(0.0, 0, "none"))
+        return verdicts.trusted(self.own.get(run.name), self.median.get(protocol(run), verdicts.SeedSpread(0.0, 0, "none")))
 
     def pair_variance(self, run: Run, against: Run) -> float:
         """The variance of one seed pair's log ratio: the two arms' seeds are independent."""
@@ -78,7 +79,8 @@ class Spreads:
         if key not in self.groups:
             return "no setup of this protocol has two or more seeds: seed noise is not included"
         own = ", ".join(f"{name} {100 * s.sd:.2f}% ({s.df + 1} seeds)" for name, s in self.groups[key])
-        return f"{own}; a setup with one seed takes their median, {100 * self.median[key].sd:.2f}%"
+        return (f"{own}; a setup with one seed takes their median, {100 * self.median[key].sd:.2f}%, and one with two "
+                "seeds the larger of its own and that median")
 
 
 def comparison(run: Run, runs: dict[str, Run], spreads: Spreads | None = None) -> dict | None:

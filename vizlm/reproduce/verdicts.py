@@ -9,7 +9,9 @@ test perplexities. Two sources of noise enter that ratio, and the interval carri
   test set, so its sampling noise is common to them.
 * **the training seed**: a model's test log perplexity varies with its seed (initialisation,
   the order of batches). Its between-seed variance ``v`` is estimated for every setup trained
-  with two or more seeds; a setup with one seed takes the median of its protocol's estimates
+  with two or more seeds (one estimated from two seeds, one degree of freedom, is too uncertain to narrow an
+  interval: it takes the larger of its own and its protocol's median, :func:`trusted`); a setup with one seed
+  takes the median of its protocol's estimates
   (robust to one unstable arm), and is reported as such. Seeds of two arms are independent draws,
   so the log ratio of one seed pair varies by ``v_run + v_against``; a claim decided on ``K`` seed
   pairs averages their log ratios, whose seed noise has variance ``(v_run + v_against) / K``. Each
@@ -97,6 +99,22 @@ def protocol_median(spreads: list[SeedSpread]) -> SeedSpread:
         return SeedSpread(0.0, 0, "none")
     return SeedSpread(float(np.median([s.var for s in spreads])), sum(s.df for s in spreads),
                       f"median of {len(spreads)} setup{'s' if len(spreads) != 1 else ''} with seeds")
+
+
+MIN_OWN_DF = 2  # an own seed variance with fewer degrees of freedom (two seeds) is not trusted below the median
+
+
+def trusted(own: SeedSpread | None, median: SeedSpread) -> SeedSpread:
+    """The seed spread a setup is given: its own with :data:`MIN_OWN_DF` or more degrees of freedom (three seeds);
+    from two seeds the larger of its own and its protocol's ``median`` (a variance from one degree of freedom is
+    as likely a tenth as three times the true one, so it may widen an interval but never narrow it below the
+    protocol's); with one seed the median."""
+    if own is None:
+        return median
+    if own.df >= MIN_OWN_DF or own.var >= median.var:
+        return own
+    return SeedSpread(median.var, median.df, f"{median.how}: its own {100 * own.sd:.2f}% from {own.df + 1} seeds "
+                                             "is smaller")
 
 
 @dataclass
