@@ -308,10 +308,12 @@ def bundle(run: Run, folder_name: str | None = None, manifest: Path | None = Non
                          "the run trained again, in its place)")
     source = paths.runs_dir() / run.name if run.bundled else run.folder
     try:
-        finished = "test_perplexity" in read_meta(source).get("metrics", {})
+        meta = read_meta(source)
     except (CheckpointError, OSError):
-        finished = False
-    if not finished or not (source / "model.safetensors").is_file():
+        meta = {}
+    if why := run.foreign(meta):
+        raise ValueError(f"{run.name}: {source} holds another run ({why})")
+    if "test_perplexity" not in meta.get("metrics", {}) or not (source / "model.safetensors").is_file():
         raise ValueError(f"{run.name} has no finished run with its weights in {source}; only such a run can be bundled"
                          + (f" in place of checkpoints/{run.bundled} (train it again: run {run.name} --force)"
                             if run.bundled else ""))
@@ -346,9 +348,11 @@ def bundle(run: Run, folder_name: str | None = None, manifest: Path | None = Non
         old = dest.with_name(f".{name}.old")
         if old.exists():
             shutil.rmtree(old)
-        dest.rename(old)
+        if dest.exists():
+            dest.rename(old)
         new.rename(dest)
-        shutil.rmtree(old)
+        if old.exists():
+            shutil.rmtree(old)
     else:
         _mark_bundled(Path(manifest) if manifest else paths.home() / MANIFEST, run.name, name)
     evidence.write(run.name, dest, force=True, log=log, trained_by=run.external)  # the evidence of the weights as bundled
