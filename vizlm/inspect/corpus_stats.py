@@ -235,7 +235,8 @@ class PositionStats:
     effects: dict[str, dict] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)  # models whose reading failed (a plugin's), and why
     # per model: what the intervals resample ("documents"; "sentences" in a text of one document; "words" for
-    # one sentence) and, per unit of it, the weight and its count at each offset ("total", "count": (units, L))
+    # one sentence), how many units were read ("read") and, per unit of it, the weight and its count at each offset
+    # ("total", "count": (units, L))
     units: dict[str, dict] = field(default_factory=dict)
 
     @property
@@ -247,9 +248,9 @@ class PositionStats:
         differ)."""
         def band(model: str) -> str:  # a bootstrap over a few units says how few: its interval is rough
             u = self.units[model]
-            n = int((np.asarray(u["count"]).sum(axis=1) > 0).sum())  # units read
-            few = u["resampled"] != "words" and n < FEW_UNITS
-            return BANDS[u["resampled"]] + (f"; only {n} {u['resampled']}, so the interval is rough" if few else "")
+            few = u["resampled"] != "words" and u["read"] < FEW_UNITS
+            return BANDS[u["resampled"]] + (f"; only {u['read']} {u['resampled']}, so the interval is rough" if few
+                                            else "")
 
         kinds = {m: band(m) for m in self.units}
         texts = list(dict.fromkeys(kinds.values()))
@@ -553,7 +554,7 @@ def _position_stats(sums: np.ndarray, window: int, resampled: str, effects: bool
         "hi": hi.tolist(), "count": count.astype(np.int64).tolist(),
         **{name: float(total[at[key]][0]) / max(rows, 1)
            for name, key in (("entropy", "ent"), ("beyond", "beyond"), ("peak", "peak"))},
-        "units": {"resampled": resampled, "total": sums[:, at["total"]], "count": sums[:, at["count"]]},
+        "units": {"resampled": resampled, "read": units, "total": sums[:, at["total"]], "count": sums[:, at["count"]]},
     }
     if effects:
         e_mean, e_lo, e_hi = band(at["eff"], at["eff_sq"])
