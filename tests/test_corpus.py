@@ -258,15 +258,3 @@ def test_position_bands_resample_documents(sentences, family, kw):
     many = attention_by_position([ckpt], sentences[:12], window=4, ids=[f"d{i}:0" for i in range(12)], effects=False,
                                  use_cache=False)  # twelve documents of a sentence each: enough for a plain bootstrap
     assert many.resampled[label] == "documents" and "rough" not in many.band_note()
-
-
-def test_recent_mass_is_the_sum_of_the_nearest_means():
-    from vizlm.inspect.corpus_stats import recent_mass
-
-    rng = np.random.default_rng(0)
-    count = rng.integers(1, 50, (20, 6)).astype(float)
-    total = count * rng.uniform(0, 0.3, (20, 6))
-    got = recent_mass(total, count, 3)
-    assert got["value"] == pytest.approx(sum(total[:, k].sum() / count[:, k].sum() for k in range(3)))
-    assert got["lo"] < got["value"] < got["hi"] and got["units"] == 20
-    assert math.isnan(recent_mass(total[:1], count[:1], 3)["lo"])  # one unit: nothing to resample

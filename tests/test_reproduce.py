@@ -484,6 +484,42 @@ def test_a_mass_claim_reads_the_average_weight_by_position(manifest, monkeypatch
     assert report.decide(claim, runs)["verdict"] == "reproduced"
 
 
+def test_a_mass_claim_averages_the_seeds_that_keep_per_document_sums(manifest, monkeypatch):
+    """Seeds of the run: their shares averaged, the interval over documents and seeds; a seed whose evidence
+    predates the per-document sums is left out by name."""
+    import types
+
+    manifest.write_text(TINY + "".join(f'\n[run.kvp-tiny{tag}]\npaper = "daniluk"\nmodel = "kvp"\ncontext = "document"\n'
+                                       f'seed = {seed}\noptions = {{ window = 3 }}\n'
+                                       for tag, seed in [("", 1234), ("-s2", 2), ("-s3", 3)])
+                        + '\n[claim.recent]\npaper = "daniluk"\nclaim = "recent"\npaper_says = "Fig. 3"\n'
+                          'kind = "mass"\nrun = "kvp-tiny"\npositions = 2\nshare = 0.75\n')
+    runs = experiments.load_manifest(manifest)
+    claim = experiments.load_claims(manifest, runs)["recent"]
+    monkeypatch.setattr(experiments.Run, "done", lambda self: True)
+    count = np.full((6, 3), 100.0)
+    share = {"kvp-tiny": None, "kvp-tiny-s2": 0.5, "kvp-tiny-s3": 0.6}  # seed 1: no per-document sums
+
+    def positions(run):
+        x = share[run.name] if share[run.name] is not None else 0.9
+        pos = {"window": 3, "offset": [1, 2, 3], "mean": [x / 2, x / 2, 1 - x], "largest_weight": 0.6, "entropy": 0.9}
+        if share[run.name] is not None:
+            pos.update(resampled="documents", unit_total=(count * np.array(pos["mean"])).tolist(),
+                       unit_count=count.tolist())
+        return types.SimpleNamespace(positions=pos)
+
+    monkeypatch.setattr(experiments.Run, "evidence", positions)
+    decided = report.decide(claim, runs)
+    assert decided["runs"] == "kvp-tiny-s2, kvp-tiny-s3" and decided["verdict"] == "not reproduced"
+    assert decided["ours"].startswith("55% of the weight on the 2 most recent of 3 positions (95% CI ")
+    assert ("documents resampled, 2 seeds: 50%, 60%; left out, their evidence predates the per-document sums: "
+            "kvp-tiny)") in decided["ours"]
+    share["kvp-tiny"] = 0.55  # every seed with sums: none left out
+    decided = report.decide(claim, runs)
+    assert decided["runs"] == "kvp-tiny, kvp-tiny-s2, kvp-tiny-s3" and "left out" not in decided["ours"]
+    assert "3 seeds: 55%, 50%, 60%)" in decided["ours"]
+
+
 SWEEP = "".join(f"""
 [run.kv-w{w}{tag}]
 paper = "daniluk"

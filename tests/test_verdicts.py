@@ -72,6 +72,37 @@ def test_the_interval_covers_the_truth_about_95_percent_of_the_time():
     assert 0.90 <= covered / 200 <= 0.99
 
 
+def test_the_share_on_recent_slots_is_the_sum_of_the_nearest_means():
+    """One seed: the weight on the k most recent slots is the sum of the mean weights at offsets 1..k, each a
+    ratio of per-document sums, with an interval over the documents (none from a single document)."""
+    rng = np.random.default_rng(0)
+    count = rng.integers(1, 50, (20, 6)).astype(float)
+    total = count * rng.uniform(0, 0.3, (20, 6))
+    got = verdicts.mass_interval([total], [count], 3)
+    assert got.value == pytest.approx(sum(total[:, k].sum() / count[:, k].sum() for k in range(3)), rel=1e-12)
+    assert got.low < got.value < got.high and got.units == 20 and got.seeds == 1 and got.seed_sd == 0
+    assert math.isnan(verdicts.mass_interval([total[:1]], [count[:1]], 3).low)  # one unit: nothing to resample
+
+
+def test_the_share_shares_the_documents_across_seeds_and_adds_their_spread():
+    """Two identical seeds resample the same documents, so their interval is one seed's; seeds whose shares
+    differ, on documents all alike, get normal bounds: mean +- 1.96 sd / sqrt(K)."""
+    rng = np.random.default_rng(1)
+    count = rng.integers(1, 50, (20, 4)).astype(float)
+    total = count * rng.uniform(0, 0.3, (20, 4))
+    one, two = verdicts.mass_interval([total], [count], 2), verdicts.mass_interval([total, total], [count, count], 2)
+    assert (two.low, two.value, two.high) == pytest.approx((one.low, one.value, one.high), rel=1e-12)
+    count = np.full((10, 3), 100.0)
+    shares = [0.50, 0.56, 0.53, 0.47, 0.54]  # the first two offsets' weight, every document alike within a seed
+    got = verdicts.mass_interval([count * np.array([x / 2, x / 2, 1 - x]) for x in shares], [count] * 5, 2)
+    assert got.per_seed == pytest.approx(shares, rel=1e-12) and got.value == pytest.approx(np.mean(shares), rel=1e-12)
+    half = 1.959964 * np.std(shares, ddof=1) / math.sqrt(5)
+    assert got.high - got.value == pytest.approx(half, rel=QUANTILE_TOLERANCE)
+    assert got.value - got.low == pytest.approx(half, rel=QUANTILE_TOLERANCE)
+    with pytest.raises(ValueError, match="same test units"):
+        verdicts.mass_interval([count, count[:5]], [count, count[:5]], 2)
+
+
 def test_pairs_must_score_the_same_sentences():
     with pytest.raises(ValueError, match="same sentences"):
         claim_interval([_pair([1.0, 2.0], [3, 4], [1, 1]), _pair([1.0, 2.0], [3, 5], [1, 1])], 0.0)

@@ -31,7 +31,7 @@ from vizlm.data.folder import document_sizes
 from vizlm.data.registry import split_texts
 from vizlm.data.vocab import Vocab, encode_sentences
 from vizlm.core.distributed import SINGLE, Context, shard
-from vizlm.inspect.attribution_corpus import cluster_means, cluster_resamples
+from vizlm.inspect.attribution_corpus import cluster_means
 from vizlm.modeling.evaluate import (OVERFLOW_NOTE, chunk_segments, document_shares, perplexity, read_documents,
                                     score, sentence_nll_split)
 from vizlm.models import effects as fx
@@ -662,18 +662,6 @@ def _split_sums(ckpt: Checkpoint, split: TokenSplit, window: int, tick, effects:
         reads = _sentence_reads(ckpt.model, _split_batches(split, batch_size, ctx.rank, ctx.world_size, units))
     sums = _position_sums(ckpt, reads, window, tick, units.groups, effects)
     return (None if sums is None else ctx.sum_array(sums)), units.resampled
-
-
-def recent_mass(total: np.ndarray, count: np.ndarray, k: int, n_boot: int = 1000, seed: int = 0) -> dict:
-    """``{"value", "lo", "hi", "units"}``: the weight on the ``k`` most recent slots (the mean weight at offsets
-    1..k summed: Daniluk et al.'s Fig. 3 reading), from per-unit sums of the weight and its count at offsets 1..L
-    (``PositionStats.units``: (units, L) each), with a 95% bootstrap interval that resamples the units."""
-    total, count = np.asarray(total, float)[:, :k], np.asarray(count, float)[:, :k]
-    value, boot = cluster_resamples(total, count, n_boot, seed)
-    share = boot.sum(1)
-    share = share[np.isfinite(share)]
-    lo, hi = np.quantile(share, [0.025, 0.975]) if len(share) and len(total) >= 2 else (math.nan, math.nan)
-    return {"value": float(value.sum()), "lo": float(lo), "hi": float(hi), "units": len(total)}
 
 
 def attention_by_position(ckpts: list[Checkpoint], sentences: list[list[str]], window: int = 10,

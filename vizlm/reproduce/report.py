@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 
 from vizlm.core import files
-from vizlm.inspect.corpus_stats import recent_mass
 from vizlm.reproduce import evidence, experiments, verdicts
 from vizlm.reproduce.corpus_runs import (
     AttributionPlan,
@@ -120,24 +119,7 @@ def decide(claim: Claim, runs: dict[str, Run], spreads: Spreads | None = None) -
         return {"verdict": "not tested", "ours": _waiting(names, runs)}
     used = run.name + (f" vs {against.name}" if against else "")
     if claim.kind == "mass":
-        pos = run.evidence().positions
-        if pos is None:
-            return {"verdict": "not tested", "ours": f"{run.name}'s evidence has no attention by position"}
-        window = pos["window"]
-        share = float(sum(m for _, m in sorted(zip(pos["offset"], pos["mean"]))[: claim.positions]))
-        verdict, interval = ("reproduced" if share >= claim.share else "not reproduced"), ""
-        if "unit_total" in pos:  # the interval resamples the test documents (one seed)
-            mass = recent_mass(np.asarray(pos["unit_total"]), np.asarray(pos["unit_count"]), claim.positions)
-            verdict = ("reproduced" if mass["lo"] >= claim.share else "not reproduced" if mass["hi"] < claim.share
-                       else "inconclusive: the interval holds the paper's share")
-            interval = f" (95% CI {mass['lo']:.0%} to {mass['hi']:.0%}; {pos['resampled']} resampled, 1 seed)"
-        # a flat average by position comes from flat rows or from sharp rows that pick different positions
-        return {"verdict": verdict, "runs": used,
-                "ours": f"{share:.0%} of the weight on the {claim.positions} most recent of {window} positions{interval} "
-                        f"(equal weights: {claim.positions / window:.0%}); a row's largest weight "
-                        f"{pos['largest_weight']:.2f} on average (equal weights: {1 / window:.2f}), its entropy "
-                        f"{pos['entropy']:.2f} nats ({math.log(window):.2f})"
-                        + ("" if interval else "; no interval: its evidence predates the per-document sums")}
+        return _decide_mass(claim, run, runs)
     spreads = spreads if spreads is not None else Spreads(runs)
     pairs = seed_pairs(run, against, runs)
     iv = verdicts.claim_interval([seed_pair(r, a) for r, a in pairs], spreads.pair_variance(run, against))
@@ -154,6 +136,45 @@ def decide(claim: Claim, runs: dict[str, Run], spreads: Spreads | None = None) -
     return {"verdict": summary, "ours": ours, "runs": used, "interval": iv, **parts}
 
 
+def _decide_mass(claim: Claim, run: Run, runs: dict[str, Run]) -> dict:
+    """A "mass" claim: the weight on the run's most recent positions (their Fig. 3), averaged over its finished
+    seeds, held against the claim's share. The interval resamples the test documents and the seeds
+    (:func:`~vizlm.reproduce.verdicts.mass_interval`) from the seeds whose evidence keeps per-document sums; a seed
+    whose evidence predates them is left out and named (none has them: the run's own means, no interval)."""
+    found = [(r, r.evidence().positions) for r in seeds_of(run, runs)]
+    found = [(r, pos) for r, pos in found if pos is not None]
+    if not found:
+        return {"verdict": "not tested", "ours": f"{run.name}'s evidence has no attention by position"}
+    summed = [(r, pos) for r, pos in found if "unit_total" in pos]
+    used = summed or found[:1]
+    left_out = [r.name for r, pos in found if (r, pos) not in used] if summed else []
+    window = used[0][1]["window"]
+    shares = [float(sum(m for _, m in sorted(zip(pos["offset"], pos["mean"]))[: claim.positions])) for _, pos in used]
+    share, note = statistics.mean(shares), ""
+    verdict = "reproduced" if share >= claim.share else "not reproduced"
+    if summed:
+        iv = verdicts.mass_interval([np.asarray(pos["unit_total"]) for _, pos in used],
+                                    [np.asarray(pos["unit_count"]) for _, pos in used], claim.positions)
+        share = iv.value
+        if math.isfinite(iv.low):
+            verdict = ("reproduced" if iv.low >= claim.share else "not reproduced" if iv.high < claim.share
+                       else "inconclusive: the interval holds the paper's share")
+        seeds = (f"{iv.seeds} seeds: " + ", ".join(f"{x:.0%}" for x in iv.per_seed) if iv.seeds > 1
+                 else "1 seed, so no seed noise")
+        note = (f" (95% CI {iv.low:.0%} to {iv.high:.0%}; {used[0][1]['resampled']} resampled, {seeds}"
+                + (f"; left out, their evidence predates the per-document sums: {', '.join(left_out)}" if left_out
+                   else "") + ")")
+    # a flat average by position comes from flat rows or from sharp rows that pick different positions
+    largest = statistics.mean(pos["largest_weight"] for _, pos in used)
+    entropy = statistics.mean(pos["entropy"] for _, pos in used)
+    return {"verdict": verdict, "runs": ", ".join(r.name for r, _ in used),
+            "ours": f"{share:.0%} of the weight on the {claim.positions} most recent of {window} positions{note} "
+                    f"(equal weights: {claim.positions / window:.0%}); a row's largest weight "
+                    f"{largest:.2f} on average (equal weights: {1 / window:.2f}), its entropy "
+                    f"{entropy:.2f} nats ({math.log(window):.2f})"
+                    + ("" if summed else "; no interval: its evidence predates the per-document sums")}
+
+
 def decide_all(claims: dict[str, Claim], runs: dict[str, Run], spreads: Spreads | None = None) -> dict[str, dict]:
     """:func:`decide` for every claim, with Holm's adjustment over the ratio claims tested
     (``holm``: adjusted p value and the interval at the step's level)."""
@@ -167,12 +188,19 @@ def decide_all(claims: dict[str, Claim], runs: dict[str, Run], spreads: Spreads 
     return decided
 
 
+def _seed_group(run: Run, runs: dict[str, Run]) -> list[Run]:
+    """``run``'s seed group (:func:`~vizlm.reproduce.experiments.seed_groups`), or ``run`` alone."""
+    return next((g for g in experiments.seed_groups(runs) if run in g), [run])
+
+
+def seeds_of(run: Run, runs: dict[str, Run]) -> list[Run]:
+    """The finished members of ``run``'s seed group, in manifest order."""
+    return [r for r in _seed_group(run, runs) if r.done()]
+
+
 def seed_pairs(run: Run, against: Run, runs: dict[str, Run]) -> list[tuple[Run, Run]]:
     """(run, against) seed by seed: finished members of their seed groups with equal seeds."""
-    def group(r: Run) -> list[Run]:
-        return next((g for g in experiments.seed_groups(runs) if r in g), [r])
-
-    return [(r, a) for r in group(run) for a in group(against) if r.seed == a.seed and r.done() and a.done()]
+    return [(r, a) for r in seeds_of(run, runs) for a in seeds_of(against, runs) if r.seed == a.seed]
 
 
 def _sweep_table(key: str, sweeps_: list[list[Run]], runs: dict[str, Run]) -> list[str]:

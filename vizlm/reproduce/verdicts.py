@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from vizlm.inspect.attribution_corpus import cluster_resamples
+
 LEVEL = 0.95
 N_BOOT = 4000
 
@@ -167,6 +169,49 @@ def claim_interval(pairs: list[SeedPair], seed_var: float, n_boot: int = N_BOOT,
     p = max(min(1.0, 2 * tail), 1 / (n_boot + 1))
     return Interval(math.exp(float(np.mean(per_seed))), math.exp(lo), math.exp(hi), p, K, kind, math.sqrt(seed_var),
                     [math.exp(x) for x in per_seed], boot)
+
+
+@dataclass
+class MassInterval:
+    """The share of attention on a model's most recent slots (Daniluk et al.'s Fig. 3 reading), the mean over
+    its seeds, with a seed-aware interval."""
+
+    value: float
+    low: float  # NaN when there is nothing to resample (one unit)
+    high: float
+    seeds: int
+    units: int  # the test units resampled (documents, or sentences for a split of one document)
+    seed_sd: float  # sd of one seed's share across seeds (0 with one seed: no seed noise known)
+    per_seed: list[float] = field(default_factory=list)
+
+
+def mass_interval(totals: list[np.ndarray], counts: list[np.ndarray], k: int, n_boot: int = N_BOOT, seed: int = 0,
+                  level: float = LEVEL) -> MassInterval:
+    """The weight on the ``k`` most recent slots (the mean weight at offsets 1..k, summed) averaged over seeds,
+    from each seed's per-unit sums of the weight and its count at offsets 1..L (``totals[s]``, ``counts[s]``:
+    (units, L) each, every seed scored on the same units). Its interval has the two sources of noise of
+    :func:`claim_interval`: the units drawn once per replicate and shared by the seeds, and with two or more seeds
+    a normal seed effect of variance ``var(per-seed shares) / K`` (the seeds' own spread: no other setup's applies
+    to a share of attention). One seed: the units only, and ``seed_sd`` 0."""
+    if not totals or len(totals) != len(counts):
+        raise ValueError("a share needs the per-unit sums of at least one seed")
+    shapes = {np.shape(t)[0] for t in totals} | {np.shape(c)[0] for c in counts}
+    if len(shapes) != 1:
+        raise ValueError("the seeds of a share must score the same test units")
+    per, boots = [], []
+    for total, count in zip(totals, counts):
+        value, boot = cluster_resamples(np.asarray(total, float)[:, :k], np.asarray(count, float)[:, :k], n_boot, seed)
+        per.append(float(value.sum()))
+        boots.append(boot.sum(1))  # the same draws of the units for every seed (same seed, same number of units)
+    boot = np.mean(boots, 0)
+    K, units = len(per), shapes.pop()
+    seed_sd = float(np.std(per, ddof=1)) if K > 1 else 0.0
+    if seed_sd > 0:
+        boot = boot + np.random.default_rng(seed + 1).standard_normal(n_boot) * seed_sd / math.sqrt(K)
+    boot = boot[np.isfinite(boot)]
+    a = (1 - level) / 2
+    lo, hi = np.quantile(boot, [a, 1 - a]) if len(boot) and units >= 2 else (math.nan, math.nan)
+    return MassInterval(float(np.mean(per)), float(lo), float(hi), K, units, seed_sd, per)
 
 
 def holm(pvalues: dict[str, float], alpha: float = 1 - LEVEL) -> dict[str, dict]:
