@@ -280,6 +280,7 @@ def test_corpus_pages_open_with_models_of_one_language_as_many_as_colours():
     first = at.multiselect(key="pos_models").value
     assert first and len(first) <= len(CATEGORICAL) and all(ck.context(m) == "document" for m in first)
     assert {"kvp-doc", "attention-doc", "kv-doc"} <= set(first) and at.metric
+    assert not {"kv-doc-s2", "salton-doc-s2"} & set(first)  # another seed of a bundled model: on request
     reading = next(c.value for c in at.caption if "reads the text as running text" in c.value)
     assert r"own window (attention\-doc 1, " in reading and r"kvp\-doc 5" in reading, reading  # one bracket
     # a chip holds about 20 characters, so the chips are bare names (no "· kind" to cut)
@@ -984,8 +985,8 @@ def test_the_default_text_has_no_unknown_word_for_the_default_models():
 
 
 def test_the_model_list_is_grouped_by_kind():
-    """One select box, its models grouped (sentence-level, running text, Chinese, extensions), each
-    label saying its group."""
+    """One select box, its models grouped (sentence-level, running text, Chinese, extensions, other seeds of
+    bundled models), each label saying its group."""
     from vizlm.app import checkpoints as ck
 
     at = explorer(text="the end .")
@@ -996,6 +997,8 @@ def test_the_model_list_is_grouped_by_kind():
     by_name = {o.split(" · ")[0]: o for o in options}
     assert by_name["amsrn"] == "amsrn · sentences" and by_name["kvp-doc"] == "kvp-doc · running text"
     assert by_name["amsrn-sinica"] == "amsrn-sinica · Chinese" and by_name["amsrn-doc"] == "amsrn-doc · extension"
+    assert by_name["kv-doc-s2"] == "kv-doc-s2 · another seed" and ck.first_seed("kv-doc-s2") == "kv-doc"
+    assert ck.first_seed("kv-doc") is None and "another seed of kv-doc" in ck.model_help("kv-doc-s2")
     # a sidebar select box shows about 33 characters; the perplexity is in the help
     assert all(len(o) <= 33 for o in options if o.split(" · ")[0] in bundled_checkpoints()), options
     help_text = at.selectbox(key="model").help

@@ -37,7 +37,7 @@ from vizlm.data.registry import CORPUS_LANGUAGE
 from vizlm.data.vocab import Overlap, vocab_overlap
 from vizlm.core.errors import VizlmError
 from vizlm.models import ATTENTION_MODELS, SELF_ATTENTION_MODELS
-from vizlm.reproduce.experiments import PAPERS, load_manifest
+from vizlm.reproduce.experiments import PAPERS, load_manifest, seed_groups
 from vizlm.present.tables import BASELINE_FAMILY
 from vizlm.data.text import han_share
 
@@ -189,29 +189,52 @@ def _uploads() -> dict[str, dict]:
 OTHER_GROUP = "Other checkpoints"
 
 
+@dataclass(frozen=True)
+class BundledRun:
+    """What ``experiments.toml`` says of a bundled checkpoint: the paper and protocol its run reproduces, the
+    folder of the run's control where that is bundled too, and for a run that repeats a bundled one with
+    another seed, that checkpoint's folder (``first_seed``)."""
+
+    group: str
+    control: str | None = None
+    first_seed: str | None = None
+
+
 @st.cache_data(show_spinner=False, ttl=60)
-def _bundled_runs() -> dict[str, tuple[str, str | None]]:
-    """Checkpoint folder -> the paper and protocol of its run in ``experiments.toml`` and the
-    folder of the run's control where that is bundled too (if any)."""
+def _bundled_runs() -> dict[str, BundledRun]:
+    """Checkpoint folder -> :class:`BundledRun` of its run in ``experiments.toml``."""
     try:
         runs = load_manifest()
     except (OSError, ValueError):
         return {}
-    return {r.bundled: (PAPERS[r.paper], runs[r.control].bundled if r.control else None)
+    first = {}  # a bundled run -> the first bundled run of its seed group, when that is another
+    for group in seed_groups(runs):
+        bundled = [r for r in group if r.bundled]
+        first.update({r.name: bundled[0].bundled for r in bundled[1:]})
+    return {r.bundled: BundledRun(PAPERS[r.paper], runs[r.control].bundled if r.control else None, first.get(r.name))
             for r in runs.values() if r.bundled}
 
 
-def _bundled_run(name: str) -> tuple[str, str | None]:
+def _bundled_run(name: str) -> BundledRun:
     """:func:`_bundled_runs`' entry of a bundled checkpoint (by its folder's name); other models: none."""
     listed = listing()
     if listed.sources.get(name) != "bundled":
-        return OTHER_GROUP, None
-    return _bundled_runs().get(listed.folders[name].name, (OTHER_GROUP, None))
+        return BundledRun(OTHER_GROUP)
+    return _bundled_runs().get(listed.folders[name].name, BundledRun(OTHER_GROUP))
 
 
 def model_group(name: str) -> str:
     """The paper and protocol a checkpoint reproduces, for grouping lists (yours, runs, uploads: other)."""
-    return _bundled_run(name)[0]
+    return _bundled_run(name).group
+
+
+def first_seed(name: str) -> str | None:
+    """The bundled model that ``name`` repeats with another seed (``kv-doc`` for ``kv-doc-s2``: kept for the
+    spread of attention across seeds), if it is one and that model is listed; else None."""
+    folder = _bundled_run(name).first_seed
+    listed = listing()
+    return next((n for n in listed.folders if listed.sources[n] == "bundled" and listed.folders[n].name == folder),
+                None) if folder else None
 
 
 def model_names() -> list[str]:
@@ -232,7 +255,7 @@ def baseline_model(names: list[str], model: str | None = None) -> str | None:
     """What to compare ``model`` with: the control its run was measured against (the same start and
     training without attention, e.g. ``lstm-doc`` for ``kvp-doc``), else the LSTM baseline, if there is one trained
     on the same corpus."""
-    control = _bundled_run(model)[1] if model is not None else None
+    control = _bundled_run(model).control if model is not None else None
     listed = listing()
     bundled = {listed.folders[n].name: n for n in listed.folders if listed.sources[n] == "bundled"}
     own = trained_corpus(model) if model is not None else None
@@ -366,16 +389,20 @@ def window(name: str) -> int | None:
 
 # The kinds a model list is grouped by, in its order: how a model reads English text, then the Chinese
 # models and the runs beyond the papers. A select box shows each model as "name · kind" (model_label).
-KINDS = ("sentences", "running text", "Chinese", "extension")
+KINDS = ("sentences", "running text", "Chinese", "extension", "another seed")
 KINDS_HELP = ("Grouped by kind: sentences (reads each sentence alone), running text (reads documents across "
-              "sentence boundaries), Chinese, extension (runs beyond the papers; the Models page says how each reads). "
-              "A model that is not bundled says where it comes from: yours (your checkpoints folder) or run (a "
+              "sentence boundaries), Chinese, extension (runs beyond the papers; the Models page says how each reads), "
+              "another seed (a bundled model trained again with another seed: how much its attention owes to the "
+              "seed). A model that is not bundled says where it comes from: yours (your checkpoints folder) or run (a "
               "finished run in runs/). A long name is shown alone: this help says its kind and source.")
 
 
 def model_kind(name: str) -> str:
-    """The :data:`KINDS` entry of a model: Chinese (trained on Chinese text), an extension (a run of
-    ``experiments.toml`` beyond the papers), else how it reads text; uploads and other checkpoints too."""
+    """The :data:`KINDS` entry of a model: another seed of a bundled model, Chinese (trained on Chinese text),
+    an extension (a run of ``experiments.toml`` beyond the papers), else how it reads text; uploads and other
+    checkpoints too."""
+    if first_seed(name) is not None:
+        return "another seed"
     if language(name) == "Chinese":
         return "Chinese"
     if model_group(name) == PAPERS["extension"]:
@@ -413,7 +440,8 @@ def model_help(name: str) -> str:
     ppl = perplexity(name)
     folder = checkpoint_folders().get(name)
     where = {"bundled": "bundled", "yours": f"yours, {folder}", "run": f"a finished run, {folder}"}.get(source(name), "uploaded")
-    return (f"{name}: {model_kind(name)} ({where})"
+    kind = f"another seed of {first_seed(name)}" if first_seed(name) else model_kind(name)
+    return (f"{name}: {kind} ({where})"
             + (f", {ppl[0]} perplexity {ppl[1]:.1f} (lower is better)." if ppl else "."))
 
 

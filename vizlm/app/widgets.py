@@ -13,6 +13,7 @@ from vizlm.app.checkpoints import (
     UserError,
     attention_model_names,
     by_kind,
+    first_seed,
     corpus_overlap,
     language,
     one_language,
@@ -309,6 +310,7 @@ def attention_models_picker(title: str, key: str, none_message: str,
         st.stop()
     yours = [n for n in attn if trained_corpus(n) is not None and trained_corpus(n) not in CORPORA]
     start = [n for n in yours if trained_corpus(n) == trained_corpus(yours[0])] if yours else one_language(attn)
+    start = [n for n in start if first_seed(n) is None] or start  # another seed of a listed model: on request
     keep_choices(key, attn, (first(start) if first else start)[: len(CATEGORICAL)])
     # chips show the bare name (a chip holds about 20 characters; "name · kind" was cut); the order and the help
     # say the kinds
