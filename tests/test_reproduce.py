@@ -443,6 +443,42 @@ def test_claims_are_decided_by_the_interval(manifest, monkeypatch):
     assert decided["beats"]["holm"]["tested"] == 2 and "holm" not in decided["later"]
 
 
+def test_a_claim_says_when_its_runs_trained_on_two_kinds_of_device(manifest, monkeypatch):
+    """Seeds trained on the CPU and on a GPU go into one claim only with a check: the report names the devices,
+    and whether the setups with seeds on both agree within the seed spread."""
+    manifest.write_text(TINY.replace("[run.later]", "[run.base-s3]\npaper = \"liu-lee\"\nmodel = \"lstm\"\nseed = 3\n\n"
+                                                    "[run.amsrn-tiny-s3]\npaper = \"liu-lee\"\nmodel = \"amsrn\"\n"
+                                                    "init = \"base\"\ncontrol = \"base-s3\"\nseed = 3\n"
+                                                    "options = { selection = \"shared\" }\n\n[run.later]") + CLAIMS)
+    runs = experiments.load_manifest(manifest)
+    claims = experiments.load_claims(manifest, runs)
+    monkeypatch.setattr(experiments.Run, "done", lambda self: not self.blocked)
+    test = {"base": 150.0, "base-s2": 151.0, "base-s3": 150.5, "amsrn-tiny": 140.0, "amsrn-tiny-s2": 140.6,
+            "amsrn-tiny-s3": 140.3}
+    monkeypatch.setattr(experiments, "run_metrics", lambda run: {"valid_perplexity": test[run.name],
+                                                                 "test_perplexity": test[run.name]})
+    device = dict.fromkeys(test, "cpu")
+    monkeypatch.setattr(experiments, "run_device", lambda run: device[run.name])
+    monkeypatch.setattr(report, "seed_pair", lambda run, against: (run.name, against.name))
+    monkeypatch.setattr(report.verdicts, "claim_interval", lambda pairs, seed_var, **kw: verdicts.Interval(
+        0.93, 0.92, 0.94, 0.001, len(pairs), "documents", math.sqrt(seed_var), [0.93] * len(pairs), np.zeros(10)))
+    assert "trained on" not in report.decide(claims["beats"], runs)["verdict"]
+    text = report.report(runs, claims)
+    assert "as its evidence records it: cpu 6 runs." in text and "No setup has seeds on more than one kind" in text
+    device["amsrn-tiny-s3"] = device["base-s3"] = "cuda"  # the third seed of both arms on a GPU, as close as seeds
+    assert report.decide(claims["beats"], runs)["verdict"].endswith(
+        "(trained on cpu and cuda: their seeds agree within the seed spread)")
+    text = report.report(runs, claims)
+    assert "cpu 4 runs; cuda 2 runs" in text and ("| base, base-s2, base-s3 | cuda against cpu: +0.00% (1 seed against 2), within the ±0.67% that "
+                                                     "seed noise allows |") in text
+    test["amsrn-tiny-s3"] = 150.0  # the GPU seed far from the CPU's: 7% off, where the seeds differ by 0.4%
+    assert report.decide(claims["beats"], runs)["verdict"].endswith(
+        "(trained on cpu and cuda: the devices disagree beyond the seed spread: keep them apart)")
+    assert "beyond the" in report.report(runs, claims)
+    device.update(dict.fromkeys(["base-s3", "base-s2", "base"], None))  # the control's devices not recorded
+    assert "unchecked" not in report.decide(claims["beats"], runs)["verdict"]  # one group still checks
+
+
 def test_a_mass_claim_reads_the_average_weight_by_position(manifest, monkeypatch):
     """A "mass" claim sums the mean weight of the most recent positions (their Fig. 3) over the
     run's window and holds it against the share the claim names."""
@@ -457,6 +493,7 @@ def test_a_mass_claim_reads_the_average_weight_by_position(manifest, monkeypatch
     runner.run_one(runs["kvp-tiny"], runs, dry_run=True)
     runner.write_evidence(runs["kvp-tiny"])
     stored = runs["kvp-tiny"].evidence().positions
+    assert experiments.run_device(runs["kvp-tiny"]) == "cpu" and experiments.run_device(runs["base"]) is None
     assert stored["window"] == 3 and stored["offset"] == [1, 2, 3] and sum(stored["mean"]) == pytest.approx(1, abs=0.02)
     total, count = np.asarray(stored["unit_total"]), np.asarray(stored["unit_count"])  # per test document
     assert total.shape == count.shape == (len(total), 3) and stored["resampled"] in ("documents", "sentences")

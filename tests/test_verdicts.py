@@ -103,6 +103,26 @@ def test_the_share_shares_the_documents_across_seeds_and_adds_their_spread():
         verdicts.mass_interval([count, count[:5]], [count, count[:5]], 2)
 
 
+def test_devices_agree_when_their_means_differ_by_no_more_than_seed_noise():
+    """Seeds within each device vary by sd 0.01; the devices' means differ by 0.005 (within 1.96 * 0.01 *
+    sqrt(1/3 + 1/2)) or by 0.05 (beyond it). With no spread within the devices (one seed each) the protocol's
+    median is used, and with none known the check says so."""
+    cpu = [0.99, 1.00, 1.01]
+    spread_within = np.std(cpu, ddof=1)
+    for shift, agree in [(0.005, True), (0.05, False)]:
+        cuda = [4 + 1.00 + shift - 0.00707, 4 + 1.00 + shift + 0.00707]
+        (check,) = verdicts.device_check({"cpu": [x + 4 for x in cpu], "cuda": cuda},
+                                         verdicts.SeedSpread(1.0, 10, "a huge median, not used"))
+        assert check.diff == pytest.approx(shift, abs=1e-12) and check.agree is agree
+        pooled = math.sqrt((2 * spread_within**2 + 2 * 0.00707**2) / 3)
+        assert check.bound == pytest.approx(1.959964 * pooled * math.sqrt(1 / 3 + 1 / 2), rel=1e-9)
+        assert list(check.means) == ["cpu", "cuda"] and check.seeds == {"cpu": 3, "cuda": 2}
+    (check,) = verdicts.device_check({"cpu": [4.0], "cuda": [4.03]}, verdicts.SeedSpread(0.01**2, 8, "median"))
+    assert check.bound == pytest.approx(1.959964 * 0.01 * math.sqrt(2), rel=1e-9) and check.agree is False
+    (check,) = verdicts.device_check({"cpu": [4.0], "cuda": [4.02]}, verdicts.SeedSpread(0.0, 0, "none"))
+    assert check.agree is None and "unchecked" in check.describe()
+
+
 def test_pairs_must_score_the_same_sentences():
     with pytest.raises(ValueError, match="same sentences"):
         claim_interval([_pair([1.0, 2.0], [3, 4], [1, 1]), _pair([1.0, 2.0], [3, 5], [1, 1])], 0.0)

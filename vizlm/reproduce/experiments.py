@@ -446,6 +446,13 @@ def sweeps(runs: dict[str, Run]) -> list[tuple[str, list[Run]]]:
     return [(key, g) for (key, _), g in found.items() if len(g) > 1]
 
 
+def run_device(run: Run) -> str | None:
+    """The kind of device that trained the run (``cpu``, ``cuda``; ``cuda:1`` counts as ``cuda``), as its evidence
+    records it; None without evidence or where the evidence predates the record."""
+    device = (evidence_meta(run).get("train") or {}).get("device")
+    return str(device).split(":")[0] if device else None
+
+
 def state_note(run: Run, status: str, meta: dict) -> str:
     """What the status alone does not say: why a run cannot run, that its cap (not early
     stopping) ended it, or that a process is training it now."""
@@ -471,5 +478,5 @@ def evidence_meta(run: Run) -> dict:
 
 
 __all__ = ["CLAIM_KINDS", "MANIFEST", "PAPERS", "SWEPT", "Claim", "Locations", "Run", "evidence_meta", "is_own",
-           "load_claims", "load_manifest", "locations", "needs", "pick", "read_toml", "run_metrics", "seed_groups",
+           "load_claims", "load_manifest", "locations", "needs", "pick", "read_toml", "run_device", "run_metrics", "seed_groups",
            "serves", "state_note", "sweeps"]

@@ -132,7 +132,8 @@ def decide(claim: Claim, runs: dict[str, Run], spreads: Spreads | None = None) -
     ours = (f"{ppl:.1f} vs {ppl_against:.1f}: {_pct(iv.ratio)} (95% CI {_pct(iv.low)} to {_pct(iv.high)}; "
             f"{iv.resampled} resampled, {seeds})")
     stale = sorted({x.name for pair in pairs for x in pair if x.stale})
-    summary = parts["summary"] + (f" (rests on stale evidence: {', '.join(stale)})" if stale else "")
+    summary = (parts["summary"] + (f" (rests on stale evidence: {', '.join(stale)})" if stale else "")
+               + _devices_note(pairs, runs, spreads))
     return {"verdict": summary, "ours": ours, "runs": used, "interval": iv, **parts}
 
 
@@ -173,6 +174,66 @@ def _decide_mass(claim: Claim, run: Run, runs: dict[str, Run]) -> dict:
                     f"{largest:.2f} on average (equal weights: {1 / window:.2f}), its entropy "
                     f"{entropy:.2f} nats ({math.log(window):.2f})"
                     + ("" if summed else "; no interval: its evidence predates the per-document sums")}
+
+
+def device_checks(runs: dict[str, Run], spreads: Spreads) -> dict[str, tuple[list[Run], list[verdicts.DeviceCheck]]]:
+    """Per setup whose finished seeds trained on two or more kinds of device (by its first run's name): its runs
+    and :func:`~vizlm.reproduce.verdicts.device_check` of their test log perplexities (the seed spread within
+    the devices, else the protocol's median)."""
+    checks = {}
+    for group in experiments.seed_groups(runs):
+        by_device: dict[str, list[float]] = {}
+        for r in group:
+            if r.done() and (device := experiments.run_device(r)) is not None:
+                by_device.setdefault(device, []).append(math.log(experiments.run_metrics(r)["test_perplexity"]))
+        if len(by_device) > 1:
+            median = spreads.median.get(protocol(group[0]), verdicts.SeedSpread(0.0, 0, "none"))
+            checks[group[0].name] = (group, verdicts.device_check(by_device, median))
+    return checks
+
+
+def _devices_note(pairs: list[tuple[Run, Run]], runs: dict[str, Run], spreads: Spreads) -> str:
+    """For a claim whose runs trained on more than one kind of device: whether that was checked (its arms' setups
+    with seeds on both agree within the seed spread), else that it was not; "" when one device trained them all."""
+    devices = sorted({d for pair in pairs for r in pair if (d := experiments.run_device(r)) is not None})
+    if len(devices) < 2:
+        return ""
+    checks = device_checks(runs, spreads)
+    mine = [c for name in dict.fromkeys(_seed_group(r, runs)[0].name for pair in pairs for r in pair)
+            if name in checks for c in checks[name][1]]
+    trained = f" (trained on {' and '.join(devices)}: "
+    if not mine or any(c.agree is None for c in mine):
+        return trained + "unchecked, no arm has seeds on each device with a known seed spread)"
+    if all(c.agree for c in mine):
+        return trained + "their seeds agree within the seed spread)"
+    return trained + "the devices disagree beyond the seed spread: keep them apart)"
+
+
+def _devices(runs: dict[str, Run], spreads: Spreads) -> list[str]:
+    """Which kind of device trained the finished runs, as their evidence records it, and for every setup with
+    seeds on more than one kind whether they agree (:func:`device_checks`)."""
+    done = [r for r in runs.values() if r.done()]
+    if not done:
+        return []
+    counts: dict[str, int] = {}
+    for r in done:
+        key = experiments.run_device(r) or "not recorded"
+        counts[key] = counts.get(key, 0) + 1
+    said = "; ".join(f"{k} {n} run{'s' if n != 1 else ''}" for k, n in sorted(counts.items(), key=lambda kv: kv[0] == "not recorded"))
+    lines = ["### Devices", "",
+             (f"The kind of device that trained each finished run, as its evidence records it: {said}"
+              + (" (evidence written before the device was recorded)" if "not recorded" in counts else "") + ".")]
+    checks = device_checks(runs, spreads)
+    if checks:
+        lines += ["", ("Setups with seeds on more than one kind of device: the difference of the devices' mean test "
+                       "log perplexity against what seed noise alone allows (95%). Where it lies beyond, the devices' "
+                       "runs do not belong in one claim."), "",
+                  "| setup | the check |", "|---|---|"]
+        lines += [f"| {', '.join(r.name for r in group)} | {'; '.join(c.describe() for c in cs)} |"
+                  for group, cs in checks.values()]
+    else:
+        lines += ["", "No setup has seeds on more than one kind of device."]
+    return lines + [""]
 
 
 def decide_all(claims: dict[str, Claim], runs: dict[str, Run], spreads: Spreads | None = None) -> dict[str, dict]:
@@ -370,7 +431,7 @@ def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None,
     spreads = Spreads(runs)
     decided = decide_all(claims or {}, runs, spreads)
     if claims:
-        lines += _summary(claims, decided) + _sizes(claims, decided, runs)
+        lines += _summary(claims, decided) + _sizes(claims, decided, runs) + _devices(runs, spreads)
     for paper, title in experiments.PAPERS.items():
         members = [r for r in runs.values() if r.paper == paper]
         if not members:

@@ -214,6 +214,48 @@ def mass_interval(totals: list[np.ndarray], counts: list[np.ndarray], k: int, n_
     return MassInterval(float(np.mean(per)), float(lo), float(hi), K, units, seed_sd, per)
 
 
+@dataclass
+class DeviceCheck:
+    """Whether one setup's seeds trained on two kinds of device agree within its seed spread."""
+
+    means: dict[str, float]  # device -> the mean test log perplexity of its seeds
+    seeds: dict[str, int]  # device -> how many seeds it trained
+    diff: float  # the second device's mean minus the first's (log perplexity)
+    bound: float  # what seed noise alone allows at 95%: 1.96 sd sqrt(1/n1 + 1/n2); NaN: no seed spread known
+    agree: bool | None  # None: unchecked (no seed spread known)
+
+    def describe(self) -> str:
+        (a, b) = self.means
+        na, nb = self.seeds[a], self.seeds[b]
+        said = f"{b} against {a}: {100 * self.diff:+.2f}% ({nb} seed{'s' if nb != 1 else ''} against {na})"
+        if self.agree is None:
+            return f"{said}; no seed spread known, so unchecked"
+        return f"{said}, {'within' if self.agree else 'beyond'} the ±{100 * self.bound:.2f}% that seed noise allows"
+
+
+def device_check(by_device: dict[str, list[float]], median: SeedSpread) -> list[DeviceCheck]:
+    """Seeds of one setup trained on different kinds of device (device -> their test log perplexities): each other
+    device against the one with the most seeds. Seeds are independent draws whichever device trained them, so if
+    the device does not matter the difference of two devices' means is normal with variance
+    ``v (1/n1 + 1/n2)``; beyond 1.96 of its sd they disagree, and their runs do not belong in one claim. ``v`` is
+    the seeds' variance within the devices (pooled; a variance over all of them would hold the very difference
+    tested), from :data:`MIN_OWN_DF` degrees of freedom up, else the protocol's ``median``."""
+    values = {d: np.asarray(v, float) for d, v in by_device.items()}
+    df = sum(len(v) - 1 for v in values.values())
+    own = sum(float(((v - v.mean()) ** 2).sum()) for v in values.values()) / df if df else math.nan
+    spread = SeedSpread(own, df, "within the devices") if df >= MIN_OWN_DF else median
+    known = spread.df > 0 and spread.var > 0
+    devices = sorted(values, key=lambda d: (-len(values[d]), d))
+    first, checks = devices[0], []
+    for other in devices[1:]:
+        n1, n2 = len(values[first]), len(values[other])
+        diff = float(values[other].mean() - values[first].mean())
+        bound = 1.959964 * spread.sd * math.sqrt(1 / n1 + 1 / n2) if known else math.nan
+        checks.append(DeviceCheck({first: float(values[first].mean()), other: float(values[other].mean())},
+                                  {first: n1, other: n2}, diff, bound, abs(diff) <= bound if known else None))
+    return checks
+
+
 def holm(pvalues: dict[str, float], alpha: float = 1 - LEVEL) -> dict[str, dict]:
     """Holm's step-down adjustment of ``pvalues`` (name -> p): per name the adjusted p value and the
     confidence level of its step (``1 - alpha / (m - rank)``, rank from 0 in increasing p), at which
