@@ -676,6 +676,14 @@ def test_a_finished_run_trains_again_when_forced_and_is_bundled_in_place(manifes
     assert manifest.read_text().count('bundled = "tiny-lstm"') == 1
 
 
+def test_a_retraining_checks_what_it_starts_from_as_a_training_does(manifest):
+    """`run NAME --force` refuses, before reading or writing anything, a run whose start is not finished."""
+    runs = experiments.load_manifest(manifest)
+    with pytest.raises(ValueError, match="starts from base, which is not finished"):
+        runner.retrain(runs["amsrn-tiny"], runs)
+    assert not (manifest.parent / "runs").exists()
+
+
 def test_the_runs_marked_stale_are_those_the_plateau_rule_would_have_trained_otherwise():
     """A run trained before the plateau rule (TrainConfig.plateau) whose log has an epoch without
     improvement while its best valid perplexity was still >= 0.9 x the unigram model's would train

@@ -89,6 +89,17 @@ def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run:
     if run.bundled:
         raise ValueError(f"{run.name} is bundled in checkpoints/{run.bundled} but has no test perplexity; "
                          "retrain it by its own command (config.json), not by reproduce")
+    _check_start(run, runs)
+    _train(run, runs, run.folder, status == "partial", threads, dry_run, log, device)
+    if not dry_run and run.status() == "finished":
+        evidence.write(run.name, run.folder, force=run.done(), log=log)  # a raised cap: the run went on
+    return run.status()
+
+
+def _check_start(run: Run, runs: dict[str, Run]) -> None:
+    """What training ``run`` needs of other runs, checked before anything is read or written (a training and a
+    retraining alike): the run it starts from finished, with its weights here, and the sweep it takes its dropout
+    from finished."""
     if run.init and runs[run.init].status() != "finished":
         raise ValueError(f"{run.name} starts from {run.init}, which is not finished")
     if unfinished := [n for n in run.dropout_from or [] if runs[n].status() != "finished"]:
@@ -97,10 +108,6 @@ def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run:
         raise ValueError(f"{run.name} starts from {run.init}, whose weights are not here (only its evidence is kept): "
                          f"retrain it into {runs[run.init].folder} first (move {evidence.folder(run.init)} aside, "
                          f"then `{runs[run.init].command()}`)")
-    _train(run, runs, run.folder, status == "partial", threads, dry_run, log, device)
-    if not dry_run and run.status() == "finished":
-        evidence.write(run.name, run.folder, force=run.done(), log=log)  # a raised cap: the run went on
-    return run.status()
 
 
 def _train(run: Run, runs: dict[str, Run], folder: Path, resume: bool, threads: int | None, dry_run: bool, log,
@@ -132,8 +139,7 @@ def retrain(run: Run, runs: dict[str, Run], threads: int | None = None, log=sys.
         raise ValueError(f"{run.name} is blocked: {run.blocked}")
     if run.external:
         raise ValueError(f"{run.name} is trained outside vizlm, then imported: {run.external}")
-    if run.init and not (runs[run.init].folder / "model.safetensors").is_file():
-        raise ValueError(f"{run.name} starts from {run.init}, whose weights are not here: retrain that first")
+    _check_start(run, runs)
     folder = paths.runs_dir() / run.name
     try:
         meta = read_meta(folder)
