@@ -148,7 +148,7 @@ def _decide_mass(claim: Claim, run: Run, runs: dict[str, Run]) -> dict:
         return {"verdict": "not tested", "ours": f"{run.name}'s evidence has no attention by position"}
     summed = [(r, pos) for r, pos in found if "unit_total" in pos]
     used = summed or found[:1]
-    left_out = [r.name for r, pos in found if (r, pos) not in used] if summed else []
+    left_out = [r.name for r, pos in found if "unit_total" not in pos] if summed else []
     window = used[0][1]["window"]
     shares = [float(sum(m for _, m in sorted(zip(pos["offset"], pos["mean"]))[: claim.positions])) for _, pos in used]
     share, note = statistics.mean(shares), ""
