@@ -195,6 +195,11 @@ def test_reproduce_trains_what_is_missing_in_order_and_never_retrains(manifest, 
     rows = {r["run"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["base"]["status"] == "finished" and rows["base"]["test"] > 1
     assert rows["later"]["status"] == "blocked" and rows["later"]["why"] == "not implemented"
+    assert rows["base"]["device"] == "cpu" and rows["later"]["device"] is None  # blocked: no device
+    config = runs["base"].folder / "config.json"  # a run trained on a GPU says so in the list
+    config.write_text(json.dumps({**(meta := json.loads(config.read_text())), "train": {**meta["train"], "device": "cuda"}}))
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--list"]) == 0
+    assert "(trained on cuda; " in next(line for line in capsys.readouterr().out.splitlines() if line.startswith("base "))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")

@@ -295,6 +295,8 @@ def cmd_reproduce(args) -> int:
             for r in rows:
                 ppl = f"test {r['test']:.2f}" if r["test"] is not None else ""
                 notes = [r["note"]] if r["note"] else []
+                if r["device"] and r["device"] != "cpu":  # the repository's evidence trained on the CPU
+                    notes.append(f"trained on {r['device']}")
                 if r["status"] == "finished" and not r["evidence"]:
                     notes.append(f"no evidence yet: {runs[r['run']].command('--evidence')}")
                 if r["status"] in runner.TO_TRAIN and r["claims"]:

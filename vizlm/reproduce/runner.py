@@ -26,8 +26,8 @@ from vizlm.reproduce.experiments import MANIFEST, Claim, Run, load_manifest, nee
 
 
 def table(runs: dict[str, Run], claims: dict[str, Claim] | None = None) -> list[dict]:
-    """One row per run: state, stored metrics, whether its evidence is in the repository and the
-    claims that need it (for ``--list``)."""
+    """One row per run: state, stored metrics, the device a finished run trained on (None: not recorded), whether
+    its evidence is in the repository and the claims that need it (for ``--list``)."""
     rows = []
     for run in runs.values():
         meta = run.meta()
@@ -37,6 +37,7 @@ def table(runs: dict[str, Run], claims: dict[str, Claim] | None = None) -> list[
                      "status": status, "evidence": run.done(), "capped": run.capped(meta),
                      "note": state_note(run, status, meta), "parameters": m.get("parameters"),
                      "valid": m.get("valid_perplexity"), "test": m.get("test_perplexity"), "why": run.blocked,
+                     "device": (meta.get("train") or {}).get("device") if status == "finished" else None,
                      "claims": needs(run, runs, claims or {})})
     return rows
 
