@@ -42,6 +42,10 @@ for i, name in enumerate(names):
         head, badge = st.columns([3, 1], vertical_alignment="center")
         head.subheader(name, anchor=False)
         badge.markdown(f":blue-badge[{ui.md_escape(meta.get('model', '?'))}]" + (" :orange-badge[uploaded]" if name.startswith(ck.UPLOAD_PREFIX) else ""))
+        if first := ck.first_seed(name):
+            st.caption(f"**{ui.md_escape(first)}** trained again with seed {ui.md_escape(str(ck.model_seed(name)))}, "
+                       f"for the spread of attention across seeds: the Faithfulness page shows {ui.md_escape(first)} "
+                       "reading this model's attention.")
         with st.container(horizontal=True, wrap=True, gap="medium"):  # wraps instead of cutting numbers off
             n_params = meta.get("parameters")
             st.metric("Parameters", f"{n_params / 1e6:.2f} M" if isinstance(n_params, int) else "—", width="content",

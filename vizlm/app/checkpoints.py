@@ -237,6 +237,12 @@ def first_seed(name: str) -> str | None:
                 None) if folder else None
 
 
+def model_seed(name: str) -> int | None:
+    """The training seed a checkpoint records (None: not recorded)."""
+    seed = (model_meta(name).get("train") or {}).get("seed")
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+
+
 def model_names() -> list[str]:
     """Every selectable model: the bundled ones grouped by paper and protocol (manifest order), then yours,
     then the runs (:data:`SOURCES`), then this session's uploads."""
