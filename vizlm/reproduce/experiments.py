@@ -446,11 +446,16 @@ def sweeps(runs: dict[str, Run]) -> list[tuple[str, list[Run]]]:
     return [(key, g) for (key, _), g in found.items() if len(g) > 1]
 
 
-def run_device(run: Run) -> str | None:
-    """The kind of device that trained the run (``cpu``, ``cuda``; ``cuda:1`` counts as ``cuda``), as its evidence
-    records it; None without evidence or where the evidence predates the record."""
-    device = (evidence_meta(run).get("train") or {}).get("device")
+def trained_on(meta: dict) -> str | None:
+    """The kind of device a checkpoint's or evidence's config says trained it (``cpu``, ``cuda``; ``cuda:1``
+    counts as ``cuda``); None where it predates the record."""
+    device = (meta.get("train") or {}).get("device")
     return str(device).split(":")[0] if device else None
+
+
+def run_device(run: Run) -> str | None:
+    """:func:`trained_on` of the run's evidence; None without evidence."""
+    return trained_on(evidence_meta(run))
 
 
 def state_note(run: Run, status: str, meta: dict) -> str:
@@ -479,4 +484,4 @@ def evidence_meta(run: Run) -> dict:
 
 __all__ = ["CLAIM_KINDS", "MANIFEST", "PAPERS", "SWEPT", "Claim", "Locations", "Run", "evidence_meta", "is_own",
            "load_claims", "load_manifest", "locations", "needs", "pick", "read_toml", "run_device", "run_metrics", "seed_groups",
-           "serves", "state_note", "sweeps"]
+           "serves", "state_note", "sweeps", "trained_on"]

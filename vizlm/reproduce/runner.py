@@ -22,7 +22,7 @@ from vizlm.modeling.checkpoint import CheckpointError, load_checkpoint, read_met
 from vizlm.modeling.config import TrainConfig
 from vizlm.modeling.train import train
 from vizlm.reproduce import evidence
-from vizlm.reproduce.experiments import MANIFEST, Claim, Run, load_manifest, needs, run_metrics, state_note
+from vizlm.reproduce.experiments import MANIFEST, Claim, Run, load_manifest, needs, run_metrics, state_note, trained_on
 
 
 def table(runs: dict[str, Run], claims: dict[str, Claim] | None = None) -> list[dict]:
@@ -37,7 +37,7 @@ def table(runs: dict[str, Run], claims: dict[str, Claim] | None = None) -> list[
                      "status": status, "evidence": run.done(), "capped": run.capped(meta),
                      "note": state_note(run, status, meta), "parameters": m.get("parameters"),
                      "valid": m.get("valid_perplexity"), "test": m.get("test_perplexity"), "why": run.blocked,
-                     "device": (meta.get("train") or {}).get("device") if status == "finished" else None,
+                     "device": trained_on(meta) if status == "finished" else None,
                      "claims": needs(run, runs, claims or {})})
     return rows
 
