@@ -10,6 +10,7 @@ seeds, and the sections of the manifest's corpus tables (:mod:`vizlm.reproduce.c
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from pathlib import Path
@@ -57,6 +58,7 @@ class Spreads:
     that median (:func:`vizlm.reproduce.verdicts.trusted`)."""
 
     def __init__(self, runs: dict[str, Run]):
+        self.runs = runs
         self.own: dict[str, verdicts.SeedSpread] = {}
         self.groups: dict[tuple[str, str], list[tuple[str, verdicts.SeedSpread]]] = {}
         for group in experiments.seed_groups(runs):
@@ -73,6 +75,11 @@ class Spreads:
     def pair_variance(self, run: Run, against: Run) -> float:
         """The variance of one seed pair's log ratio: the two arms' seeds are independent."""
         return self.of(run).var + self.of(against).var
+
+    @functools.cached_property
+    def devices(self) -> dict[str, tuple[list[Run], list[verdicts.DeviceCheck]]]:
+        """:func:`device_checks` of the runs, made once for a report."""
+        return device_checks(self.runs, self)
 
     def describe(self, key: tuple[str, str]) -> str:
         if key not in self.groups:
@@ -150,16 +157,19 @@ def _decide_mass(claim: Claim, run: Run, runs: dict[str, Run]) -> dict:
     used = summed or found[:1]
     left_out = [r.name for r, pos in found if "unit_total" not in pos] if summed else []
     window = used[0][1]["window"]
-    shares = [float(sum(m for _, m in sorted(zip(pos["offset"], pos["mean"]))[: claim.positions])) for _, pos in used]
-    share, note = statistics.mean(shares), ""
-    verdict = "reproduced" if share >= claim.share else "not reproduced"
-    if summed:
+    if not summed:  # one seed's means: the share, no interval
+        pos, note = used[0][1], ""
+        share = float(sum(m for _, m in sorted(zip(pos["offset"], pos["mean"]))[: claim.positions]))
+        verdict = "reproduced" if share >= claim.share else "not reproduced"
+    else:
         iv = verdicts.mass_interval([np.asarray(pos["unit_total"]) for _, pos in used],
                                     [np.asarray(pos["unit_count"]) for _, pos in used], claim.positions)
         share = iv.value
         if math.isfinite(iv.low):
             verdict = ("reproduced" if iv.low >= claim.share else "not reproduced" if iv.high < claim.share
                        else "inconclusive: the interval holds the paper's share")
+        else:  # one unit: nothing to resample
+            verdict = "reproduced" if share >= claim.share else "not reproduced"
         seeds = (f"{iv.seeds} seeds: " + ", ".join(f"{x:.0%}" for x in iv.per_seed) if iv.seeds > 1
                  else "1 seed, so no seed noise")
         note = (f" (95% CI {iv.low:.0%} to {iv.high:.0%}; {used[0][1]['resampled']} resampled, {seeds}"
@@ -198,7 +208,7 @@ def _devices_note(pairs: list[tuple[Run, Run]], runs: dict[str, Run], spreads: S
     devices = sorted({d for pair in pairs for r in pair if (d := experiments.run_device(r)) is not None})
     if len(devices) < 2:
         return ""
-    checks = device_checks(runs, spreads)
+    checks = spreads.devices
     mine = [c for name in dict.fromkeys(_seed_group(r, runs)[0].name for pair in pairs for r in pair)
             if name in checks for c in checks[name][1]]
     trained = f" (trained on {' and '.join(devices)}: "
@@ -223,7 +233,7 @@ def _devices(runs: dict[str, Run], spreads: Spreads) -> list[str]:
     lines = ["### Devices", "",
              (f"The kind of device that trained each finished run, as its evidence records it: {said}"
               + (" (evidence written before the device was recorded)" if "not recorded" in counts else "") + ".")]
-    checks = device_checks(runs, spreads)
+    checks = spreads.devices
     if checks:
         lines += ["", ("Setups with seeds on more than one kind of device: the difference of the devices' mean test "
                        "log perplexity against what seed noise alone allows (95%). Where it lies beyond, the devices' "
