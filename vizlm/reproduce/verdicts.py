@@ -195,16 +195,14 @@ def mass_interval(totals: list[np.ndarray], counts: list[np.ndarray], k: int, n_
     to a share of attention). One seed: the units only, and ``seed_sd`` 0."""
     if not totals or len(totals) != len(counts):
         raise ValueError("a share needs the per-unit sums of at least one seed")
-    shapes = {np.shape(t)[0] for t in totals} | {np.shape(c)[0] for c in counts}
-    if len(shapes) != 1:
+    parts = [np.asarray(a, float)[:, :k] for a in (*totals, *counts)]
+    if len({p.shape for p in parts}) != 1:
         raise ValueError("the seeds of a share must score the same test units")
-    per, boots = [], []
-    for total, count in zip(totals, counts):
-        value, boot = cluster_resamples(np.asarray(total, float)[:, :k], np.asarray(count, float)[:, :k], n_boot, seed)
-        per.append(float(value.sum()))
-        boots.append(boot.sum(1))  # the same draws of the units for every seed (same seed, same number of units)
-    boot = np.mean(boots, 0)
-    K, units = len(per), shapes.pop()
+    K, (units, cols) = len(totals), parts[0].shape
+    # every seed's offsets side by side, (units, K * cols): one draw of the units serves all seeds
+    value, boot = cluster_resamples(np.concatenate(parts[:K], 1), np.concatenate(parts[K:], 1), n_boot, seed)
+    per = value.reshape(K, cols).sum(1).tolist()
+    boot = boot.reshape(n_boot, K, cols).sum(2).mean(1)
     seed_sd = float(np.std(per, ddof=1)) if K > 1 else 0.0
     if seed_sd > 0:
         boot = boot + np.random.default_rng(seed + 1).standard_normal(n_boot) * seed_sd / math.sqrt(K)
