@@ -232,9 +232,13 @@ def first_seed(name: str) -> str | None:
     """The bundled model that ``name`` repeats with another seed (``kv-doc`` for ``kv-doc-s2``: kept for the
     spread of attention across seeds), if it is one and that model is listed; else None."""
     folder = _bundled_run(name).first_seed
+    return _bundled_names().get(folder) if folder else None
+
+
+def _bundled_names() -> dict[str, str]:
+    """A bundled checkpoint's folder name -> the name the app lists it by."""
     listed = listing()
-    return next((n for n in listed.folders if listed.sources[n] == "bundled" and listed.folders[n].name == folder),
-                None) if folder else None
+    return {listed.folders[n].name: n for n in listed.folders if listed.sources[n] == "bundled"}
 
 
 def model_seed(name: str) -> int | None:
@@ -262,8 +266,7 @@ def baseline_model(names: list[str], model: str | None = None) -> str | None:
     training without attention, e.g. ``lstm-doc`` for ``kvp-doc``), else the LSTM baseline, if there is one trained
     on the same corpus."""
     control = _bundled_run(model).control if model is not None else None
-    listed = listing()
-    bundled = {listed.folders[n].name: n for n in listed.folders if listed.sources[n] == "bundled"}
+    bundled = _bundled_names()
     own = trained_corpus(model) if model is not None else None
     return next((n for n in (bundled.get(control), bundled.get(BASELINE_FAMILY, BASELINE_FAMILY))
                  if n in names and n != model and (own is None or trained_corpus(n) == own)), None)
