@@ -590,6 +590,23 @@ def test_a_sweep_is_a_table_row_with_its_best_on_valid_in_bold(manifest, monkeyp
     assert "| kv | 129.50 (131.00) | **126.00 (127.25)** | 125.00 (128.00) |" in report.report(runs)
     done["kv-w1"] = (127.0, 127.5)  # the best on valid, not on test, is bold
     assert "| kv | **127.50 (127.00)** | 126.00 (127.25) | 125.00 (128.00) |" in report.report(runs)
+    # a second seed's sweep, and one at another size: each row names its seed and size, a model's seeds together
+    big = "emb_dim = 300\nhidden_dim = 300\n"
+    more = "".join(f"""
+[run.kv{tag}]
+paper = "daniluk"
+model = "kv"
+context = "document"
+seed = {seed}
+{size}options = {{ window = {w} }}
+""" for tag, seed, size, w in [("-big-w1", 1234, big, 1), ("-big-w5", 1234, big, 5), ("-w1-s2", 2, "", 1)])
+    manifest.write_text(TINY + SWEEP + more)
+    runs = experiments.load_manifest(manifest)
+    done["kv-w1-s2"] = (130.0, 129.0)
+    rows = [line for line in report.report(runs).splitlines() if line.startswith("| kv ")]
+    assert rows == ["| kv · k = 8 · seed 1234 | **127.50 (127.00)** | 126.00 (127.25) | 125.00 (128.00) |",
+                    "| kv · k = 8 · seed 2 | 129.00 (130.00) | not run |  |",  # not whole: no best
+                    "| kv · k = 300 · seed 1234 | not run | not run |  |"], rows
 
 
 def test_claims_in_the_report_and_bad_claims_refused(manifest, tmp_path):

@@ -277,6 +277,10 @@ def seed_pairs(run: Run, against: Run, runs: dict[str, Run]) -> list[tuple[Run, 
 def _sweep_table(key: str, sweeps_: list[list[Run]], runs: dict[str, Run]) -> list[str]:
     values = sorted({r.options[key] for g in sweeps_ for r in g})
     lines = [f"| model | {' | '.join(f'{key} = {v}' for v in values)} |", "|---|" + "---:|" * len(values)]
+    # the rows' labels name the size and the seed where the table holds more than one of them
+    sizes, seeds = {run_size(g[0]) for g in sweeps_}, {g[0].seed for g in sweeps_}
+    models = list(dict.fromkeys(g[0].model for g in sweeps_))  # each model's seeds together, by size, in manifest order
+    sweeps_ = sorted(sweeps_, key=lambda g: (g[0].hidden_dim, g[0].emb_dim, models.index(g[0].model)))
     for group in sweeps_:
         best = experiments.pick([r.name for r in group], runs)  # the run a claim over the sweep stands on
         by_value = {r.options[key]: r for r in group}
@@ -289,7 +293,9 @@ def _sweep_table(key: str, sweeps_: list[list[Run]], runs: dict[str, Run]) -> li
                 cells.append(f"**{cell}**" if run is best else cell)
             else:
                 cells.append(_report_state(run) if run else "")
-        label = group[0].model + "".join(f" {k}={v}" for k, v in group[0].options.items() if k != key)
+        first = group[0]
+        label = first.model + "".join(f" {k}={v}" for k, v in first.options.items() if k != key)
+        label += f" · {run_size(first)}" * (len(sizes) > 1) + f" · seed {first.seed}" * (len(seeds) > 1)
         lines.append(f"| {label} | {' | '.join(cells)} |")
     return lines
 
@@ -386,10 +392,14 @@ def _summary(claims: dict[str, Claim], decided: dict[str, dict]) -> list[str]:
     return lines + [""]
 
 
+def run_size(run: Run) -> str:
+    """A run's size as its embedding / hidden size says: ``k = 300``, or ``100 / 300`` where they differ."""
+    return f"k = {run.hidden_dim}" if run.emb_dim == run.hidden_dim else f"{run.emb_dim} / {run.hidden_dim}"
+
+
 def model_size(claim: Claim, runs: dict[str, Run]) -> str:
-    """The size of the models a claim compares, as its first run's embedding / hidden size says."""
-    first = runs[claim.candidates()[0]]
-    return f"k = {first.hidden_dim}" if first.emb_dim == first.hidden_dim else f"{first.emb_dim} / {first.hidden_dim}"
+    """The size of the models a claim compares, as its first run's size says (:func:`run_size`)."""
+    return run_size(runs[claim.candidates()[0]])
 
 
 def _sizes(claims: dict[str, Claim], decided: dict[str, dict], runs: dict[str, Run]) -> list[str]:
