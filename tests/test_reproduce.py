@@ -417,10 +417,10 @@ def test_claims_are_decided_by_the_interval(manifest, monkeypatch):
     interval, seen = {}, []
     monkeypatch.setattr(report, "seed_pair", lambda run, against: (run.name, against.name))
 
-    def fake(pairs, seed_var, **kw):
-        seen.append((pairs, seed_var))
+    def fake(pairs, arms, **kw):
+        seen.append((pairs, arms))
         return verdicts.Interval(interval["r"], interval["lo"], interval["hi"], 0.01, len(pairs), "documents",
-                                 math.sqrt(seed_var), [interval["r"]] * len(pairs), np.zeros(10))
+                                 math.sqrt(sum(a.var for a in arms)), [interval["r"]] * len(pairs), np.zeros(10))
 
     monkeypatch.setattr(report.verdicts, "claim_interval", fake)
     for (lo, r, hi), better, equal in [
@@ -435,14 +435,16 @@ def test_claims_are_decided_by_the_interval(manifest, monkeypatch):
     decided = report.decide(claims["beats"], runs)
     assert decided["runs"] == "amsrn-tiny vs base" and decided["direction"] == "no clear difference"
     assert "-1.0% (95% CI -3.0% to +1.0%; documents resampled, 2 seeds" in decided["ours"]
-    # the seed pairs (amsrn-tiny-s2 vs base-s2 too) and the two arms' seed variances from their own two seeds,
-    # neither below the protocol's median (one degree of freedom never narrows an interval)
-    pairs, seed_var = seen[-1]
+    # the seed pairs (amsrn-tiny-s2 vs base-s2 too) and the two arms' seed spreads: each from its own two seeds
+    # (one df), moderated toward the protocol's prior fitted to both
+    pairs, arms = seen[-1]
     assert pairs == [("amsrn-tiny", "base"), ("amsrn-tiny-s2", "base-s2")]
-    own = lambda a, b: np.var([math.log(a), math.log(b)], ddof=1)  # noqa: E731
-    median = (own(142, 143) + own(152, 153)) / 2
-    assert own(152, 153) < median < own(142, 143)
-    assert seed_var == pytest.approx(own(142, 143) + median, rel=1e-9)
+    own = {name: verdicts.seed_variance([math.log(a), math.log(b)])
+           for name, a, b in [("amsrn-tiny", 142, 143), ("base", 152, 153)]}
+    prior = verdicts.fit_prior(list(own.values()))
+    assert prior.setups == 2 and prior.total_df == 2
+    assert arms == [verdicts.moderated(own["amsrn-tiny"], prior), verdicts.moderated(own["base"], prior)]
+    assert all(a.how == "moderated" and a.df == 2 for a in arms)  # d0 + 1, capped at the protocol's 2 df
     # every ratio claim tested is counted for Holm's adjustment
     decided = report.decide_all(claims, runs)
     assert decided["beats"]["holm"]["tested"] == 2 and "holm" not in decided["later"]
@@ -465,8 +467,9 @@ def test_a_claim_says_when_its_runs_trained_on_two_kinds_of_device(manifest, mon
     device = dict.fromkeys(test, "cpu")
     monkeypatch.setattr(experiments, "run_device", lambda run: device[run.name])
     monkeypatch.setattr(report, "seed_pair", lambda run, against: (run.name, against.name))
-    monkeypatch.setattr(report.verdicts, "claim_interval", lambda pairs, seed_var, **kw: verdicts.Interval(
-        0.93, 0.92, 0.94, 0.001, len(pairs), "documents", math.sqrt(seed_var), [0.93] * len(pairs), np.zeros(10)))
+    monkeypatch.setattr(report.verdicts, "claim_interval", lambda pairs, arms, **kw: verdicts.Interval(
+        0.93, 0.92, 0.94, 0.001, len(pairs), "documents", math.sqrt(sum(a.var for a in arms)), [0.93] * len(pairs),
+        np.zeros(10)))
     assert "trained on" not in report.decide(claims["beats"], runs)["verdict"]
     text = report.report(runs, claims)
     assert "as its evidence records it: cpu 6 runs." in text and "No setup has seeds on more than one kind" in text
@@ -474,7 +477,7 @@ def test_a_claim_says_when_its_runs_trained_on_two_kinds_of_device(manifest, mon
     assert report.decide(claims["beats"], runs)["verdict"].endswith(
         "(trained on cpu and cuda: their seeds agree within the seed spread)")
     text = report.report(runs, claims)
-    assert "cpu 4 runs; cuda 2 runs" in text and ("| base, base-s2, base-s3 | cuda against cpu: +0.00% (1 seed against 2), within the ±0.67% that "
+    assert "cpu 4 runs; cuda 2 runs" in text and ("| base, base-s2, base-s3 | cuda against cpu: +0.00% (1 seed against 2), within the ±1.21% that "
                                                      "seed noise allows |") in text
     test["amsrn-tiny-s3"] = 150.0  # the GPU seed far from the CPU's: 7% off, where the seeds differ by 0.4%
     assert report.decide(claims["beats"], runs)["verdict"].endswith(
@@ -540,7 +543,7 @@ def test_a_mass_claim_averages_the_seeds_that_keep_per_document_sums(manifest, m
     claim = experiments.load_claims(manifest, runs)["recent"]
     monkeypatch.setattr(experiments.Run, "done", lambda self: True)
     count = np.full((6, 3), 100.0)
-    share = {"kvp-tiny": None, "kvp-tiny-s2": 0.5, "kvp-tiny-s3": 0.6}  # seed 1: no per-document sums
+    share = {"kvp-tiny": None, "kvp-tiny-s2": 0.5, "kvp-tiny-s3": 0.52}  # seed 1: no per-document sums
 
     def positions(run):
         x = share[run.name] if share[run.name] is not None else 0.9
@@ -553,13 +556,16 @@ def test_a_mass_claim_averages_the_seeds_that_keep_per_document_sums(manifest, m
     monkeypatch.setattr(experiments.Run, "evidence", positions)
     decided = report.decide(claim, runs)
     assert decided["runs"] == "kvp-tiny-s2, kvp-tiny-s3" and decided["verdict"] == "not reproduced"
-    assert decided["ours"].startswith("55% of the weight on the 2 most recent of 3 positions (95% CI ")
-    assert ("documents resampled, 2 seeds: 50%, 60%; left out, their evidence predates the per-document sums: "
+    assert decided["ours"].startswith("51% of the weight on the 2 most recent of 3 positions (95% CI ")
+    assert ("documents resampled, 2 seeds: 50%, 52%; left out, their evidence predates the per-document sums: "
             "kvp-tiny)") in decided["ours"]
-    share["kvp-tiny"] = 0.55  # every seed with sums: none left out
+    share["kvp-tiny"] = 0.51  # every seed with sums: none left out
     decided = report.decide(claim, runs)
     assert decided["runs"] == "kvp-tiny, kvp-tiny-s2, kvp-tiny-s3" and "left out" not in decided["ours"]
-    assert "3 seeds: 55%, 50%, 60%)" in decided["ours"]
+    assert "3 seeds: 51%, 50%, 52%)" in decided["ours"]
+    share["kvp-tiny-s3"] = 0.7  # two seeds as far apart: their spread on one df holds the paper's share
+    share["kvp-tiny"] = None
+    assert report.decide(claim, runs)["verdict"].startswith("inconclusive")
 
 
 SWEEP = "".join(f"""

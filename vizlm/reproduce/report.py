@@ -54,8 +54,8 @@ def protocol(run: Run) -> tuple[str, str]:
 
 class Spreads:
     """The between-seed variance of every setup's test log perplexity (:mod:`vizlm.reproduce.verdicts`): its own
-    seeds' where it has three or more finished, the larger of its own and its protocol's median with two, else
-    that median (:func:`vizlm.reproduce.verdicts.trusted`)."""
+    seeds' moderated toward its protocol's prior, fitted to the protocol's setups with two or more seeds; the prior
+    alone for a setup with one seed (:func:`vizlm.reproduce.verdicts.moderated`)."""
 
     def __init__(self, runs: dict[str, Run]):
         self.runs = runs
@@ -67,14 +67,14 @@ class Spreads:
             if spread is not None:
                 self.own |= dict.fromkeys((r.name for r in group), spread)
                 self.groups.setdefault(protocol(group[0]), []).append((group[0].name, spread))
-        self.median = {key: verdicts.protocol_median([s for _, s in g]) for key, g in self.groups.items()}
+        self.prior = {key: verdicts.fit_prior([s for _, s in g]) for key, g in self.groups.items()}
 
     def of(self, run: Run) -> verdicts.SeedSpread:
-        return verdicts.trusted(self.own.get(run.name), self.median.get(protocol(run), verdicts.SeedSpread(0.0, 0, "none")))
+        return verdicts.moderated(self.own.get(run.name), self.prior.get(protocol(run), verdicts.NO_PRIOR))
 
-    def pair_variance(self, run: Run, against: Run) -> float:
-        """The variance of one seed pair's log ratio: the two arms' seeds are independent."""
-        return self.of(run).var + self.of(against).var
+    def arms(self, run: Run, against: Run) -> list[verdicts.SeedSpread]:
+        """The seed spreads of a claim's two arms: one seed pair's log ratio varies by their sum (independent seeds)."""
+        return [self.of(run), self.of(against)]
 
     @functools.cached_property
     def devices(self) -> dict[str, tuple[list[Run], list[verdicts.DeviceCheck]]]:
@@ -84,9 +84,17 @@ class Spreads:
     def describe(self, key: tuple[str, str]) -> str:
         if key not in self.groups:
             return "no setup of this protocol has two or more seeds: seed noise is not included"
-        own = ", ".join(f"{name} {100 * s.sd:.2f}% ({s.df + 1} seeds)" for name, s in self.groups[key])
-        return (f"{own}; a setup with one seed takes their median, {100 * self.median[key].sd:.2f}%, and one with two "
-                "seeds the larger of its own and that median")
+        prior, groups = self.prior[key], self.groups[key]
+        own = ", ".join(f"{name} {100 * s.sd:.2f}% ({s.df + 1:.0f} seeds)" for name, s in groups)
+        if prior.setups < 2:
+            return f"{own}; a setup with one seed takes it"
+        fitted = (f"{own}; moderated toward their common spread by empirical Bayes, as limma does (the prior "
+                  f"{prior.describe()})")
+        if math.isinf(prior.df):
+            return (f"{fitted}: they differ no more than their seeds allow, so every setup takes "
+                    f"{100 * math.sqrt(prior.var):.2f}% on their {prior.total_df} df")
+        each = ", ".join(f"{name} {100 * verdicts.moderated(s, prior).sd:.2f}%" for name, s in groups)
+        return f"{fitted}: {each}; a setup with one seed {100 * math.sqrt(prior.var):.2f}%"
 
 
 def comparison(run: Run, runs: dict[str, Run], spreads: Spreads | None = None) -> dict | None:
@@ -96,7 +104,7 @@ def comparison(run: Run, runs: dict[str, Run], spreads: Spreads | None = None) -
     if control is None or not run.done() or not control.done():
         return None
     spreads = spreads if spreads is not None else Spreads(runs)
-    iv = verdicts.claim_interval([seed_pair(run, control)], spreads.pair_variance(run, control))
+    iv = verdicts.claim_interval([seed_pair(run, control)], spreads.arms(run, control))
     return {"control": control.name, "ratio": iv.ratio, "low": iv.low, "high": iv.high, "resampled": iv.resampled}
 
 
@@ -129,7 +137,7 @@ def decide(claim: Claim, runs: dict[str, Run], spreads: Spreads | None = None) -
         return _decide_mass(claim, run, runs)
     spreads = spreads if spreads is not None else Spreads(runs)
     pairs = seed_pairs(run, against, runs)
-    iv = verdicts.claim_interval([seed_pair(r, a) for r, a in pairs], spreads.pair_variance(run, against))
+    iv = verdicts.claim_interval([seed_pair(r, a) for r, a in pairs], spreads.arms(run, against))
     parts = verdicts.verdict(claim.kind, iv.low, iv.high, claim.paper_ratio, claim.tolerance)
     # the seeds' mean test perplexities, as the ratio is their mean (one seed: the runs' own)
     ppl = statistics.mean(experiments.run_metrics(r)["test_perplexity"] for r, _ in pairs)
@@ -189,7 +197,7 @@ def _decide_mass(claim: Claim, run: Run, runs: dict[str, Run]) -> dict:
 def device_checks(runs: dict[str, Run], spreads: Spreads) -> dict[str, tuple[list[Run], list[verdicts.DeviceCheck]]]:
     """Per setup whose finished seeds trained on two or more kinds of device (by its first run's name): its runs
     and :func:`~vizlm.reproduce.verdicts.device_check` of their test log perplexities (the seed spread within
-    the devices, else the protocol's median)."""
+    the devices, moderated with the protocol's prior)."""
     checks = {}
     for group in experiments.seed_groups(runs):
         by_device: dict[str, list[float]] = {}
@@ -197,8 +205,8 @@ def device_checks(runs: dict[str, Run], spreads: Spreads) -> dict[str, tuple[lis
             if r.done() and (device := experiments.run_device(r)) is not None:
                 by_device.setdefault(device, []).append(math.log(experiments.run_metrics(r)["test_perplexity"]))
         if len(by_device) > 1:
-            median = spreads.median.get(protocol(group[0]), verdicts.SeedSpread(0.0, 0, "none"))
-            checks[group[0].name] = (group, verdicts.device_check(by_device, median))
+            prior = spreads.prior.get(protocol(group[0]), verdicts.NO_PRIOR)
+            checks[group[0].name] = (group, verdicts.device_check(by_device, prior))
     return checks
 
 

@@ -8,15 +8,18 @@ test perplexities. Two sources of noise enter that ratio, and the interval carri
   drawn once per bootstrap replicate and shared by every seed: all seeds are scored on the same
   test set, so its sampling noise is common to them.
 * **the training seed**: a model's test log perplexity varies with its seed (initialisation,
-  the order of batches). Its between-seed variance ``v`` is estimated for every setup trained
-  with two or more seeds (one estimated from two seeds, one degree of freedom, is too uncertain to narrow an
-  interval: it takes the larger of its own and its protocol's median, :func:`trusted`); a setup with one seed
-  takes the median of its protocol's estimates
-  (robust to one unstable arm), and is reported as such. Seeds of two arms are independent draws,
-  so the log ratio of one seed pair varies by ``v_run + v_against``; a claim decided on ``K`` seed
-  pairs averages their log ratios, whose seed noise has variance ``(v_run + v_against) / K``. Each
-  bootstrap replicate adds a normal draw of that size (the variances plugged in as estimated; with
-  few seeds they are uncertain themselves, which is why the headline claims have five).
+  the order of batches). Its between-seed variance is estimated from every setup trained with two
+  or more seeds, and moderated toward its protocol's common variance by empirical Bayes as limma
+  does (Smyth 2004, :func:`fit_prior`, :func:`moderated`): the setups' variances give a prior
+  (``s0^2`` with ``d0`` degrees of freedom, ``d0`` infinite where they differ no more than their
+  sampling allows); a setup's own ``s^2`` on ``d`` degrees of freedom becomes
+  ``(d0 s0^2 + d s^2) / (d0 + d)`` on ``d0 + d`` (at most the protocol's total), and a setup with one
+  seed takes ``s0^2``. Seeds of two arms are independent draws, so the log ratio of one seed pair
+  varies by ``v_run + v_against``; a claim decided on ``K`` seed pairs averages their log ratios,
+  whose seed noise has variance ``(v_run + v_against) / K``. Each bootstrap replicate adds a normal
+  draw of that size, its variances drawn first from what their degrees of freedom leave uncertain
+  (``v df / chi2_df`` each: a Student t for one arm, Behrens-Fisher's for two), so that a spread
+  known from few seeds widens the interval as it should.
 
 So the statistic of replicate ``b`` is ``mean_k logratio_k(D*_b) + e_b`` (a seed-level random
 effect, bootstrapped over documents): :func:`claim_interval`. Its quantiles give the 95%
@@ -34,6 +37,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from vizlm.inspect.attribution_corpus import cluster_resamples
 
@@ -74,8 +78,8 @@ class SeedSpread:
     """The between-seed variance of a setup's test log perplexity, and where it comes from."""
 
     var: float
-    df: int  # its degrees of freedom: seeds - 1 (own), or those of the estimates it is the median of
-    how: str  # "own seeds" or "median of N setups with seeds"
+    df: float  # its degrees of freedom: seeds - 1 (own), more once moderated, inf where the prior is exact
+    how: str  # "own seeds", "moderated", "the protocol's prior"
 
     @property
     def sd(self) -> float:
@@ -84,7 +88,11 @@ class SeedSpread:
     def describe(self) -> str:
         if self.df == 0:
             return "no seed spread known (no setup with two or more seeds): seed noise not included"
-        return f"{100 * self.sd:.2f}% ({self.how}, {self.df} df)"
+        return f"{100 * self.sd:.2f}% ({self.how}, {_df(self.df)} df)"
+
+
+def _df(df: float) -> str:
+    return "∞" if math.isinf(df) else f"{df:.0f}" if abs(df - round(df)) < 0.05 else f"{df:.1f}"
 
 
 def seed_variance(log_perplexities: list[float]) -> SeedSpread | None:
@@ -95,28 +103,95 @@ def seed_variance(log_perplexities: list[float]) -> SeedSpread | None:
     return SeedSpread(float(x.var(ddof=1)), len(x) - 1, "own seeds")
 
 
-def protocol_median(spreads: list[SeedSpread]) -> SeedSpread:
-    """What a setup trained with one seed is given: the median of its protocol's setup variances."""
-    if not spreads:
-        return SeedSpread(0.0, 0, "none")
-    return SeedSpread(float(np.median([s.var for s in spreads])), sum(s.df for s in spreads),
-                      f"median of {len(spreads)} setup{'s' if len(spreads) != 1 else ''} with seeds")
+@dataclass
+class Prior:
+    """A protocol's prior for its setups' seed variances: ``var`` (s0^2) on ``df`` (d0) degrees of freedom, fitted
+    to ``setups`` variances on ``total_df`` degrees of freedom together (:func:`fit_prior`)."""
+
+    var: float
+    df: float
+    setups: int
+    total_df: int
+
+    def describe(self) -> str:
+        return f"{100 * math.sqrt(self.var):.2f}% on {_df(self.df)} df"
 
 
-MIN_OWN_DF = 2  # an own seed variance with fewer degrees of freedom (two seeds) is not trusted below the median
+NO_PRIOR = Prior(0.0, 0.0, 0, 0)
 
 
-def trusted(own: SeedSpread | None, median: SeedSpread) -> SeedSpread:
-    """The seed spread a setup is given: its own with :data:`MIN_OWN_DF` or more degrees of freedom (three seeds);
-    from two seeds the larger of its own and its protocol's ``median`` (a variance from one degree of freedom is
-    as likely a tenth as three times the true one, so it may widen an interval but never narrow it below the
-    protocol's); with one seed the median."""
+def _digamma(x):
+    return torch.special.digamma(torch.as_tensor(x, dtype=torch.float64)).numpy()
+
+
+def _polygamma(n: int, x):
+    return torch.special.polygamma(n, torch.as_tensor(x, dtype=torch.float64)).numpy()
+
+
+def trigamma_inverse(x: float) -> float:
+    """y with trigamma(y) = x (x > 0), by Newton's method from limma's start (Smyth 2004, trigammaInverse)."""
+    if x > 1e7:
+        return 1 / math.sqrt(x)
+    if x < 1e-6:
+        return 1 / x
+    y = 0.5 + 1 / x
+    for _ in range(50):
+        tri = float(_polygamma(1, y))
+        step = tri * (1 - tri / x) / float(_polygamma(2, y))
+        y += step
+        if -step / y < 1e-8:
+            break
+    return y
+
+
+def fit_prior(spreads: list[SeedSpread]) -> Prior:
+    """The prior of a protocol's setup variances, fitted as limma's ``fitFDist`` does (Smyth 2004, Sec. 6.2): the
+    setups' ``s^2`` taken as scaled F draws, ``s0^2`` and ``d0`` from the mean and variance of their logs beyond
+    what their own degrees of freedom explain; ``d0`` infinite where that excess is not positive (the setups share
+    one variance as far as their seeds can tell). One setup is its own prior; none, :data:`NO_PRIOR`."""
+    own = [s for s in spreads if s.df > 0 and s.var > 0]
+    if not own:
+        return NO_PRIOR
+    d = np.array([s.df for s in own], float)
+    s2 = np.array([s.var for s in own], float)
+    total = int(d.sum())
+    if len(own) == 1:
+        return Prior(float(s2[0]), float(d[0]), 1, total)
+    e = np.log(s2) - _digamma(d / 2) + np.log(d / 2)
+    excess = float(e.var(ddof=1) - _polygamma(1, d / 2).mean())
+    if excess <= 0:
+        return Prior(float(np.exp(e.mean())), math.inf, len(own), total)
+    d0 = 2 * trigamma_inverse(excess)
+    return Prior(float(np.exp(e.mean() + _digamma(d0 / 2) - math.log(d0 / 2))), d0, len(own), total)
+
+
+def moderated(own: SeedSpread | None, prior: Prior) -> SeedSpread:
+    """The seed spread a setup is given (:func:`fit_prior`'s ``prior`` of its protocol): its own ``s^2`` on ``d`` df
+    moderated to ``(d0 s0^2 + d s^2) / (d0 + d)`` on ``d0 + d`` df, ``s0^2`` where ``d0`` is infinite; the prior
+    alone for a setup with one seed. Degrees of freedom are capped at the protocol's total: no spread is known
+    better than from all its seeds. A protocol whose only setup with seeds is this one: its own, unmoderated."""
+    if prior.setups == 0:
+        return own if own is not None else SeedSpread(0.0, 0, "none")
+    cap = prior.total_df
     if own is None:
-        return median
-    if own.df >= MIN_OWN_DF or own.var >= median.var:
+        return SeedSpread(prior.var, min(prior.df, cap), "the protocol's prior")
+    if prior.setups == 1 and own.var == prior.var and own.df == prior.df:
         return own
-    return SeedSpread(median.var, median.df, f"{median.how}: its own {100 * own.sd:.2f}% from {own.df + 1} seeds "
-                                             "is smaller")
+    if math.isinf(prior.df):
+        return SeedSpread(prior.var, cap, "moderated")
+    return SeedSpread((prior.df * prior.var + own.df * own.var) / (prior.df + own.df), min(prior.df + own.df, cap),
+                      "moderated")
+
+
+def seed_noise(rng: np.random.Generator, spreads: list[SeedSpread], n: int) -> np.ndarray:
+    """(n,) draws of the summed variance of ``spreads`` (the arms of a seed pair), each drawn as ``v df / chi2_df``
+    from what its degrees of freedom leave uncertain (infinite df: ``v`` itself)."""
+    total = np.zeros(n)
+    for s in spreads:
+        if s.var <= 0 or s.df <= 0:
+            continue
+        total += s.var if math.isinf(s.df) else s.var * s.df / rng.chisquare(s.df, n)
+    return total
 
 
 @dataclass
@@ -140,11 +215,11 @@ class Interval:
         return math.exp(lo), math.exp(hi)
 
 
-def claim_interval(pairs: list[SeedPair], seed_var: float, n_boot: int = N_BOOT, seed: int = 0,
+def claim_interval(pairs: list[SeedPair], arms: list[SeedSpread], n_boot: int = N_BOOT, seed: int = 0,
                    level: float = LEVEL) -> Interval:
-    """The seed-aware bootstrap interval of the ratio of ``pairs`` (module docstring); ``seed_var``:
-    the variance of one seed pair's log ratio (``v_run + v_against``). Every pair must score the same
-    sentences (same tokens, same documents)."""
+    """The seed-aware bootstrap interval of the ratio of ``pairs`` (module docstring); ``arms``: the seed spreads
+    of the run and of what it is compared with (one pair's log ratio varies by their sum). Every pair must score
+    the same sentences (same tokens, same documents)."""
     if not pairs:
         raise ValueError("a claim needs at least one seed pair")
     units = [p.units() for p in pairs]
@@ -160,8 +235,9 @@ def claim_interval(pairs: list[SeedPair], seed_var: float, n_boot: int = N_BOOT,
     for r0 in range(0, n_boot, rows):
         idx = rng.integers(0, U, size=(min(rows, n_boot - r0), U))  # documents once per replicate, shared by the seeds
         boot[r0 : r0 + len(idx)] = diffs[:, idx].sum(-1).mean(0) / tok[idx].sum(-1)  # mean over seeds of the log ratio
+    seed_var = sum(a.var for a in arms)
     if seed_var > 0:
-        boot += rng.standard_normal(n_boot) * math.sqrt(seed_var / K)
+        boot += rng.standard_normal(n_boot) * np.sqrt(seed_noise(rng, arms, n_boot) / K)
     a = (1 - level) / 2
     lo, hi = np.quantile(boot, [a, 1 - a])
     per_seed = [p.log_ratio() for p in pairs]
@@ -191,8 +267,9 @@ def mass_interval(totals: list[np.ndarray], counts: list[np.ndarray], k: int, n_
     from each seed's per-unit sums of the weight and its count at offsets 1..L (``totals[s]``, ``counts[s]``:
     (units, L) each, every seed scored on the same units). Its interval has the two sources of noise of
     :func:`claim_interval`: the units drawn once per replicate and shared by the seeds, and with two or more seeds
-    a normal seed effect of variance ``var(per-seed shares) / K`` (the seeds' own spread: no other setup's applies
-    to a share of attention). One seed: the units only, and ``seed_sd`` 0."""
+    a normal seed effect of variance ``var(per-seed shares) / K``, that variance drawn from its ``K - 1`` degrees of
+    freedom as there (:func:`seed_noise`; the seeds' own spread: no other setup's applies to a share of attention).
+    One seed: the units only, and ``seed_sd`` 0."""
     if not totals or len(totals) != len(counts):
         raise ValueError("a share needs the per-unit sums of at least one seed")
     parts = [np.asarray(a, float)[:, :k] for a in (*totals, *counts)]
@@ -205,7 +282,9 @@ def mass_interval(totals: list[np.ndarray], counts: list[np.ndarray], k: int, n_
     boot = boot.reshape(n_boot, K, cols).sum(2).mean(1)
     seed_sd = float(np.std(per, ddof=1)) if K > 1 else 0.0
     if seed_sd > 0:
-        boot = boot + np.random.default_rng(seed + 1).standard_normal(n_boot) * seed_sd / math.sqrt(K)
+        rng = np.random.default_rng(seed + 1)
+        spread = [SeedSpread(seed_sd**2, K - 1, "own seeds")]
+        boot = boot + rng.standard_normal(n_boot) * np.sqrt(seed_noise(rng, spread, n_boot) / K)
     boot = boot[np.isfinite(boot)]
     a = (1 - level) / 2
     lo, hi = np.quantile(boot, [a, 1 - a]) if len(boot) and units >= 2 else (math.nan, math.nan)
@@ -231,27 +310,41 @@ class DeviceCheck:
         return f"{said}, {'within' if self.agree else 'beyond'} the ±{100 * self.bound:.2f}% that seed noise allows"
 
 
-def device_check(by_device: dict[str, list[float]], median: SeedSpread) -> list[DeviceCheck]:
+def device_check(by_device: dict[str, list[float]], prior: Prior) -> list[DeviceCheck]:
     """Seeds of one setup trained on different kinds of device (device -> their test log perplexities): each other
     device against the one with the most seeds. Seeds are independent draws whichever device trained them, so if
     the device does not matter the difference of two devices' means is normal with variance
-    ``v (1/n1 + 1/n2)``; beyond 1.96 of its sd they disagree, and their runs do not belong in one claim. ``v`` is
+    ``v (1/n1 + 1/n2)``; beyond its 95% bound they disagree, and their runs do not belong in one claim. ``v`` is
     the seeds' variance within the devices (pooled; a variance over all of them would hold the very difference
-    tested), from :data:`MIN_OWN_DF` degrees of freedom up, else the protocol's ``median``."""
+    tested), moderated with the protocol's ``prior`` (:func:`moderated`; the prior alone with one seed a device),
+    and the bound is the 97.5% quantile of that normal with ``v`` drawn from its degrees of freedom
+    (:func:`seed_noise`, as the claims' intervals draw it; 1.96 sd where ``v`` is known exactly)."""
     values = {d: np.asarray(v, float) for d, v in by_device.items()}
     df = sum(len(v) - 1 for v in values.values())
     own = sum(float(((v - v.mean()) ** 2).sum()) for v in values.values()) / df if df else math.nan
-    spread = SeedSpread(own, df, "within the devices") if df >= MIN_OWN_DF else median
+    spread = moderated(SeedSpread(own, df, "within the devices") if df else None, prior)
     known = spread.df > 0 and spread.var > 0
     devices = sorted(values, key=lambda d: (-len(values[d]), d))
     first, checks = devices[0], []
     for other in devices[1:]:
         n1, n2 = len(values[first]), len(values[other])
         diff = float(values[other].mean() - values[first].mean())
-        bound = 1.959964 * spread.sd * math.sqrt(1 / n1 + 1 / n2) if known else math.nan
+        bound = _bound(spread) * math.sqrt(1 / n1 + 1 / n2) if known else math.nan
         checks.append(DeviceCheck({first: float(values[first].mean()), other: float(values[other].mean())},
                                   {first: n1, other: n2}, diff, bound, abs(diff) <= bound if known else None))
     return checks
+
+
+BOUND_DRAWS = 200_000  # draws for a bound's quantile: its relative error about 0.5%
+
+
+def _bound(spread: SeedSpread) -> float:
+    """The 97.5% quantile of a normal whose variance is ``spread`` with its uncertainty (:func:`seed_noise`)."""
+    if math.isinf(spread.df):
+        return 1.959964 * spread.sd
+    rng = np.random.default_rng(0)
+    draws = rng.standard_normal(BOUND_DRAWS) * np.sqrt(seed_noise(rng, [spread], BOUND_DRAWS))
+    return float(np.quantile(draws, 0.975))
 
 
 def holm(pvalues: dict[str, float], alpha: float = 1 - LEVEL) -> dict[str, dict]:
