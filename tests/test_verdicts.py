@@ -190,6 +190,9 @@ def test_the_prior_recovers_a_known_spread_of_variances():
     assert prior.setups == n and prior.total_df == n * d
     same = verdicts.fit_prior([SeedSpread(v, d, "own seeds") for v in s0 * rng.chisquare(d, n) / d])
     assert same.var == pytest.approx(s0, rel=0.03) and same.df > 200
+    alike = [SeedSpread(v, df, "own seeds") for v, df in [(1.0e-4, 4), (1.1e-4, 4), (0.9e-4, 2)]]
+    pooled = verdicts.fit_prior(alike)  # closer than their seeds allow: one variance, pooled
+    assert math.isinf(pooled.df) and pooled.var == pytest.approx((4e-4 + 4.4e-4 + 1.8e-4) / 10, rel=1e-12)
 
 
 def test_a_setup_s_spread_is_moderated_toward_its_protocol_s_prior():

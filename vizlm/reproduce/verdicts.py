@@ -148,7 +148,8 @@ def fit_prior(spreads: list[SeedSpread]) -> Prior:
     """The prior of a protocol's setup variances, fitted as limma's ``fitFDist`` does (Smyth 2004, Sec. 6.2): the
     setups' ``s^2`` taken as scaled F draws, ``s0^2`` and ``d0`` from the mean and variance of their logs beyond
     what their own degrees of freedom explain; ``d0`` infinite where that excess is not positive (the setups share
-    one variance as far as their seeds can tell). One setup is its own prior; none, :data:`NO_PRIOR`."""
+    one variance as far as their seeds can tell), and ``s0^2`` then their pooled variance, that one variance's
+    unbiased estimate. One setup is its own prior; none, :data:`NO_PRIOR`."""
     own = [s for s in spreads if s.df > 0 and s.var > 0]
     if not own:
         return NO_PRIOR
@@ -159,8 +160,8 @@ def fit_prior(spreads: list[SeedSpread]) -> Prior:
         return Prior(float(s2[0]), float(d[0]), 1, total)
     e = np.log(s2) - _digamma(d / 2) + np.log(d / 2)
     excess = float(e.var(ddof=1) - _polygamma(1, d / 2).mean())
-    if excess <= 0:
-        return Prior(float(np.exp(e.mean())), math.inf, len(own), total)
+    if excess <= 0:  # one variance for all: its unbiased estimate is the pooled one (limma takes exp(mean e))
+        return Prior(float((d * s2).sum() / d.sum()), math.inf, len(own), total)
     d0 = 2 * trigamma_inverse(excess)
     return Prior(float(np.exp(e.mean() + _digamma(d0 / 2) - math.log(d0 / 2))), d0, len(own), total)
 
