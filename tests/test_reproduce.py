@@ -477,8 +477,13 @@ def test_a_claim_says_when_its_runs_trained_on_two_kinds_of_device(manifest, mon
     assert report.decide(claims["beats"], runs)["verdict"].endswith(
         "(trained on cpu and cuda: their seeds agree within the seed spread)")
     text = report.report(runs, claims)
-    assert "cpu 4 runs; cuda 2 runs" in text and ("| base, base-s2, base-s3 | cuda against cpu: +0.00% (1 seed against 2), within the ±1.21% that "
-                                                     "seed noise allows |") in text
+    # the check of base's seeds: the spread within the devices (cpu's two seeds) moderated with the protocol's prior
+    logs = {name: math.log(test[name]) for name in test}
+    prior = verdicts.fit_prior([verdicts.seed_variance([logs[f"{arm}{tag}"] for tag in ("", "-s2", "-s3")])
+                                for arm in ("base", "amsrn-tiny")])
+    (check,) = verdicts.device_check({"cpu": [logs["base"], logs["base-s2"]], "cuda": [logs["base-s3"]]}, prior)
+    assert check.agree and check.describe().startswith("cuda against cpu: +0.00% (1 seed against 2), within the ±")
+    assert "cpu 4 runs; cuda 2 runs" in text and f"| base, base-s2, base-s3 | {check.describe()} |" in text
     test["amsrn-tiny-s3"] = 150.0  # the GPU seed far from the CPU's: 7% off, where the seeds differ by 0.4%
     assert report.decide(claims["beats"], runs)["verdict"].endswith(
         "(trained on cpu and cuda: the devices disagree beyond the seed spread: keep them apart)")
