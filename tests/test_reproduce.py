@@ -450,6 +450,25 @@ def test_claims_are_decided_by_the_interval(manifest, monkeypatch):
     assert decided["beats"]["holm"]["tested"] == 2 and "holm" not in decided["later"]
 
 
+def test_the_seed_spread_line_says_how_each_setup_s_spread_was_set(manifest, monkeypatch):
+    """Under each claims table: the setups' own spreads and what moderation made of them; one setup with seeds is
+    its own prior; seeds that scored alike add no seed noise."""
+    manifest.write_text(TINY + CLAIMS)
+    runs = experiments.load_manifest(manifest)
+    monkeypatch.setattr(experiments.Run, "done", lambda self: not self.blocked)
+    test = {"base": 150.0, "base-s2": 151.0, "amsrn-tiny": 140.0, "amsrn-tiny-s2": 140.05}
+    monkeypatch.setattr(experiments, "run_metrics", lambda run: {"test_perplexity": test[run.name]})
+    key = report.protocol(runs["base"])
+    line = report.Spreads(runs).describe(key)
+    assert line.startswith("base 0.47% (2 seeds), amsrn-tiny 0.03% (2 seeds); moderated toward their common spread")
+    prior = report.Spreads(runs).prior[key]
+    assert prior.setups == 2 and f"(the prior {prior.describe()})" in line
+    test["amsrn-tiny-s2"] = 140.0  # seeds alike: no spread of their own, so base alone sets the prior
+    assert report.Spreads(runs).describe(key).endswith("amsrn-tiny 0.00% (2 seeds); a setup with one seed takes base's")
+    test["base-s2"] = 150.0
+    assert report.Spreads(runs).describe(key).endswith("their seeds scored alike, so seed noise is not included")
+
+
 def test_a_claim_says_when_its_runs_trained_on_two_kinds_of_device(manifest, monkeypatch):
     """Seeds trained on the CPU and on a GPU go into one claim only with a check: the report names the devices,
     and whether the setups with seeds on both agree within the seed spread."""

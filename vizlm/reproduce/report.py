@@ -86,8 +86,11 @@ class Spreads:
             return "no setup of this protocol has two or more seeds: seed noise is not included"
         prior, groups = self.prior[key], self.groups[key]
         own = ", ".join(f"{name} {100 * s.sd:.2f}% ({s.df + 1:.0f} seeds)" for name, s in groups)
+        if prior.setups == 0:
+            return f"{own}: their seeds scored alike, so seed noise is not included"
         if prior.setups < 2:
-            return f"{own}; a setup with one seed takes it"
+            (only,) = (name for name, s in groups if s.var > 0)
+            return f"{own}; a setup with one seed takes {only}'s"
         fitted = (f"{own}; moderated toward their common spread by empirical Bayes, as limma does (the prior "
                   f"{prior.describe()})")
         if math.isinf(prior.df):

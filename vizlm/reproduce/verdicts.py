@@ -85,11 +85,6 @@ class SeedSpread:
     def sd(self) -> float:
         return math.sqrt(self.var)
 
-    def describe(self) -> str:
-        if self.df == 0:
-            return "no seed spread known (no setup with two or more seeds): seed noise not included"
-        return f"{100 * self.sd:.2f}% ({self.how}, {_df(self.df)} df)"
-
 
 def _df(df: float) -> str:
     return "∞" if math.isinf(df) else f"{df:.0f}" if abs(df - round(df)) < 0.05 else f"{df:.1f}"
