@@ -82,6 +82,7 @@ def _bad_checkpoint(tmp_path):
 
 USER_ERRORS = {
     "unknown model": lambda lm, a, t: vizlm.load("no-such-model"),
+    "a model name mistyped": lambda lm, a, t: vizlm.load("amsrm"),
     "missing path": lambda lm, a, t: vizlm.load(t / "nowhere" / "model.safetensors"),
     "not a path": lambda lm, a, t: vizlm.load(42),
     "empty name": lambda lm, a, t: vizlm.load(" "),
@@ -147,6 +148,8 @@ def test_every_error_a_user_can_cause_is_a_vizlm_error(case, lm, a, tmp_path):
         USER_ERRORS[case](lm, a, tmp_path)
     message = str(info.value)
     assert message and "Traceback" not in message and len(message) < 400, message
+    if case == "a model name mistyped":
+        assert "(did you mean 'amsrn'?); available: " in message, message
 
 
 def test_given_sentences_are_lists_of_words_never_a_text_split_into_letters(lm):

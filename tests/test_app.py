@@ -351,7 +351,7 @@ def test_models_page_has_a_card_per_checkpoint():
     assert len(at.dataframe) >= 2  # our models and the papers'
     seeds = [streamlit_shows(c.value) for c in at.caption if "trained again with seed" in c.value]
     assert "**kv-doc** trained again with seed 2, for the spread of attention across seeds: the Faithfulness page shows " \
-           "kv-doc reading this model's attention." in seeds and len(seeds) == 3, seeds  # kv-doc, salton-doc, amsrn
+           "kv-doc reading this model's attention." in seeds and len(seeds) == 4, seeds  # kv-doc, kvp-doc, salton-doc, amsrn
 
 
 def test_models_cards_say_the_epoch_cap_and_write_values_for_people():
