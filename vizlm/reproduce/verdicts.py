@@ -190,6 +190,12 @@ def seed_noise(rng: np.random.Generator, spreads: list[SeedSpread], n: int) -> n
     return total
 
 
+def seed_effects(rng: np.random.Generator, spreads: list[SeedSpread], n: int, k: int = 1) -> np.ndarray:
+    """(n,) draws of the seed effect on a mean over ``k`` seeds: normal, its variance the sum of ``spreads``
+    over ``k``, that variance drawn first from its degrees of freedom (:func:`seed_noise`)."""
+    return rng.standard_normal(n) * np.sqrt(seed_noise(rng, spreads, n) / k)
+
+
 @dataclass
 class Interval:
     """A claim's ratio (run / against) with its seed-aware interval."""
@@ -233,7 +239,7 @@ def claim_interval(pairs: list[SeedPair], arms: list[SeedSpread], n_boot: int = 
         boot[r0 : r0 + len(idx)] = diffs[:, idx].sum(-1).mean(0) / tok[idx].sum(-1)  # mean over seeds of the log ratio
     seed_var = sum(a.var for a in arms)
     if seed_var > 0:
-        boot += rng.standard_normal(n_boot) * np.sqrt(seed_noise(rng, arms, n_boot) / K)
+        boot += seed_effects(rng, arms, n_boot, K)
     a = (1 - level) / 2
     lo, hi = np.quantile(boot, [a, 1 - a])
     per_seed = [p.log_ratio() for p in pairs]
@@ -278,9 +284,8 @@ def mass_interval(totals: list[np.ndarray], counts: list[np.ndarray], k: int, n_
     boot = boot.reshape(n_boot, K, cols).sum(2).mean(1)
     seed_sd = float(np.std(per, ddof=1)) if K > 1 else 0.0
     if seed_sd > 0:
-        rng = np.random.default_rng(seed + 1)
         spread = [SeedSpread(seed_sd**2, K - 1, "own seeds")]
-        boot = boot + rng.standard_normal(n_boot) * np.sqrt(seed_noise(rng, spread, n_boot) / K)
+        boot = boot + seed_effects(np.random.default_rng(seed + 1), spread, n_boot, K)
     boot = boot[np.isfinite(boot)]
     a = (1 - level) / 2
     lo, hi = np.quantile(boot, [a, 1 - a]) if len(boot) and units >= 2 else (math.nan, math.nan)
@@ -338,8 +343,7 @@ def _bound(spread: SeedSpread) -> float:
     """The 97.5% quantile of a normal whose variance is ``spread`` with its uncertainty (:func:`seed_noise`)."""
     if math.isinf(spread.df):
         return 1.959964 * spread.sd
-    rng = np.random.default_rng(0)
-    draws = rng.standard_normal(BOUND_DRAWS) * np.sqrt(seed_noise(rng, [spread], BOUND_DRAWS))
+    draws = seed_effects(np.random.default_rng(0), [spread], BOUND_DRAWS)
     return float(np.quantile(draws, 0.975))
 
 
