@@ -152,6 +152,18 @@ def test_every_error_a_user_can_cause_is_a_vizlm_error(case, lm, a, tmp_path):
         assert "(did you mean 'amsrn'?); available: " in message, message
 
 
+def test_the_app_answers_a_mistyped_model_as_the_library_does():
+    """A model name that is not there (a shared link to a run since deleted, a typo in the URL): the close names and
+    where the rest are listed, not all of them."""
+    from vizlm.app.checkpoints import UserError, get_checkpoint
+
+    with pytest.raises(UserError) as info:
+        get_checkpoint("amsrm")
+    message = str(info.value)
+    assert message.startswith("there is no model called 'amsrm' (did you mean 'amsrn'"), message
+    assert "listed in the sidebar" in message and len(message) < 400, message
+
+
 def test_given_sentences_are_lists_of_words_never_a_text_split_into_letters(lm):
     with pytest.raises(VizlmError, match="sentences= takes a list of sentences, each a list of words .str., not str: "
                                          "split the text into sentences and words first"):

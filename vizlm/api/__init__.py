@@ -226,17 +226,18 @@ def check_upload(weights_name: str, weights: bytes, config_name: str, config: by
         raise CheckpointError(f"the JSON file is {len(config) / 2**20:.0f} MB; it is limited to {MAX_META_BYTES // 2**20} MB")
 
 
-def _known_models(text: str) -> str:
-    """What a message about an unknown model name says next: the close bundled names, and every name while the
-    list stays short (else how many there are and where they are listed)."""
+def known_models(text: str, names: list[str] | None = None, where: str = "listed by vizlm.checkpoints()") -> str:
+    """What a message about an unknown model name ``text`` says next: the close names among ``names`` (default: the
+    bundled and registered checkpoints), and every name while the list stays short (else how many there are and
+    ``where`` they are listed)."""
     import difflib
 
-    names = list(checkpoint_folders())
+    names = list(checkpoint_folders()) if names is None else list(names)
     close = difflib.get_close_matches(text, names, n=3)
     said = f" (did you mean {' or '.join(repr(n) for n in close)}?)" if close else ""
     listed = ", ".join(names) or "none"
     if len(listed) > 200:
-        listed = f"{len(names)} bundled models, listed by vizlm.checkpoints()"
+        listed = f"{len(names)} models, {where}"
     return f"{said}; available: {listed}"
 
 
@@ -274,7 +275,7 @@ def load(name_or_path: str | os.PathLike, device: str | None = None) -> Model:
         if folder is None and (os.sep in text or "/" in text or path.suffix):
             raise CheckpointError(f"{text}: no such file or folder")
         if folder is None:
-            raise CheckpointError(f"there is no model called {text!r}{_known_models(text)}")
+            raise CheckpointError(f"there is no model called {text!r}{known_models(text)}")
         path = folder
     elif path.is_file() and path.suffix != ".safetensors":
         raise CheckpointError(f"{text} is not a .safetensors file; give a checkpoint folder or its model.safetensors")

@@ -502,7 +502,7 @@ def get_checkpoint(name: str) -> Checkpoint:
         return _load_upload(up["digest"], up["weights"], up["meta_raw"], device())
     folder = checkpoint_folders().get(name)
     if folder is None:
-        raise UserError(f"there is no model called {name!r}; available: {', '.join(model_names()) or 'none'}")
+        raise UserError(f"there is no model called {name!r}{api.known_models(name, model_names(), 'listed in the sidebar')}")
     try:
         return _load_folder(str(folder), _version(folder), device())
     except CheckpointError as exc:
