@@ -467,6 +467,27 @@ def test_cluster_interval():
     assert same["lo"] == same["hi"] == 0.25
 
 
+def test_bootstrap_draws_are_the_same_draws_kept_or_not_and_cannot_be_changed(monkeypatch):
+    kept = ac.bootstrap_draws(7, 300, seed=3)
+    assert kept is ac.bootstrap_draws(7, 300, seed=3)  # made once, within the bound
+    monkeypatch.setattr(ac, "_KEPT_DRAWS", 10)  # past the bound: drawn afresh, the same draws
+    fresh = ac.bootstrap_draws(7, 300, seed=3)
+    assert fresh is not kept and np.array_equal(fresh, kept) and (fresh.sum(1) == 7).all()
+    for draws in (kept, fresh):
+        with pytest.raises(ValueError, match="read-only"):
+            draws[0, 0] = 1
+
+
+def test_cluster_ratio():
+    """A share of per-unit sums: its value, an interval around it, none where the total is 0, a fixed share exact."""
+    num, den = np.array([1.0, 2.0, 0.0, 3.0]), np.array([2.0, 2.0, 4.0, 4.0])
+    r = ac.cluster_ratio(num, den, n_boot=400)
+    assert r["value"] == 0.5 and 0 <= r["lo"] < 0.5 < r["hi"] <= 1
+    assert math.isnan(ac.cluster_ratio(num, np.zeros(4))["value"])
+    fixed = ac.cluster_ratio(0.25 * den, den, n_boot=50)
+    assert fixed["lo"] == pytest.approx(0.25, rel=1e-12) and fixed["hi"] == pytest.approx(0.25, rel=1e-12)
+
+
 @pytest.mark.parametrize("context", ["sentence", "document"])
 def test_corpus_statistics_on_a_tiny_corpus(monkeypatch, tmp_path, context):
     data = make_corpus(tmp_path / "data", train=5, valid=5, test=12, doc_sentences=4, mean_length=6)

@@ -14,6 +14,7 @@ are in nats of ``log P(target)``.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -311,10 +312,27 @@ def _cat(xs: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(xs) if xs else np.zeros(0)
 
 
+# Draws of at most this many entries are kept once made (a report asks for the same 50 documents x 1,000
+# resamples some two thousand times); larger ones are drawn afresh each time.
+_KEPT_DRAWS = 1_000_000
+
+
 def bootstrap_draws(n_units: int, n_boot: int, seed: int) -> np.ndarray:
-    """(n_boot, n_units): how often each unit is drawn in each bootstrap resample (with replacement)."""
+    """(n_boot, n_units), read-only: how often each unit is drawn in each bootstrap resample (with replacement);
+    the same arguments give the same draws."""
+    if n_units * n_boot <= _KEPT_DRAWS:
+        return _kept_draws(n_units, n_boot, seed)
+    return _draws(n_units, n_boot, seed)
+
+
+def _draws(n_units: int, n_boot: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
-    return rng.multinomial(n_units, np.full(n_units, 1 / n_units), size=n_boot)
+    draws = rng.multinomial(n_units, np.full(n_units, 1 / n_units), size=n_boot)
+    draws.flags.writeable = False
+    return draws
+
+
+_kept_draws = functools.lru_cache(maxsize=16)(_draws)
 
 
 def _percentiles(boot: np.ndarray) -> dict:
@@ -364,6 +382,19 @@ def cluster_resamples(sums: np.ndarray, counts: np.ndarray, n_boot: int = N_BOOT
     boot[~np.isfinite(boot)] = np.nan
     value[~np.isfinite(value)] = np.nan
     return value, boot
+
+
+def cluster_ratio(num: np.ndarray, den: np.ndarray, n_boot: int = N_BOOT, seed: int = 0) -> dict:
+    """``{"value", "lo", "hi"}``: ``sum(num) / sum(den)`` of per-unit sums (a share of a total: the attention read's
+    part of a dependence), with a 95% bootstrap interval that resamples the units (:func:`bootstrap_draws`)."""
+    num, den = np.asarray(num, float), np.asarray(den, float)
+    total = float(den.sum())
+    if not len(den) or total <= 0:
+        return {"value": math.nan, "lo": math.nan, "hi": math.nan}
+    draws = bootstrap_draws(len(den), n_boot, seed)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        boot = (draws @ num) / (draws @ den)
+    return {"value": float(num.sum()) / total, **_percentiles(boot)}
 
 
 def cluster_interval(values: np.ndarray, units: np.ndarray, n_units: int, stat: str = "mean",
@@ -518,6 +549,7 @@ __all__ = [
     "cluster_interval",
     "cluster_mean",
     "cluster_means",
+    "cluster_ratio",
     "cluster_resamples",
     "clusters_of",
     "collect",

@@ -22,8 +22,8 @@ from vizlm.inspect.attribution import DEFAULT_STEPS, TEXT_METHODS, attribute, ch
 from vizlm.inspect.attribution_corpus import (
     N_BOOT,
     PASSAGE_TOKENS,
-    bootstrap_draws,
     cluster_interval,
+    cluster_ratio,
     reading_units,
     resample_clusters,
     unit_documents,
@@ -201,23 +201,9 @@ def statistics(frames: dict[str, pd.DataFrame], documents: np.ndarray, n_boot: i
             of = clusters[sel.unit.to_numpy(int)]
             read = np.bincount(of, weights=sel.read.abs().to_numpy(), minlength=n_clusters)
             both = read + np.bincount(of, weights=sel.state.abs().to_numpy(), minlength=n_clusters)
-            by["read_share"].append(_ratio(read, both, n_boot, seed))
+            by["read_share"].append(cluster_ratio(read, both, n_boot, seed))
         out["paths"] = by
     return out
-
-
-def _ratio(num: np.ndarray, den: np.ndarray, n_boot: int, seed: int) -> dict:
-    """``{"value", "lo", "hi"}``: ``sum(num) / sum(den)`` of per-cluster sums, with a 95% bootstrap interval over the
-    clusters (the same draws as :func:`vizlm.inspect.attribution_corpus.cluster_interval`'s)."""
-    total = float(den.sum())
-    if not len(den) or total <= 0:
-        return {"value": math.nan, "lo": math.nan, "hi": math.nan}
-    draws = bootstrap_draws(len(den), n_boot, seed)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        boot = (draws @ num) / (draws @ den)
-    boot = boot[np.isfinite(boot)]
-    return {"value": float(num.sum()) / total, "lo": float(np.quantile(boot, 0.025)),
-            "hi": float(np.quantile(boot, 0.975))}
 
 
 def _cache_parts(ckpt: Checkpoint, corpus: str, split: str, limit: int | None, permutations_n: int, epsilon: float,

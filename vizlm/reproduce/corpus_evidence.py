@@ -444,21 +444,13 @@ class FaithfulnessEvidence:
 
     def ratio(self, num: list[str], den: list[str], resample: str = "documents") -> dict | None:
         """``sum(num) / sum(den)`` of the sums of quantities (the read's share: |read| / (|read| + |state|)),
-        with a 95% bootstrap interval from the draws of :func:`mean` (:func:`vizlm.inspect.attribution_corpus.bootstrap_draws`)."""
-        from vizlm.inspect.attribution_corpus import bootstrap_draws
+        with a 95% bootstrap interval from the draws of :func:`mean` (:func:`vizlm.inspect.attribution_corpus.cluster_ratio`)."""
+        from vizlm.inspect.attribution_corpus import cluster_ratio
 
         if any(f"{n}.sum" not in self.arrays for n in [*num, *den]):
             return None
         top, bottom = self._sums(num, resample)[0], self._sums(den, resample)[0]
-        total = float(bottom.sum())
-        if not len(bottom) or total <= 0:
-            return {"value": math.nan, "lo": math.nan, "hi": math.nan}
-        draws = bootstrap_draws(len(bottom), self.config["n_boot"], self.config["seed"])
-        with np.errstate(invalid="ignore", divide="ignore"):
-            boot = (draws @ top) / (draws @ bottom)
-        boot = boot[np.isfinite(boot)]
-        return {"value": float(top.sum()) / total, "lo": float(np.quantile(boot, 0.025)),
-                "hi": float(np.quantile(boot, 0.975))}
+        return cluster_ratio(top, bottom, self.config["n_boot"], self.config["seed"])
 
     def difference(self, a: str, b: str, resample: str = "documents") -> dict | None:
         """The mean of ``a - b`` over the rows both have (two rankings of the same rows: the same counts) with its
