@@ -312,9 +312,9 @@ def _cat(xs: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(xs) if xs else np.zeros(0)
 
 
-# Draws of at most this many entries are kept once made (a report asks for the same 50 documents x 1,000
-# resamples some two thousand times); larger ones are drawn afresh each time.
-_KEPT_DRAWS = 1_000_000
+# Draws of at most this many entries (2 MB) are kept once made, the last 16 of them (a report asks for the same
+# 50 documents x 1,000 resamples some two thousand times); larger ones are drawn afresh each time.
+_KEPT_DRAWS = 250_000
 
 
 def bootstrap_draws(n_units: int, n_boot: int, seed: int) -> np.ndarray:
