@@ -386,15 +386,13 @@ def cluster_resamples(sums: np.ndarray, counts: np.ndarray, n_boot: int = N_BOOT
 
 def cluster_ratio(num: np.ndarray, den: np.ndarray, n_boot: int = N_BOOT, seed: int = 0) -> dict:
     """``{"value", "lo", "hi"}``: ``sum(num) / sum(den)`` of per-unit sums (a share of a total: the attention read's
-    part of a dependence), with a 95% bootstrap interval that resamples the units (:func:`bootstrap_draws`)."""
-    num, den = np.asarray(num, float), np.asarray(den, float)
-    total = float(den.sum())
-    if not len(den) or total <= 0:
+    part of a dependence), with a 95% bootstrap interval that resamples the units: :func:`cluster_means` of one
+    quantity whose "counts" are the total's per-unit parts (not whole numbers)."""
+    den = np.asarray(den, float)
+    if not len(den) or float(den.sum()) <= 0:
         return {"value": math.nan, "lo": math.nan, "hi": math.nan}
-    draws = bootstrap_draws(len(den), n_boot, seed)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        boot = (draws @ num) / (draws @ den)
-    return {"value": float(num.sum()) / total, **_percentiles(boot)}
+    value, lo, hi = cluster_means(np.asarray(num, float)[:, None], den[:, None], n_boot, seed)
+    return {"value": float(value[0]), "lo": float(lo[0]), "hi": float(hi[0])}
 
 
 def cluster_interval(values: np.ndarray, units: np.ndarray, n_units: int, stat: str = "mean",
