@@ -467,6 +467,25 @@ def test_cluster_interval():
     assert same["lo"] == same["hi"] == 0.25
 
 
+def test_resampled_medians_are_each_resamples_median_by_search_or_running_sum(monkeypatch):
+    rng = np.random.default_rng(5)
+    for n, n_units in ((1, 1), (2, 3), (9, 4), (200, 7), (1001, 50)):
+        v = np.sort(rng.normal(size=n).round(1))  # ties included
+        u = rng.integers(0, n_units, n)  # some units may hold no value: a resample of those alone has none
+        draws = ac.bootstrap_draws(n_units, 300, seed=n)
+        searched = ac.resampled_medians(v, u, draws)
+        monkeypatch.setattr(ac, "_MEDIAN_TABLE", 0)
+        summed = ac.resampled_medians(v, u, draws)
+        monkeypatch.undo()
+        # the reference: each value written out as often as its unit was drawn, the lower middle one
+        reference = []
+        for d in draws:
+            out = np.repeat(v, d[u])
+            reference.append(out[(len(out) + 1) // 2 - 1] if len(out) else math.nan)
+        np.testing.assert_array_equal(searched, np.array(reference))  # exact: the counts are whole numbers
+        np.testing.assert_array_equal(summed, searched)
+
+
 def test_bootstrap_draws_are_the_same_draws_kept_or_not_and_cannot_be_changed(monkeypatch):
     kept = ac.bootstrap_draws(7, 300, seed=3)
     assert kept is ac.bootstrap_draws(7, 300, seed=3)  # made once, within the bound

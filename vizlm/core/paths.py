@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib.resources import files
 from pathlib import Path
 
@@ -91,16 +91,18 @@ def home() -> Path:
     return cwd
 
 
-def _location(key: str, default: Path) -> Path:
+def _location(key: str, default: Callable[[], Path]) -> Path:
+    """The override of ``key``, else its environment variable, else ``default()``: called only then, as finding
+    :func:`home` reads files (a report asks for the evidence folder thousands of times under an override)."""
     if key in _overrides:
         return _overrides[key]
     env = os.environ.get(_ENV[key])
-    return Path(env).expanduser() if env else default
+    return Path(env).expanduser() if env else default()
 
 
 def data_dir() -> Path:
     """Processed corpora (``vizlm prepare`` writes them)."""
-    return _location("data", home() / "data")
+    return _location("data", lambda: home() / "data")
 
 
 def _user_dir(kind: str) -> Path:
@@ -117,12 +119,12 @@ def _user_dir(kind: str) -> Path:
 
 def corpora_dir() -> Path:
     """Your prepared corpora, one folder each with its card (``vizlm prepare --corpus NAME --from FOLDER``)."""
-    return _location("corpora", _user_dir("data") / "corpora")
+    return _location("corpora", lambda: _user_dir("data") / "corpora")
 
 
 def checkpoints_dir() -> Path:
     """Bundled and trained checkpoints, one folder each."""
-    return _location("checkpoints", home() / "checkpoints")
+    return _location("checkpoints", lambda: home() / "checkpoints")
 
 
 def commit() -> str | None:
@@ -164,17 +166,17 @@ def shipped_stats_dir() -> Path:
 
 def runs_dir() -> Path:
     """Checkpoints of the reproduction's runs that are not bundled (``vizlm reproduce``)."""
-    return _location("runs", home() / "runs")
+    return _location("runs", lambda: home() / "runs")
 
 
 def evidence_dir() -> Path:
     """The evidence of the reproduction's runs (:mod:`vizlm.reproduce.evidence`), kept in the repository."""
-    return _location("evidence", home() / EVIDENCE_FOLDER)
+    return _location("evidence", lambda: home() / EVIDENCE_FOLDER)
 
 
 def cache_dir() -> Path:
     """On-disk cache of corpus statistics (safe to delete)."""
-    return _location("cache", _user_dir("cache"))
+    return _location("cache", lambda: _user_dir("cache"))
 
 
 def asset(name: str) -> Path:

@@ -407,19 +407,39 @@ def cluster_interval(values: np.ndarray, units: np.ndarray, n_units: int, stat: 
     if stat == "mean":
         return cluster_mean(np.bincount(units, weights=values, minlength=n_units),
                             np.bincount(units, minlength=n_units).astype(float), n_boot, seed)
-    draws = bootstrap_draws(n_units, n_boot, seed)
-    if stat == "median":
-        order = np.argsort(values, kind="stable")
-        v, u = values[order], units[order]
-        boot = np.empty(n_boot)
-        for i, d in enumerate(draws):
-            w = d[u].astype(float)  # (n,) each value counted as often as its unit was drawn
-            c = np.cumsum(w)
-            boot[i] = v[np.searchsorted(c, c[-1] / 2)] if c[-1] > 0 else math.nan
-        value = float(np.median(values))
-    else:
+    if stat != "median":
         raise ValueError(f"stat must be 'mean' or 'median', not {stat!r}")
-    return {"value": value, **_percentiles(boot), "n": int(len(values))}
+    order = np.argsort(values, kind="stable")
+    boot = resampled_medians(values[order], units[order], bootstrap_draws(n_units, n_boot, seed))
+    return {"value": float(np.median(values)), **_percentiles(boot), "n": int(len(values))}
+
+
+_MEDIAN_TABLE = 2**22  # entries of resampled_medians' running counts (int32: 16 MB); beyond, one resample at a time
+
+
+def resampled_medians(v: np.ndarray, u: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """(n_boot,): each resample's median of the sorted values ``v`` (their units ``u``), every value counted as
+    often as its unit is drawn (``draws``: (n_boot, n_units)): the first value whose running count reaches half
+    the resample's total (NaN where the resample holds no value). All resamples at once by a binary search on
+    the values' running counts per unit, ``log2(n)`` steps (a resample's running count at value i is its draws
+    times the units' counts up to i); where that table would outgrow :data:`_MEDIAN_TABLE` entries, one resample
+    at a time by a running sum. The counts are whole numbers, so both give exactly the same medians."""
+    n, n_units = len(v), draws.shape[1]
+    if n * n_units > _MEDIAN_TABLE:
+        boot = np.empty(len(draws))
+        for i, d in enumerate(draws):
+            c = np.cumsum(d[u])  # each value counted as often as its unit was drawn
+            boot[i] = v[np.searchsorted(c, c[-1] / 2)] if c[-1] > 0 else math.nan
+        return boot
+    running = np.cumsum(np.eye(n_units, dtype=np.int32)[u], axis=0)  # (n, n_units): unit counts up to value i
+    draws = draws.astype(np.int64)
+    total = draws @ running[-1].astype(np.int64)  # (n_boot,)
+    lo, hi = np.zeros(len(draws), np.int64), np.full(len(draws), n - 1, np.int64)
+    while (lo < hi).any():  # the first i whose 2 x running count >= total (hi always satisfies it)
+        mid = (lo + hi) // 2
+        reached = 2 * np.einsum("bk,bk->b", running[mid], draws) >= total
+        hi, lo = np.where(reached, mid, hi), np.where(reached, lo, mid + 1)
+    return np.where(total > 0, v[lo], math.nan)
 
 
 # The per-target quantities the evidence keeps as per-unit sums (:func:`unit_sums`), each a mean over targets:

@@ -85,7 +85,8 @@ def folder(name: str) -> Path:
 
 
 def exists(name: str) -> bool:
-    return all((folder(name) / f).is_file() for f in FILES)
+    where = folder(name)
+    return all((where / f).is_file() for f in FILES)
 
 
 def read(name: str) -> Evidence | None:

@@ -236,7 +236,9 @@ def claim_interval(pairs: list[SeedPair], arms: list[SeedSpread], n_boot: int = 
     rows = max(1, 2**22 // max(U, 1))  # replicates drawn at a time: bounded memory for any corpus size
     for r0 in range(0, n_boot, rows):
         idx = rng.integers(0, U, size=(min(rows, n_boot - r0), U))  # documents once per replicate, shared by the seeds
-        boot[r0 : r0 + len(idx)] = diffs[:, idx].sum(-1).mean(0) / tok[idx].sum(-1)  # mean over seeds of the log ratio
+        drawn = np.bincount((np.arange(len(idx))[:, None] * U + idx).ravel(), minlength=len(idx) * U)
+        drawn = drawn.reshape(len(idx), U).astype(float)  # how often each replicate drew each unit
+        boot[r0 : r0 + len(idx)] = (drawn @ diffs.T).mean(1) / (drawn @ tok)  # mean over seeds of the log ratio
     seed_var = sum(a.var for a in arms)
     if seed_var > 0:
         boot += seed_effects(rng, arms, n_boot, K)
