@@ -237,3 +237,8 @@ def test_three_part_verdicts(kind, low, high, paper, summary, direction):
     v = verdict(kind, low, high, paper, tolerance=0.02)
     assert v["summary"] == summary and v["direction"] == direction
     assert (v["equivalence"] is None) == (kind != "equal")
+
+
+def test_a_change_that_rounds_to_zero_keeps_the_side_it_lies_on():
+    assert [verdicts.pct(r) for r in (1.014, 0.982, 1.0, 0.9996, 1.0001)] == ["+1.4%", "-1.8%", "+0.0%", "-0.04%",
+                                                                                "+0.01%"]

@@ -111,10 +111,6 @@ def comparison(run: Run, runs: dict[str, Run], spreads: Spreads | None = None) -
     return {"control": control.name, "ratio": iv.ratio, "low": iv.low, "high": iv.high, "resampled": iv.resampled}
 
 
-def _pct(ratio: float) -> str:
-    return f"{100 * (ratio - 1):+.1f}%"
-
-
 def _waiting(ref: str | list[str], runs: dict[str, Run]) -> str:
     names = [ref] if isinstance(ref, str) else ref
     blocked = [f"{n} ({runs[n].blocked})" for n in names if runs[n].blocked]
@@ -147,7 +143,7 @@ def decide(claim: Claim, runs: dict[str, Run], spreads: Spreads | None = None) -
     ppl_against = statistics.mean(experiments.run_metrics(a)["test_perplexity"] for _, a in pairs)
     seeds = (f"{iv.seeds} seed{'s' if iv.seeds > 1 else ''}"
              + (f": {', '.join(f'{x:.3f}' for x in iv.per_seed)}" if iv.seeds > 1 else ""))
-    ours = (f"{ppl:.1f} vs {ppl_against:.1f}: {_pct(iv.ratio)} (95% CI {_pct(iv.low)} to {_pct(iv.high)}; "
+    ours = (f"{ppl:.1f} vs {ppl_against:.1f}: {verdicts.pct(iv.ratio)} (95% CI {verdicts.pct(iv.low)} to {verdicts.pct(iv.high)}; "
             f"{iv.resampled} resampled, {seeds})")
     stale = sorted({x.name for pair in pairs for x in pair if x.stale})
     summary = (parts["summary"] + (f" (rests on stale evidence: {', '.join(stale)})" if stale else "")
@@ -374,7 +370,7 @@ def _holm_cell(d: dict) -> str:
     if not h:
         return "—"
     p = d["interval"].p
-    return (f"p {_p(p)}, adjusted {_p(h['p_adjusted'])}; {_pct(h['low'])} to {_pct(h['high'])} "
+    return (f"p {_p(p)}, adjusted {_p(h['p_adjusted'])}; {verdicts.pct(h['low'])} to {verdicts.pct(h['high'])} "
             f"at {100 * h['level']:.2f}%")
 
 
@@ -397,7 +393,7 @@ def _summary(claims: dict[str, Claim], decided: dict[str, dict]) -> list[str]:
             continue  # in the table of sizes
         d = decided[name]
         ours = d["ours"] if "interval" not in d else (
-            f"{_pct(d['interval'].ratio)} ({_pct(d['interval'].low)} to {_pct(d['interval'].high)}), "
+            f"{verdicts.pct(d['interval'].ratio)} ({verdicts.pct(d['interval'].low)} to {verdicts.pct(d['interval'].high)}), "
             f"{d['interval'].seeds} seed{'s' if d['interval'].seeds > 1 else ''}")
         lines.append(f"| {c.paper} | {c.claim} | {c.paper_says} | {ours} | **{d['verdict']}** |")
     return lines + [""]
@@ -437,7 +433,7 @@ def _sizes(claims: dict[str, Claim], decided: dict[str, dict], runs: dict[str, R
                 row.append("—")
             elif "interval" in d:
                 iv = d["interval"]
-                row.append(f"{_pct(iv.ratio)} ({_pct(iv.low)} to {_pct(iv.high)}), {iv.seeds} seed"
+                row.append(f"{verdicts.pct(iv.ratio)} ({verdicts.pct(iv.low)} to {verdicts.pct(iv.high)}), {iv.seeds} seed"
                            f"{'s' if iv.seeds > 1 else ''}: **{d['verdict']}**")
             else:
                 row.append(f"{d['ours']}: **{d['verdict']}**" if d["verdict"] != "not tested" else f"not tested ({d['ours']})")

@@ -361,8 +361,11 @@ def holm(pvalues: dict[str, float], alpha: float = 1 - LEVEL) -> dict[str, dict]
     return out
 
 
-def _pct(ratio: float) -> str:
-    return f"{100 * (ratio - 1):+.1f}%"
+def pct(ratio: float) -> str:
+    """A ratio as a signed change in percent, one decimal ("+1.4%"); a change that rounds to zero there keeps
+    two ("-0.04%"), so an interval's end shows on which side of no difference it lies."""
+    change = 100 * (ratio - 1)
+    return f"{change:+.2f}%" if change and round(change, 1) == 0 else f"{change:+.1f}%"
 
 
 def direction(low: float, high: float) -> str:
@@ -378,11 +381,11 @@ def verdict(kind: str, low: float, high: float, paper_ratio: float | None, toler
     if paper_ratio is None:
         size = "the paper gives no number"
     elif low <= paper_ratio <= high:
-        size = f"the paper's {_pct(paper_ratio)} lies inside the interval"
+        size = f"the paper's {pct(paper_ratio)} lies inside the interval"
     elif paper_ratio < low:
-        size = f"smaller than the paper's {_pct(paper_ratio)}" if paper_ratio < 1 else f"beyond the paper's {_pct(paper_ratio)}"
+        size = f"smaller than the paper's {pct(paper_ratio)}" if paper_ratio < 1 else f"beyond the paper's {pct(paper_ratio)}"
     else:
-        size = f"smaller than the paper's {_pct(paper_ratio)}" if paper_ratio > 1 else f"beyond the paper's {_pct(paper_ratio)}"
+        size = f"smaller than the paper's {pct(paper_ratio)}" if paper_ratio > 1 else f"beyond the paper's {pct(paper_ratio)}"
     equivalence = None
     if kind == "equal":
         if 1 - tolerance <= low and high <= 1 + tolerance:
