@@ -431,7 +431,7 @@ def resampled_medians(v: np.ndarray, u: np.ndarray, draws: np.ndarray) -> np.nda
             c = np.cumsum(d[u])  # each value counted as often as its unit was drawn
             boot[i] = v[np.searchsorted(c, c[-1] / 2)] if c[-1] > 0 else math.nan
         return boot
-    running = np.cumsum(np.eye(n_units, dtype=np.int32)[u], axis=0)  # (n, n_units): unit counts up to value i
+    running = np.cumsum(np.eye(n_units, dtype=np.int32)[u], axis=0, dtype=np.int32)  # (n, n_units): counts to i
     draws = draws.astype(np.int64)
     total = draws @ running[-1].astype(np.int64)  # (n_boot,)
     lo, hi = np.zeros(len(draws), np.int64), np.full(len(draws), n - 1, np.int64)
