@@ -640,7 +640,9 @@ seed = {seed}
 
 
 def test_claims_in_the_report_and_bad_claims_refused(manifest, tmp_path):
-    manifest.write_text(TINY + CLAIMS)
+    beyond = ('\n[claim.beyond]\npaper = "extension"\nclaim = "asked beyond the papers"\nkind = "better"\n'
+              'run = "amsrn-tiny"\nagainst = "base"\n')
+    manifest.write_text(TINY + CLAIMS + beyond)
     runs = experiments.load_manifest(manifest)
     for name in ("base", "amsrn-tiny"):
         runner.run_one(runs[name], runs, dry_run=True)
@@ -651,6 +653,11 @@ def test_claims_in_the_report_and_bad_claims_refused(manifest, tmp_path):
     row = next(line for line in text.splitlines() if line.startswith("| AMSRN beats the LSTM "))
     assert "| -6.9% |" in row and "amsrn-tiny vs base" in row and ("**reproduced**" in row or "**not reproduced" in row)
     assert "| waits for a blocked run |" in text and "**not tested**" in text
+    summary = text[text.index("### Summary"):text.index("#### Beyond the papers (exploratory)")]
+    assert "| AMSRN beats the LSTM |" in summary and "asked beyond the papers" not in summary
+    beyond = text[text.index("#### Beyond the papers (exploratory)"):]
+    assert next(line for line in beyond.splitlines() if "asked beyond the papers" in line).startswith("| extension |")
+    assert "3 ratio claims tested, 2 of the papers' and 1 beyond them" in summary
     for old, new, message in [('against = "base"\n', "", "needs an `against`"),
                               ('kind = "better"', 'kind = "worse"', "kind one of"),
                               ('run = "amsrn-tiny"', 'run = "nowhere"', "not in the manifest"),

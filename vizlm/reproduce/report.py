@@ -378,25 +378,41 @@ def _p(p: float) -> str:
     return "< 0.001" if p < 0.001 else f"{p:.3f}"
 
 
+EXPLORATORY = "extension"  # a manifest's claims beyond the papers: reported apart from the papers' (headline) claims
+
+
+def _summary_row(c: Claim, d: dict) -> str:
+    ours = d["ours"] if "interval" not in d else (
+        f"{verdicts.pct(d['interval'].ratio)} ({verdicts.pct(d['interval'].low)} to {verdicts.pct(d['interval'].high)}), "
+        f"{d['interval'].seeds} seed{'s' if d['interval'].seeds > 1 else ''}")
+    return f"| {c.paper} | {c.claim} | {c.paper_says} | {ours} | **{d['verdict']}** |"
+
+
 def _summary(claims: dict[str, Claim], decided: dict[str, dict]) -> list[str]:
-    """The findings first: one row a claim (paper, claim, ours, verdict), and how many were tested."""
+    """The findings first: one row a claim (paper, claim, ours, verdict), and how many were tested; the papers'
+    claims (the headline) apart from the manifest's own beyond them (exploratory)."""
     tested = [n for n, d in decided.items() if "interval" in d]
+    shown = [n for n, c in claims.items() if not c.variant_of]  # a claim at another size is in the table of sizes
+    papers = [n for n in shown if claims[n].paper != EXPLORATORY]
+    beyond = [n for n in shown if claims[n].paper == EXPLORATORY]
+    counted = f"{len(tested)} ratio claims tested" + (
+        f", {sum(n in tested for n in papers)} of the papers' and {sum(n in tested for n in beyond)} beyond them" * bool(beyond))
+    head = ["| paper | claim | the paper | ours (test) | verdict |", "|---|---|---|---|---|"]
     lines = ["### Summary: the papers' claims", "",
              (f"Each claim's ratio of test perplexities (run / against) with a 95% interval over the test documents "
-              f"and the training seeds; {len(tested)} ratio claims tested (Holm's adjustment over them in each "
+              f"and the training seeds; {counted} (Holm's adjustment over them in each "
               "paper's table below). The verdict has three parts there: the direction, where the paper's own effect "
               "lies against the interval, and equivalence within the claim's margin where equality is the claim; "
               "*inconclusive* means the interval holds both no difference and the paper's effect."), "",
-             "| paper | claim | the paper | ours (test) | verdict |", "|---|---|---|---|---|"]
-    for name, c in claims.items():
-        if c.variant_of:
-            continue  # in the table of sizes
-        d = decided[name]
-        ours = d["ours"] if "interval" not in d else (
-            f"{verdicts.pct(d['interval'].ratio)} ({verdicts.pct(d['interval'].low)} to {verdicts.pct(d['interval'].high)}), "
-            f"{d['interval'].seeds} seed{'s' if d['interval'].seeds > 1 else ''}")
-        lines.append(f"| {c.paper} | {c.claim} | {c.paper_says} | {ours} | **{d['verdict']}** |")
-    return lines + [""]
+             *head, *(_summary_row(claims[n], decided[n]) for n in papers), ""]
+    if beyond:
+        lines += ["#### Beyond the papers (exploratory)", "",
+                  ("Questions the papers did not ask, not counted as the papers' claims: the runs are named in "
+                   "the table *Beyond the papers: the claims* below. Where a setup has one seed, its interval's "
+                   "seed part is not its own spread but the one measured for the setups of its context and corpus "
+                   "with seeds (the prior under each table): a lead for more seeds, not a finding."), "",
+                  *head, *(_summary_row(claims[n], decided[n]) for n in beyond), ""]
+    return lines
 
 
 def run_size(run: Run) -> str:
