@@ -395,8 +395,9 @@ def _summary(claims: dict[str, Claim], decided: dict[str, dict]) -> list[str]:
     shown = [n for n, c in claims.items() if not c.variant_of]  # a claim at another size is in the table of sizes
     papers = [n for n in shown if claims[n].paper != EXPLORATORY]
     beyond = [n for n in shown if claims[n].paper == EXPLORATORY]
+    tested_beyond = sum(claims[n].paper == EXPLORATORY for n in tested)  # at every size
     counted = f"{len(tested)} ratio claims tested" + (
-        f", {sum(n in tested for n in papers)} of the papers' and {sum(n in tested for n in beyond)} beyond them" * bool(beyond))
+        f", {len(tested) - tested_beyond} of the papers' and {tested_beyond} beyond them" * bool(beyond))
     head = ["| paper | claim | the paper | ours (test) | verdict |", "|---|---|---|---|---|"]
     lines = ["### Summary: the papers' claims", "",
              (f"Each claim's ratio of test perplexities (run / against) with a 95% interval over the test documents "
