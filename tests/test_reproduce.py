@@ -899,3 +899,32 @@ def test_a_run_trained_outside_vizlm_is_imported_never_trained(tmp_path, monkeyp
     runs = experiments.load_manifest()
     assert runs["transformer-doc"].external and "main.py --data BROWN --model Transformer" in runs["transformer-doc"].external
     assert runs["transformer-doc"].control == "lstm-doc-anchor" and runs["lstm-doc-anchor"].external
+
+
+def test_a_run_started_from_another_seed_of_its_start_is_a_seed_of_its_setup(manifest):
+    """`amsrn-doc-s2` starts from `lstm-doc-s2` where `amsrn-doc` starts from `lstm-doc`: seeds of one setup (the
+    start's seed varies with the run's), unlike a run started from another setup."""
+    manifest.write_text(TINY + '\n[run.amsrn-from-s2]\npaper = "liu-lee"\nmodel = "amsrn"\ninit = "base-s2"\n'
+                        'control = "base-s2"\nseed = 3\noptions = { selection = "shared" }\n'
+                        '\n[run.amsrn-from-other]\npaper = "liu-lee"\nmodel = "amsrn"\ninit = "amsrn-tiny"\n'
+                        'seed = 4\noptions = { selection = "shared" }\n')
+    runs = experiments.load_manifest(manifest)
+    groups = [[r.name for r in g] for g in experiments.seed_groups(runs)]
+    assert ["amsrn-tiny", "amsrn-tiny-s2", "amsrn-from-s2"] in groups
+    assert not any("amsrn-from-other" in g for g in groups)
+
+
+def test_a_run_that_starts_from_itself_is_refused(manifest):
+    """A loop through init / dropout_from could never train: the manifest is refused with the loop named,
+    and a long chain of starts loads and orders without a recursion limit."""
+    loop = TINY.replace('[run.base]\npaper = "liu-lee"\nmodel = "lstm"\n',
+                        '[run.base]\npaper = "liu-lee"\nmodel = "lstm"\ninit = "amsrn-tiny"\n')
+    manifest.write_text(loop)
+    with pytest.raises(ValueError, match=r"starts from itself: (base -> amsrn-tiny -> base|amsrn-tiny -> base -> amsrn-tiny)"):
+        experiments.load_manifest(manifest)
+    chain = "".join(f'\n[run.c{i}]\npaper = "liu-lee"\nmodel = "lstm"\nepochs = 3\n' + (f'init = "c{i - 1}"\n' if i else "")
+                    for i in range(3000))
+    manifest.write_text(TINY + chain)
+    runs = experiments.load_manifest(manifest)
+    assert [r.name for r in runner.order(runs, ["c2999"])] == [f"c{i}" for i in range(3000)]
+    assert len(experiments.seed_groups(runs)) == 2  # base's and amsrn-tiny's seeds; the chain has one seed each

@@ -352,7 +352,32 @@ def load_manifest(path: Path | None = None) -> dict[str, Run]:
         for ref in (run.init, run.control, *(run.dropout_from or [])):
             if ref is not None and ref not in runs:
                 raise ValueError(f"{path}: run {run.name!r} refers to {ref!r}, which is not in the manifest")
+    _check_starts(runs, path)
     return runs
+
+
+def _check_starts(runs: dict[str, Run], path) -> None:
+    """Refuse a run that starts from itself, directly or through others (``init`` and ``dropout_from``):
+    it could never train. Each run is walked once (linear in the manifest's size)."""
+    state: dict[str, int] = {}  # 1: on the path being walked, 2: done
+    for start, run in runs.items():
+        if state.get(start):
+            continue
+        path_ = [start]
+        stack = [iter(run.first())]
+        state[start] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path_.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                loop = path_[path_.index(nxt):] + [nxt]
+                raise ValueError(f"{path}: run {nxt!r} starts from itself: {' -> '.join(loop)} (init / dropout_from)")
+            elif not state.get(nxt):
+                state[nxt] = 1
+                path_.append(nxt)
+                stack.append(iter(runs[nxt].first()))
 
 
 def run_metrics(run: Run, meta: dict | None = None) -> dict:
@@ -416,14 +441,38 @@ def _setup_key(run: Run, ignore: set[str], options: dict | None = None) -> str:
     return json.dumps(setup, sort_keys=True)
 
 
+def _seed_keys(runs: dict[str, Run]) -> dict[str, str]:
+    """Each run's :func:`_setup_key` but its seed, its starting run (``init``) by that run's own key: a run
+    started from another seed of the same start (``amsrn-doc-s2`` from ``lstm-doc-s2``) is a seed of the setup.
+    A starting run's key enters as its number among the distinct keys (a long chain stays linear in size);
+    ``load_manifest`` refuses a run that starts from itself."""
+    keys: dict[str, str] = {}
+    number: dict[str, int] = {}
+    for start in runs:
+        chain, name = [], start  # the run, then its starts until one already has a key
+        while name not in keys:
+            chain.append(name)
+            name = runs[name].init
+            if name not in runs:
+                break
+        for n in reversed(chain):
+            key = json.loads(_setup_key(runs[n], _NOT_SETUP))
+            if runs[n].init in runs:
+                key["init"] = number[keys[runs[n].init]]
+            keys[n] = json.dumps(key, sort_keys=True)
+            number.setdefault(keys[n], len(number))
+    return keys
+
+
 def seed_groups(runs: dict[str, Run]) -> list[list[Run]]:
-    """Runs that differ only in their seed (and so in their control's seed), two or more to a
-    group, in manifest order: the spread a single comparison cannot show."""
+    """Runs that differ only in their seed (and so in their control's and their starting run's seed), two or
+    more to a group, in manifest order: the spread a single comparison cannot show."""
     groups: dict[str, list[Run]] = {}
+    keys = _seed_keys(runs)
     for run in runs.values():
         if run.blocked:
             continue
-        groups.setdefault(_setup_key(run, _NOT_SETUP), []).append(run)
+        groups.setdefault(keys[run.name], []).append(run)
     # runs alike in every field but sharing a seed are two setups the manifest cannot tell apart
     # (e.g. one started from a checkpoint outside it), not seeds of one
     return [g for g in groups.values() if len(g) > 1 and len({r.seed for r in g}) == len(g)]

@@ -45,18 +45,26 @@ def table(runs: dict[str, Run], claims: dict[str, Claim] | None = None) -> list[
 def order(runs: dict[str, Run], names: list[str]) -> list[Run]:
     """``names`` and the runs they start from (``init``, ``dropout_from``), those first."""
     out: list[Run] = []
-
-    def visit(name: str) -> None:
-        run = runs[name]
-        for first in run.first():
-            visit(first)
-        if run not in out:
-            out.append(run)
-
+    placed: set[str] = set()
     for name in names:
         if name not in runs:
             raise ValueError(f"no run {name!r} in the manifest; see `vizlm reproduce --list`")
-        visit(name)
+        stack = [(name, iter(runs[name].first()))]  # depth first, its starts before a run (no recursion limit)
+        walking = {name}
+        while stack:
+            current, starts = stack[-1]
+            first = next(starts, None)
+            if first is None:
+                stack.pop()
+                walking.discard(current)
+                if current not in placed:
+                    placed.add(current)
+                    out.append(runs[current])
+            elif first in walking:  # load_manifest refuses these; a hand-made dict may not
+                raise ValueError(f"run {first!r} starts from itself (init / dropout_from)")
+            elif first not in placed:
+                walking.add(first)
+                stack.append((first, iter(runs[first].first())))
     return out
 
 
