@@ -352,32 +352,41 @@ def load_manifest(path: Path | None = None) -> dict[str, Run]:
         for ref in (run.init, run.control, *(run.dropout_from or [])):
             if ref is not None and ref not in runs:
                 raise ValueError(f"{path}: run {run.name!r} refers to {ref!r}, which is not in the manifest")
-    _check_starts(runs, path)
+    try:  # a run that starts from itself could never train
+        start_order(runs, list(runs))
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
     return runs
 
 
-def _check_starts(runs: dict[str, Run], path) -> None:
-    """Refuse a run that starts from itself, directly or through others (``init`` and ``dropout_from``):
-    it could never train. Each run is walked once (linear in the manifest's size)."""
-    state: dict[str, int] = {}  # 1: on the path being walked, 2: done
-    for start, run in runs.items():
-        if state.get(start):
-            continue
-        path_ = [start]
-        stack = [iter(run.first())]
-        state[start] = 1
+def start_order(runs: dict[str, Run], names: list[str]) -> list[Run]:
+    """``names`` and the runs they start from (``init``, ``dropout_from``), those first, each once; a run that
+    starts from itself, directly or through others, is a ValueError naming the loop. Depth first without
+    recursion: linear in the manifest's size, however long a chain of starts."""
+    out: list[Run] = []
+    placed: set[str] = set()
+    for name in names:
+        if name not in runs:
+            raise ValueError(f"no run {name!r} in the manifest; see `vizlm reproduce --list`")
+        stack = [(name, iter(runs[name].first()))]
+        walking = {name}
         while stack:
-            nxt = next(stack[-1], None)
-            if nxt is None:
-                state[path_.pop()] = 2
+            current, starts = stack[-1]
+            first = next(starts, None)
+            if first is None:
                 stack.pop()
-            elif state.get(nxt) == 1:
-                loop = path_[path_.index(nxt):] + [nxt]
-                raise ValueError(f"{path}: run {nxt!r} starts from itself: {' -> '.join(loop)} (init / dropout_from)")
-            elif not state.get(nxt):
-                state[nxt] = 1
-                path_.append(nxt)
-                stack.append(iter(runs[nxt].first()))
+                walking.discard(current)
+                if current not in placed:
+                    placed.add(current)
+                    out.append(runs[current])
+            elif first in walking:
+                path = [n for n, _ in stack]
+                loop = " -> ".join([*path[path.index(first):], first])
+                raise ValueError(f"run {first!r} starts from itself: {loop} (init / dropout_from)")
+            elif first not in placed:
+                walking.add(first)
+                stack.append((first, iter(runs[first].first())))
+    return out
 
 
 def run_metrics(run: Run, meta: dict | None = None) -> dict:
@@ -533,4 +542,4 @@ def evidence_meta(run: Run) -> dict:
 
 __all__ = ["CLAIM_KINDS", "MANIFEST", "PAPERS", "SWEPT", "Claim", "Locations", "Run", "evidence_meta", "is_own",
            "load_claims", "load_manifest", "locations", "needs", "pick", "read_toml", "run_device", "run_metrics", "seed_groups",
-           "serves", "state_note", "sweeps", "trained_on"]
+           "serves", "start_order", "state_note", "sweeps", "trained_on"]

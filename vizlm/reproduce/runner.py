@@ -22,7 +22,17 @@ from vizlm.modeling.checkpoint import CheckpointError, load_checkpoint, read_met
 from vizlm.modeling.config import TrainConfig
 from vizlm.modeling.train import train
 from vizlm.reproduce import evidence
-from vizlm.reproduce.experiments import MANIFEST, Claim, Run, load_manifest, needs, run_metrics, state_note, trained_on
+from vizlm.reproduce.experiments import (
+    MANIFEST,
+    Claim,
+    Run,
+    load_manifest,
+    needs,
+    run_metrics,
+    start_order,
+    state_note,
+    trained_on,
+)
 
 
 def table(runs: dict[str, Run], claims: dict[str, Claim] | None = None) -> list[dict]:
@@ -43,29 +53,9 @@ def table(runs: dict[str, Run], claims: dict[str, Claim] | None = None) -> list[
 
 
 def order(runs: dict[str, Run], names: list[str]) -> list[Run]:
-    """``names`` and the runs they start from (``init``, ``dropout_from``), those first."""
-    out: list[Run] = []
-    placed: set[str] = set()
-    for name in names:
-        if name not in runs:
-            raise ValueError(f"no run {name!r} in the manifest; see `vizlm reproduce --list`")
-        stack = [(name, iter(runs[name].first()))]  # depth first, its starts before a run (no recursion limit)
-        walking = {name}
-        while stack:
-            current, starts = stack[-1]
-            first = next(starts, None)
-            if first is None:
-                stack.pop()
-                walking.discard(current)
-                if current not in placed:
-                    placed.add(current)
-                    out.append(runs[current])
-            elif first in walking:  # load_manifest refuses these; a hand-made dict may not
-                raise ValueError(f"run {first!r} starts from itself (init / dropout_from)")
-            elif first not in placed:
-                walking.add(first)
-                stack.append((first, iter(runs[first].first())))
-    return out
+    """``names`` and the runs they start from (``init``, ``dropout_from``), those first
+    (:func:`vizlm.reproduce.experiments.start_order`)."""
+    return start_order(runs, names)
 
 
 TO_TRAIN = ("not run", "partial", "foreign")  # the states --only / --all act on (foreign: to say why it cannot)
