@@ -442,11 +442,14 @@ def needs(run: Run, runs: dict[str, Run], claims: dict[str, Claim]) -> list[str]
 _NOT_SETUP = {"name", "seed", "control", "bundled", "note", "stale"}  # what may differ between seeds of one setup
 
 
-def _setup_key(run: Run, ignore: set[str], options: dict | None = None) -> str:
-    """The run's fields but ``ignore`` (``options`` replaced when given), as a key: equal keys, one setup."""
+def _setup_key(run: Run, ignore: set[str], options: dict | None = None, init: int | None = None) -> str:
+    """The run's fields but ``ignore`` (``options`` and ``init`` replaced when given), as a key: equal keys, one
+    setup."""
     setup = {k: v for k, v in vars(run).items() if k not in ignore}
     if options is not None:
         setup["options"] = options
+    if init is not None:
+        setup["init"] = init
     return json.dumps(setup, sort_keys=True)
 
 
@@ -465,10 +468,8 @@ def _seed_keys(runs: dict[str, Run]) -> dict[str, str]:
             if name not in runs:
                 break
         for n in reversed(chain):
-            key = json.loads(_setup_key(runs[n], _NOT_SETUP))
-            if runs[n].init in runs:
-                key["init"] = number[keys[runs[n].init]]
-            keys[n] = json.dumps(key, sort_keys=True)
+            init = runs[n].init
+            keys[n] = _setup_key(runs[n], _NOT_SETUP, init=number[keys[init]] if init in runs else None)
             number.setdefault(keys[n], len(number))
     return keys
 
