@@ -178,7 +178,7 @@ def manifest(tmp_path, monkeypatch):
 def test_reproduce_trains_what_is_missing_in_order_and_never_retrains(manifest, capsys):
     runs = experiments.load_manifest(manifest)
     assert [r.status() for r in runs.values()] == ["not run", "not run", "not run", "not run", "blocked"]
-    assert [r.name for r in runner.order(runs, ["amsrn-tiny"])] == ["base", "amsrn-tiny"]
+    assert [r.name for r in experiments.start_order(runs, ["amsrn-tiny"])] == ["base", "amsrn-tiny"]
     code = cli.main(["reproduce", "--manifest", str(manifest), "--only", "amsrn-tiny", "--dry-run", "--threads", "1"])
     assert code == 0
     assert [r.status() for r in runs.values()] == ["finished", "finished", "not run", "not run", "blocked"]
@@ -804,7 +804,7 @@ def test_a_run_takes_its_dropout_from_the_best_of_its_sweep_on_valid(manifest, m
     dropout of the sweep's run of lowest valid perplexity."""
     manifest.write_text(TINY + DROPOUT)
     runs = experiments.load_manifest(manifest)
-    assert [r.name for r in runner.order(runs, ["kvp-picked"])] == ["lstm-d0", "lstm-d5", "kvp-picked"]
+    assert [r.name for r in experiments.start_order(runs, ["kvp-picked"])] == ["lstm-d0", "lstm-d5", "kvp-picked"]
     with pytest.raises(ValueError, match="not all finished"):
         runs["kvp-picked"].model_kwargs(runs)
     assert runner._skipped(runs["kvp-picked"], runs, {}) == "skipped: lstm-d0 did not finish (not run)"
@@ -926,5 +926,5 @@ def test_a_run_that_starts_from_itself_is_refused(manifest):
                     for i in range(3000))
     manifest.write_text(TINY + chain)
     runs = experiments.load_manifest(manifest)
-    assert [r.name for r in runner.order(runs, ["c2999"])] == [f"c{i}" for i in range(3000)]
+    assert [r.name for r in experiments.start_order(runs, ["c2999"])] == [f"c{i}" for i in range(3000)]
     assert len(experiments.seed_groups(runs)) == 2  # base's and amsrn-tiny's seeds; the chain has one seed each

@@ -349,7 +349,7 @@ def cmd_reproduce(args) -> int:
             if args.all or args.jobs > 1 or args.dry_run:
                 raise ValueError("--force trains the runs named (run NAME ... --force) again, one after another: not "
                                  "with --all, --jobs or --dry-run")
-            for run in runner.order(runs, names):
+            for run in experiments.start_order(runs, names):
                 if run.name in names:
                     print(f"reproduce: {run.name}: {runner.retrain(run, runs, args.threads, device=args.device)}",
                           file=sys.stderr)

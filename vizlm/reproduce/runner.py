@@ -52,18 +52,12 @@ def table(runs: dict[str, Run], claims: dict[str, Claim] | None = None) -> list[
     return rows
 
 
-def order(runs: dict[str, Run], names: list[str]) -> list[Run]:
-    """``names`` and the runs they start from (``init``, ``dropout_from``), those first
-    (:func:`vizlm.reproduce.experiments.start_order`)."""
-    return start_order(runs, names)
-
-
 TO_TRAIN = ("not run", "partial", "foreign")  # the states --only / --all act on (foreign: to say why it cannot)
 
 
 def pending(runs: dict[str, Run], names: list[str]) -> list[Run]:
     """:func:`order` of ``names``, the runs in it that are not finished (nor blocked)."""
-    return [r for r in order(runs, names) if r.status() in TO_TRAIN]
+    return [r for r in start_order(runs, names) if r.status() in TO_TRAIN]
 
 
 def run_one(run: Run, runs: dict[str, Run], threads: int | None = None, dry_run: bool = False, log=sys.stderr,
@@ -376,5 +370,5 @@ def _mark_bundled(manifest: Path, run: str, folder: str) -> None:
     load_manifest(manifest)  # still a valid manifest
 
 
-__all__ = ["HALF_PRECISION_TOLERANCE", "LOCATIONS", "TO_TRAIN", "bundle", "check_corpus", "job_log", "order", "pending",
+__all__ = ["HALF_PRECISION_TOLERANCE", "LOCATIONS", "TO_TRAIN", "bundle", "check_corpus", "job_log", "pending",
            "retrain", "run_many", "run_one", "run_serial", "table", "write_evidence"]
