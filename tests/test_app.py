@@ -1010,6 +1010,23 @@ def test_the_model_list_is_grouped_by_kind():
     assert all(len(o) <= ck.LABEL_CHARS for o in options if o.split(" · ")[0] in bundled_checkpoints()), options
     help_text = at.selectbox(key="model").help
     assert "perplexity" in help_text and at.selectbox(key="model").value in help_text
+    # ... and the size: the papers' k with the parameter count, from the checkpoint's config.json
+    assert "lstm-doc: running text (bundled), k = 50, 1.03 M parameters, test perplexity" in ck.model_help("lstm-doc")
+    # KVP matched to the LSTM's parameter count: its hidden size is smaller
+    assert "kvp-doc: running text (bundled), embedding 50, hidden 42, 1.03 M parameters" in ck.model_help("kvp-doc")
+
+
+def test_a_size_is_read_from_what_a_config_records_and_nothing_else():
+    from vizlm.modeling.checkpoint import meta_size
+
+    assert meta_size({"parameters": 6_732_400, "config": {"emb_dim": 300, "hidden_dim": 300}}) == (
+        "k = 300, 6.73 M parameters")
+    assert meta_size({"parameters": 24_000_000, "config": {"emb_dim": 100, "hidden_dim": 300}}) == (
+        "embedding 100, hidden 300, 24.0 M parameters")
+    # a config that records only part of it, or junk, says that part or nothing (no error, no made-up size)
+    assert meta_size({"config": {"emb_dim": 50, "hidden_dim": 50}}) == "k = 50"
+    assert meta_size({"parameters": 1_030_400, "config": {"emb_dim": True, "hidden_dim": 50}}) == "1.03 M parameters"
+    assert meta_size({}) is None and meta_size({"parameters": "many", "config": None}) is None
 
 
 def streamlit_shows(markdown: str) -> str:

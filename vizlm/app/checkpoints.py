@@ -31,6 +31,7 @@ from vizlm.modeling.checkpoint import (
     checkpoint_from_bytes,
     meta_context,
     meta_corpus,
+    meta_size,
     read_meta,
 )
 from vizlm.data.registry import CORPUS_LANGUAGE
@@ -443,14 +444,16 @@ def model_label(name: str) -> str:
 
 
 def model_help(name: str) -> str:
-    """One line on a chosen model for a select box's help: its kind, where it comes from and headline perplexity."""
+    """One line on a chosen model for a select box's help: its kind, where it comes from, its size (``k = 300,
+    6.7 M parameters``) and headline perplexity."""
     if not name:
         return ""
     ppl = perplexity(name)
+    size = meta_size(model_meta(name))
     folder = checkpoint_folders().get(name)
     where = {"bundled": "bundled", "yours": f"yours, {folder}", "run": f"a finished run, {folder}"}.get(source(name), "uploaded")
     kind = f"another seed of {first_seed(name)}" if first_seed(name) else model_kind(name)
-    return (f"{name}: {kind} ({where})"
+    return (f"{name}: {kind} ({where})" + (f", {size}" if size else "")
             + (f", {ppl[0]} perplexity {ppl[1]:.1f} (lower is better)." if ppl else "."))
 
 

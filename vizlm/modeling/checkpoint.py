@@ -590,6 +590,24 @@ def meta_reader(meta: dict):
     return normalizer(lowercase=rule.get("lowercase") is not False, numbers=rule.get("numbers") is not False)
 
 
+def size_label(emb_dim: int, hidden_dim: int) -> str:
+    """A model's size as its embedding and hidden sizes say: ``k = 300`` (the papers' notation), or ``embedding 50,
+    hidden 42`` where they differ (a model matched to another's parameter count)."""
+    return f"k = {hidden_dim}" if emb_dim == hidden_dim else f"embedding {emb_dim}, hidden {hidden_dim}"
+
+
+def meta_size(meta: dict) -> str | None:
+    """A checkpoint's size (:func:`size_label`) and parameter count from its ``config.json``: ``k = 300, 6.7 M
+    parameters``; None when it records neither."""
+    config = meta.get("config") or {}
+    dims = [config.get(k) for k in ("emb_dim", "hidden_dim")]
+    count = meta.get("parameters")
+    parts = ([size_label(*dims)] if all(isinstance(d, int) and not isinstance(d, bool) for d in dims) else []) + (
+        [f"{count / 1e6:.{1 if count >= 1e7 else 2}f} M parameters"]
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0 else [])
+    return ", ".join(parts) or None
+
+
 def meta_context(meta: dict) -> str:
     """How a checkpoint reads text, from its ``config.json`` (older ones: the config's default)."""
     return (meta.get("config") or {}).get("context", BaseConfig.context)

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from vizlm.core import files
+from vizlm.modeling.checkpoint import size_label
 from vizlm.reproduce import evidence, experiments, verdicts
 from vizlm.reproduce.corpus_runs import (
     AttributionPlan,
@@ -417,8 +418,8 @@ def _summary(claims: dict[str, Claim], decided: dict[str, dict]) -> list[str]:
 
 
 def run_size(run: Run) -> str:
-    """A run's size as its embedding / hidden size says: ``k = 300``, or ``100 / 300`` where they differ."""
-    return f"k = {run.hidden_dim}" if run.emb_dim == run.hidden_dim else f"{run.emb_dim} / {run.hidden_dim}"
+    """A run's size (:func:`vizlm.modeling.checkpoint.size_label`): ``k = 300``."""
+    return size_label(run.emb_dim, run.hidden_dim)
 
 
 def model_size(claim: Claim, runs: dict[str, Run]) -> str:
