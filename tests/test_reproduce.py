@@ -639,6 +639,48 @@ seed = {seed}
                     "| kv · k = 300 · seed 1234 | not run | not run |  |"], rows
 
 
+def test_a_tuning_sweep_says_whether_it_brackets_its_best(manifest, monkeypatch):
+    """A value we choose on valid (dropout, for `dropout_from`) is a sweep of its own, its row naming its size and
+    seed; a best at the largest value swept (or at a smallest above the option's least, 0) is said to leave the
+    optimum unbracketed; a best inside, or at 0, brackets it. The papers' own ranges (windows) are never flagged."""
+    sweep = "".join(f"""
+[run.lstm-d{tag}]
+paper = "daniluk"
+model = "lstm"
+context = "document"
+seed = 11
+options = {{ dropout = {d} }}
+""" for tag, d in [("0", 0.0), ("25", 0.25), ("50", 0.5)])
+    manifest.write_text(TINY + SWEEP + sweep)
+    runs = experiments.load_manifest(manifest)
+    assert ("dropout", ["lstm-d0", "lstm-d25", "lstm-d50"]) in [(k, [r.name for r in g]) for k, g in experiments.sweeps(runs)]
+    valid = {"lstm-d0": 110.0, "lstm-d25": 105.0, "kv-w1": 120.0, "kv-w5": 125.0, "kv-w10": 126.0}
+    monkeypatch.setattr(experiments.Run, "done", lambda self: self.name in valid)
+    monkeypatch.setattr(experiments, "run_metrics",
+                        lambda run, meta=None: {"valid_perplexity": valid[run.name], "test_perplexity": valid[run.name] - 2})
+    monkeypatch.setattr(report, "comparison", lambda run, runs, spreads=None: None)
+
+    def said(text: str) -> list[str]:
+        return [line for line in text.splitlines() if "the sweep" in line]
+
+    text = report.report(runs)
+    assert "| lstm · k = 8 · seed 11 | 108.00 (110.00) | 103.00 (105.00) | not run |" in text
+    assert said(text) == [], "a sweep not yet whole says nothing"
+    valid["lstm-d50"] = 104.0
+    assert said(report.report(runs)) == [
+        "lstm's best dropout on valid (0.5) is the largest value swept: the sweep does not bracket its optimum, "
+        "which may lie above it."]
+    valid["lstm-d50"] = 107.0
+    assert said(report.report(runs)) == ["The best dropout on valid (lstm) lies inside the values swept: the sweep brackets it."]
+    valid["lstm-d0"] = 100.0  # 0 is dropout's least: nothing lies below it
+    assert said(report.report(runs)) == ["The best dropout on valid (lstm) lies inside the values swept: the sweep brackets it."]
+    group = experiments.sweeps(runs)[-1][1]
+    # a sweep of 0.25 and 0.5 only: its best at 0.25 lies at an end above the least (0 was not tried)
+    assert [r.name for r in group[1:]] == ["lstm-d25", "lstm-d50"]
+    assert experiments.unbracketed("dropout", group[1:]) == "smallest"
+    assert experiments.unbracketed("window", [runs["kv-w1"], runs["kv-w5"], runs["kv-w10"]]) is None  # the paper's range
+
+
 def test_claims_in_the_report_and_bad_claims_refused(manifest, tmp_path):
     beyond = ('\n[claim.beyond]\npaper = "extension"\nclaim = "asked beyond the papers"\nkind = "better"\n'
               'run = "amsrn-tiny"\nagainst = "base"\n')

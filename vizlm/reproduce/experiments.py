@@ -489,14 +489,30 @@ def seed_groups(runs: dict[str, Run]) -> list[list[Run]]:
 
 
 SWEPT = ("window", "n", "entropy_weight")  # options the papers sweep (Daniluk et al., Fig. 2a / 2b; Liu & Lee's lambda)
+# options we tune on valid (a sweep chooses the value other runs use, `dropout_from`), each with the least value it
+# can take: a best at the largest value swept, or at a smallest one above that least, leaves the optimum unbracketed
+TUNED = {"dropout": 0.0}
+
+
+def unbracketed(key: str, group: list[Run]) -> str | None:
+    """For a sweep of a :data:`TUNED` option whose best on valid (:func:`pick`) lies at an end of the values swept
+    that is not the option's least: ``"largest"`` or ``"smallest"``; None when the sweep brackets its best, is not
+    whole yet, or sweeps the papers' values (:data:`SWEPT`: their figures' ranges, not a choice of ours)."""
+    best = pick([r.name for r in group], {r.name: r for r in group}) if key in TUNED else None
+    if best is None:
+        return None
+    values = sorted(r.options[key] for r in group)
+    if best.options[key] == values[-1]:
+        return "largest"
+    return "smallest" if best.options[key] == values[0] > TUNED[key] else None
 
 
 def sweeps(runs: dict[str, Run]) -> list[tuple[str, list[Run]]]:
     """(option, runs) for runs that differ only in one swept option (name, control, bundled copy
-    and note aside), two or more to a sweep, in manifest order: a paper's figure as a table row.
-    Seeds are kept apart (a seed is another sweep)."""
+    and note aside), two or more to a sweep, in manifest order: a paper's figure (:data:`SWEPT`) or a value we
+    tune on valid (:data:`TUNED`) as a table row. Seeds are kept apart (a seed is another sweep)."""
     found: dict[tuple[str, str], list[Run]] = {}
-    for key in SWEPT:
+    for key in (*SWEPT, *TUNED):
         for run in runs.values():
             if run.blocked or key not in run.options:
                 continue
@@ -541,6 +557,6 @@ def evidence_meta(run: Run) -> dict:
     return {**ev.config, "metrics": ev.metrics} if ev else {}
 
 
-__all__ = ["CLAIM_KINDS", "MANIFEST", "PAPERS", "SWEPT", "Claim", "Locations", "Run", "evidence_meta", "is_own",
+__all__ = ["CLAIM_KINDS", "MANIFEST", "PAPERS", "SWEPT", "TUNED", "Claim", "Locations", "Run", "evidence_meta", "is_own",
            "load_claims", "load_manifest", "locations", "needs", "pick", "read_toml", "run_device", "run_metrics", "seed_groups",
-           "serves", "start_order", "state_note", "sweeps", "trained_on"]
+           "serves", "start_order", "state_note", "sweeps", "trained_on", "unbracketed"]

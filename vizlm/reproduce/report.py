@@ -285,7 +285,7 @@ def seed_pairs(run: Run, against: Run, runs: dict[str, Run]) -> list[tuple[Run, 
 def _sweep_table(key: str, sweeps_: list[list[Run]], runs: dict[str, Run]) -> list[str]:
     values = sorted({r.options[key] for g in sweeps_ for r in g})
     lines = [f"| model | {' | '.join(f'{key} = {v}' for v in values)} |", "|---|" + "---:|" * len(values)]
-    # the rows' labels name the size and the seed where the table holds more than one of them
+    # the rows' labels name the size and the seed where the table holds more than one of them (or it tunes a value)
     sizes, seeds = {run_size(g[0]) for g in sweeps_}, {g[0].seed for g in sweeps_}
     models = list(dict.fromkeys(g[0].model for g in sweeps_))  # each model's seeds together, by size, in manifest order
     sweeps_ = sorted(sweeps_, key=lambda g: (g[0].hidden_dim, g[0].emb_dim, models.index(g[0].model)))
@@ -303,8 +303,20 @@ def _sweep_table(key: str, sweeps_: list[list[Run]], runs: dict[str, Run]) -> li
                 cells.append(_report_state(run) if run else "")
         first = group[0]
         label = first.model + "".join(f" {k}={v}" for k, v in first.options.items() if k != key)
-        label += f" · {run_size(first)}" * (len(sizes) > 1) + f" · seed {first.seed}" * (len(seeds) > 1)
+        tuned = key in experiments.TUNED  # a value we chose: say at which size and seed
+        label += f" · {run_size(first)}" * (len(sizes) > 1 or tuned) + f" · seed {first.seed}" * (len(seeds) > 1 or tuned)
         lines.append(f"| {label} | {' | '.join(cells)} |")
+    ends = [(g, end) for g in sweeps_ if (end := experiments.unbracketed(key, g))]
+    if ends:
+        lines.append("")
+    for group, end in ends:
+        best = experiments.pick([r.name for r in group], runs)
+        lines.append(f"{best.model}'s best {key} on valid ({best.options[key]}) is the {end} value swept: the sweep "
+                     f"does not bracket its optimum, which may lie {'above' if end == 'largest' else 'below'} it.")
+    inside = [g[0].model for g in sweeps_ if key in experiments.TUNED and not experiments.unbracketed(key, g)
+              and experiments.pick([r.name for r in g], runs)]
+    if inside:
+        lines += ["", f"The best {key} on valid ({', '.join(inside)}) lies inside the values swept: the sweep brackets it."]
     return lines
 
 
