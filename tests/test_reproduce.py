@@ -661,19 +661,19 @@ options = {{ dropout = {d} }}
     monkeypatch.setattr(report, "comparison", lambda run, runs, spreads=None: None)
 
     def said(text: str) -> list[str]:
-        return [line for line in text.splitlines() if "the sweep" in line]
+        return [line for line in text.splitlines() if "bracket" in line and "dropout" in line]
 
     text = report.report(runs)
     assert "| lstm · k = 8 · seed 11 | 108.00 (110.00) | 103.00 (105.00) | not run |" in text
     assert said(text) == [], "a sweep not yet whole says nothing"
     valid["lstm-d50"] = 104.0
-    assert said(report.report(runs)) == [
-        "lstm's best dropout on valid (0.5) is the largest value swept: the sweep does not bracket its optimum, "
-        "which may lie above it."]
+    assert said(report.report(runs)) == [(
+        "lstm's best dropout on valid (0.5) is the largest value swept: the sweep does not bracket it, the optimum may "
+        "lie above.")]
     valid["lstm-d50"] = 107.0
-    assert said(report.report(runs)) == ["The best dropout on valid (lstm) lies inside the values swept: the sweep brackets it."]
+    assert said(report.report(runs)) == ["lstm's best dropout on valid (0.25) is bracketed: values on both sides of it were tried."]
     valid["lstm-d0"] = 100.0  # 0 is dropout's least: nothing lies below it
-    assert said(report.report(runs)) == ["The best dropout on valid (lstm) lies inside the values swept: the sweep brackets it."]
+    assert said(report.report(runs)) == ["lstm's best dropout on valid (0.0) is bracketed: it is the least dropout can take."]
     group = experiments.sweeps(runs)[-1][1]
     # a sweep of 0.25 and 0.5 only: its best at 0.25 lies at an end above the least (0 was not tried)
     assert [r.name for r in group[1:]] == ["lstm-d25", "lstm-d50"]

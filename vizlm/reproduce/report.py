@@ -306,18 +306,20 @@ def _sweep_table(key: str, sweeps_: list[list[Run]], runs: dict[str, Run]) -> li
         tuned = key in experiments.TUNED  # a value we chose: say at which size and seed
         label += f" · {run_size(first)}" * (len(sizes) > 1 or tuned) + f" · seed {first.seed}" * (len(seeds) > 1 or tuned)
         lines.append(f"| {label} | {' | '.join(cells)} |")
-    ends = [(g, end) for g in sweeps_ if (end := experiments.unbracketed(key, g))]
-    if ends:
-        lines.append("")
-    for group, end in ends:
-        best = experiments.pick([r.name for r in group], runs)
-        lines.append(f"{best.model}'s best {key} on valid ({best.options[key]}) is the {end} value swept: the sweep "
-                     f"does not bracket its optimum, which may lie {'above' if end == 'largest' else 'below'} it.")
-    inside = [g[0].model for g in sweeps_ if key in experiments.TUNED and not experiments.unbracketed(key, g)
-              and experiments.pick([r.name for r in g], runs)]
-    if inside:
-        lines += ["", f"The best {key} on valid ({', '.join(inside)}) lies inside the values swept: the sweep brackets it."]
-    return lines
+    said = []  # a value we tune: whether the values swept bracket its best on valid
+    for group in sweeps_ if key in experiments.TUNED else []:
+        if (best := experiments.pick([r.name for r in group], runs)) is None:
+            continue
+        v, end = best.options[key], experiments.unbracketed(key, group)
+        if end:
+            how = (f"is the {end} value swept: the sweep does not bracket it, the optimum may lie "
+                   f"{'above' if end == 'largest' else 'below'}.")
+        elif v > min(r.options[key] for r in group):
+            how = "is bracketed: values on both sides of it were tried."
+        else:
+            how = f"is bracketed: it is the least {key} can take."
+        said.append(f"{best.model}'s best {key} on valid ({v}) {how}")
+    return lines + ([""] + said if said else [])
 
 
 def _spread(values: list[float], spec: str = ".2f") -> str:
