@@ -661,7 +661,7 @@ options = {{ dropout = {d} }}
     monkeypatch.setattr(report, "comparison", lambda run, runs, spreads=None: None)
 
     def said(text: str) -> list[str]:
-        return [line for line in text.splitlines() if "bracket" in line and "dropout" in line]
+        return [line for line in text.splitlines() if line.startswith("lstm's best dropout")]
 
     text = report.report(runs)
     assert "| lstm · k = 8 · seed 11 | 108.00 (110.00) | 103.00 (105.00) | not run |" in text

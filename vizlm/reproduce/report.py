@@ -531,7 +531,8 @@ def report(runs: dict[str, Run], claims: dict[str, Claim] | None = None,
         if swept := [(k, g) for k, g in experiments.sweeps(runs) if g[0].paper == paper]:
             lines += [f"### {title}: sweeps", "",
                       ("Test perplexity (valid in brackets) of one setup at each value of the swept option; "
-                       "bold: the best on valid, the one a claim about the model's best setting uses."), ""]
+                       "bold: the best on valid, the one a claim about the model's best setting uses (of a value "
+                       "we tune, such as dropout, the one the runs that take it from the sweep use)."), ""]
             for key in dict.fromkeys(k for k, _ in swept):
                 lines += _sweep_table(key, [g for k, g in swept if k == key], runs) + [""]
         if groups := [g for g in experiments.seed_groups(runs) if g[0].paper == paper]:
