@@ -282,6 +282,17 @@ def seed_pairs(run: Run, against: Run, runs: dict[str, Run]) -> list[tuple[Run, 
     return [(r, a) for r in seeds_of(run, runs) for a in seeds_of(against, runs) if r.seed == a.seed]
 
 
+def _bracketed(key: str, group: list[Run], best: Run) -> str:
+    """Whether the values a tuning sweep tried bracket its ``best``
+    (:func:`~vizlm.reproduce.experiments.unbracketed`)."""
+    if end := experiments.unbracketed(key, group):
+        return (f"is the {end} value swept: the sweep does not bracket it, the optimum may lie "
+                f"{'above' if end == 'largest' else 'below'}.")
+    if best.options[key] > min(r.options[key] for r in group):
+        return "is bracketed: values on both sides of it were tried."
+    return f"is bracketed: it is the least {key} can take."
+
+
 def _sweep_table(key: str, sweeps_: list[list[Run]], runs: dict[str, Run]) -> list[str]:
     values = sorted({r.options[key] for g in sweeps_ for r in g})
     lines = [f"| model | {' | '.join(f'{key} = {v}' for v in values)} |", "|---|" + "---:|" * len(values)]
@@ -289,6 +300,8 @@ def _sweep_table(key: str, sweeps_: list[list[Run]], runs: dict[str, Run]) -> li
     sizes, seeds = {run_size(g[0]) for g in sweeps_}, {g[0].seed for g in sweeps_}
     models = list(dict.fromkeys(g[0].model for g in sweeps_))  # each model's seeds together, by size, in manifest order
     sweeps_ = sorted(sweeps_, key=lambda g: (g[0].hidden_dim, g[0].emb_dim, models.index(g[0].model)))
+    tuned = key in experiments.TUNED  # a value we chose: its rows name size and seed, and say if it is bracketed
+    said = []
     for group in sweeps_:
         best = experiments.pick([r.name for r in group], runs)  # the run a claim over the sweep stands on
         by_value = {r.options[key]: r for r in group}
@@ -303,22 +316,11 @@ def _sweep_table(key: str, sweeps_: list[list[Run]], runs: dict[str, Run]) -> li
                 cells.append(_report_state(run) if run else "")
         first = group[0]
         label = first.model + "".join(f" {k}={v}" for k, v in first.options.items() if k != key)
-        tuned = key in experiments.TUNED  # a value we chose: say at which size and seed
-        label += f" · {run_size(first)}" * (len(sizes) > 1 or tuned) + f" · seed {first.seed}" * (len(seeds) > 1 or tuned)
+        label += (f" · {run_size(first)}" * (len(sizes) > 1 or tuned)
+                  + f" · seed {first.seed}" * (len(seeds) > 1 or tuned))
         lines.append(f"| {label} | {' | '.join(cells)} |")
-    said = []  # a value we tune: whether the values swept bracket its best on valid
-    for group in sweeps_ if key in experiments.TUNED else []:
-        if (best := experiments.pick([r.name for r in group], runs)) is None:
-            continue
-        v, end = best.options[key], experiments.unbracketed(key, group)
-        if end:
-            how = (f"is the {end} value swept: the sweep does not bracket it, the optimum may lie "
-                   f"{'above' if end == 'largest' else 'below'}.")
-        elif v > min(r.options[key] for r in group):
-            how = "is bracketed: values on both sides of it were tried."
-        else:
-            how = f"is bracketed: it is the least {key} can take."
-        said.append(f"{best.model}'s best {key} on valid ({v}) {how}")
+        if tuned and best is not None:
+            said.append(f"{best.model}'s best {key} on valid ({best.options[key]}) {_bracketed(key, group, best)}")
     return lines + ([""] + said if said else [])
 
 

@@ -56,7 +56,8 @@ TO_TRAIN = ("not run", "partial", "foreign")  # the states --only / --all act on
 
 
 def pending(runs: dict[str, Run], names: list[str]) -> list[Run]:
-    """:func:`order` of ``names``, the runs in it that are not finished (nor blocked)."""
+    """:func:`~vizlm.reproduce.experiments.start_order` of ``names``, the runs in it that are not finished (nor
+    blocked)."""
     return [r for r in start_order(runs, names) if r.status() in TO_TRAIN]
 
 
