@@ -133,6 +133,20 @@ def test_list_names_the_claims_a_run_not_run_serves(trained, capsys):
     assert "missing" not in " ".join(lines.values())
 
 
+def test_list_finds_the_seed_groups_once(trained, monkeypatch, capsys):
+    """``--list`` asks every run which claims need it: the seed groups behind that are found once for the whole
+    table, not once for every run and claim (the repository's manifest took 20 s that way)."""
+    manifest, _ = trained
+    manifest.write_text(TINY + '\n[claim.beats]\npaper = "liu-lee"\nclaim = "c"\nkind = "better"\n'
+                        'run = "amsrn-tiny"\nagainst = "base"\n')
+    calls = []
+    found = experiments.seed_groups
+    monkeypatch.setattr(experiments, "seed_groups", lambda runs: calls.append(1) or found(runs))
+    assert cli.main(["reproduce", "--manifest", str(manifest), "--list"]) == 0
+    assert "needed by beats" in capsys.readouterr().out
+    assert len(calls) == 1
+
+
 # --------------------------------------------------------------------------- the repository's own results
 def test_results_md_is_what_the_evidence_in_the_repository_gives(monkeypatch, tmp_path):
     """A clean clone regenerates the generated part of docs/RESULTS.md unchanged, from evidence/

@@ -410,32 +410,37 @@ def pick(ref: str | list[str], runs: dict[str, Run]) -> Run | None:
 def serves(run: Run, claims: dict[str, Claim], runs: dict[str, Run] | None = None) -> list[str]:
     """The claims that ``run`` is one of the runs of (as ``run`` or ``against``), or (given
     ``runs``) another seed of one that a claim compares seed by seed (:func:`vizlm.reproduce.report.seed_pairs`)."""
-    return [c.name for c in claims.values() if run.name in _claim_runs(c, runs or {})]
+    return [name for name, names in claim_runs(claims, runs or {}).items() if run.name in names]
 
 
-def _claim_runs(claim: Claim, runs: dict[str, Run]) -> set[str]:
-    """The runs ``claim`` reads: its candidates, and the seed pairs :func:`vizlm.reproduce.report.decide` checks."""
+def claim_runs(claims: dict[str, Claim], runs: dict[str, Run]) -> dict[str, set[str]]:
+    """Each claim's runs: its candidates and (given ``runs``) the seed pairs :func:`vizlm.reproduce.report.decide`
+    checks. The seed groups are found once for all claims."""
+    index = seed_index(runs) if runs else {}
+    return {c.name: _claim_runs(c, runs, index) for c in claims.values()}
+
+
+def _claim_runs(claim: Claim, runs: dict[str, Run], index: dict[str, list[Run]]) -> set[str]:
     names = set(claim.candidates())
     if claim.against is None or not runs:
         return names
-    groups = seed_groups(runs)
-
-    def group(name: str) -> list[Run]:
-        return next((g for g in groups if runs[name] in g), [runs[name]])
-
     refs = [[ref] if isinstance(ref, str) else ref for ref in (claim.run, claim.against)]
     for x in refs[0]:
         for y in refs[1]:
-            names |= {n for r in group(x) for a in group(y) if r.seed == a.seed for n in (r.name, a.name)}
+            names |= {n for r in index.get(x, [runs[x]]) for a in index.get(y, [runs[y]]) if r.seed == a.seed
+                      for n in (r.name, a.name)}
     return names
 
 
-def needs(run: Run, runs: dict[str, Run], claims: dict[str, Claim]) -> list[str]:
-    """The claims that need ``run``: those it serves, and those of the runs that start from it."""
-    out = serves(run, claims, runs)
+def needs(run: Run, runs: dict[str, Run], claims: dict[str, Claim],
+          served: dict[str, set[str]] | None = None) -> list[str]:
+    """The claims that need ``run``: those it serves, and those of the runs that start from it. ``served``:
+    :func:`claim_runs` of these claims and runs, when the caller asks for many runs (found once)."""
+    served = claim_runs(claims, runs) if served is None else served
+    out = [name for name, names in served.items() if run.name in names]
     for other in runs.values():
         if other.init == run.name and other is not run:
-            out += [c for c in needs(other, runs, claims) if c not in out]
+            out += [c for c in needs(other, runs, claims, served) if c not in out]
     return out
 
 
@@ -486,6 +491,11 @@ def seed_groups(runs: dict[str, Run]) -> list[list[Run]]:
     # runs alike in every field but sharing a seed are two setups the manifest cannot tell apart
     # (e.g. one started from a checkpoint outside it), not seeds of one
     return [g for g in groups.values() if len(g) > 1 and len({r.seed for r in g}) == len(g)]
+
+
+def seed_index(runs: dict[str, Run]) -> dict[str, list[Run]]:
+    """Each run of a seed group (:func:`seed_groups`) by name, to its group."""
+    return {r.name: g for g in seed_groups(runs) for r in g}
 
 
 SWEPT = ("window", "n", "entropy_weight")  # options the papers sweep (Daniluk et al., Fig. 2a / 2b; Liu & Lee's lambda)

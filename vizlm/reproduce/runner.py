@@ -26,6 +26,7 @@ from vizlm.reproduce.experiments import (
     MANIFEST,
     Claim,
     Run,
+    claim_runs,
     load_manifest,
     needs,
     run_metrics,
@@ -39,6 +40,7 @@ def table(runs: dict[str, Run], claims: dict[str, Claim] | None = None) -> list[
     """One row per run: state, stored metrics, the device a finished run trained on (None: not recorded), whether
     its evidence is in the repository and the claims that need it (for ``--list``)."""
     rows = []
+    served = claim_runs(claims or {}, runs)
     for run in runs.values():
         meta = run.meta()
         status = run.status(meta)
@@ -48,7 +50,7 @@ def table(runs: dict[str, Run], claims: dict[str, Claim] | None = None) -> list[
                      "note": state_note(run, status, meta), "parameters": m.get("parameters"),
                      "valid": m.get("valid_perplexity"), "test": m.get("test_perplexity"), "why": run.blocked,
                      "device": trained_on(meta) if status == "finished" else None,
-                     "claims": needs(run, runs, claims or {})})
+                     "claims": needs(run, runs, claims or {}, served)})
     return rows
 
 
