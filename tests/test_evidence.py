@@ -135,7 +135,7 @@ def test_list_names_the_claims_a_run_not_run_serves(trained, capsys):
 
 def test_list_finds_the_seed_groups_once(trained, monkeypatch, capsys):
     """``--list`` asks every run which claims need it: the seed groups behind that are found once for the whole
-    table, not once for every run and claim (the repository's manifest took 20 s that way)."""
+    table, not once for every run and claim (the repository's manifest took 18 s that way)."""
     manifest, _ = trained
     manifest.write_text(TINY + '\n[claim.beats]\npaper = "liu-lee"\nclaim = "c"\nkind = "better"\n'
                         'run = "amsrn-tiny"\nagainst = "base"\n')

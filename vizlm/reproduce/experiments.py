@@ -421,6 +421,7 @@ def claim_runs(claims: dict[str, Claim], runs: dict[str, Run]) -> dict[str, set[
 
 
 def _claim_runs(claim: Claim, runs: dict[str, Run], index: dict[str, list[Run]]) -> set[str]:
+    """The runs ``claim`` reads, ``index`` the runs' :func:`seed_index`."""
     names = set(claim.candidates())
     if claim.against is None or not runs:
         return names
