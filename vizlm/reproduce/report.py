@@ -269,7 +269,7 @@ def decide_all(claims: dict[str, Claim], runs: dict[str, Run], spreads: Spreads 
 
 def _seed_group(run: Run, runs: dict[str, Run]) -> list[Run]:
     """``run``'s seed group (:func:`~vizlm.reproduce.experiments.seed_groups`), or ``run`` alone."""
-    return next((g for g in experiments.seed_groups(runs) if run in g), [run])
+    return experiments.seed_index(runs).get(run.name, [run])
 
 
 def seeds_of(run: Run, runs: dict[str, Run]) -> list[Run]:
