@@ -33,6 +33,27 @@ def text_file(tmp_path_factory):
     return path
 
 
+def test_the_parser_is_built_without_the_models():
+    """`vizlm --help`, a subcommand's --help and a mistyped option answer without importing PyTorch, pandas or the
+    models: the parser's choices come from the light lists (vizlm.core.choices, vizlm.inspect.choices, ...). Run in
+    a fresh interpreter: this one has torch loaded already."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from vizlm import cli; cli.build_parser(); "
+            "print(sorted(m for m in ('torch', 'pandas', 'altair', 'vizlm.api', 'vizlm.models') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_the_light_family_list_is_the_registry():
+    """The parser's family names (vizlm.core.choices.FAMILIES) are the registry's built-in families, in its order."""
+    from vizlm.core.choices import FAMILIES
+    from vizlm.models import REGISTRY
+
+    assert FAMILIES == tuple(REGISTRY)
+
+
 def test_bundled_checkpoints_present():
     assert {"lstm", "amsrn", "kvp"} <= set(bundled_checkpoints())
 
@@ -374,6 +395,7 @@ def test_attribute_states_its_cost_and_shows_progress(capsys, monkeypatch):
     the steps bounded by the API's one constant."""
     from tqdm import tqdm
 
+    import vizlm.api
     from vizlm import commands
     from vizlm.inspect import attribution
 
@@ -381,7 +403,7 @@ def test_attribute_states_its_cost_and_shows_progress(capsys, monkeypatch):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **{**kwargs, "delay": 0})
 
-    monkeypatch.setattr(commands, "SAY_COST_S", 0.0)  # every run is "long" here
+    monkeypatch.setattr(vizlm.api, "SAY_COST_S", 0.0)  # every run is "long" here (the command reads it when it runs)
     monkeypatch.setattr(commands, "tqdm", Bar)
     code, _, err = run(capsys, "attribute", "--checkpoint", "lstm", "--text", "the cat sat on the mat .", "--steps", "4")
     assert code == 0 and "takes about" in err and "Ctrl-C" in err and "100%" in err, err

@@ -9,15 +9,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from vizlm import commands, models
+from vizlm import commands
 from vizlm.core import paths
-from vizlm.present import tables
 from vizlm.commands import fraction, positive_number, read_text, scoring_progress, whole
 from vizlm.data.registry import CORPORA, TRAINABLE
 from vizlm.data.vocab import SPECIALS, VOCAB_SIZE
-from vizlm.core.distributed import DEVICES
-from vizlm.data.ingest import LAYOUT_HELP, LAYOUTS
-from vizlm.models import REGISTRY
+from vizlm.core.choices import DEVICES, FAMILIES, IMPORT_SOURCES
+from vizlm.data.layouts import LAYOUT_HELP, LAYOUTS
 from vizlm.modeling.config import TrainConfig
 from vizlm.modeling.config import options as train_options
 
@@ -55,6 +53,8 @@ MODEL_OPTIONS = {  # flag -> (config field, type, help)
 
 def model_name(text: str) -> str:
     """argparse type: a built-in family or an installed plugin's model (read only for a name vizlm lacks)."""
+    from vizlm import models
+
     try:
         models.lookup(text)
     except ValueError as exc:
@@ -65,7 +65,7 @@ def model_name(text: str) -> str:
 def _add_train(sub) -> None:
     p = sub.add_parser("train", help="train a model on a corpus")
     p.add_argument("--model", required=True, type=model_name, metavar="MODEL",
-                   help=f"model family: {', '.join(REGISTRY)}, or an installed plugin's (`vizlm plugins` lists them)")
+                   help=f"model family: {', '.join(FAMILIES)}, or an installed plugin's (`vizlm plugins` lists them)")
     p.add_argument("--corpus", default="brown", metavar="NAME", help=f"training corpus: {', '.join(TRAINABLE)} "
                    "(default brown), or yours (`vizlm corpora` lists them)")
     p.add_argument("--out", type=Path, help="checkpoint folder (default RUNS/MODEL, runs/ of the vizlm home; a temp dir "
@@ -76,7 +76,7 @@ def _add_train(sub) -> None:
             p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=hlp)
         else:
             p.add_argument(flag, type=typ, default=None, help=hlp)
-    p.add_argument("--match-params", nargs="?", const="lstm", default=None, choices=list(REGISTRY), metavar="MODEL",
+    p.add_argument("--match-params", nargs="?", const="lstm", default=None, choices=FAMILIES, metavar="MODEL",
                    help="choose --hidden-dim (the part size for kv/kvp/ngram) so the total parameter count is within "
                         "2%% of MODEL's (default lstm) built with the given --hidden-dim (default 50) and --emb-dim; "
                         "e.g. --model kvp --match-params, or --model lstm --match-params amsrn (the AMSRN-sized LSTM)")
@@ -119,11 +119,9 @@ def _add_eval(sub) -> None:
 
 
 def _add_import(sub) -> None:
-    from vizlm.modeling.importer import SOURCES
-
     p = sub.add_parser("import", help="convert a model trained elsewhere into a vizlm checkpoint, and its data into "
                        "a vizlm corpus")
-    p.add_argument("source", choices=SOURCES, help="what made the model: pytorch-examples (pytorch/examples' "
+    p.add_argument("source", choices=IMPORT_SOURCES, help="what made the model: pytorch-examples (pytorch/examples' "
                    "word_language_model: its RNNModel, LSTM, GRU, RNN_TANH, RNN_RELU, or its TransformerModel)")
     p.add_argument("model_file", type=Path, metavar="MODEL.pt", help="its checkpoint: a state dict, or the whole "
                    "module as its main.py saves it (read without running pickled code)")
@@ -233,7 +231,7 @@ def _add_reproduce(sub) -> None:
 
 def cmd_plugins() -> int:
     """One line per plugin: its model name, package, version and description; then the skipped ones."""
-    from vizlm.models import plugins
+    from vizlm.models import REGISTRY, plugins
 
     found, skipped = plugins.installed(REGISTRY), plugins.skipped(REGISTRY)
     for name, p in found.items():
@@ -527,6 +525,7 @@ def cmd_eval(args) -> int:
 def cmd_prepare_corpus(args) -> int:
     """``vizlm prepare --corpus NAME --from FOLDER``: your corpus, through the API."""
     import vizlm
+    from vizlm.present import tables
 
     if args.corpus is None or args.source is None:
         raise ValueError("give both --corpus NAME and --from FOLDER")
@@ -548,6 +547,7 @@ def cmd_prepare_corpus(args) -> int:
 def cmd_corpora(args) -> int:
     """``vizlm corpora [NAME] [--json]``: every corpus the commands read by name, or one card."""
     import vizlm
+    from vizlm.present import tables
 
     if args.name:
         card = vizlm.corpus_card(args.name)

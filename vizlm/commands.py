@@ -3,7 +3,9 @@
 Each command is argparse -> one library call -> JSON (``--json``) or a table. Models are loaded,
 and texts analysed and exported, through the Python API (:mod:`vizlm.api`, what ``import vizlm``
 offers), as in a notebook: comparisons and positions too (under torchrun with the process group,
-``context=``); the case reports are :mod:`vizlm.inspect.case_gallery`'s.
+``context=``); the case reports are :mod:`vizlm.inspect.case_gallery`'s. The API is imported when a command runs
+(``vizlm.load`` and the rest), not to build the parser, whose choices are the light lists of
+:mod:`vizlm.core.choices` and :mod:`vizlm.inspect.choices`: ``vizlm --help`` loads no PyTorch.
 
 Also here, for every command of the CLI: the option types that refuse a bad number with a
 message (argparse then exits 2), reading ``--text-file`` and writing output files, and the
@@ -22,27 +24,14 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+import vizlm  # the API's names on first use (vizlm.load, ...): building the parser loads no model code
 from vizlm.core import files
+from vizlm.core.choices import DEVICES
 from vizlm.core.errors import InputError
-from vizlm.api import (
-    ATTENTION_OFF,
-    ATTRIBUTION_MAX_STEPS,
-    ATTRIBUTION_METHODS,
-    MAX_TOKENS,
-    MAX_TOP_K,
-    READINGS,
-    SAY_COST_S,
-    compare,
-    load,
-    positions,
-)
-from vizlm.inspect.case_gallery import RANKINGS
-from vizlm.inspect.case_rules import LABELS
-from vizlm.inspect.highlight import DEFAULT, NONE, Share, setting
 from vizlm.data.registry import CORPORA, MAX_TEXT_FILE_BYTES, read_text_file
-from vizlm.core.distributed import DEVICES, session
-from vizlm.data.ingest import wikitext_note
-from vizlm.data.text import clean_text
+from vizlm.data.text import MAX_TOKENS, clean_text
+from vizlm.inspect.choices import ATTRIBUTION_MAX_STEPS, ATTRIBUTION_METHODS, CASE_LABELS, CASE_RANKINGS
+from vizlm.inspect.highlight import DEFAULT, MAX_TOP_K, NONE, Share, setting
 
 TOP_K_MAX = MAX_TOP_K  # --top-k: more highlights than this per word are no longer a highlight
 WINDOW_MAX = MAX_TOKENS + 1  # --window: the memory slots of the longest analysed sentence
@@ -102,6 +91,8 @@ def read_text(path: Path, documents: list[int] | None = None) -> list[list[str]]
         with tqdm(total=size, unit="B", unit_scale=True, desc=f"reading {path.name}", file=sys.stderr) as bar:
             out = read_text_file(path, progress=lambda f: bar.update(max(0, round(f * size) - bar.n)),
                                  documents=documents, notes=notes)
+    from vizlm.data.ingest import wikitext_note
+
     if (hint := wikitext_note(path)) is not None:
         notes.append(hint)
     for note in notes:
@@ -252,11 +243,11 @@ def add_analysis_commands(sub) -> None:
     p = sub.add_parser("cases", help="trigger / causal / phrase / grammar cases over a corpus")
     p.add_argument("--checkpoint", required=True, help="attention checkpoint")
     _source(p)
-    p.add_argument("--label", choices=LABELS, help="only this label's examples")
+    p.add_argument("--label", choices=CASE_LABELS, help="only this label's examples")
     p.add_argument("--threshold", type=fraction, default=DEFAULT.share,
                    help=f"attention weight that counts as a highlight, from 0 to 1 (default {DEFAULT.share:g})")
     p.add_argument("--examples", type=whole(0), default=10, help="strongest examples listed per label")
-    p.add_argument("--rank", choices=RANKINGS, default="weight",
+    p.add_argument("--rank", choices=CASE_RANKINGS, default="weight",
                    help="which examples are the strongest: the heaviest, those whose slot helped the prediction most, "
                         "the heaviest above uniform (weight - 1 / the slots the row could attend to), or those whose "
                         "attended word the prediction depended on most (attribution: gradient x input of log2 P(word) "
@@ -370,7 +361,9 @@ def dump_json(obj) -> None:
 
 
 def cmd_analyze(args) -> int:
-    sa = analyze_at_head(load(args.checkpoint, device=args.device), args.text, args)
+    from vizlm.api import ATTENTION_OFF, READINGS
+
+    sa = analyze_at_head(vizlm.load(args.checkpoint, device=args.device), args.text, args)
     doc = sa.to_dict()
     if args.json:
         dump_json(doc)
@@ -408,10 +401,11 @@ def cmd_analyze(args) -> int:
 
 
 def cmd_compare(args) -> int:
+    from vizlm.core.distributed import session
     from vizlm.present.export import export_frame
 
     check_outputs(args, "csv")
-    ma, mb = load(args.a), load(args.b)
+    ma, mb = vizlm.load(args.a), vizlm.load(args.b)
     warn_off_corpus([ma, mb], args)
     a, b = ma.checkpoint, mb.checkpoint
     with session(args.device) as ctx:
@@ -420,10 +414,10 @@ def cmd_compare(args) -> int:
         if args.text_file:
             sents, ids, _, _ = _sentences(args, "compare")
             with scoring_progress([a, b], sents, "compare"):
-                result = compare(ma, mb, sentences=sents, ids=ids).result
+                result = vizlm.compare(ma, mb, sentences=sents, ids=ids).result
         else:
             with scoring_progress([a, b] if ctx.main else [], None, "compare"):
-                result = compare(ma, mb, args.corpus, args.split, context=ctx).result
+                result = vizlm.compare(ma, mb, args.corpus, args.split, context=ctx).result
         if not ctx.main:
             return 0
     if args.csv:
@@ -448,8 +442,10 @@ def cmd_compare(args) -> int:
 
 
 def cmd_positions(args) -> int:
+    from vizlm.core.distributed import session
+
     check_outputs(args, "png", "svg")
-    models = [load(c) for c in args.checkpoint]
+    models = [vizlm.load(c) for c in args.checkpoint]
     warn_off_corpus(models, args)
     ckpts = [m.checkpoint for m in models]
     attending = [c for c in ckpts if c.has_attention]
@@ -460,10 +456,10 @@ def cmd_positions(args) -> int:
         if args.text_file:
             sents, ids, _, _ = _sentences(args, "analyse")  # ids: a document model reads each block as running text
             with scoring_progress(attending, sents, "positions"):
-                stats = positions(models, window=args.window, effects=effects, sentences=sents, ids=ids).result
+                stats = vizlm.positions(models, window=args.window, effects=effects, sentences=sents, ids=ids).result
         else:
             with scoring_progress(attending if ctx.main else [], None, "positions"):
-                stats = positions(models, args.corpus, args.split, window=args.window, effects=effects,
+                stats = vizlm.positions(models, args.corpus, args.split, window=args.window, effects=effects,
                                   context=ctx).result
         if not ctx.main:
             return 0
@@ -504,7 +500,7 @@ def cmd_positions(args) -> int:
 def cmd_cases(args) -> int:
     from vizlm.inspect.case_gallery import corpus_cases
 
-    model = load(args.checkpoint, device=args.device)
+    model = vizlm.load(args.checkpoint, device=args.device)
     warn_off_corpus([model], args)
     ckpt = model.checkpoint
     attending = [ckpt] if ckpt.has_attention else []
@@ -548,6 +544,7 @@ def cmd_cases(args) -> int:
 
 
 def cmd_attribute(args) -> int:
+    from vizlm.api import SAY_COST_S
     from vizlm.present.export import FORMATS, export_attribution, json_safe
     from vizlm.present.tables import sample_text
 
@@ -558,7 +555,7 @@ def cmd_attribute(args) -> int:
         if args.format not in FORMATS:
             raise ValueError(f"--out {args.out}: say --format ({', '.join(FORMATS)}); the extension does not")
         check_outputs(args, "out")
-    model = load(args.checkpoint, device=args.device)
+    model = vizlm.load(args.checkpoint, device=args.device)
     warn_off_corpus([model], args)
     if args.corpus:
         with tqdm(total=100, desc="attribute", unit="%", file=sys.stderr, delay=2) as bar:  # shown past 2 s only
@@ -641,7 +638,7 @@ def cmd_export(args) -> int:
     check_outputs(args, "out")
     if args.sentence is not None and args.corpus is None:
         raise ValueError("--sentence chooses a sentence of --corpus; give --corpus NAME")
-    model = load(args.checkpoint)
+    model = vizlm.load(args.checkpoint)
     text = args.text if args.corpus is None else corpus_text(args.corpus, args.split, args.sentence,
                                                               model.context == "document")
     sa = analyze_at_head(model, text, args)

@@ -45,11 +45,9 @@ from vizlm.inspect.analysis import (  # noqa: F401 - ATTENTION_OFF: a fact the f
     analyze,
     distance,
 )
-from vizlm.inspect.attribution import MAX_STEPS as ATTRIBUTION_MAX_STEPS  # noqa: F401 - read by the CLI from here
-from vizlm.inspect.attribution import METHODS as ATTRIBUTION_METHODS  # noqa: F401 - read by the CLI from here
 from vizlm.inspect.attribution import SAY_COST_S  # noqa: F401 - read by the CLI from here
 from vizlm.inspect.attribution import TEXT_METHODS as ATTRIBUTION_TEXT_METHODS
-from vizlm.inspect.highlight import DEFAULT, MAX_TOP_K, Setting, fields, setting  # noqa: F401 - MAX_TOP_K: read by the CLI from here
+from vizlm.inspect.highlight import setting
 from vizlm.inspect.reading import READINGS, context_of  # noqa: F401 - READINGS: a fact the front ends read from here
 from vizlm.modeling.checkpoint import (
     MAX_META_BYTES,
@@ -247,7 +245,7 @@ def load(name_or_path: str | os.PathLike, device: str | None = None) -> Model:
     ``model.safetensors`` file with its ``config.json`` beside it.
 
     ``device``: where the model runs, ``"cpu"``, ``"cuda"`` or ``"auto"`` (the GPU when CUDA is
-    available, else the CPU; :data:`vizlm.core.distributed.DEVICES`); None: the CPU, or where a given
+    available, else the CPU; :data:`vizlm.core.choices.DEVICES`); None: the CPU, or where a given
     :class:`Model` already is. Analyses move their inputs to the model and their results to the CPU.
 
     Checked as the app checks an upload (:func:`vizlm.modeling.checkpoint.load_checkpoint`: data, never
@@ -286,7 +284,7 @@ def load(name_or_path: str | os.PathLike, device: str | None = None) -> Model:
 
 
 def check_device(device: str):
-    """``device`` (:data:`vizlm.core.distributed.DEVICES`) as a torch device; one that this machine lacks is an
+    """``device`` (:data:`vizlm.core.choices.DEVICES`) as a torch device; one that this machine lacks is an
     :class:`InputError` saying so."""
     try:
         return resolve_device(device)

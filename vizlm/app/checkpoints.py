@@ -472,7 +472,7 @@ _device = ["cpu"]  # where the server's models run: the app's --device (set_devi
 
 
 def set_device(device: str) -> None:
-    """Run the server's models on ``device`` (``cpu``, ``cuda`` or ``auto``: :data:`vizlm.core.distributed.DEVICES`);
+    """Run the server's models on ``device`` (``cpu``, ``cuda`` or ``auto``: :data:`vizlm.core.choices.DEVICES`);
     :class:`vizlm.core.errors.InputError` when this machine lacks it. Models load there from now on (the
     loaders' caches key on the device)."""
     _device[0] = str(api.check_device(device))

@@ -28,7 +28,7 @@ import torch
 from vizlm.core import paths
 from vizlm.app import checkpoints
 from vizlm.app.widgets import md_escape
-from vizlm.core.distributed import DEVICES
+from vizlm.core.choices import DEVICES
 from vizlm.core.errors import VizlmError
 from vizlm.models import REGISTRY, plugins
 

@@ -25,7 +25,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-DEVICES = ("auto", "cpu", "cuda")
+from vizlm.core.choices import DEVICES
+
 TIMEOUT = timedelta(minutes=30)  # a rank waiting longer than this for the others fails instead of hanging
 
 

@@ -88,17 +88,12 @@ from vizlm.data.folder import (
     write_card,
     write_vocab,
 )
+from vizlm.data.layouts import LAYOUT_HELP, LAYOUTS
 from vizlm.data.registry import SPLITS, DataError, check_corpus_name
 from vizlm.data.text import MAX_TOKENS, reading_of
 from vizlm.data.tokens import TokenIdWriter, vocab_digest
 from vizlm.data.vocab import BOS, EOS, PAD, SPECIALS, UNK, VOCAB_SIZE, WORD_RULE, Vocab, is_word, unusable_words
 
-LAYOUTS = ("sentence", "paragraph", "wikitext")
-LAYOUT_HELP = {
-    "sentence": "one sentence a line; a blank line ends a document",
-    "paragraph": "one paragraph a line, split into sentences; a blank line ends a document",
-    "wikitext": "WikiText: ' = Title = ' starts an article (the document); ' = = Section = = ' headings dropped",
-}
 SOURCE_NAMES = ("{split}.txt", "wiki.{split}.tokens", "ptb.{split}.txt")  # each also gzipped (.gz)
 STREAM_DOCUMENT_SENTENCES = 1000  # a split without blank lines is read in documents of this many sentences
 MAX_LINE_BYTES = 4 * 2**20  # a longer line is refused (split it): memory holds one line

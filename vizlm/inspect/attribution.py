@@ -57,6 +57,8 @@ import torch
 
 from vizlm.data.text import MAX_TOKENS
 from vizlm.inspect.agreement import TOP_K, agreement, nanmean
+from vizlm.inspect.choices import ATTRIBUTION_MAX_STEPS as MAX_STEPS  # the most steps any door accepts
+from vizlm.inspect.choices import ATTRIBUTION_METHODS as METHODS  # the interface's names -> what each measures
 from vizlm.inspect.analysis import LN2, SentenceAnalysis, analyze, analyze_sentences, distance
 from vizlm.inspect.effects import with_slot_effects
 from vizlm.inspect.highlight import DEFAULT, ScoreRow, Setting, chosen
@@ -71,12 +73,6 @@ from vizlm.inspect.attribution_methods import (
 )
 from vizlm.modeling.checkpoint import Checkpoint
 
-METHODS = {  # the interface's names -> what each measures
-    "gradient-x-input": "gradient of log P(target) times the input embedding, summed over its dimensions",
-    "integrated-gradients": "gradients integrated from zero embeddings to the input, times the input",
-    "occlusion": "log P(target) minus the same with the input token replaced by <unk>",
-    "slot-effect": "log P(target) minus the same with the token's memory slot dropped (attention models)",
-}
 LABELS = {  # each method as people read it (the Explorer's measure picker, chart titles, exports)
     "gradient-x-input": "gradient × input",
     "integrated-gradients": "integrated gradients",
@@ -90,7 +86,6 @@ TEXT_METHODS = ("gradient-x-input", "integrated-gradients", "occlusion")  # any 
 # theirs is (DELTA_TOLERANCE), up to MAX_STEPS.
 DEFAULT_STEPS = 32
 DELTA_TOLERANCE = 0.01
-MAX_STEPS = 512  # the most steps any door accepts (API, CLI, app); the doubling stops here too
 
 
 def check_steps(n_steps) -> int:

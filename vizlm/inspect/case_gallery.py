@@ -38,6 +38,8 @@ from vizlm.inspect.cache import cached, checkpoint_digest
 from vizlm.inspect.case_chance import LabelChance, LabelReading, label_rates_vs_chance
 from vizlm.inspect.case_rules import LABELS
 from vizlm.inspect.cases import Case, label_cases, rule_tags
+from vizlm.inspect.choices import CASE_RANK_FIELDS as RANK_FIELDS  # how corpus_cases picks its examples
+from vizlm.inspect.choices import CASE_RANKINGS as RANKINGS
 from vizlm.inspect.highlight import DEFAULT, Setting, Share, TopK
 from vizlm.inspect.highlight import fields as setting_fields
 from vizlm.modeling.checkpoint import Checkpoint
@@ -45,13 +47,6 @@ from vizlm.modeling.checkpoint import Checkpoint
 __all__ = ["CASES_VERSION", "GALLERY_EXAMPLES", "GALLERY_LIMIT", "GALLERY_RANK", "RANKINGS", "RANK_FIELDS",
            "CaseReport", "attribute_cases", "by_effect", "corpus_cases", "gallery_order"]
 
-# How corpus_cases picks its examples -> the field of a case (and of an example) it ranks by: the heaviest, the
-# most helpful slot, the most weight above an even spread over the slots the row could attend to
-# (Case.above_uniform: one slot gets weight 1, choosing nothing), or the attended word the prediction depended
-# on most (gradient x input: computed for this ranking only, :func:`attribute_cases`).
-RANK_FIELDS = {"weight": "weight", "effect": "effect", "above_uniform": "above_uniform",
-               "attribution": "attribution_bits"}
-RANKINGS = tuple(RANK_FIELDS)
 ATTRIBUTION_METHOD = "gradient-x-input"  # what rank="attribution" measures (vizlm.inspect.attribution.METHODS)
 # The Cases page's defaults (the reports of the bundled checkpoints at these ship with them: scripts/ship_stats.py)
 GALLERY_RANK, GALLERY_LIMIT, GALLERY_EXAMPLES = "above_uniform", 1000, 8

@@ -113,17 +113,12 @@ import numpy as np
 
 from vizlm.data.resources import Collocations
 from vizlm.data.text import NUMBER
+from vizlm.inspect.choices import CASE_LABEL_DESCRIPTIONS as LABEL_DESCRIPTIONS  # label -> what its rule checks
+from vizlm.inspect.choices import CASE_LABELS as LABELS
 from vizlm.inspect.reading import BOUNDARY
 
 __all__ = ["LABELS", "LABEL_DESCRIPTIONS", "RULES", "WITHIN_SENTENCE", "TaggedWords", "apply_rules", "stem"]
 
-LABEL_DESCRIPTIONS = {  # label -> what its rule checks, in the order the rules run
-    "trigger": "the attended word comes back: same word, same stem, or a pronoun for the same entity",
-    "causal": "a causal connective (because, so, due to, …) or cause–effect verb links the two",
-    "phrase": "the attended word starts a phrase the target completes (collocation statistics of Brown train)",
-    "grammar": "a grammatical dependency: subject–verb agreement, determiner → noun, auxiliary → verb form",
-}
-LABELS = tuple(LABEL_DESCRIPTIONS)
 PHRASE_MIN_PMI = 4.0  # bits
 PHRASE_MIN_COUNT = 5
 

@@ -56,6 +56,7 @@ from pathlib import Path
 import torch
 
 from vizlm.core import files, paths
+from vizlm.core.choices import IMPORT_SOURCES as SOURCES  # what `vizlm import` reads
 from vizlm.modeling.checkpoint import MAX_ABS_WEIGHT, CheckpointError, _check_vocab, check_memory, save_checkpoint
 from vizlm.data.folder import CARD_FILE, CARD_FORMAT, VOCAB_FILE, card_text, split_files, vocab_text, write_folder
 from vizlm.data.registry import SPLITS, check_corpus_name, corpus_folder
@@ -66,7 +67,6 @@ from vizlm.modeling.evaluate import perplexity, score_split
 from vizlm.data.tokens import open_split
 from vizlm.data.text import reading_of
 
-SOURCES = ("pytorch-examples",)  # what `vizlm import` reads
 SOURCE_EOS, SOURCE_UNK = "<eos>", "<unk>"  # pytorch/examples' end of line; the unknown word of WikiText / PTB
 IMPOSSIBLE = 1e4  # output bias of the rows vizlm adds: exp(-1e4) is 0 in float32 and float64 (checkpoint limit: 1e4)
 # A model file is read whole, then converted and saved: about four times its bytes at the peak.

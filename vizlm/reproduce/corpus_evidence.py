@@ -197,7 +197,7 @@ def _runs_of(unit_document: np.ndarray) -> list[tuple[int, int]]:
 
 
 def _loaded(source: Path | str, device: str) -> tuple:
-    """``(checkpoint, torch device)``: ``source`` read and put on ``device`` (:data:`vizlm.core.distributed.DEVICES`;
+    """``(checkpoint, torch device)``: ``source`` read and put on ``device`` (:data:`vizlm.core.choices.DEVICES`;
     one this machine lacks is refused before anything is read)."""
     from vizlm.core.distributed import resolve_device
 
@@ -259,7 +259,7 @@ def write_attribution(name: str, source: Path | str, corpus: str, split: str, me
     (:func:`write_faithfulness`). Written whole; existing evidence is replaced only with ``force``. Computed a
     document at a time, each document kept until the evidence is written: run again after a stop, it goes on
     from the documents done (:class:`_Blocks`, on the same device only). ``device``: where the model computes
-    (:data:`vizlm.core.distributed.DEVICES`), recorded in the config."""
+    (:data:`vizlm.core.choices.DEVICES`), recorded in the config."""
     from vizlm.inspect import attribution_corpus as va
     from vizlm.inspect.attribution import DEFAULT_STEPS
 
