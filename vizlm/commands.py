@@ -82,6 +82,8 @@ def whole(low: int = 1, high: int | None = None):
 def read_text(path: Path, documents: list[int] | None = None) -> list[list[str]]:
     """:func:`vizlm.data.registry.read_text_file` (``documents``: its blank-line blocks), with a progress
     bar on stderr for a large file."""
+    from vizlm.data.ingest import wikitext_note  # a hint for WikiText read as plain text
+
     path = Path(path)
     size = path.stat().st_size if path.is_file() else 0  # what is wrong with it read_text_file says
     notes: list[str] = []
@@ -91,8 +93,6 @@ def read_text(path: Path, documents: list[int] | None = None) -> list[list[str]]
         with tqdm(total=size, unit="B", unit_scale=True, desc=f"reading {path.name}", file=sys.stderr) as bar:
             out = read_text_file(path, progress=lambda f: bar.update(max(0, round(f * size) - bar.n)),
                                  documents=documents, notes=notes)
-    from vizlm.data.ingest import wikitext_note
-
     if (hint := wikitext_note(path)) is not None:
         notes.append(hint)
     for note in notes:
